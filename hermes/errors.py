@@ -1,0 +1,42 @@
+"""Errors a user can act on, each with the exit code of DESIGN §6.
+
+Every error raised for bad input is a `HermesError`: the CLI prints its message on one line and
+exits with its `exit_code`; anything else is a bug and exits 1 (with a traceback under --debug).
+Messages say what was expected, what was found, and the fix.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_SOURCE = 3
+EXIT_MODEL = 4
+
+
+class HermesError(Exception):
+    """Base of all user-facing errors; `exit_code` is what the CLI exits with."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class UsageError(HermesError):
+    """Bad command-line arguments, questions file or option values."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """An unknown or ill-typed configuration key or value."""
+
+
+class SourceError(HermesError):
+    """A video source that is missing, corrupt, empty or unreachable."""
+
+    exit_code = EXIT_SOURCE
+
+
+class ModelError(HermesError):
+    """A model that cannot be found, loaded or is not supported."""
+
+    exit_code = EXIT_MODEL
