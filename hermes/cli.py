@@ -1,0 +1,266 @@
+"""`hermes-video` (also `python -m hermes`): the command line, a thin layer over the Python API.
+
+Heavy modules (torch, transformers, video decoders) are imported inside the commands, so `--help`
+answers at once. Every `HermesError` becomes one line on stderr and the exit code of DESIGN §6;
+anything else is a bug: one line too, and a traceback with `--debug`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+from hermes import __version__
+from hermes.errors import EXIT_INTERNAL, HermesError, UsageError
+
+PROG = "hermes-video"
+
+
+# ---- questions from the command line or a file ---------------------------------------------------
+
+
+def questions_from_args(asks: list[str], ats: list[float]):
+    """Pair each `--ask` with its `--at`; without any `--at` every question is asked at the end."""
+    from hermes.pipelines.session import Question
+
+    if ats and len(ats) != len(asks):
+        raise UsageError(f"got {len(asks)} --ask and {len(ats)} --at: give one --at per --ask, or none "
+                         f"to ask at the end of the video")
+    return [Question(text, ats[i] if ats else None) for i, text in enumerate(asks)]
+
+
+def read_questions_file(path: str):
+    """Questions from a JSONL file: one `{"question", "at_s"?, "options"?}` object per line.
+
+    Raises:
+        UsageError: unreadable file, or a line that is not such an object (naming the line).
+    """
+    from hermes.pipelines.session import Question
+
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"questions file not found: {path}")
+    questions = []
+    for number, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: not valid JSON ({exc.msg}); expected "
+                             f'{{"question": "...", "at_s": 12.0, "options": [...]}}') from None
+        if not isinstance(item, dict) or not isinstance(item.get("question"), str):
+            raise UsageError(f'{where}: expected an object with a "question" string')
+        at_s = item.get("at_s")
+        if at_s is not None and (isinstance(at_s, bool) or not isinstance(at_s, (int, float))):
+            raise UsageError(f'{where}: "at_s" must be a number of seconds, found {at_s!r}')
+        options = item.get("options") or []
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise UsageError(f'{where}: "options" must be a list of strings')
+        questions.append(Question(item["question"], None if at_s is None else float(at_s), tuple(options)))
+    if not questions:
+        raise UsageError(f"questions file {path} holds no questions")
+    return questions
+
+
+def check_times(questions, duration_s: float | None) -> None:
+    """Reject question times before the start or after the end of the video."""
+    for q in questions:
+        if q.at_s is None:
+            continue
+        if q.at_s < 0 or not math.isfinite(q.at_s):
+            raise UsageError(f"question time {q.at_s:g}s is invalid: times count seconds from the start (>= 0)")
+        if duration_s is not None and q.at_s > duration_s + 1e-6:
+            raise UsageError(f"question time {q.at_s:g}s is past the end of the video ({duration_s:.2f}s)")
+
+
+# ---- output ----------------------------------------------------------------------------------------
+
+
+def print_answer(answer, as_json: bool, config: dict | None = None) -> None:
+    if as_json:
+        record = answer.to_json()
+        if config is not None:
+            record["config"] = config
+        print(json.dumps(record, ensure_ascii=False), flush=True)
+        return
+    when = "end" if answer.at_s is None else f"{answer.at_s:.1f}s"
+    print(f"[{when}] Q: {answer.question}")
+    for i, option in enumerate(answer.options):
+        print(f"        {chr(65 + i)}. {option}")
+    print(f"        A: {answer.answer}")
+    print(f"        ({answer.frames_seen} frames seen, ttft {answer.ttft_ms:.0f} ms, "
+          f"{answer.memory['hbm_tokens']} tokens / {answer.memory['hbm_bytes'] / 2**20:.1f} MiB in memory)",
+          flush=True)
+
+
+# ---- commands ----------------------------------------------------------------------------------------
+
+
+def stream_file(args, cfg, questions, *, progress: bool):
+    """Open the video, check the questions against it, and yield answers."""
+    from hermes.models.loading import load_model
+    from hermes.pipelines.session import StreamingSession
+    from hermes.pipelines.video import open_video
+
+    video = open_video(args.source, backend=cfg.stream.backend)
+    check_times(questions, video.info.duration_s)
+    model = load_model(cfg.model)
+    expected = min(video.info.num_frames, math.ceil(video.info.duration_s * cfg.stream.fps) + 1)
+    with video:
+        session = StreamingSession(model, cfg.memory, video.frames(fps=cfg.stream.fps),
+                                   chunk_frames=cfg.stream.chunk_frames, max_new_tokens=cfg.model.max_new_tokens,
+                                   progress=progress, total_frames=expected)
+        yield from session.run(questions)
+
+
+def resolve_config(args):
+    from hermes.config import build_config
+
+    overrides = list(args.set or [])
+    for flag, key in (("fps", "stream.fps"), ("chunk_frames", "stream.chunk_frames"), ("device", "model.device"),
+                      ("max_new_tokens", "model.max_new_tokens")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return build_config(model=args.model, memory=args.memory, config_file=args.config, overrides=overrides)
+
+
+def cmd_run(args) -> int:
+    cfg = resolve_config(args)
+    questions = questions_from_args(args.ask or [], args.at or [])
+    if args.questions:
+        questions += read_questions_file(args.questions)
+    progress = sys.stderr.isatty() and not args.quiet
+    config = cfg.to_dict() if args.json else None
+    for answer in stream_file(args, cfg, questions, progress=progress):
+        print_answer(answer, args.json, config)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from hermes.pipelines.session import Question
+    from hermes.pipelines.synthetic import write_synthetic_video
+
+    folder = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="hermes-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    video = write_synthetic_video(folder / "demo.mp4", duration_s=8.0, fps=10.0)
+    print(f"wrote a synthetic 8 s video: {video}", file=sys.stderr)
+    args.source = str(video)
+    args.model, args.memory, args.config = "tiny-llava-onevision", None, None
+    args.set = ["stream.fps=2", "stream.chunk_frames=4", "model.max_new_tokens=12"] + list(args.set or [])
+    cfg = resolve_config(args)
+    questions = [Question("What shapes are on screen?", 2.0),
+                 Question("Which colour appeared first?", 5.0, ("red", "green", "blue")),
+                 Question("What happened at the end?", None)]
+    print("model: tiny-llava-onevision (random weights: answers are noise; this demo checks the pipeline)",
+          file=sys.stderr)
+    for answer in stream_file(args, cfg, questions, progress=False):
+        print_answer(answer, args.json)
+    return 0
+
+
+def cmd_info(args) -> int:
+    import platform
+
+    from hermes.config import preset_names
+
+    lines = [f"hermes-video {__version__}", f"python       {platform.python_version()} ({sys.platform})"]
+    for module in ("torch", "transformers", "decord", "cv2", "faiss", "numpy"):
+        try:
+            version = getattr(__import__(module), "__version__", "installed")
+        except Exception as exc:  # a broken optional backend is reported, not fatal
+            version = f"not available ({type(exc).__name__})"
+        lines.append(f"{module:<12} {version}")
+    import torch
+
+    if torch.cuda.is_available():
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        lines.append(f"device       cuda ({names})")
+    else:
+        lines.append("device       cpu (no CUDA device)")
+    from hermes.pipelines.video import available_backends
+
+    lines.append(f"video        {', '.join(available_backends()) or 'none'}")
+    from hermes.models.loading import supported_families
+
+    lines.append(f"families     {', '.join(supported_families())}")
+    lines.append(f"models       {', '.join(preset_names('models'))}")
+    lines.append(f"memory       {', '.join(preset_names('memory'))}")
+    print("\n".join(lines))
+    return 0
+
+
+# ---- parser --------------------------------------------------------------------------------------------
+
+
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="model preset, hub id, local directory or builtin tiny-* "
+                                   "(default: llava-onevision-0.5b; see `hermes-video info`)")
+    p.add_argument("--memory", help="memory preset from configs/memory (default: full)")
+    p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set model.max_new_tokens=32 (repeatable)")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (sets model.device)")
+    p.add_argument("--json", action="store_true", help="one JSON object per answer on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Ask questions about video with a vision-language "
+                                                            "model and a bounded KV memory (HERMES).")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="stream a video file and answer questions at chosen moments")
+    run.add_argument("source", help="a video file")
+    add_config_options(run)
+    run.add_argument("--ask", action="append", metavar="TEXT", help="a question (repeatable)")
+    run.add_argument("--at", action="append", type=float, metavar="S",
+                     help="seconds into the video to ask the matching --ask (repeatable; default: at the end)")
+    run.add_argument("--questions", metavar="FILE", help='JSONL: {"question", "at_s", "options"} per line')
+    run.add_argument("--fps", type=float, help="frames sampled per second (sets stream.fps)")
+    run.add_argument("--chunk-frames", type=int, help="frames encoded per forward (sets stream.chunk_frames)")
+    run.add_argument("--max-new-tokens", type=int, help="answer length cap (sets model.max_new_tokens)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=cmd_run)
+
+    demo = sub.add_parser("demo", help="offline demo: a synthetic video and the builtin tiny model")
+    demo.add_argument("--output", metavar="DIR", help="where to write the demo video (default: a temp dir)")
+    demo.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key")
+    demo.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    demo.add_argument("--json", action="store_true", help="one JSON object per answer on stdout")
+    demo.set_defaults(func=cmd_demo)
+
+    info = sub.add_parser("info", help="versions, device, video backends, model and memory presets")
+    info.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except HermesError as exc:
+        if args.debug:
+            raise
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"{PROG}: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL

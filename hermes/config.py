@@ -1,0 +1,203 @@
+"""Typed configuration: one dataclass per component, YAML presets, `--set key=value` overrides.
+
+The resolved configuration is a `HermesConfig` with three sections (`model`, `memory`, `stream`).
+It is built in this order, each step overriding the one before:
+
+1. the dataclass defaults below;
+2. the model preset (`configs/models/<name>.yaml`) and memory preset (`configs/memory/<name>.yaml`);
+3. a user YAML file (`--config FILE`) with the same nested layout as `HermesConfig.to_dict()`;
+4. `--set section.key=value` overrides (values parsed as YAML scalars).
+
+Unknown keys are errors with a did-you-mean suggestion, and values are checked against the field
+types, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hermes.errors import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    """Which vision-language model answers, and how it decodes."""
+
+    name: str = "llava-onevision-0.5b"  # preset name, hub id, local directory, or builtin tiny-*
+    family: str = ""  # adapter family; "" = taken from the preset or the checkpoint's config
+    hub_id: str = ""  # checkpoint to load; "" = `name` itself
+    device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
+    dtype: str = "auto"  # "auto" (bf16 on cuda, fp32 on cpu), "float32", "bfloat16", "float16"
+    max_new_tokens: int = 64  # answer length cap, in tokens
+    system_prompt: str = "You are a helpful assistant."
+    attn_implementation: str = "sdpa"  # "sdpa" or "eager"
+    trust_remote_code: bool = False  # never on by default: it runs code from the checkpoint
+    seed: int = 0  # seed of builtin tiny random models
+
+
+@dataclass
+class MemoryConfig:
+    """How the KV cache is kept (DESIGN §3). Issue A implements the `full` policy only."""
+
+    policy: str = "full"  # "full": keep every visual token (no eviction)
+
+
+@dataclass
+class StreamConfig:
+    """How frames are sampled and grouped into chunks."""
+
+    fps: float = 0.5  # frames sampled per second of video (by timestamp)
+    chunk_frames: int = 16  # frames encoded in one forward
+    backend: str = "auto"  # video file decoder: "auto", "decord", "opencv"
+
+
+@dataclass
+class HermesConfig:
+    """The whole resolved configuration, recorded with every answer and result."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# Presets
+
+
+def preset_names(kind: str) -> list[str]:
+    """Names of the YAML presets of one kind ("models" or "memory"), sorted."""
+    folder = resources.files("hermes.configs").joinpath(kind)
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_preset(kind: str, name: str) -> dict[str, Any]:
+    """Read `configs/<kind>/<name>.yaml` as a dict.
+
+    Raises:
+        ConfigError: no such preset (with a did-you-mean), or the file is not a mapping.
+    """
+    names = preset_names(kind)
+    if name not in names:
+        raise ConfigError(f"unknown {kind} preset {name!r}{_suggest(name, names)}; available: {', '.join(names)}")
+    text = resources.files("hermes.configs").joinpath(kind, f"{name}.yaml").read_text()
+    return _read_mapping(text, f"configs/{kind}/{name}.yaml")
+
+
+def _read_mapping(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of keys to values, found {type(data).__name__}")
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# Applying nested dicts and dotted overrides to the dataclasses, with type checks
+
+
+def _suggest(key: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    """Check `value` against a field annotation (str, int, float, bool); ints widen to float."""
+    target = {"str": str, "int": int, "float": float, "bool": bool}.get(str(annotation), annotation)
+    if target is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if target is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, target) and not (target is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{where}: expected {target.__name__}, found {value!r}")
+
+
+def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = [f.name for f in dataclasses.fields(obj)]
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise ConfigError(f"unknown config key {path!r}{_suggest(str(key), names)}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: expected a mapping, found {value!r}")
+            _apply(current, value, path)
+        else:
+            setattr(obj, key, _coerce(value, hints[key], path))
+
+
+def parse_set(item: str) -> dict[str, Any]:
+    """Turn `"memory.budget=4096"` into `{"memory": {"budget": 4096}}` (value parsed as YAML).
+
+    Raises:
+        ConfigError: no `=`, or an empty key.
+    """
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key=value (e.g. model.max_new_tokens=32), found {item!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    nested: dict[str, Any] = {}
+    node = nested
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return nested
+
+
+def build_config(
+    model: str | None = None,
+    memory: str | None = None,
+    config_file: str | Path | None = None,
+    overrides: list[str] | None = None,
+) -> HermesConfig:
+    """Resolve the configuration from presets, a YAML file and `key=value` overrides.
+
+    Args:
+        model: model preset name, hub id, local directory or builtin `tiny-*` id; None keeps the default.
+        memory: memory preset name (`configs/memory/`); None keeps the default.
+        config_file: a YAML file with `model:`, `memory:`, `stream:` sections.
+        overrides: `section.key=value` strings, applied last.
+
+    Returns:
+        The resolved, type-checked `HermesConfig`.
+
+    Raises:
+        ConfigError: unknown preset or key (with a suggestion), ill-typed value, unreadable file.
+    """
+    cfg = HermesConfig()
+    if memory is not None:
+        _apply(cfg.memory, load_preset("memory", memory), "memory")
+    name = model if model is not None else cfg.model.name
+    if name in preset_names("models"):
+        _apply(cfg.model, load_preset("models", name), "model")
+    # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
+    cfg.model.name = name
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        _apply(cfg, _read_mapping(path.read_text(), str(path)), "")
+    for item in overrides or []:
+        _apply(cfg, parse_set(item), "")
+    return cfg

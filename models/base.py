@@ -1,0 +1,186 @@
+"""The model adapter interface (DESIGN §4) and what every family shares: prefill and greedy decoding.
+
+An adapter wraps one Hugging Face vision-language model and tells hermes
+- how frames become visual token embeddings (`encode_frames`),
+- the prompt around them (`prefix_text`, `question_embeds`),
+- which rotary positions new tokens take (`positions_for`),
+- how to run the language model on embeddings with a cache (`prefill`).
+
+Hermes drives the language model itself, token by token of its own layout, instead of calling
+`generate()`: that is what lets it place every token at a position it chooses and keep the cache
+(memory) across questions.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hermes.cache import KIND_PREFIX, HermesCache
+
+
+@dataclass
+class Generation:
+    """A decoded answer and how long it took."""
+
+    text: str
+    token_ids: list[int]
+    first_token_logits: torch.Tensor  # (V,) float32 logits that chose the first answer token
+    ttft_ms: float  # question prefill until the first answer token is known
+    latency_ms: float  # question prefill until the last answer token
+
+
+class VLMAdapter(ABC):
+    """One vision-language model family, as hermes needs to see it.
+
+    Attributes:
+        family: adapter family name (e.g. "llava_onevision").
+        name: what the user asked for (preset, hub id, directory or builtin tiny id).
+        model: the transformers model (eval mode).
+        tokenizer: the tokenizer (`encode`, `decode`, `convert_tokens_to_ids`).
+        device, dtype: where and in what precision the model runs.
+        tokens_per_frame: visual tokens one frame becomes in the cache.
+        eos_token_ids: token ids that end an answer.
+    """
+
+    family: str = ""
+    tokens_per_frame: int = 0
+
+    def __init__(self, name: str, model, tokenizer, device: torch.device, dtype: torch.dtype,
+                 system_prompt: str) -> None:
+        self.name = name
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.dtype = dtype
+        self.system_prompt = system_prompt
+        self.eos_token_ids: set[int] = set()
+
+    # ---- what each family defines ----------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def language_model(self) -> torch.nn.Module:
+        """The decoder stack (takes inputs_embeds, position_ids, cache)."""
+
+    @property
+    @abstractmethod
+    def text_config(self):
+        """The language model's transformers config."""
+
+    @abstractmethod
+    def prefix_text(self) -> str:
+        """Prompt text before the first visual token (system prompt and user turn opening)."""
+
+    @abstractmethod
+    def encode_frames(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
+        """Turn frames into visual token embeddings.
+
+        Args:
+            frames_rgb: N frames, each (H, W, 3) uint8 RGB.
+
+        Returns:
+            (N * tokens_per_frame, hidden) embeddings on the model's device and dtype, frame-major.
+        """
+
+    @abstractmethod
+    def question_embeds(self, prompt: str) -> torch.Tensor:
+        """Embeddings that close the visual block and ask `prompt`, ending where the answer starts.
+
+        Returns:
+            (Q, hidden) embeddings.
+        """
+
+    # ---- shared --------------------------------------------------------------------------------
+
+    @property
+    def num_layers(self) -> int:
+        return self.text_config.num_hidden_layers
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return self.text_config.max_position_embeddings
+
+    def new_cache(self) -> HermesCache:
+        """An empty working cache shaped for this model's language model."""
+        return HermesCache(config=self.text_config)
+
+    def embed_text(self, text: str) -> torch.Tensor:
+        """(n, hidden) input embeddings of `text`, tokenized without special-token additions."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return self.embed_ids(ids)
+
+    def embed_ids(self, ids: list[int]) -> torch.Tensor:
+        table = self.language_model.get_input_embeddings()
+        return table(torch.tensor(ids, dtype=torch.long, device=self.device))
+
+    def positions_for(self, positions: torch.Tensor) -> torch.Tensor:
+        """Position ids in the shape the language model takes, for (n,) 1-D positions: (1, n)."""
+        return positions.to(self.device)[None, :]
+
+    @torch.inference_mode()
+    def prefill(self, embeds: torch.Tensor, positions: torch.Tensor, cache: HermesCache) -> torch.Tensor:
+        """Run the language model on `embeds` at `positions`, appending their K/V to `cache`.
+
+        Args:
+            embeds: (n, hidden) input embeddings.
+            positions: (n,) int64 rotary positions.
+            cache: the working cache; grows by n tokens in every layer.
+
+        Returns:
+            (n, hidden) final hidden states (after the last norm).
+        """
+        out = self.language_model(
+            inputs_embeds=embeds[None].to(self.dtype),
+            position_ids=self.positions_for(positions),
+            cache=cache,
+            use_cache=True,
+        )
+        return out.last_hidden_state[0]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(n, V) float32 logits from final hidden states."""
+        return self.model.lm_head(hidden).float()
+
+    def encode_prefix(self, cache: HermesCache) -> None:
+        """Prefill the prompt prefix into an empty cache (the tokens every stream starts with)."""
+        embeds = self.embed_text(self.prefix_text())
+        positions = cache.allocate_positions(embeds.shape[0])
+        self.prefill(embeds, positions, cache)
+        cache.record(positions, KIND_PREFIX)
+
+    @torch.inference_mode()
+    def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int) -> Generation:
+        """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache`.
+
+        The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`).
+
+        Args:
+            prompt_embeds: (Q, hidden) question embeddings placed after everything cached.
+            cache: the working cache (extended in place).
+            max_new_tokens: answer length cap.
+
+        Returns:
+            The decoded `Generation`.
+        """
+        start = time.perf_counter()
+        hidden = self.prefill(prompt_embeds, cache.allocate_positions(prompt_embeds.shape[0]), cache)
+        first_logits = self.logits(hidden[-1:])[0]
+        next_id = int(first_logits.argmax())
+        ttft_ms = (time.perf_counter() - start) * 1e3
+        ids: list[int] = []
+        for _ in range(max_new_tokens):
+            if next_id in self.eos_token_ids:
+                break
+            ids.append(next_id)
+            if len(ids) == max_new_tokens:
+                break
+            hidden = self.prefill(self.embed_ids([next_id]), cache.allocate_positions(1), cache)
+            next_id = int(self.logits(hidden[-1:])[0].argmax())
+        latency_ms = (time.perf_counter() - start) * 1e3
+        text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        return Generation(text, ids, first_logits, ttft_ms, latency_ms)

@@ -1,0 +1,139 @@
+"""Turn a `ModelConfig` into a ready adapter: builtin tiny model, local directory or hub id.
+
+Every failure is a `ModelError` (exit code 4) naming what was asked for and how to fix it.
+`trust_remote_code` stays off unless the user turns it on: it would run code from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from hermes.config import ModelConfig, preset_names
+from hermes.errors import ModelError
+from hermes.models.base import VLMAdapter
+from hermes.models.llava_onevision import LlavaOnevisionAdapter, read_normalisation
+from hermes.models.tiny import TINY_BUILDERS
+
+# transformers `model_type` -> adapter class.
+ADAPTERS: dict[str, type[VLMAdapter]] = {
+    "llava_onevision": LlavaOnevisionAdapter,
+}
+
+
+def supported_families() -> list[str]:
+    return sorted(ADAPTERS)
+
+
+def resolve_device(device: str) -> torch.device:
+    """`"auto"` is the first CUDA device when there is one, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ModelError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"device {device!r} requested but CUDA is not available: use --device cpu")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`"auto"` is bf16 on CUDA and fp32 on the CPU (CPU bf16 matmuls are slow and lossy)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ModelError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+def _family_of(model_dir: Path) -> str:
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        raise ModelError(f"{model_dir} has no config.json: not a transformers checkpoint")
+    model_type = json.loads(config_path.read_text()).get("model_type", "")
+    if model_type not in ADAPTERS:
+        raise ModelError(
+            f"unsupported model architecture {model_type!r} in {model_dir}; "
+            f"supported families: {', '.join(supported_families())}"
+        )
+    return model_type
+
+
+def _snapshot(hub_id: str) -> Path:
+    """Local directory of a hub checkpoint (downloading it unless HF_HUB_OFFLINE=1)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(hub_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model",
+                                                              "*.jinja"]))
+    except Exception as exc:  # the hub raises many types; all mean "cannot get this checkpoint"
+        offline = " (HF_HUB_OFFLINE is set and it is not in the local cache)" if os.environ.get("HF_HUB_OFFLINE") else ""
+        raise ModelError(
+            f"cannot load model {hub_id!r}{offline}: {type(exc).__name__}; check the id, your network, or pass a "
+            f"local directory"
+        ) from None
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "/"))
+
+
+def load_model(cfg: ModelConfig) -> VLMAdapter:
+    """Build the adapter for `cfg`: a builtin `tiny-*` model, a local directory or a hub id.
+
+    Args:
+        cfg: the resolved model configuration.
+
+    Returns:
+        The adapter, with its model in eval mode on the resolved device and dtype.
+
+    Raises:
+        ModelError: unknown id, unsupported architecture, unavailable device, or a failed load.
+    """
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    if cfg.name in TINY_BUILDERS:
+        family, build = TINY_BUILDERS[cfg.name]
+        model, tokenizer = build(seed=cfg.seed)
+        return ADAPTERS[family](cfg.name, model.to(device, dtype), tokenizer, device=device, dtype=dtype,
+                                system_prompt=cfg.system_prompt)
+
+    source = cfg.hub_id or cfg.name
+    if Path(source).is_dir():
+        model_dir = Path(source)
+    elif _looks_like_hub_id(source):
+        model_dir = _snapshot(source)
+    else:
+        known = preset_names("models")
+        close = difflib.get_close_matches(source, known, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ModelError(
+            f"unknown model {source!r}{hint}: use a preset ({', '.join(known)}), a hub id like "
+            f"org/name, or a local checkpoint directory"
+        )
+    family = _family_of(model_dir)
+    if cfg.family and cfg.family != family:
+        raise ModelError(f"model {source!r} is a {family} checkpoint but the config says family {cfg.family!r}")
+
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=cfg.trust_remote_code)
+        model = AutoModelForImageTextToText.from_pretrained(
+            model_dir, dtype=dtype, attn_implementation=cfg.attn_implementation,
+            trust_remote_code=cfg.trust_remote_code,
+        )
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load model from {model_dir}: {first_line}") from None
+    mean, std = read_normalisation(model_dir)
+    return ADAPTERS[family](source, model.to(device), tokenizer, device=device, dtype=dtype,
+                            system_prompt=cfg.system_prompt, mean=mean, std=std)

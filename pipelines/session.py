@@ -1,0 +1,240 @@
+"""A streaming session: frames in, chunk by chunk, into the model's memory; questions answered at any moment.
+
+    session = StreamingSession(model, "full", frames)        # frames: any iterable of Frame, in time order
+    answer = session.ask("What is moving?", at=12.0)           # encodes frames with t_s < 12.0, then answers
+    for answer in session.run(questions): ...                  # a whole schedule of questions
+
+Rules the session keeps (DESIGN §2):
+- a question at time t is answered from exactly the frames with `t_s < t` (a partly filled chunk is
+  encoded before answering, and the first frame at or after t waits for the next chunk);
+- answering leaves memory as it was: question and answer tokens are rewound out of the cache;
+- frames are encoded in chunks of `chunk_frames`, each chunk one forward of the vision tower and
+  one prefill of the language model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hermes.cache import KIND_VISUAL
+from hermes.config import MemoryConfig
+from hermes.errors import ConfigError, UsageError
+from hermes.models.base import VLMAdapter
+from hermes.pipelines.frames import Frame
+
+OPTION_LETTERS = "ABCDEFGHIJ"
+SUPPORTED_POLICIES = ("full",)
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question to ask at `at_s` seconds into the stream (None: as soon as it is asked)."""
+
+    text: str
+    at_s: float | None = None
+    options: tuple[str, ...] = ()
+
+
+@dataclass
+class Answer:
+    """One answer and how it was produced; `to_json()` gives the fields of DESIGN §6."""
+
+    question: str
+    answer: str
+    at_s: float | None
+    frames_seen: int
+    last_frame_t_s: float | None  # timestamp of the newest frame the answer could see
+    ttft_ms: float
+    latency_ms: float
+    memory: dict[str, int]
+    options: tuple[str, ...] = ()
+    first_token_logits: torch.Tensor | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"question": self.question, "answer": self.answer, "at_s": self.at_s,
+               "frames_seen": self.frames_seen, "ttft_ms": round(self.ttft_ms, 3),
+               "latency_ms": round(self.latency_ms, 3), "memory": self.memory}
+        if self.options:
+            out["options"] = list(self.options)
+        return out
+
+
+def format_prompt(question: str, options: Iterable[str] = ()) -> str:
+    """The question text the model sees; multiple choice gets lettered options and an instruction."""
+    options = list(options)
+    if not options:
+        return question
+    if len(options) > len(OPTION_LETTERS):
+        raise UsageError(f"at most {len(OPTION_LETTERS)} options per question, found {len(options)}")
+    lines = [question] + [f"{OPTION_LETTERS[i]}. {text}" for i, text in enumerate(options)]
+    lines.append("Answer with the option's letter from the given choices directly.")
+    return "\n".join(lines)
+
+
+@dataclass
+class ChunkStats:
+    """What one chunk cost."""
+
+    frames: int
+    encode_ms: float  # vision tower + language-model prefill
+    maintain_ms: float  # memory maintenance after the chunk (0 for `full`)
+
+
+class StreamingSession:
+    """Feeds frames to a model chunk by chunk and answers questions from its memory.
+
+    Args:
+        model: a loaded adapter.
+        memory: the memory policy config, or a policy name.
+        source: frames in time order (a file reader, a live source, or any iterable of `Frame`).
+        chunk_frames: frames encoded per forward.
+        max_new_tokens: answer length cap.
+        progress: show a progress bar over frames (for terminals).
+        total_frames: expected number of frames, for the progress bar (None if unknown).
+
+    Raises:
+        ConfigError: a memory policy this build does not have.
+    """
+
+    def __init__(self, model: VLMAdapter, memory: MemoryConfig | str = "full", source: Iterable[Frame] = (),
+                 *, chunk_frames: int = 16, max_new_tokens: int = 64, progress: bool = False,
+                 total_frames: int | None = None) -> None:
+        policy = memory if isinstance(memory, str) else memory.policy
+        if policy not in SUPPORTED_POLICIES:
+            raise ConfigError(f"unknown memory policy {policy!r}; available: {', '.join(SUPPORTED_POLICIES)}")
+        if chunk_frames < 1:
+            raise ConfigError(f"stream.chunk_frames must be at least 1, found {chunk_frames}")
+        self.model = model
+        self.policy = policy
+        self.chunk_frames = chunk_frames
+        self.max_new_tokens = max_new_tokens
+        self.cache = model.new_cache()
+        self.model.encode_prefix(self.cache)
+        self.encoded_t_s: list[float] = []  # every frame encoded so far, in order
+        self.chunk_stats: list[ChunkStats] = []
+        self._frames: Iterator[Frame] = iter(source)
+        self._pending: Frame | None = None  # read from the source but belongs to a later question
+        self._exhausted = False
+        self._progress = None
+        if progress:
+            from tqdm import tqdm
+
+            self._progress = tqdm(total=total_frames, unit="frame", desc="encoding", leave=False)
+
+    # ---- ingest ------------------------------------------------------------------------------------
+
+    def ingest(self, frames: list[Frame]) -> None:
+        """Encode `frames` (one chunk, in time order) into memory."""
+        if not frames:
+            return
+        start = time.perf_counter()
+        embeds = self.model.encode_frames([f.rgb for f in frames])
+        positions = self.cache.allocate_positions(embeds.shape[0])
+        self.model.prefill(embeds, positions, self.cache)
+        first = len(self.encoded_t_s)
+        frame_index = torch.arange(first, first + len(frames)).repeat_interleave(self.model.tokens_per_frame)
+        self.cache.record(positions, KIND_VISUAL, frame_index)
+        self.encoded_t_s.extend(f.t_s for f in frames)
+        encode_ms = (time.perf_counter() - start) * 1e3
+        self.chunk_stats.append(ChunkStats(frames=len(frames), encode_ms=encode_ms, maintain_ms=0.0))
+        if self._progress is not None:
+            self._progress.update(len(frames))
+
+    def _next_frame(self) -> Frame | None:
+        if self._pending is not None:
+            frame, self._pending = self._pending, None
+            return frame
+        if self._exhausted:
+            return None
+        frame = next(self._frames, None)
+        if frame is None:
+            self._exhausted = True
+        return frame
+
+    def advance(self, until_s: float | None = None) -> None:
+        """Encode source frames with `t_s < until_s` (all remaining frames when None)."""
+        chunk: list[Frame] = []
+        while True:
+            frame = self._next_frame()
+            if frame is None:
+                break
+            if until_s is not None and frame.t_s >= until_s:
+                self._pending = frame  # it belongs after the question
+                break
+            chunk.append(frame)
+            if len(chunk) == self.chunk_frames:
+                self.ingest(chunk)
+                chunk = []
+        self.ingest(chunk)
+
+    # ---- answers -----------------------------------------------------------------------------------
+
+    def memory_stats(self) -> dict[str, int]:
+        """Memory held now, per level (levels 2 and 3 do not exist yet and report 0)."""
+        return {"hbm_tokens": self.cache.num_tokens, "hbm_bytes": self.cache.nbytes(),
+                "dram_bytes": 0, "disk_bytes": 0, "disk_records": 0}
+
+    def ask(self, question: str, options: Iterable[str] = (), at: float | None = None) -> Answer:
+        """Answer `question` from the frames before `at` (or from everything ingested so far).
+
+        Args:
+            question: the question text.
+            options: multiple-choice options (lettered A, B, ... in the prompt).
+            at: stream time in seconds; frames with `t_s < at` are encoded first. Must not go
+                back before frames already encoded.
+
+        Returns:
+            The `Answer`; memory is exactly as before the call.
+
+        Raises:
+            UsageError: `at` earlier than a frame already in memory.
+        """
+        options = tuple(options)
+        if at is not None:
+            if self.encoded_t_s and at <= self.encoded_t_s[-1]:
+                raise UsageError(f"question at {at:g}s comes after frames up to {self.encoded_t_s[-1]:g}s "
+                                 f"were already encoded; ask questions in time order")
+            self.advance(until_s=at)
+        prompt = self.model.question_embeds(format_prompt(question, options))
+        mark = self.cache.mark()
+        try:
+            generation = self.model.generate_greedy(prompt, self.cache, self.max_new_tokens)
+        finally:
+            self.cache.rewind(mark)
+        return Answer(question=question, answer=generation.text, at_s=at, frames_seen=len(self.encoded_t_s),
+                      last_frame_t_s=self.encoded_t_s[-1] if self.encoded_t_s else None,
+                      ttft_ms=generation.ttft_ms, latency_ms=generation.latency_ms,
+                      memory=self.memory_stats(), options=options,
+                      first_token_logits=generation.first_token_logits)
+
+    def run(self, questions: Iterable[Question] = (), *, to_end: bool = False) -> Iterator[Answer]:
+        """Stream the source, answering each question when the stream reaches its time.
+
+        Args:
+            questions: questions with `at_s` (sorted here by time); None means "at the end".
+            to_end: keep encoding after the last question until the source ends (without
+                questions the whole source is always encoded).
+
+        Yields:
+            One `Answer` per question, in time order.
+        """
+        questions = list(questions)
+        timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
+        at_end = [q for q in questions if q.at_s is None]
+        for q in timed:
+            yield self.ask(q.text, q.options, at=q.at_s)
+        if to_end or at_end or not timed:
+            self.advance()
+        for q in at_end:
+            yield self.ask(q.text, q.options)
+        self.close()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
