@@ -1,0 +1,1 @@
+"""YAML presets (models/, memory/): installed as `hermes.configs` package data."""

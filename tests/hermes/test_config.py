@@ -1,0 +1,69 @@
+"""Configuration: presets, files and overrides resolve in order; mistakes are errors, never defaults."""
+
+import pytest
+
+from hermes.config import build_config, parse_set, preset_names
+from hermes.errors import ConfigError
+
+
+def test_defaults_take_the_default_model_preset():
+    cfg = build_config()
+    assert cfg.model.name == "llava-onevision-0.5b"
+    assert cfg.model.hub_id == "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
+    assert cfg.model.family == "llava_onevision"
+    assert cfg.memory.policy == "full"
+    assert cfg.model.trust_remote_code is False
+
+
+def test_presets_are_listed():
+    assert {"llava-onevision-0.5b", "llava-onevision-7b", "tiny-llava-onevision"} <= set(preset_names("models"))
+    assert "full" in preset_names("memory")
+
+
+def test_file_then_overrides_apply_in_order(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("model:\n  max_new_tokens: 10\nstream:\n  fps: 2\n  chunk_frames: 8\n")
+    cfg = build_config(model="tiny-llava-onevision", config_file=f, overrides=["stream.chunk_frames=4"])
+    assert cfg.model.max_new_tokens == 10
+    assert cfg.stream.fps == 2.0 and isinstance(cfg.stream.fps, float)
+    assert cfg.stream.chunk_frames == 4
+
+
+def test_a_non_preset_model_name_is_kept_for_the_loader():
+    assert build_config(model="org/some-model").model.name == "org/some-model"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.max_new_token=3", "unknown config key 'model.max_new_token' (did you mean 'max_new_tokens'?)"),
+    ("strem.fps=1", "unknown config key 'strem' (did you mean 'stream'?)"),
+    ("stream.fps=fast", "stream.fps: expected float, found 'fast'"),
+    ("model.trust_remote_code=3", "expected bool"),
+    ("model=3", "model: expected a mapping"),
+    ("novalue", "--set expects key=value"),
+])
+def test_mistakes_are_config_errors_with_suggestions(override, message):
+    with pytest.raises(ConfigError) as err:
+        build_config(overrides=[override])
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_memory_preset_suggests():
+    with pytest.raises(ConfigError, match="unknown memory preset 'ful' \\(did you mean 'full'\\?\\)"):
+        build_config(memory="ful")
+
+
+def test_bad_yaml_file_is_a_config_error(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        build_config(config_file=f)
+    f.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        build_config(config_file=f)
+
+
+def test_parse_set_reads_yaml_scalars():
+    assert parse_set("a.b=3") == {"a": {"b": 3}}
+    assert parse_set("a=true") == {"a": True}
+    assert parse_set("a=hello world") == {"a": "hello world"}
