@@ -1,0 +1,52 @@
+"""The built wheel installs `hermes` with its sub-packages and presets, and nothing else at top level."""
+
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(out), str(ROOT)], check=True, capture_output=True)
+    (path,) = out.glob("hermes_video-*.whl")
+    return path
+
+
+def test_wheel_holds_only_the_hermes_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"hermes"}
+    for sub in ("models", "pipelines", "datasets"):
+        assert f"hermes/{sub}/__init__.py" in names
+    assert "hermes/configs/models/llava-onevision-0.5b.yaml" in names
+    assert "hermes/configs/memory/full.yaml" in names
+
+
+def test_wheel_installs_and_runs_in_a_fresh_venv(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    bin_dir = venv / ("Scripts" if sys.platform == "win32" else "bin")
+    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                   check=True, capture_output=True)
+    # Dependencies (torch, transformers, ...) come from this environment; `hermes` only from the wheel:
+    # a .pth line adds the path without running this environment's editable-install hooks.
+    site = Path(subprocess.check_output([str(bin_dir / "python"), "-c",
+                                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    assert not (site / "models").exists() and not (site / "datasets").exists() and not (site / "pipelines").exists()
+    check = ("import hermes, hermes.models, hermes.pipelines, hermes.datasets, importlib.util; "
+             f"assert hermes.__file__.startswith({str(site)!r}), hermes.__file__; "
+             "assert importlib.util.find_spec('models') is None; "
+             "from hermes.config import build_config; assert build_config().model.family == 'llava_onevision'")
+    subprocess.run([str(bin_dir / "python"), "-c", check], check=True, cwd=tmp_path)
+    info = subprocess.run([str(bin_dir / "hermes-video"), "info"], capture_output=True, text=True, cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    assert "tiny-llava-onevision" in info.stdout
