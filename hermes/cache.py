@@ -18,6 +18,9 @@ from transformers import DynamicCache
 
 KIND_PREFIX = 0  # system prompt tokens: never scored, never evicted
 KIND_VISUAL = 1  # frame tokens: what memory policies manage
+KIND_SUMMARY = 2  # a long-term layer's fold of evicted visual tokens
+
+METADATA = ("positions", "token_ids", "kinds", "frame_index", "counts")
 
 
 @dataclass(frozen=True)
@@ -29,25 +32,30 @@ class CacheMark:
 
 
 class HermesCache(DynamicCache):
-    """A `DynamicCache` whose tokens carry positions, ids, kinds and frame indices.
+    """A `DynamicCache` whose tokens carry positions, ids, kinds, frames and counts, per layer.
 
-    The metadata is shared by every layer: all layers hold the same tokens in the same order, which
-    keeps the library's attention masks valid (DESIGN §3 invariant).
+    Every layer holds the same *number* of tokens (which keeps the library's attention masks
+    valid, DESIGN §3), but memory policies may keep different tokens in different layers, so the
+    metadata is (L, T): row l describes layer l's tokens in cache order.
 
     Attributes:
-        positions: (T,) int64 rotary position of each cached token.
-        token_ids: (T,) int64 stable id of each token (never reused), for matching across layers.
-        kinds: (T,) int8 `KIND_PREFIX` or `KIND_VISUAL`.
-        frame_index: (T,) int64 index of the sampled frame a visual token came from (-1 otherwise).
+        positions: (L, T) int64 rotary position each cached key was rotated to.
+        token_ids: (L, T) int64 stable id of each token (never reused), for matching across layers.
+        kinds: (L, T) int8 `KIND_PREFIX`, `KIND_VISUAL` or `KIND_SUMMARY`.
+        frame_index: (L, T) int64 index of the sampled frame a visual token came from (-1 otherwise).
+        counts: (L, T) int64 tokens each entry stands for (1; more for a summary token).
         next_position: first free rotary position; new tokens are placed from here on.
     """
 
-    def __init__(self, config=None) -> None:
+    def __init__(self, config) -> None:
         super().__init__(config=config)
-        self.positions = torch.empty(0, dtype=torch.long)
-        self.token_ids = torch.empty(0, dtype=torch.long)
-        self.kinds = torch.empty(0, dtype=torch.int8)
-        self.frame_index = torch.empty(0, dtype=torch.long)
+        self.num_layers = config.num_hidden_layers
+        empty = torch.empty(self.num_layers, 0, dtype=torch.long)
+        self.positions = empty
+        self.token_ids = empty
+        self.kinds = empty.to(torch.int8)
+        self.frame_index = empty
+        self.counts = empty
         self.next_position = 0
         self._next_token_id = 0
 
@@ -68,13 +76,34 @@ class HermesCache(DynamicCache):
             frame_index: (n,) frame of each token; None for non-visual tokens.
         """
         n = positions.numel()
+        rows = lambda t: t.to("cpu").reshape(1, n).expand(self.num_layers, n)  # noqa: E731
         ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)
         self._next_token_id += n
         frames = frame_index if frame_index is not None else torch.full((n,), -1, dtype=torch.long)
-        self.positions = torch.cat([self.positions, positions.to("cpu", torch.long)])
-        self.token_ids = torch.cat([self.token_ids, ids])
-        self.kinds = torch.cat([self.kinds, torch.full((n,), kind, dtype=torch.int8)])
-        self.frame_index = torch.cat([self.frame_index, frames.to("cpu", torch.long)])
+        self.positions = torch.cat([self.positions, rows(positions.long())], dim=1)
+        self.token_ids = torch.cat([self.token_ids, rows(ids)], dim=1)
+        self.kinds = torch.cat([self.kinds, rows(torch.full((n,), kind, dtype=torch.int8))], dim=1)
+        self.frame_index = torch.cat([self.frame_index, rows(frames.long())], dim=1)
+        self.counts = torch.cat([self.counts, rows(torch.ones(n, dtype=torch.long))], dim=1)
+
+    def new_token_ids(self, n: int) -> torch.Tensor:
+        """`n` fresh ids (for tokens a policy creates, such as summary tokens)."""
+        ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)
+        self._next_token_id += n
+        return ids
+
+    def select_(self, keep: torch.Tensor) -> None:
+        """Keep, in each layer l, the tokens at cache indices `keep[l]` (in that order).
+
+        Args:
+            keep: (L, K) int64 cache indices; the same K for every layer.
+        """
+        for layer, (keys_l, values_l) in enumerate(self.layer_tensors()):
+            idx = keep[layer].to(keys_l.device)
+            self.layers[layer].keys = keys_l.index_select(-2, idx)
+            self.layers[layer].values = values_l.index_select(-2, idx)
+        for name in METADATA:
+            setattr(self, name, getattr(self, name).gather(1, keep))
 
     # ---- answering without leaving a trace ----------------------------------------------------
 
@@ -91,10 +120,8 @@ class HermesCache(DynamicCache):
             if layer.is_initialized and layer.keys.shape[-2] > mark.length:
                 layer.keys = layer.keys[..., : mark.length, :]
                 layer.values = layer.values[..., : mark.length, :]
-        self.positions = self.positions[: mark.length]
-        self.token_ids = self.token_ids[: mark.length]
-        self.kinds = self.kinds[: mark.length]
-        self.frame_index = self.frame_index[: mark.length]
+        for name in METADATA:
+            setattr(self, name, getattr(self, name)[:, : mark.length])
         self.next_position = mark.next_position
 
     # ---- sizes ----------------------------------------------------------------------------------
@@ -106,7 +133,8 @@ class HermesCache(DynamicCache):
 
     @property
     def num_visual_tokens(self) -> int:
-        return int((self.kinds == KIND_VISUAL).sum())
+        """Visual tokens per layer (summary tokens excluded)."""
+        return int((self.kinds[0] == KIND_VISUAL).sum()) if self.kinds.shape[1] else 0
 
     def nbytes(self) -> int:
         """Bytes held by keys and values over all layers."""

@@ -45,9 +45,23 @@ class ModelConfig:
 
 @dataclass
 class MemoryConfig:
-    """How the KV cache is kept (DESIGN §3). Issue A implements the `full` policy only."""
+    """How the KV cache is kept (DESIGN §3, level 1). Defaults are the paper's."""
 
-    policy: str = "full"  # "full": keep every visual token (no eviction)
+    policy: str = "full"  # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames)
+    budget: int = 4096  # visual tokens kept per layer in device memory (all but `full`)
+    bands: tuple[float, ...] = (0.1, 0.6, 0.3)  # sensory / working / long-term fractions of the layers
+    recency_k: float = 20.0  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
+    w0: float = 0.75  # recency weight of the first working layer
+    gamma: float = 0.6  # fall of the recency weight across the working band
+    smoothing: tuple[float, ...] = (0.1, 0.3, 0.4)  # deep-to-shallow lambda for sensory / working / long-term
+    accumulate_decay: float = 1.0  # running attention = decay * previous + new (1: plain sum)
+    local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
+    global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
+    condition_on_question: bool = False  # use the last question asked as the global pseudo-query
+    summary: bool = True  # long-term layers fold evicted tokens into one summary token
+    reindex: str = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
+    position_reserve: int = 1024  # positions kept free for a question and its answer
+    sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
 
 
 @dataclass
@@ -116,7 +130,12 @@ def _suggest(key: str, choices: list[str]) -> str:
 
 
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Check `value` against a field annotation (str, int, float, bool); ints widen to float."""
+    """Check `value` against a field annotation (str, int, float, bool, or a tuple of one of them)."""
+    if typing.get_origin(annotation) is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, found {value!r}")
+        item_type = typing.get_args(annotation)[0]
+        return tuple(_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
     target = {"str": str, "int": int, "float": float, "bool": bool}.get(str(annotation), annotation)
     if target is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

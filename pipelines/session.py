@@ -24,11 +24,11 @@ import torch
 from hermes.cache import KIND_VISUAL
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
+from hermes.memory import build_policy
 from hermes.models.base import VLMAdapter
 from hermes.pipelines.frames import Frame
 
 OPTION_LETTERS = "ABCDEFGHIJ"
-SUPPORTED_POLICIES = ("full",)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class ChunkStats:
 
     frames: int
     encode_ms: float  # vision tower + language-model prefill
-    maintain_ms: float  # memory maintenance after the chunk (0 for `full`)
+    maintain_ms: float  # memory maintenance after the chunk (0 when nothing is evicted)
 
 
 class StreamingSession:
@@ -90,7 +90,7 @@ class StreamingSession:
 
     Args:
         model: a loaded adapter.
-        memory: the memory policy config, or a policy name.
+        memory: the memory config, or a policy name with default settings.
         source: frames in time order (a file reader, a live source, or any iterable of `Frame`).
         chunk_frames: frames encoded per forward.
         max_new_tokens: answer length cap.
@@ -98,19 +98,16 @@ class StreamingSession:
         total_frames: expected number of frames, for the progress bar (None if unknown).
 
     Raises:
-        ConfigError: a memory policy this build does not have.
+        ConfigError: an unknown memory policy or invalid memory settings.
     """
 
     def __init__(self, model: VLMAdapter, memory: MemoryConfig | str = "full", source: Iterable[Frame] = (),
                  *, chunk_frames: int = 16, max_new_tokens: int = 64, progress: bool = False,
                  total_frames: int | None = None) -> None:
-        policy = memory if isinstance(memory, str) else memory.policy
-        if policy not in SUPPORTED_POLICIES:
-            raise ConfigError(f"unknown memory policy {policy!r}; available: {', '.join(SUPPORTED_POLICIES)}")
         if chunk_frames < 1:
             raise ConfigError(f"stream.chunk_frames must be at least 1, found {chunk_frames}")
         self.model = model
-        self.policy = policy
+        self.memory = build_policy(MemoryConfig(policy=memory) if isinstance(memory, str) else memory, model)
         self.chunk_frames = chunk_frames
         self.max_new_tokens = max_new_tokens
         self.cache = model.new_cache()
@@ -134,6 +131,7 @@ class StreamingSession:
             return
         start = time.perf_counter()
         embeds = self.model.encode_frames([f.rgb for f in frames])
+        self.memory.make_room(self.cache, embeds.shape[0])
         positions = self.cache.allocate_positions(embeds.shape[0])
         self.model.prefill(embeds, positions, self.cache)
         first = len(self.encoded_t_s)
@@ -141,7 +139,8 @@ class StreamingSession:
         self.cache.record(positions, KIND_VISUAL, frame_index)
         self.encoded_t_s.extend(f.t_s for f in frames)
         encode_ms = (time.perf_counter() - start) * 1e3
-        self.chunk_stats.append(ChunkStats(frames=len(frames), encode_ms=encode_ms, maintain_ms=0.0))
+        self.memory.maintain(self.cache)
+        self.chunk_stats.append(ChunkStats(len(frames), encode_ms, self.memory.last_maintain_ms))
         if self._progress is not None:
             self._progress.update(len(frames))
 
@@ -201,6 +200,8 @@ class StreamingSession:
                                  f"were already encoded; ask questions in time order")
             self.advance(until_s=at)
         prompt = self.model.question_embeds(format_prompt(question, options))
+        self.memory.make_room(self.cache, prompt.shape[0] + self.max_new_tokens)
+        self.memory.last_question = question
         mark = self.cache.mark()
         try:
             generation = self.model.generate_greedy(prompt, self.cache, self.max_new_tokens)

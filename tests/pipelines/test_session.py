@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from hermes.cache import METADATA
 from hermes.errors import ConfigError, UsageError
 from hermes.pipelines.session import Question, StreamingSession, format_prompt
 from tests.conftest import random_frames
@@ -12,8 +13,8 @@ def cache_state(session):
     """Every tensor the cache holds, cloned: keys/values per layer plus token metadata."""
     c = session.cache
     tensors = [t.clone() for kv in c.layer_tensors() for t in kv]
-    return tensors + [c.positions.clone(), c.token_ids.clone(), c.kinds.clone(), c.frame_index.clone(),
-                      torch.tensor(c.next_position)]
+    metadata = [getattr(c, name).clone() for name in METADATA]
+    return tensors + metadata + [torch.tensor(c.next_position)]
 
 
 @pytest.mark.parametrize("at_s", [0.0, 0.25, 0.5, 2.0, 2.1, 4.75, 100.0])

@@ -1,0 +1,241 @@
+"""Memory policies for the working cache (level 1): what stays in device memory after each chunk.
+
+Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix plus at most
+`budget` visual entries in every layer (all layers the same length). They differ in what they keep:
+
+- `full`: everything (no eviction; the reference for equivalence tests);
+- `sliding`: the first `sink_tokens` visual tokens plus the most recent ones (StreamingLLM);
+- `uniform`: evenly spaced frames over everything seen;
+- `hermes`: the paper's per-layer importance (DESIGN §3): recency in shallow layers, the model's
+  own attention from pseudo-queries in deep layers, a depth-weighted mix in between, smoothed from
+  deep to shallow by token identity, accumulated over time; long-term layers fold what they evict
+  into one summary token.
+
+Positions: new tokens always take positions after the last one used, so eviction leaves gaps (lazy
+re-indexing). When the next tokens would pass `max_position_embeddings`, every layer's visual keys
+are compacted to consecutive positions by an exact RoPE delta (`make_room`); `reindex: eager`
+compacts after every eviction instead.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache
+from hermes.config import MemoryConfig
+from hermes.errors import ConfigError
+from hermes.probe import probe_attention
+from hermes.rope import RotarySpec, rotate_keys
+from hermes.scoring import (combine_layer_scores, fold_summary, layer_bands, recency_scores, select_keep,
+                            smooth_deep_to_shallow, accumulate)
+
+
+class MemoryPolicy:
+    """The `full` policy, and what every policy shares: position management and timing.
+
+    Args:
+        cfg: the memory configuration.
+        model: the adapter whose cache is managed (rotary scheme, layers, probe).
+    """
+
+    name = "full"
+
+    def __init__(self, cfg: MemoryConfig, model) -> None:
+        if cfg.reindex not in ("lazy", "eager"):
+            raise ConfigError(f"memory.reindex must be 'lazy' or 'eager', found {cfg.reindex!r}")
+        self.cfg = cfg
+        self.model = model
+        self.spec = RotarySpec.from_text_config(model.text_config)
+        self.last_question: str | None = None
+        self.last_maintain_ms = 0.0
+
+    def maintain(self, cache: HermesCache) -> None:
+        """Bring the cache back within budget after a chunk (nothing to do for `full`)."""
+        self.last_maintain_ms = 0.0
+
+    # ---- positions -----------------------------------------------------------------------------------
+
+    def make_room(self, cache: HermesCache, n_new: int) -> None:
+        """Compact positions if `n_new` more tokens plus the answer reserve would pass the model's range."""
+        limit = self.model.max_position_embeddings
+        if cache.next_position + n_new + self.cfg.position_reserve > limit:
+            compact_positions(cache, self.spec)
+            if cache.next_position + n_new > limit:
+                raise ConfigError(f"{cache.num_tokens} cached tokens plus {n_new} new ones exceed the model's "
+                                  f"{limit} positions: lower memory.budget or the chunk size")
+
+
+def compact_positions(cache: HermesCache, spec: RotarySpec) -> None:
+    """Give every layer's visual entries consecutive positions after the prefix, in their time order.
+
+    Keys are re-rotated by the exact fp32 delta; entries already in place are untouched (bit-identical).
+    """
+    visual = cache.kinds != KIND_PREFIX  # (L, T)
+    prefix_len = int((~visual[0]).sum())
+    # rank of each visual entry among its layer's visual entries, by current position
+    pos = torch.where(visual, cache.positions, torch.full_like(cache.positions, -1))
+    order = pos.argsort(dim=1, stable=True)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1]).expand_as(order))
+    new_positions = torch.where(visual, rank, cache.positions)  # prefix entries sort first: rank == index
+    for layer, (keys, _) in enumerate(cache.layer_tensors()):
+        delta = new_positions[layer] - cache.positions[layer]
+        if bool((delta != 0).any()):
+            cache.layers[layer].keys = rotate_keys(keys, delta.to(keys.device), spec,
+                                                   positions=cache.positions[layer].to(keys.device))
+    cache.positions = new_positions
+    cache.next_position = max(int(new_positions.max()) + 1, prefix_len) if new_positions.numel() else 0
+
+
+class BudgetPolicy(MemoryPolicy):
+    """A policy that evicts to `budget` visual entries per layer; subclasses choose which."""
+
+    def __init__(self, cfg: MemoryConfig, model) -> None:
+        super().__init__(cfg, model)
+        if cfg.budget < 1:
+            raise ConfigError(f"memory.budget must be at least 1 visual token, found {cfg.budget}")
+
+    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
+        """(L, budget) cache indices of the visual entries to keep, ascending, per layer."""
+        raise NotImplementedError
+
+    def maintain(self, cache: HermesCache) -> None:
+        start = time.perf_counter()
+        prefix_len = int((cache.kinds[0] == KIND_PREFIX).sum())
+        if cache.num_tokens - prefix_len > self.cfg.budget:  # scoring runs only when eviction is needed
+            keep = self.choose(cache, prefix_len)
+            prefix = torch.arange(prefix_len).expand(keep.shape[0], prefix_len)
+            cache.select_(torch.cat([prefix, keep], dim=1))
+            self.after_select(cache, prefix_len)
+            if self.cfg.reindex == "eager":
+                compact_positions(cache, self.spec)
+        self.last_maintain_ms = (time.perf_counter() - start) * 1e3
+
+    def after_select(self, cache: HermesCache, prefix_len: int) -> None:
+        """Hook for policies that rewrite kept entries (HERMES writes its summary tokens here)."""
+
+
+class SlidingPolicy(BudgetPolicy):
+    """Attention sinks (the first visual tokens) plus a recent window."""
+
+    name = "sliding"
+
+    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
+        total, budget = cache.num_tokens, self.cfg.budget
+        sink = min(self.cfg.sink_tokens, budget)
+        keep = torch.cat([torch.arange(prefix_len, prefix_len + sink), torch.arange(total - (budget - sink), total)])
+        return keep.expand(cache.num_layers, -1)
+
+
+class UniformPolicy(BudgetPolicy):
+    """Whole frames, evenly spaced over everything kept so far (always including the newest)."""
+
+    name = "uniform"
+
+    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
+        frames = cache.frame_index[0, prefix_len:]  # (V,) frame of each visual token
+        kept_frames = torch.unique(frames)
+        n_keep = max(1, self.cfg.budget // self.model.tokens_per_frame)
+        n_keep = min(n_keep, kept_frames.numel())
+        pick = torch.linspace(0, kept_frames.numel() - 1, n_keep).round().long()
+        chosen = torch.isin(frames, kept_frames[pick])
+        keep = prefix_len + chosen.nonzero().squeeze(1)
+        return keep[-self.cfg.budget:].expand(cache.num_layers, -1)
+
+
+class HermesPolicy(BudgetPolicy):
+    """The paper's hierarchical importance: per-layer budgets, summary tokens in long-term layers."""
+
+    name = "hermes"
+
+    def __init__(self, cfg: MemoryConfig, model) -> None:
+        super().__init__(cfg, model)
+        if len(cfg.bands) != 3 or len(cfg.smoothing) != 3:
+            raise ConfigError("memory.bands and memory.smoothing need three values: sensory, working, long-term")
+        self.bands = layer_bands(model.num_layers, cfg.bands)
+        self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
+        self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
+        self._summaries: dict[int, tuple] = {}  # layer -> (key, value, count, position) to write after select
+
+    def _attention(self, cache: HermesCache) -> torch.Tensor:
+        """(L, T) running pseudo-query attention per cached entry (probe, then accumulate by id)."""
+        global_text = self.last_question if (self.cfg.condition_on_question and self.last_question) \
+            else self.cfg.global_query
+        local = probe_attention(self.model, cache, self.model.question_embeds(self.cfg.local_query))
+        global_ = probe_attention(self.model, cache, self.model.question_embeds(global_text))
+        rows = []
+        for layer, band in enumerate(self.bands):
+            fresh = global_[layer] if band == "longterm" else (local[layer] + global_[layer]) / 2
+            ids = cache.token_ids[layer]
+            running = accumulate(self._running[layer], fresh.cpu(), ids, self.cfg.accumulate_decay)
+            self._running[layer] = (ids, running)
+            rows.append(running)
+        return torch.stack(rows)
+
+    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
+        budget = self.cfg.budget
+        attention = self._attention(cache)[:, prefix_len:]  # (L, V)
+        frames = cache.frame_index[:, prefix_len:].float()  # (L, V); a summary's -1 counts as oldest
+        newest = frames.max()
+        recency = recency_scores(frames, newest=newest, k=self.cfg.recency_k,
+                                 span=(newest - frames.clamp(min=0).min()).clamp(min=1.0))
+        scores = combine_layer_scores(recency, attention, self.bands, self.cfg.w0, self.cfg.gamma)
+        ids = cache.token_ids[:, prefix_len:]
+        scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing))
+        is_summary = cache.kinds[:, prefix_len:] == KIND_SUMMARY
+        keep_rows = []
+        self._summaries = {}
+        for layer in range(cache.num_layers):
+            if not bool(self.longterm[layer]):
+                keep_rows.append(prefix_len + select_keep(scores[layer], budget))
+                continue
+            # long-term: budget - 1 tokens plus the summary slot, which absorbs everything evicted
+            candidates = (~is_summary[layer]).nonzero().squeeze(1)
+            kept = candidates[select_keep(scores[layer, candidates], budget - 1)]
+            folded = torch.ones(scores.shape[1], dtype=torch.bool)
+            folded[kept] = False  # evicted tokens and the previous summary
+            self._summaries[layer] = self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1))
+            slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in after_select
+            keep_rows.append(torch.cat([slot, prefix_len + kept]))
+        return torch.stack(keep_rows)
+
+    def _fold(self, cache: HermesCache, layer: int, idx: torch.Tensor):
+        keys, values = cache.layer_tensors()[layer]
+        dev_idx = idx.to(keys.device)
+        counts = cache.counts[layer, idx]
+        positions = cache.positions[layer, idx]
+        # the summary sits at the count-weighted mean position of what it stands for
+        target = int(torch.round((positions.double() * counts).sum() / counts.sum()))
+        summary = fold_summary(keys[0].index_select(-2, dev_idx), values[0].index_select(-2, dev_idx),
+                               counts, positions, target, self.spec)
+        return summary, target
+
+    def after_select(self, cache: HermesCache, prefix_len: int) -> None:
+        new_ids = cache.new_token_ids(len(self._summaries))
+        for (layer, (summary, target)), new_id in zip(self._summaries.items(), new_ids):
+            keys, values = cache.layer_tensors()[layer]
+            keys[0, :, prefix_len] = summary.key[:, 0]
+            values[0, :, prefix_len] = summary.value[:, 0]
+            cache.positions[layer, prefix_len] = target
+            cache.kinds[layer, prefix_len] = KIND_SUMMARY
+            cache.frame_index[layer, prefix_len] = -1
+            cache.counts[layer, prefix_len] = int(summary.count)
+            cache.token_ids[layer, prefix_len] = new_id
+        self._summaries = {}
+
+
+POLICIES: dict[str, type[MemoryPolicy]] = {
+    "full": MemoryPolicy, "sliding": SlidingPolicy, "uniform": UniformPolicy, "hermes": HermesPolicy,
+}
+
+
+def build_policy(cfg: MemoryConfig, model) -> MemoryPolicy:
+    """The policy named by `cfg.policy`, for `model`.
+
+    Raises:
+        ConfigError: unknown policy name or invalid settings.
+    """
+    if cfg.policy not in POLICIES:
+        raise ConfigError(f"unknown memory policy {cfg.policy!r}; available: {', '.join(POLICIES)}")
+    return POLICIES[cfg.policy](cfg, model)
