@@ -1,0 +1,183 @@
+"""Memory policies on the tiny model: bounded, equal-length layers, correct positions, no trace of questions."""
+
+import pytest
+import torch
+
+from hermes.cache import KIND_PREFIX, KIND_SUMMARY, KIND_VISUAL
+from hermes.config import MemoryConfig, ModelConfig
+from hermes.errors import ConfigError
+from hermes.memory import compact_positions
+from hermes.models.loading import load_model
+from hermes.pipelines.session import StreamingSession
+from hermes.rope import RotarySpec, rotate_at
+from tests.conftest import random_frames
+
+TPF = 196  # visual tokens per frame of the tiny model
+
+
+def prefix_len(session) -> int:
+    return int((session.cache.kinds[0] == KIND_PREFIX).sum())
+
+
+def chunks(frames, size):
+    return [frames[i:i + size] for i in range(0, len(frames), size)]
+
+
+def test_hermes_stays_bounded_over_600_frames(tiny_model):
+    budget = 3 * TPF + 50
+    session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=budget), [], chunk_frames=8)
+    p = prefix_len(session)
+    sizes = []
+    for chunk in chunks(random_frames(600, interval_s=0.5, size=(16, 16)), 8):
+        session.ingest(chunk)
+        lengths = {k.shape[-2] for k, _ in session.cache.layer_tensors()}
+        seen = len(session.encoded_t_s) * TPF
+        assert lengths == {p + min(budget, seen)}
+        assert session.cache.positions.shape == (4, p + min(budget, seen))
+        sizes.append(session.cache.nbytes())
+    first_full = next(i for i, n in enumerate(session.chunk_stats) if sum(
+        c.frames for c in session.chunk_stats[: i + 1]) * TPF > budget)
+    assert len(set(sizes[first_full:])) == 1  # bytes constant once eviction has started
+    kinds = session.cache.kinds[:, p:]
+    # long-term layers (the last two of four) hold exactly one summary token standing for the evicted rest
+    assert (kinds == KIND_SUMMARY).sum(dim=1).tolist() == [0, 0, 1, 1]
+    summary_counts = session.cache.counts[:, p:][kinds == KIND_SUMMARY]
+    assert summary_counts.tolist() == [600 * TPF - (budget - 1)] * 2
+
+
+def test_hermes_with_a_budget_larger_than_the_stream_equals_full(tiny_model):
+    frames = random_frames(6)
+    full = StreamingSession(tiny_model, "full", frames, chunk_frames=2).ask("q", at=10.0)
+    hermes = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=6 * TPF), frames,
+                              chunk_frames=2).ask("q", at=10.0)
+    assert torch.equal(full.first_token_logits, hermes.first_token_logits)
+    assert full.answer == hermes.answer
+
+
+def test_sensory_layer_keeps_the_newest_frames(tiny_model):
+    session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=2 * TPF),
+                               random_frames(20, size=(16, 16)), chunk_frames=4)
+    session.advance()
+    p = prefix_len(session)
+    assert set(session.cache.frame_index[0, p:].tolist()) == {18, 19}
+
+
+def test_sliding_keeps_sinks_and_the_recent_window(tiny_model):
+    session = StreamingSession(tiny_model, MemoryConfig(policy="sliding", budget=TPF + 4, sink_tokens=4),
+                               random_frames(10, size=(16, 16)), chunk_frames=3)
+    session.advance()
+    p = prefix_len(session)
+    ids = session.cache.token_ids[:, p:]
+    first_visual = p  # ids are assigned in order: the prefix first, then frame 0's tokens
+    expected = list(range(first_visual, first_visual + 4)) + list(range(p + 9 * TPF, p + 10 * TPF))
+    assert all(row.tolist() == expected for row in ids)
+
+
+def test_uniform_keeps_evenly_spaced_whole_frames(tiny_model):
+    session = StreamingSession(tiny_model, MemoryConfig(policy="uniform", budget=3 * TPF),
+                               random_frames(9, size=(16, 16)), chunk_frames=9)
+    session.advance()
+    p = prefix_len(session)
+    assert sorted(set(session.cache.frame_index[0, p:].tolist())) == [0, 4, 8]
+
+
+def test_a_token_with_high_deep_attention_survives(tiny_model, monkeypatch):
+    """Constructed attention: one old token gets all of the deep layers' attention."""
+    import hermes.memory
+
+    target = {}
+
+    def fake_probe(model, cache, embeds):
+        scores = []
+        for layer in range(cache.num_layers):
+            row = torch.full((cache.num_tokens,), 1e-4)
+            row[cache.token_ids[layer] == target["id"]] = 1.0
+            scores.append(row)
+        return scores
+
+    monkeypatch.setattr(hermes.memory, "probe_attention", fake_probe)
+    session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=2 * TPF),
+                               random_frames(6, size=(16, 16)), chunk_frames=1)
+    session.advance(until_s=0.4)  # frame 0 only: no eviction yet
+    p = prefix_len(session)
+    target["id"] = int(session.cache.token_ids[0, p + 5])  # a token of the oldest frame
+    neighbour = int(session.cache.token_ids[0, p + 6])  # same frame, no attention
+    session.advance()
+    # Long-term layers score by attention alone. Working layer 1 (recency weight 0.75): the target
+    # scores 0.7 * 0.25 + 0.3 * 1 = 0.475 after smoothing, above every token of the second-newest frame
+    # (recency exp(-20 * 1/5) ~ 0.02), so it takes one of the second frame's slots. The sensory layer
+    # inherits 0.1 * 0.475 through smoothing, again above the second-newest frame's ~0.9 * 0.02.
+    holds = [target["id"] in session.cache.token_ids[layer].tolist() for layer in range(4)]
+    assert holds == [True, True, True, True]
+    assert not any(neighbour in session.cache.token_ids[layer].tolist() for layer in range(4))
+
+
+def test_questions_and_pseudo_queries_never_stay_in_memory(tiny_model):
+    session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=TPF + 7),
+                               random_frames(16, size=(16, 16)), chunk_frames=2)
+    recorded = set()
+    for at in (1.0, 2.0, 3.5, 5.0, 8.0):
+        session.ask("What happened?", at=at)
+        session.ask("And now?")
+        kinds = session.cache.kinds
+        assert set(kinds.unique().tolist()) <= {KIND_PREFIX, KIND_VISUAL, KIND_SUMMARY}
+        visual_ids = session.cache.token_ids[kinds != KIND_SUMMARY]
+        recorded |= set(range(int(visual_ids.max()) + 1))
+        # every non-summary entry is a prefix or frame token, laid down by ingest in frame order
+        assert (session.cache.frame_index[kinds == KIND_VISUAL] < len(session.encoded_t_s)).all()
+        assert session.cache.num_tokens == prefix_len(session) + min(TPF + 7, len(session.encoded_t_s) * TPF)
+
+
+def test_positions_stay_in_range_far_beyond_max_position_embeddings():
+    model = load_model(ModelConfig(name="tiny-llava-onevision", max_new_tokens=4))
+    model.text_config.max_position_embeddings = 512
+    cfg = MemoryConfig(policy="hermes", budget=100, position_reserve=64)
+    frames = random_frames(53, size=(16, 16))  # 53 * 196 = 10388 tokens: 20x the position range
+    session = StreamingSession(model, cfg, frames, chunk_frames=1, max_new_tokens=4)
+    answers = []
+    for at in (5.0, 13.0, 26.0):
+        answers.append(session.ask("What is it?", at=at))
+        assert int(session.cache.positions.max()) < 512
+        assert session.cache.next_position < 512
+    assert all(torch.isfinite(a.first_token_logits).all() for a in answers)
+    assert len(session.encoded_t_s) == 52
+
+
+def test_compaction_moves_keys_exactly_to_their_new_positions(tiny_model):
+    """Layer 0 keys depend only on the token itself: compacted keys equal keys computed at the new positions."""
+    session = StreamingSession(tiny_model, "full", random_frames(3, size=(16, 16)), chunk_frames=3)
+    session.advance()
+    cache = session.cache
+    p = prefix_len(session)
+    keep = torch.cat([torch.arange(p), torch.arange(p + 10, p + 60), torch.arange(p + 300, p + 400)])
+    embeds = torch.cat([tiny_model.embed_text(tiny_model.prefix_text()),
+                        tiny_model.encode_frames([f.rgb for f in random_frames(3, size=(16, 16))])])[keep]
+    cache.select_(keep.expand(4, -1).contiguous())
+    spec = RotarySpec.from_text_config(tiny_model.text_config)
+    compact_positions(cache, spec)
+    assert cache.positions[0].tolist() == list(range(len(keep)))
+    layer0 = tiny_model.language_model.layers[0]
+    with torch.no_grad():
+        raw = layer0.self_attn.k_proj(layer0.input_layernorm(embeds))  # (T, Hkv * D)
+    raw = raw.view(len(keep), -1, spec.head_dim).transpose(0, 1)  # (Hkv, T, D)
+    expected = rotate_at(raw, torch.arange(len(keep)), spec)
+    torch.testing.assert_close(cache.layer_tensors()[0][0][0], expected, atol=2e-5, rtol=1e-5)
+
+
+def test_eager_reindexing_keeps_positions_consecutive(tiny_model):
+    session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=TPF, reindex="eager"),
+                               random_frames(5, size=(16, 16)), chunk_frames=1)
+    session.advance()
+    p = prefix_len(session)
+    for row in session.cache.positions:
+        assert sorted(row.tolist()) == list(range(p + TPF))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(policy="hermes", budget=0), "budget must be at least 1"),
+    (dict(policy="lru"), "unknown memory policy 'lru'"),
+    (dict(policy="hermes", reindex="sometimes"), "reindex must be 'lazy' or 'eager'"),
+])
+def test_bad_memory_settings_are_config_errors(tiny_model, bad, message):
+    with pytest.raises(ConfigError, match=message):
+        StreamingSession(tiny_model, MemoryConfig(**bad), [])
