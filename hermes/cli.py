@@ -8,6 +8,7 @@ anything else is a bug: one line too, and a traceback with `--debug`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -165,6 +166,51 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_bench_memory(args) -> int:
+    from hermes.models.loading import load_model
+    from hermes.pipelines.bench import bench_memory, markdown_table, rows_as_dicts
+
+    lengths = parse_int_list(args.lengths, "--lengths")
+    cfg = resolve_config(args)
+    if args.model:
+        model = load_model(cfg.model)
+    else:
+        # A small random LLaVA-OneVision, wide enough that compute (not Python overhead) dominates,
+        # at 16 tokens per frame so that `full` attention over 2048 frames stays computable on a CPU.
+        from hermes.models.llava_onevision import LlavaOnevisionAdapter
+        from hermes.models.loading import resolve_device, resolve_dtype
+        from hermes.models.tiny import tiny_llava_onevision
+
+        device = resolve_device(cfg.model.device)
+        dtype = resolve_dtype(cfg.model.dtype, device)
+        net, tokenizer = tiny_llava_onevision(seed=0, image_size=28, hidden_size=512, num_layers=8)
+        model = LlavaOnevisionAdapter("small-random-llava-onevision (8 layers, 512 wide, 16 tokens/frame)", net.to(device, dtype), tokenizer,
+                                      device=device, dtype=dtype, system_prompt=cfg.model.system_prompt)
+    # every policy shares the resolved memory settings; only the policy name differs
+    memories = [dataclasses.replace(cfg.memory, policy=policy, budget=args.budget)
+                for policy in args.policies.split(",")]
+    print(f"bench memory: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device}, "
+          f"budget {args.budget} tokens, chunks of {args.chunk_frames} frames", file=sys.stderr)
+    rows = bench_memory(model, memories, lengths, chunk_frames=args.chunk_frames, progress=not args.quiet)
+    table = markdown_table(rows)
+    print(table)
+    if args.output:
+        Path(args.output).write_text(json.dumps({"model": model.name, "device": str(model.device),
+                                                 "budget": args.budget, "chunk_frames": args.chunk_frames,
+                                                 "rows": rows_as_dicts(rows)}, indent=2))
+    return 0
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} expects comma-separated integers, found {text!r}") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag} expects positive integers, found {text!r}")
+    return values
+
+
 def cmd_info(args) -> int:
     import platform
 
@@ -236,6 +282,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     demo.add_argument("--json", action="store_true", help="one JSON object per answer on stdout")
     demo.set_defaults(func=cmd_demo)
+
+    bench = sub.add_parser("bench", help="performance measurements")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="SUITE", required=True)
+    memory = bench_sub.add_parser("memory", help="peak KV memory, TTFT and maintenance cost over stream lengths")
+    add_config_options(memory)
+    memory.add_argument("--policies", default="full,hermes", help="comma-separated policies (default: full,hermes)")
+    memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
+    memory.add_argument("--budget", type=int, default=512, help="visual tokens per layer for bounded policies")
+    memory.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk")
+    memory.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
+    memory.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    memory.set_defaults(func=cmd_bench_memory)
 
     info = sub.add_parser("info", help="versions, device, video backends, model and memory presets")
     info.set_defaults(func=cmd_info)

@@ -159,14 +159,20 @@ class HermesPolicy(BudgetPolicy):
         self._summaries: dict[int, tuple] = {}  # layer -> (key, value, count, position) to write after select
 
     def _attention(self, cache: HermesCache) -> torch.Tensor:
-        """(L, T) running pseudo-query attention per cached entry (probe, then accumulate by id)."""
+        """(L, T) running pseudo-query attention per cached entry (probe, then accumulate by id).
+
+        One probe forward carries both pseudo-queries, local then global (one pass over the cache
+        instead of two): working layers average both, long-term layers read the global one.
+        """
         global_text = self.last_question if (self.cfg.condition_on_question and self.last_question) \
             else self.cfg.global_query
-        local = probe_attention(self.model, cache, self.model.question_embeds(self.cfg.local_query))
-        global_ = probe_attention(self.model, cache, self.model.question_embeds(global_text))
+        local = self.model.question_embeds(self.cfg.local_query)
+        weights = probe_attention(self.model, cache, torch.cat([local, self.model.question_embeds(global_text)]))
+        n_local = local.shape[0]
         rows = []
         for layer, band in enumerate(self.bands):
-            fresh = global_[layer] if band == "longterm" else (local[layer] + global_[layer]) / 2
+            w = weights[layer]  # (Q, T)
+            fresh = w[n_local:].mean(0) if band == "longterm" else (w[:n_local].mean(0) + w[n_local:].mean(0)) / 2
             ids = cache.token_ids[layer]
             running = accumulate(self._running[layer], fresh.cpu(), ids, self.cfg.accumulate_decay)
             self._running[layer] = (ids, running)

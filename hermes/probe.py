@@ -75,8 +75,8 @@ def probe_attention(model, cache, embeds: torch.Tensor) -> list[torch.Tensor]:
         embeds: (Q, hidden) pseudo-query embeddings, placed after everything cached.
 
     Returns:
-        One (T,) float32 tensor per layer: the attention weight on each of the T cached tokens,
-        averaged over heads and pseudo-query tokens (the pseudo-query's own tokens excluded).
+        One (Q, T) float32 tensor per layer: the attention weight each pseudo-query token puts on
+        each of the T cached tokens, averaged over heads (the pseudo-query's own tokens excluded).
     """
     global _recorder
     config = model.text_config
@@ -91,4 +91,4 @@ def probe_attention(model, cache, embeds: torch.Tensor) -> list[torch.Tensor]:
         config._attn_implementation = previous
         _recorder = None
         cache.rewind(mark)
-    return [recorded[i][0, :, :, : mark.length].mean(dim=(0, 1)) for i in range(len(recorded))]
+    return [recorded[i][0, :, :, : mark.length].mean(dim=0) for i in range(len(recorded))]

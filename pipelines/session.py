@@ -114,6 +114,7 @@ class StreamingSession:
         self.model.encode_prefix(self.cache)
         self.encoded_t_s: list[float] = []  # every frame encoded so far, in order
         self.chunk_stats: list[ChunkStats] = []
+        self.peak_cache_bytes = self.cache.nbytes()  # largest the working cache has been (before maintenance)
         self._frames: Iterator[Frame] = iter(source)
         self._pending: Frame | None = None  # read from the source but belongs to a later question
         self._exhausted = False
@@ -139,6 +140,7 @@ class StreamingSession:
         self.cache.record(positions, KIND_VISUAL, frame_index)
         self.encoded_t_s.extend(f.t_s for f in frames)
         encode_ms = (time.perf_counter() - start) * 1e3
+        self.peak_cache_bytes = max(self.peak_cache_bytes, self.cache.nbytes())
         self.memory.maintain(self.cache)
         self.chunk_stats.append(ChunkStats(len(frames), encode_ms, self.memory.last_maintain_ms))
         if self._progress is not None:

@@ -90,8 +90,8 @@ def test_a_token_with_high_deep_attention_survives(tiny_model, monkeypatch):
     def fake_probe(model, cache, embeds):
         scores = []
         for layer in range(cache.num_layers):
-            row = torch.full((cache.num_tokens,), 1e-4)
-            row[cache.token_ids[layer] == target["id"]] = 1.0
+            row = torch.full((embeds.shape[0], cache.num_tokens), 1e-4)
+            row[:, cache.token_ids[layer] == target["id"]] = 1.0
             scores.append(row)
         return scores
 
