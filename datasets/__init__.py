@@ -1,0 +1,13 @@
+"""Benchmark loading for `hermes-video eval` (DESIGN §7), installed as `hermes.datasets`.
+
+* `records`: the unified `VideoRecord` / `Question` and the timestamp/option parsers;
+* one loader module per benchmark family (`ovo_bench`, `streamingbench`, `rvs`, `mvbench`,
+  `egoschema`, `videomme`, `mlvu`, `longvideobench`, `lvbench`), each with
+  `load(data_root, tasks=None, limit=None) -> list[VideoRecord]`; `common` holds what they share;
+* `registry`: `BENCHMARKS` (loader, protocol, metric) and `get_benchmark(name)`;
+* `prompts`: the official prompt per benchmark;
+* `parsing`: official and strict answer extraction, per-sample scoring;
+* `metrics`: aggregation as each benchmark defines it, with coverage.
+
+Submodules are imported on demand; importing this package loads nothing heavy.
+"""

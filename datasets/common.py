@@ -1,0 +1,287 @@
+"""File, path and selection helpers shared by every benchmark loader.
+
+Loaders differ in what their files say; they do not differ in how a data root is checked, how
+an annotation file is found and read, how a video named in an annotation is found on disk (the
+official archives do not always match their own annotations: `.MP4` for `.mp4`, `.mkv`, a
+different folder), how a `tasks=` selection is validated, or how `limit` applies. That shared
+part lives here so that every benchmark fails the same way, with the same one-line messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hermes.errors import SourceError, UsageError
+
+from .records import VideoRecord
+
+VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".npy", ".gif")
+
+
+def check_root(data_root: str | os.PathLike, benchmark: str) -> Path:
+    """Check that the data root is an existing directory.
+
+    Args:
+        data_root: The `--data-root` directory.
+        benchmark: Benchmark name, for the message.
+
+    Returns:
+        The root as a Path.
+
+    Raises:
+        UsageError: If it does not exist or is not a directory.
+    """
+    root = Path(data_root).expanduser()
+    if not root.is_dir():
+        raise UsageError(
+            f"{benchmark}: --data-root {root} is not a directory; point it at the folder "
+            "holding the benchmark's annotation files"
+        )
+    return root
+
+
+def find_file(root: Path, candidates: Sequence[str], what: str) -> Path:
+    """Return the first of `candidates` (paths relative to `root`) that exists.
+
+    Args:
+        root: The data root.
+        candidates: Relative paths in order of preference.
+        what: What the file is, for the message.
+
+    Returns:
+        The path found.
+
+    Raises:
+        UsageError: If none exists.
+    """
+    for rel in candidates:
+        path = root / rel
+        if path.is_file():
+            return path
+    raise UsageError(f"expected {what} at {root / candidates[0]}, found nothing; download it into --data-root")
+
+
+def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any:
+    """Read a JSON file whose top level must be of type `expect`.
+
+    Raises:
+        UsageError: If the file cannot be read, is not valid JSON, or has the wrong shape.
+    """
+    try:
+        with path.open(encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
+    if not isinstance(data, expect):
+        raise UsageError(f"expected {path} to hold a JSON {_names(expect)}, found a {type(data).__name__}")
+    return data
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Read a JSON-lines file of objects, skipping blank lines.
+
+    Raises:
+        UsageError: If the file cannot be read or a line is not a JSON object.
+    """
+    rows = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise UsageError(f"expected a JSON object on {path}:{number}, found {type(row).__name__}")
+                rows.append(row)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
+    return rows
+
+
+def _names(types: type | tuple[type, ...]) -> str:
+    """'list or dict' for (list, dict): JSON's names for Python types."""
+    names = {list: "array", dict: "object", str: "string"}
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def require(entry: dict, key: str, where: str) -> Any:
+    """Return `entry[key]`, or fail naming the entry.
+
+    Raises:
+        UsageError: If the key is missing (the annotation is not in the expected format).
+    """
+    if not isinstance(entry, dict) or key not in entry:
+        raise UsageError(f"expected field {key!r} in {where}; is this the official annotation file?")
+    return entry[key]
+
+
+class VideoFinder:
+    """Finds the file an annotation names, tolerating the official archives' inconsistencies.
+
+    Tries, in order: the path as given (absolute, or relative to each search folder); then a
+    file in a search folder with the same stem whatever its extension and case (Video-MME
+    ships `.MP4` and `.mkv` files its annotations call `.mp4`; RVS ships `.npy` arrays).
+    Folder listings are read once and cached.
+    """
+
+    def __init__(self, root: Path, folders: Iterable[str] = (".",)) -> None:
+        """Args:
+        root: The data root.
+        folders: Folders (relative to `root`) to search, in order of preference.
+        """
+        self.root = root
+        self.folders = [root / f for f in folders]
+        self._listing: dict[Path, dict[str, list[Path]]] = {}
+
+    def find(self, name: str, extra_folders: Iterable[Path] = ()) -> Path | None:
+        """Locate the file named `name` in an annotation.
+
+        Args:
+            name: The annotation's path or file name ("./videos/x.mp4", "Ego4D/clips/x.mp4").
+            extra_folders: Further folders to search first (e.g. one per task).
+
+        Returns:
+            The existing path, or None when the video is not on disk.
+        """
+        rel = str(name).strip().replace("\\", "/")
+        while rel.startswith("./"):
+            rel = rel[2:]
+        folders = [*extra_folders, *self.folders]
+        direct = Path(rel)
+        if direct.is_absolute() and direct.exists():
+            return direct
+        for folder in folders:
+            for candidate in (folder / rel, folder / direct.name):
+                if candidate.exists():
+                    return candidate
+        stem = Path(rel).stem.casefold()
+        wanted_suffix = Path(rel).suffix.casefold()
+        for folder in folders:
+            matches = self._stems(folder).get(stem, [])
+            if matches:
+                # Prefer the extension the annotation names, then the order of VIDEO_SUFFIXES.
+                return min(matches, key=lambda p: (p.suffix.casefold() != wanted_suffix, _suffix_rank(p)))
+        return None
+
+    def _stems(self, folder: Path) -> dict[str, list[Path]]:
+        """Files (and frame folders) of `folder` by lower-cased stem, listed once."""
+        if folder not in self._listing:
+            index: dict[str, list[Path]] = {}
+            if folder.is_dir():
+                for entry in folder.iterdir():
+                    if entry.is_dir() or entry.suffix.casefold() in VIDEO_SUFFIXES:
+                        index.setdefault(entry.stem.casefold(), []).append(entry)
+            self._listing[folder] = index
+        return self._listing[folder]
+
+
+def _suffix_rank(path: Path) -> int:
+    """Position of a path's extension in VIDEO_SUFFIXES (unknown last)."""
+    suffix = path.suffix.casefold()
+    return VIDEO_SUFFIXES.index(suffix) if suffix in VIDEO_SUFFIXES else len(VIDEO_SUFFIXES)
+
+
+def normalize_tasks(tasks: str | Iterable[str] | None) -> list[str] | None:
+    """Turn a `tasks=` argument ("EPM,ASI", ["EPM"], None) into a list of names or None."""
+    if tasks is None:
+        return None
+    items = tasks.split(",") if isinstance(tasks, str) else list(tasks)
+    names = [str(t).strip() for t in items if str(t).strip()]
+    return names or None
+
+
+def unknown_name_error(kind: str, name: str, known: Iterable[str]) -> UsageError:
+    """A UsageError for an unknown name, with a did-you-mean suggestion (difflib)."""
+    known = sorted(set(known))
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    if not close:
+        folded = {k.casefold(): k for k in known}
+        close = [folded[name.casefold()]] if name.casefold() in folded else []
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+    return UsageError(f"unknown {kind} {name!r}{hint}")
+
+
+def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "task") -> list[str] | None:
+    """Validate requested task names against the known ones.
+
+    Raises:
+        UsageError: On the first unknown name, with a suggestion.
+    """
+    if requested is None:
+        return None
+    known = set(known)
+    for name in requested:
+        if name not in known:
+            raise unknown_name_error(kind, name, known)
+    return requested
+
+
+def finish(
+    records: list[VideoRecord],
+    benchmark: str,
+    tasks: str | Iterable[str] | None = None,
+    limit: int | None = None,
+    known: Iterable[str] | None = None,
+) -> list[VideoRecord]:
+    """Apply the `tasks` filter and `limit`, and check the result is usable.
+
+    A question is kept when its task or one of its group labels (`Question.labels`) was
+    requested. Videos left without questions are dropped. `limit` keeps the first N videos
+    (streams) in file order.
+
+    Args:
+        records: Everything the loader read, in file order.
+        benchmark: Benchmark name, for messages.
+        tasks: Task or group names to keep; None keeps all.
+        limit: Keep at most this many videos; None keeps all.
+        known: Every valid task/group name when the benchmark defines them up front;
+            otherwise the names found in the data are the valid ones.
+
+    Returns:
+        The selected records.
+
+    Raises:
+        UsageError: On an unknown task name, a bad limit, or an empty selection.
+        SourceError: When not one selected video is on disk (the data root is probably wrong).
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UsageError(f"expected --limit to be a positive integer, found {limit!r}")
+    wanted = normalize_tasks(tasks)
+    if wanted is not None:
+        found = {label for r in records for q in r.questions for label in q.labels}
+        check_names(wanted, found if known is None else found.union(known))
+        keep = set(wanted)
+        for record in records:
+            record.questions = [q for q in record.questions if keep.intersection(q.labels)]
+        records = [r for r in records if r.questions]
+    if limit is not None:
+        records = records[:limit]
+    if not records:
+        raise UsageError(f"{benchmark}: no questions selected; check --data-root and the task names")
+    if not any(r.available for r in records):
+        raise SourceError(
+            f"{benchmark}: none of the {len(records)} videos was found under the data root "
+            f"(first: {records[0].video_id}); "
+            "download the videos or fix --data-root"
+        )
+    return records
+
+
+def missing_videos(records: Iterable[VideoRecord]) -> list[str]:
+    """Ids of the videos that are not on disk (their questions will count as missing)."""
+    return [r.video_id for r in records if not r.available]

@@ -1,0 +1,119 @@
+"""MLVU dev-set loader (offline): long videos, seven multiple-choice and two generation tasks.
+
+Source format: JUNJIE99/MLVU (`videochat2/choice_bench.py`, `open_bench.py`) over the
+Hugging Face dataset `MLVU/MVLU`: one JSON array per task, `json/<n>_<task>.json`, of
+`{"video", "duration", "question", "candidates", "answer", "question_type"}` where `answer`
+is the correct candidate's *text*. Videos live in `video/<n>_<task>/<video>`: the folder is
+the JSON file's stem, and the same file name occurs in several folders (with different
+content), so a video is always looked up in its own task's folder first.
+
+Odd cases handled: a few items list the correct text twice among the candidates; the
+official `candidates.index`-style resolution (first occurrence) is kept and the question is
+flagged `meta["ambiguous_gold"]`. The generation tasks (8_sub_scene, 9_summary) have no
+candidates; they load as open-ended questions only when asked for by name, since the
+standard M-Avg score covers the seven multiple-choice tasks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from hermes.errors import UsageError
+
+from . import common
+from .records import KIND_MC, KIND_OPEN, Question, VideoRecord, normalize_options, resolve_gt_index
+
+MC_TASKS = {
+    "plotQA": "1_plotQA",
+    "needle": "2_needle",
+    "ego": "3_ego",
+    "count": "4_count",
+    "order": "5_order",
+    "anomaly_reco": "6_anomaly_reco",
+    "topic_reasoning": "7_topic_reasoning",
+}
+GENERATION_TASKS = {"sub_scene": "8_sub_scene", "summary": "9_summary"}
+ALL_TASKS = {**MC_TASKS, **GENERATION_TASKS}
+JSON_FOLDERS = ("json", "MLVU/json")
+VIDEO_FOLDERS = ("video", "MLVU/video")
+
+
+def load(
+    data_root: str | os.PathLike,
+    tasks: str | Iterable[str] | None = None,
+    limit: int | None = None,
+) -> list[VideoRecord]:
+    """Load MLVU dev, one VideoRecord per video and task.
+
+    Args:
+        data_root: The MLVU folder, holding `json/` and `video/` (or `MLVU/json`, ...).
+        tasks: Task names ("plotQA", "count", ... or "summary") or file stems
+            ("1_plotQA"); None keeps the seven multiple-choice tasks present.
+        limit: Keep at most this many videos.
+
+    Returns:
+        The records, task by task.
+
+    Raises:
+        UsageError: Unknown task, a requested task file missing, no task file at all.
+        SourceError: No selected video exists under the data root.
+    """
+    root = common.check_root(data_root, "mlvu")
+    by_stem = {stem: name for name, stem in ALL_TASKS.items()}
+    wanted = common.check_names(common.normalize_tasks(tasks), [*ALL_TASKS, *by_stem])
+    names = list(MC_TASKS) if wanted is None else list(dict.fromkeys(by_stem.get(w, w) for w in wanted))
+    finder = common.VideoFinder(root, VIDEO_FOLDERS)
+    records: list[VideoRecord] = []
+    for name in names:
+        stem = ALL_TASKS[name]
+        path = next((root / f / f"{stem}.json" for f in JSON_FOLDERS if (root / f / f"{stem}.json").is_file()), None)
+        if path is None:
+            if wanted is not None:
+                raise UsageError(f"mlvu: expected {root / 'json' / (stem + '.json')} for task {name!r}, found nothing")
+            continue
+        folders = [root / f / stem for f in VIDEO_FOLDERS]
+        by_video: dict[str, list[Question]] = {}
+        items = common.read_json(path, expect=list)
+        for number, item in enumerate(items):
+            where = f"{path.name} item {number}"
+            video = str(common.require(item, "video", where))
+            by_video.setdefault(video, []).append(_question(item, name, f"mlvu-{stem}-{number}", where))
+        for video, questions in by_video.items():
+            duration = questions[0].raw.get("duration")
+            records.append(
+                VideoRecord(
+                    video_id=f"{stem}/{video}",
+                    video_path=finder.find(video, extra_folders=folders),
+                    duration=float(duration) if isinstance(duration, (int, float)) else None,
+                    questions=questions,
+                )
+            )
+    if not records:
+        raise UsageError(f"mlvu: expected task files like {root / 'json' / '1_plotQA.json'}, found none")
+    return common.finish(records, "mlvu", None, limit)
+
+
+def _question(item: dict, task: str, qid: str, where: str) -> Question:
+    """One MLVU item; multiple choice when it has candidates, open-ended otherwise."""
+    question = str(common.require(item, "question", where))
+    answer = common.require(item, "answer", where)
+    if task in GENERATION_TASKS or not item.get("candidates"):
+        return Question(question, [], str(answer), None, None, task, item, qid, {"kind": KIND_OPEN})
+    options = normalize_options(item["candidates"])
+    gt_index = resolve_gt_index(answer, options, prefer_text=True)
+    meta = {"kind": KIND_MC, "ambiguous_gold": gt_index is not None and options.count(options[gt_index]) > 1}
+    if gt_index is None:
+        # Refuse to guess: the question stays, unlabelled, and metrics report it as such.
+        meta["gt_error"] = f"answer {answer!r} is none of the candidates"
+    return Question(
+        question=question,
+        options=options,
+        answer=None if gt_index is None else options[gt_index],
+        gt_index=gt_index,
+        t_s=None,
+        task=task,
+        raw=item,
+        qid=qid,
+        meta=meta,
+    )

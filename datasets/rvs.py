@@ -1,0 +1,147 @@
+"""RVS-Ego / RVS-Movie loader (streaming, open-ended), as released with ReKV.
+
+Source format: the annotation files of the Hugging Face dataset `Becomebright/RVS` used by
+Becomebright/ReKV (`video_qa/rekv_stream_vqa.py`, `run_eval.py`): `ego/ego4d_oe.json` and
+`movie/movienet_oe.json`. Each is a JSON array of videos:
+
+    {"video_id": ..., "video_path": ..., "duration": <seconds>,
+     "conversations": [{"question", "answer", "start_time", "end_time"}, ...]}
+
+A question refers to the span [start_time, end_time] and is asked once `end_time` has been
+streamed (ReKV encodes `int(end_time * fps)` frames, then asks). Answers are free text, scored
+by an LLM judge (ReKV `eval/eval_open_ended.py`), so there are no options.
+
+RVS-Movie ships its MovieNet videos as pre-decoded `.npy` arrays, one frame per second
+(shape (T, H, W, 3), uint8; T equals `duration`). `load_npy_frames` reads them with
+`allow_pickle=False`: a frame array never needs pickled objects, and refusing them means a
+tampered file cannot run code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from hermes.errors import SourceError, UsageError
+
+from . import common
+from .records import KIND_OPEN, Question, VideoRecord, parse_timestamp
+
+SUBSETS = {
+    "ego": ("ego/ego4d_oe.json", "ego4d_oe.json", "rvs/ego/ego4d_oe.json"),
+    "movie": ("movie/movienet_oe.json", "movienet_oe.json", "rvs/movie/movienet_oe.json"),
+}
+# `.npy` frame arrays hold one frame per second of video.
+NPY_FPS = 1.0
+
+
+def load(
+    data_root: str | os.PathLike,
+    tasks: str | Iterable[str] | None = None,
+    limit: int | None = None,
+    subset: str | None = None,
+) -> list[VideoRecord]:
+    """Load RVS as one stream per video.
+
+    Args:
+        data_root: Folder holding `ego/ego4d_oe.json` and/or `movie/movienet_oe.json` (also
+            accepted directly in the root or under `rvs/`), and the videos they name.
+        tasks: "ego" and/or "movie" to keep; None keeps what `subset` allows.
+        limit: Keep at most this many videos.
+        subset: "ego" or "movie" to read only that file (the registry's rvs-ego and
+            rvs-movie); None reads every file present.
+
+    Returns:
+        One VideoRecord per video; `.npy` videos get `frame_fps` = 1.
+
+    Raises:
+        UsageError: Unknown subset, no annotation file, malformed entries.
+        SourceError: No selected video exists under the data root.
+    """
+    root = common.check_root(data_root, "rvs")
+    if subset is not None and subset not in SUBSETS:
+        raise common.unknown_name_error("RVS subset", subset, SUBSETS)
+    names = [subset] if subset else list(SUBSETS)
+    paths = {name: _find(root, name) for name in names}
+    if subset is not None and paths[subset] is None:
+        common.find_file(root, SUBSETS[subset], f"RVS-{subset.capitalize()} annotations")
+    paths = {name: path for name, path in paths.items() if path is not None}
+    if not paths:
+        raise UsageError(f"rvs: expected {SUBSETS['ego'][0]} or {SUBSETS['movie'][0]} under {root}, found neither")
+    records = []
+    for name, path in paths.items():
+        finder = common.VideoFinder(root, (str(path.parent.relative_to(root)), f"{name}/videos", "videos", "."))
+        for number, video in enumerate(common.read_json(path, expect=list)):
+            records.append(_record(video, name, finder, f"{path.name} entry {number}"))
+    return common.finish(records, f"rvs-{subset}" if subset else "rvs", tasks, limit, known=SUBSETS)
+
+
+def _find(root: Path, name: str) -> Path | None:
+    """The annotation file of subset `name`, or None."""
+    return next((root / rel for rel in SUBSETS[name] if (root / rel).is_file()), None)
+
+
+def _record(video: dict, subset: str, finder: common.VideoFinder, where: str) -> VideoRecord:
+    """One RVS video with its conversations as questions."""
+    video_id = str(common.require(video, "video_id", where))
+    found = finder.find(str(common.require(video, "video_path", where)))
+    duration = video.get("duration")
+    questions = []
+    for i, turn in enumerate(common.require(video, "conversations", where)):
+        turn_where = f"{where} conversation {i}"
+        start = parse_timestamp(common.require(turn, "start_time", turn_where))
+        end = parse_timestamp(common.require(turn, "end_time", turn_where))
+        questions.append(
+            Question(
+                question=str(common.require(turn, "question", turn_where)),
+                options=[],
+                answer=str(common.require(turn, "answer", turn_where)),
+                gt_index=None,
+                # Asked once the span it refers to has been streamed.
+                t_s=end,
+                task=subset,
+                raw=turn,
+                qid=f"rvs-{subset}-{video_id}-{i}",
+                meta={"kind": KIND_OPEN, "start_s": start},
+            )
+        )
+    is_npy = found is not None and found.suffix.casefold() == ".npy"
+    return VideoRecord(
+        video_id=video_id,
+        video_path=found,
+        duration=None if duration is None else parse_timestamp(duration),
+        questions=questions,
+        frame_fps=NPY_FPS if is_npy else None,
+    )
+
+
+def load_npy_frames(path: str | os.PathLike) -> np.ndarray:
+    """Open an RVS `.npy` frame array without reading it all into memory.
+
+    Args:
+        path: A `.npy` file of shape (T, H, W, 3), dtype uint8, one frame per second.
+
+    Returns:
+        A read-only memory-mapped array.
+
+    Raises:
+        SourceError: If the file is missing, holds pickled objects, or is not (T, H, W, 3) uint8.
+    """
+    path = Path(path)
+    try:
+        # allow_pickle=False: a frame array never needs objects, and pickles can run code.
+        frames = np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise SourceError(f"frame array {path} does not exist; download the RVS videos") from None
+    except ValueError as exc:
+        raise SourceError(f"refusing {path}: it needs pickle to load ({exc}); expected a plain uint8 array") from None
+    except OSError as exc:
+        raise SourceError(f"cannot read frame array {path}: {exc}") from None
+    if not isinstance(frames, np.ndarray) or frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
+        shape = getattr(frames, "shape", None)
+        dtype = getattr(frames, "dtype", None)
+        raise SourceError(f"expected {path} to hold (T, H, W, 3) uint8 frames, found shape {shape} dtype {dtype}")
+    return frames
