@@ -1,0 +1,124 @@
+"""The command line: answers for good input; one line and the documented exit code for bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hermes.cli import main
+from hermes.pipelines.synthetic import write_synthetic_video
+from tests.pipelines import video_fixtures as vf
+
+TINY = ["--model", "tiny-llava-onevision", "--set", "model.max_new_tokens=3", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    return write_synthetic_video(tmp_path_factory.mktemp("v") / "clip.mp4", duration_s=6.0, fps=10.0)
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_answers_in_json_at_the_requested_times(video, capsys):
+    code, out, err = run_cli(capsys, "run", video, *TINY, "--fps", "2", "--chunk-frames", "3",
+                             "--ask", "What is there?", "--at", "2.0", "--ask", "And now?", "--at", "4.5", "--json")
+    assert code == 0, err
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert [a["at_s"] for a in answers] == [2.0, 4.5]
+    assert [a["frames_seen"] for a in answers] == [4, 9]  # frames at 0, 0.5, ... strictly before at_s
+    for a in answers:
+        assert {"question", "answer", "ttft_ms", "latency_ms", "memory", "config"} <= set(a)
+        assert a["config"]["model"]["name"] == "tiny-llava-onevision"
+
+
+def test_run_reads_a_questions_file_and_prints_human_readable_answers(video, tmp_path, capsys):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"question": "Which colour?", "at_s": 3, "options": ["red", "blue"]}\n\n'
+                         '{"question": "At the end?"}\n')
+    code, out, err = run_cli(capsys, "run", video, *TINY, "--fps", "1", "--questions", questions)
+    assert code == 0, err
+    assert "[3.0s] Q: Which colour?" in out and "A. red" in out and "B. blue" in out
+    assert "[end] Q: At the end?" in out
+    assert "3 frames seen" in out and "6 frames seen" in out
+
+
+def test_bounded_memory_preset_from_the_command_line(video, capsys):
+    code, out, err = run_cli(capsys, "run", video, *TINY, "--fps", "5", "--memory", "hermes-4k",
+                             "--set", "memory.budget=300", "--ask", "q", "--json")
+    assert code == 0, err
+    answer = json.loads(out)
+    prefix = answer["memory"]["hbm_tokens"] - 300
+    assert 0 < prefix < 40  # the prompt prefix plus 300 visual tokens, although 30 frames were seen
+    assert answer["frames_seen"] == 30
+
+
+@pytest.mark.parametrize("make, argv_extra, code, message", [
+    (lambda d: d / "missing.mp4", [], 3, "video file not found"),
+    (lambda d: vf.write_text_as_mp4(d / "notes.mp4"), [], 3, "not a readable video"),
+    (lambda d: vf.write_truncated_video(d / "cut.mp4", 0.6, moov_first=False), [], 3, "truncated"),
+    (lambda d: vf.write_empty_file(d / "empty.mp4"), [], 3, "contains no frames"),
+    (lambda d: vf.write_zero_frame_video(d / "zero.mp4"), [], 3, "contains no frames"),
+    (None, ["--ask", "q", "--at", "-1"], 2, "question time -1s is invalid"),
+    (None, ["--ask", "q", "--at", "60"], 2, "past the end of the video (6.00s)"),
+    (None, ["--ask", "q", "--ask", "r", "--at", "1"], 2, "got 2 --ask and 1 --at"),
+    (None, ["--set", "stream.fsp=2"], 2, "unknown config key 'stream.fsp' (did you mean 'fps'?)"),
+])
+def test_bad_input_is_one_line_and_an_exit_code(video, tmp_path, capsys, make, argv_extra, code, message):
+    if make is not None:
+        pytest.importorskip("av")
+        source = make(tmp_path)
+    else:
+        source = video
+    got, out, err = run_cli(capsys, "run", source, *TINY, *argv_extra)
+    assert got == code
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert out == ""
+
+
+def test_unknown_model_is_exit_4(video, capsys):
+    code, out, err = run_cli(capsys, "run", video, "--model", "llava-onevison-7b", "--ask", "q")
+    assert code == 4
+    assert "unknown model 'llava-onevison-7b' (did you mean 'llava-onevision-7b'?)" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"question": "ok", "at_s": 1}\n{"question": "broken", \n', "q.jsonl:2: not valid JSON"),
+    ('{"question": "ok"}\n{"text": "no question key"}\n', 'q.jsonl:2: expected an object with a "question"'),
+    ('{"question": "ok", "at_s": "soon"}\n', 'q.jsonl:1: "at_s" must be a number'),
+])
+def test_malformed_questions_file_names_the_line(video, tmp_path, capsys, line, message):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(line)
+    code, out, err = run_cli(capsys, "run", video, *TINY, "--questions", questions)
+    assert code == 2
+    assert message in err
+
+
+def test_module_entry_point_exits_with_the_code_and_no_traceback(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-m", "hermes", "run", str(tmp_path / "nope.mp4")],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 3
+    assert result.stderr.strip() == f"hermes-video: error: video file not found: {tmp_path / 'nope.mp4'} (check the path)"
+
+
+def test_demo_runs_offline(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "demo", "--output", tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "demo.mp4").is_file()
+    assert out.count("Q: ") == 3
+
+
+def test_info_lists_presets_and_backends(capsys):
+    code, out, _ = run_cli(capsys, "info")
+    assert code == 0
+    assert "tiny-llava-onevision" in out and "hermes-4k" in out
+    assert "video        decord, opencv" in out
