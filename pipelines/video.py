@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import struct
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+# cv2 must be loaded before decord: decord's wheel bundles zlib 1.2.3, and loaded first it makes
+# OpenCV reject every PNG ("libpng error: bad parameters to zlib").
+import cv2
 import numpy as np
 
 from hermes.errors import SourceError, UsageError
@@ -83,7 +84,6 @@ def _rotate_upright(rgb: np.ndarray, rotation_deg: int) -> np.ndarray:
 
 def _open_capture(file: Path):
     """An OpenCV capture with automatic rotation off (we rotate ourselves, like for decord)."""
-    import cv2
 
     cap = cv2.VideoCapture(str(file), cv2.CAP_FFMPEG)
     if cap.isOpened():
@@ -93,7 +93,6 @@ def _open_capture(file: Path):
 
 def _cv2_rotation_deg(cap) -> int:
     """Clockwise display rotation from the container metadata, snapped to 0/90/180/270."""
-    import cv2
 
     rotation = cap.get(cv2.CAP_PROP_ORIENTATION_META)
     if not math.isfinite(rotation):
@@ -321,7 +320,6 @@ class _OpenCVVideo(VideoFile):
     """OpenCV reader: sequential decoding, PTS from CAP_PROP_POS_MSEC."""
 
     def __init__(self, file: Path):
-        import cv2
 
         self._cap = _open_capture(file)
         if not self._cap.isOpened():
@@ -356,7 +354,6 @@ class _OpenCVVideo(VideoFile):
         self._position = 0  # frames already decoded from the capture
 
     def _iter_frames(self, fps: float | None, start_s: float, end_s: float) -> Iterator[Frame]:
-        import cv2
 
         info = self.info
         if self._position:
