@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from hermes import __version__
@@ -103,21 +104,69 @@ def print_answer(answer, as_json: bool, config: dict | None = None) -> None:
 # ---- commands ----------------------------------------------------------------------------------------
 
 
-def stream_file(args, cfg, questions, *, progress: bool):
-    """Open the video, check the questions against it, and yield answers."""
+def open_run_source(args, cfg):
+    """Open SOURCE (file, image folder, webcam index or stream URL) at the configured rate."""
+    from hermes.pipelines.sources import open_source
+
+    options = {}
+    if getattr(args, "reconnect_timeout", None) is not None:
+        options["reconnect_timeout_s"] = args.reconnect_timeout
+    if cfg.stream.backend != "auto" and Path(args.source).is_file():
+        options["backend"] = cfg.stream.backend
+    return open_source(args.source, fps=cfg.stream.fps, **options)
+
+
+def stream_answers(args, cfg, questions, *, progress: bool, on_answer) -> str | None:
+    """Stream SOURCE into a session, calling `on_answer` for each answer; returns why a live run ended."""
     from hermes.models.loading import load_model
     from hermes.pipelines.session import StreamingSession
-    from hermes.pipelines.video import open_video
 
-    video = open_video(args.source, backend=cfg.stream.backend)
-    check_times(questions, video.info.duration_s)
+    live_mode = bool(getattr(args, "interactive", False) or getattr(args, "ask_every", None))
+    with open_run_source(args, cfg) as source:
+        info = getattr(source, "info", None)
+        duration_s = info.duration_s if info is not None else None
+        check_times(questions, duration_s)
+        if not (source.live or live_mode):  # a recording: ask at the given media times, as fast as we can
+            model = load_model(cfg.model)
+            expected = math.ceil(duration_s * cfg.stream.fps) + 1 if duration_s else None
+            session = StreamingSession(model, cfg.memory, source, chunk_frames=cfg.stream.chunk_frames,
+                                       max_new_tokens=cfg.model.max_new_tokens, progress=progress,
+                                       total_frames=expected)
+            for answer in session.run(questions):
+                on_answer(answer)
+            return None
+        return run_live_source(args, cfg, source, questions, on_answer)
+
+
+def run_live_source(args, cfg, source, questions, on_answer) -> str:
+    """A camera or stream, or a recording played back in real time, with typed or periodic questions."""
+    from hermes.models.loading import load_model
+    from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, run_live
+    from hermes.pipelines.session import StreamingSession
+
+    timed = [q for q in questions if q.at_s is not None]
+    untimed = [q.text for q in questions if q.at_s is None]
+    if args.ask_every is not None and args.ask_every <= 0:
+        raise UsageError(f"--ask-every must be a positive number of seconds, found {args.ask_every:g}")
+    if untimed and args.ask_every is None:
+        raise UsageError("on a live source, --ask needs --at S (stream time) or --ask-every S")
     model = load_model(cfg.model)
-    expected = min(video.info.num_frames, math.ceil(video.info.duration_s * cfg.stream.fps) + 1)
-    with video:
-        session = StreamingSession(model, cfg.memory, video.frames(fps=cfg.stream.fps),
-                                   chunk_frames=cfg.stream.chunk_frames, max_new_tokens=cfg.model.max_new_tokens,
-                                   progress=progress, total_frames=expected)
-        yield from session.run(questions)
+    session = StreamingSession(model, cfg.memory, (), chunk_frames=cfg.stream.live_chunk_frames,
+                               max_new_tokens=cfg.model.max_new_tokens)
+    started = time.monotonic()
+    # live sources stamp frames on their own clock; recordings play back on the wall clock from now
+    clock = source.now_s if source.live else (lambda: time.monotonic() - started)
+    inbox = QuestionInbox(sys.stdin, clock) if args.interactive else None
+    if inbox is not None:
+        print(f"streaming {source.describe()}: type a question and press Enter (Ctrl-D or Ctrl-C to stop)",
+              file=sys.stderr, flush=True)
+    schedule = QuestionSchedule(timed, args.ask_every, untimed)
+    reason = run_live(session, source, clock=clock, pace=not source.live, schedule=schedule, inbox=inbox,
+                      on_answer=on_answer, chunk_frames=cfg.stream.live_chunk_frames)
+    stats = source.stats
+    print(f"stopped ({reason}): {len(session.encoded_t_s)} frames encoded, {stats.frames_dropped} dropped, "
+          f"{stats.gaps} gaps, max lag {stats.max_lag_s:.2f} s", file=sys.stderr, flush=True)
+    return reason
 
 
 def resolve_config(args):
@@ -139,8 +188,8 @@ def cmd_run(args) -> int:
         questions += read_questions_file(args.questions)
     progress = sys.stderr.isatty() and not args.quiet
     config = cfg.to_dict() if args.json else None
-    for answer in stream_file(args, cfg, questions, progress=progress):
-        print_answer(answer, args.json, config)
+    stream_answers(args, cfg, questions, progress=progress,
+                   on_answer=lambda answer: print_answer(answer, args.json, config))
     return 0
 
 
@@ -161,8 +210,7 @@ def cmd_demo(args) -> int:
                  Question("What happened at the end?", None)]
     print("model: tiny-llava-onevision (random weights: answers are noise; this demo checks the pipeline)",
           file=sys.stderr)
-    for answer in stream_file(args, cfg, questions, progress=False):
-        print_answer(answer, args.json)
+    stream_answers(args, cfg, questions, progress=False, on_answer=lambda answer: print_answer(answer, args.json))
     return 0
 
 
@@ -263,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="stream a video file and answer questions at chosen moments")
-    run.add_argument("source", help="a video file")
+    run = sub.add_parser("run", help="stream a video, camera or folder and answer questions at chosen moments")
+    run.add_argument("source", help="a video file, an image folder, a webcam index (0, 1, ...) or an rtsp://, "
+                                    "rtmp:// or http(s):// stream URL")
     add_config_options(run)
     run.add_argument("--ask", action="append", metavar="TEXT", help="a question (repeatable)")
     run.add_argument("--at", action="append", type=float, metavar="S",
@@ -273,6 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fps", type=float, help="frames sampled per second (sets stream.fps)")
     run.add_argument("--chunk-frames", type=int, help="frames encoded per forward (sets stream.chunk_frames)")
     run.add_argument("--max-new-tokens", type=int, help="answer length cap (sets model.max_new_tokens)")
+    run.add_argument("--interactive", action="store_true",
+                     help="type questions while the stream runs; each is answered from the frames before it "
+                          "was typed (files play back in real time)")
+    run.add_argument("--ask-every", type=float, metavar="S",
+                     help="ask every --ask question every S seconds of stream time")
+    run.add_argument("--reconnect-timeout", type=float, metavar="S",
+                     help="live streams: give up after S seconds without a connection (default 30)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
 

@@ -69,7 +69,8 @@ class StreamConfig:
     """How frames are sampled and grouped into chunks."""
 
     fps: float = 0.5  # frames sampled per second of video (by timestamp)
-    chunk_frames: int = 16  # frames encoded in one forward
+    chunk_frames: int = 16  # frames encoded in one forward (files)
+    live_chunk_frames: int = 4  # frames per forward for live input: smaller, so memory stays current
     backend: str = "auto"  # video file decoder: "auto", "decord", "opencv"
 
 

@@ -370,6 +370,10 @@ class LiveSource(FrameSource):
             self._stats.max_lag_s = max(self._stats.max_lag_s, lag_s)
         return frame
 
+    def now_s(self) -> float | None:
+        """Seconds since the stream opened: the clock frames are stamped with (live only)."""
+        return time.monotonic() - self._opened_at if self.live else None
+
     def close(self) -> None:
         """Stop the reader thread and release the capture (waits up to the read timeout)."""
         self._stop.set()

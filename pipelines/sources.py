@@ -138,6 +138,11 @@ class FrameSource(ABC):
     def describe(self) -> str:
         """One line saying what this source is, without credentials."""
 
+    def now_s(self) -> float | None:
+        """The current time on this source's clock (live sources), or None when frames carry
+        their own media time (files, image folders) and the consumer sets the pace."""
+        return None
+
     def __enter__(self) -> "FrameSource":
         return self
 
@@ -294,6 +299,8 @@ def open_source(spec: str | int | os.PathLike, *, fps: float | None = None,
         log.info("opened video file %s", redact_url(path))
         return VideoFileSource(video, str(path), fps=fps, start_s=options.get("start_s", 0.0),
                                end_s=options.get("end_s"))
+    if path.suffix:  # it looks like a file name: say so plainly
+        raise SourceError(f"video file not found: {redact_url(text)} (check the path)")
     raise SourceError(
         f"source not found: {redact_url(text)} is not an existing file or folder; expected a video "
         f"file, an image folder, a webcam index (0, 1, ...) or an rtsp://, rtmp:// or "

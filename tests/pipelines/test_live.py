@@ -75,8 +75,10 @@ def test_unsupported_scheme(spec):
 
 
 def test_missing_path_and_unknown_option(tmp_path):
-    with pytest.raises(SourceError, match="source not found"):
+    with pytest.raises(SourceError, match="video file not found: .*nope.mp4 \\(check the path\\)"):
         open_source(str(tmp_path / "nope.mp4"))
+    with pytest.raises(SourceError, match="source not found: .*nothing-here is not an existing file or folder"):
+        open_source(str(tmp_path / "nothing-here"))
     with pytest.raises(UsageError, match="did you mean 'reconnect_timeout_s'"):
         open_source("rtsp://127.0.0.1:1/x", reconect_timeout_s=3)
 

@@ -1,0 +1,165 @@
+"""Live runs: frames keep coming while questions are typed or scheduled (DESIGN §5).
+
+`run_live` feeds a session from a source that does not wait for the model: a camera or stream
+(frames stamped by the source's capture clock), or a file or image folder played back in real time.
+Questions come from three places, all on the stream's clock:
+
+- typed lines (`QuestionInbox` reads them on its own thread and stamps each with the moment it
+  was typed);
+- `--ask TEXT --at S`: once, at stream time S;
+- `--ask-every S --ask TEXT`: at S, 2S, 3S, ...
+
+A question stamped t is answered from exactly the frames captured before t: frames still waiting in
+the chunk buffer with `t_s < t` are encoded first, later ones wait for the next chunk. The run ends
+when the source ends, when the typed input closes (Ctrl-D, or the end of a pipe), or on Ctrl-C;
+each ends cleanly with every pending question answered.
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from hermes.pipelines.frames import Frame
+from hermes.pipelines.session import Answer, Question, StreamingSession
+
+
+class QuestionInbox:
+    """Lines typed on `stream`, each stamped by `clock()` when it arrives; read on a daemon thread.
+
+    Args:
+        stream: where questions are typed (stdin, a pipe, a pseudo-terminal).
+        clock: the stream clock in seconds (the same clock frames are stamped with).
+    """
+
+    def __init__(self, stream: TextIO, clock: Callable[[], float]) -> None:
+        self._queue: queue.Queue[Question] = queue.Queue()
+        self.closed = threading.Event()
+        self._clock = clock
+        self._thread = threading.Thread(target=self._read, args=(stream,), name="hermes-inbox", daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: TextIO) -> None:
+        for line in stream:
+            text = line.strip()
+            if text:
+                self._queue.put(Question(text, self._clock()))
+        self.closed.set()
+
+    def take(self) -> list[Question]:
+        """Every question typed since the last call, in the order typed."""
+        taken = []
+        while True:
+            try:
+                taken.append(self._queue.get_nowait())
+            except queue.Empty:
+                return taken
+
+
+@dataclass(order=True)
+class _Due:
+    at_s: float
+    seq: int
+    question: Question = field(compare=False)
+
+
+class QuestionSchedule:
+    """Questions ordered by stream time: one-off, periodic and typed ones in one queue."""
+
+    def __init__(self, timed: Iterable[Question] = (), every_s: float | None = None,
+                 every_texts: Iterable[str] = ()) -> None:
+        self._heap: list[_Due] = []
+        self._seq = 0
+        self._every_s = every_s
+        self._every_texts = list(every_texts)
+        for q in timed:
+            self.add(q)
+        if every_s:
+            self._add_period(1)
+
+    def add(self, question: Question) -> None:
+        heapq.heappush(self._heap, _Due(question.at_s, self._seq, question))
+        self._seq += 1
+
+    def _add_period(self, k: int) -> None:
+        for text in self._every_texts:
+            self.add(Question(text, k * self._every_s))
+        # a sentinel with no text marks where the next period is scheduled
+        self.add(Question("", k * self._every_s))
+
+    def pop_due(self, t_s: float) -> list[Question]:
+        """Questions stamped at or before `t_s`, in time order."""
+        due = []
+        while self._heap and self._heap[0].at_s <= t_s:
+            question = heapq.heappop(self._heap).question
+            if question.text:
+                due.append(question)
+            else:
+                self._add_period(round(question.at_s / self._every_s) + 1)
+        return due
+
+    def pending(self) -> list[Question]:
+        """Questions still waiting (periodic ones only up to the next period)."""
+        return [d.question for d in sorted(self._heap) if d.question.text]
+
+
+def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Callable[[], float], pace: bool,
+             schedule: QuestionSchedule, inbox: QuestionInbox | None, on_answer: Callable[[Answer], None],
+             chunk_frames: int = 4) -> str:
+    """Stream `frames` into `session`, answering questions as they fall due.
+
+    Args:
+        session: a session with no source of its own (frames are pushed here).
+        frames: the source, in time order.
+        clock: the stream clock in seconds: the live source's own, or for a recording the wall
+            clock since playback started.
+        pace: play a recording back in real time (wait until `clock()` reaches each frame's
+            t_s), so that typed questions meet the video as a viewer would.
+        schedule: one-off and periodic questions.
+        inbox: typed questions, or None.
+        on_answer: called with every answer as it is produced.
+        chunk_frames: frames per chunk; small for live input so memory stays current.
+
+    Returns:
+        Why the run ended: "end of source", "input closed" or "interrupted".
+    """
+    buffer: list[Frame] = []
+
+    def answer(due: list[Question]) -> None:
+        nonlocal buffer
+        for question in due:
+            ready = [f for f in buffer if f.t_s < question.at_s]
+            buffer = buffer[len(ready):]
+            session.ingest(ready)
+            on_answer(session.ask(question.text, question.options, at=question.at_s))
+
+    def collect(t_s: float) -> None:
+        if inbox is not None:
+            for question in inbox.take():
+                schedule.add(question)
+        answer(schedule.pop_due(t_s))
+
+    reason = "end of source"
+    try:
+        for frame in frames:
+            if pace and frame.t_s > clock():
+                time.sleep(frame.t_s - clock())
+            collect(frame.t_s)
+            buffer.append(frame)
+            if len(buffer) >= chunk_frames:
+                session.ingest(buffer)
+                buffer = []
+            if inbox is not None and inbox.closed.is_set():
+                reason = "input closed"
+                break
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    now = max(clock(), buffer[-1].t_s + 1e-6 if buffer else 0.0)
+    collect(now)
+    session.ingest(buffer)
+    return reason

@@ -1,0 +1,170 @@
+"""Live runs: typed and scheduled questions on the stream clock, over real sources and the CLI."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from live_fixtures import own_rtsp_server, rtsp_server  # noqa: F401 (pytest fixtures)
+
+from hermes.config import MemoryConfig
+from hermes.pipelines.frames import Frame
+from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, run_live
+from hermes.pipelines.session import Question, StreamingSession
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--model", "tiny-llava-onevision", "--set", "model.max_new_tokens=2"]
+
+
+def hermes_cli(*argv, **kwargs):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "hermes", *map(str, argv)], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+
+
+def test_schedule_orders_one_off_and_periodic_questions():
+    schedule = QuestionSchedule([Question("once", 2.5)], every_s=1.0, every_texts=["tick"])
+    assert [(q.text, q.at_s) for q in schedule.pop_due(0.9)] == []
+    assert [(q.text, q.at_s) for q in schedule.pop_due(3.0)] == [("tick", 1.0), ("tick", 2.0), ("once", 2.5),
+                                                                 ("tick", 3.0)]
+    assert [(q.text, q.at_s) for q in schedule.pending()] == [("tick", 4.0)]
+
+
+def test_typed_questions_see_only_frames_captured_before_they_were_typed(tiny_model):
+    frames = [Frame(i * 0.1, np.full((16, 16, 3), i, np.uint8), i) for i in range(30)]
+    clock_now = {"t": 0.0}
+
+    def source():  # the "camera": time advances as frames arrive
+        for f in frames:
+            clock_now["t"] = f.t_s + 0.05
+            yield f
+
+    typed = io.StringIO("")  # the inbox is fed by hand below
+    inbox = QuestionInbox(typed, lambda: clock_now["t"])
+    inbox.closed.clear()
+    inbox._queue.put(Question("first?", 0.72))
+    inbox._queue.put(Question("second?", 1.93))
+    session = StreamingSession(tiny_model, "full", (), max_new_tokens=2)
+    answers = []
+    reason = run_live(session, source(), clock=lambda: clock_now["t"], pace=False, schedule=QuestionSchedule(),
+                      inbox=inbox, on_answer=answers.append, chunk_frames=4)
+    assert reason == "end of source"
+    assert [(a.question, a.at_s, a.frames_seen) for a in answers] == [("first?", 0.72, 8), ("second?", 1.93, 20)]
+    assert all(a.last_frame_t_s < a.at_s for a in answers)
+    assert len(session.encoded_t_s) == 30
+
+
+def make_folder(path: Path, n: int) -> Path:
+    path.mkdir()
+    for i in range(n):
+        cv2.imwrite(str(path / f"{i:03d}.jpg"), np.full((24, 32, 3), (i * 8) % 255, np.uint8))
+    return path
+
+
+def test_interactive_cli_through_a_pipe(tmp_path):
+    folder = make_folder(tmp_path / "frames", 40)  # 8 s at 5 fps, played back in real time
+    proc = hermes_cli("run", folder, "--fps", "5", "--interactive", "--json", *TINY, stdin=subprocess.PIPE)
+    time.sleep(3.0)  # model loading plus some playback
+    proc.stdin.write("What is on screen?\n")
+    proc.stdin.flush()
+    time.sleep(1.5)
+    proc.stdin.write("And now?\n")
+    proc.stdin.close()  # end of input ends the run
+    proc.stdin = None
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert [a["question"] for a in answers] == ["What is on screen?", "And now?"]
+    first, second = answers
+    assert 0 < first["at_s"] < second["at_s"] < 8.0
+    assert first["frames_seen"] <= second["frames_seen"]
+    assert first["frames_seen"] <= first["at_s"] * 5 + 1  # only frames before the moment typed
+    assert "stopped (input closed)" in err
+
+
+def test_rtsp_stream_answers_periodic_questions_and_stops_on_ctrl_c(rtsp_server):  # noqa: F811
+    proc = hermes_cli("run", rtsp_server.url, "--fps", "4", "--ask-every", "1", "--ask", "What now?", "--json", *TINY)
+    deadline = time.monotonic() + 60
+    lines = []
+    while len(lines) < 3 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(json.loads(line))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    answers = lines + [json.loads(line) for line in out.splitlines()]
+    assert len(answers) >= 3
+    times = [a["at_s"] for a in answers]
+    assert times == sorted(times) and times[:3] == [1.0, 2.0, 3.0]
+    assert answers[2]["frames_seen"] > answers[0]["frames_seen"] > 0
+    assert "stopped (interrupted)" in err
+
+
+def test_rtsp_server_gone_for_good_exits_3_after_the_deadline(own_rtsp_server):  # noqa: F811
+    url = own_rtsp_server.url.replace("rtsp://", "rtsp://admin:hunter2@")
+    proc = hermes_cli("run", url, "--fps", "2", "--ask-every", "1", "--ask", "q", "--reconnect-timeout", "3", *TINY)
+    time.sleep(6.0)
+    own_rtsp_server.stop()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("hermes-video: error:") and "hunter2" not in err
+    assert "Traceback" not in err
+
+
+def test_live_source_needs_a_time_for_each_question(rtsp_server):  # noqa: F811
+    proc = hermes_cli("run", rtsp_server.url, "--ask", "q", *TINY)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "on a live source, --ask needs --at S (stream time) or --ask-every S" in err
+
+
+@pytest.mark.slow
+def test_slow_model_on_a_60_s_stream_drops_frames_and_keeps_lag_flat(tiny_model):
+    from live_fixtures import start_mjpeg_server
+
+    from hermes.pipelines.sources import open_source
+
+    server = start_mjpeg_server(fps=10.0)
+    try:
+        with open_source(server.url) as source:
+            memory = MemoryConfig(policy="hermes", budget=400)  # 60 s of frames would not fit `full`
+            session = StreamingSession(tiny_model, memory, (), max_new_tokens=1)
+            lags_s = []
+            real_ingest = session.ingest
+
+            def slow_ingest(frames):  # a model that needs 0.25 s per frame: 4 fps against a 10 fps camera
+                real_ingest(frames)
+                time.sleep(0.25 * len(frames))
+                lags_s.extend(source.now_s() - f.t_s for f in frames)
+
+            session.ingest = slow_ingest
+
+            def first_minute(frames):
+                for frame in frames:
+                    if frame.t_s > 60.0:
+                        return
+                    yield frame
+
+            run_live(session, first_minute(source), clock=source.now_s, pace=False,
+                     schedule=QuestionSchedule(every_s=20.0, every_texts=["What now?"]), inbox=None,
+                     on_answer=lambda a: None, chunk_frames=2)
+            stats = source.stats
+    finally:
+        server.stop()
+    assert stats.frames_dropped > 200  # ~600 served, ~240 taken
+    third = len(lags_s) // 3
+    early, late = np.mean(lags_s[:third]), np.mean(lags_s[-third:])
+    # each chunk waits for the model (0.5 s per two frames); a question or an eviction adds a moment,
+    # but the backlog never builds up: the queue keeps only the newest frames
+    assert np.median(lags_s) < 1.0 and max(lags_s) < 5.0
+    assert late < early + 0.3  # flat: the backlog does not grow
