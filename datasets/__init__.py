@@ -7,7 +7,11 @@
 * `registry`: `BENCHMARKS` (loader, protocol, metric) and `get_benchmark(name)`;
 * `prompts`: the official prompt per benchmark;
 * `parsing`: official and strict answer extraction, per-sample scoring;
-* `metrics`: aggregation as each benchmark defines it, with coverage.
+* `metrics`: aggregation as each benchmark defines it, with coverage;
+* `runner`: `run_eval`, the streaming and offline protocols end to end, over `record_frames`
+  (frames of a file, `.npy` array or frame folder), `results` (append-only sample log, resume),
+  `judge` (open-ended scoring), `summary` (summary.json) and `report` (report.md, plots);
+* `cli`: the `eval` command (`add_eval_parser`, `cmd_eval`).
 
 Submodules are imported on demand; importing this package loads nothing heavy.
 """

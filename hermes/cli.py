@@ -232,7 +232,7 @@ def cmd_bench_memory(args) -> int:
         device = resolve_device(cfg.model.device)
         dtype = resolve_dtype(cfg.model.dtype, device)
         net, tokenizer = tiny_llava_onevision(seed=0, image_size=28, hidden_size=512, num_layers=8)
-        model = LlavaOnevisionAdapter("small-random-llava-onevision (8 layers, 512 wide, 16 tokens/frame)", net.to(device, dtype), tokenizer,
+        model = LlavaOnevisionAdapter("small-random-llava-onevision (8 layers, 512 wide)", net.to(device, dtype), tokenizer,
                                       device=device, dtype=dtype, system_prompt=cfg.model.system_prompt)
     # every policy shares the resolved memory settings; only the policy name differs
     memories = [dataclasses.replace(cfg.memory, policy=policy, budget=args.budget)
@@ -350,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
     memory.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     memory.set_defaults(func=cmd_bench_memory)
+
+    from hermes.datasets.cli import add_eval_parser  # argparse only: --help stays instant
+
+    add_eval_parser(sub)
 
     info = sub.add_parser("info", help="versions, device, video backends, model and memory presets")
     info.set_defaults(func=cmd_info)

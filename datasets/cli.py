@@ -1,0 +1,126 @@
+"""The `eval` command of `hermes-video`: run one benchmark and write its results.
+
+    hermes-video eval ovo-bench --data-root ~/data/OVO-Bench --model llava-onevision-7b \\
+        --memory hermes-4k --output runs/ovo-hermes4k [--resume] [--limit 10] [--tasks EPM ASI]
+
+`hermes/cli.py` registers it with `add_eval_parser(subparsers)`; `cmd_eval` is the handler. Only
+argparse is imported here, so `--help` stays instant; the runner (torch, transformers, decoders)
+loads when the command runs. Errors are `hermes.errors` types: the entry point prints them as one
+line and exits 2 (usage/config), 3 (source) or 4 (model/judge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_eval_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `eval BENCHMARK --data-root DIR ...` on a subparsers object.
+
+    Args:
+        subparsers: What `ArgumentParser.add_subparsers()` returned.
+
+    Returns:
+        The `eval` parser (its handler is `cmd_eval`, set as `func`).
+    """
+    p = subparsers.add_parser(
+        "eval", help="run a benchmark (OVO-Bench, StreamingBench, RVS, Video-MME, MVBench, ...) and write results",
+        description="Evaluate a model and memory configuration on one benchmark. Results: OUTPUT/samples.jsonl "
+                    "(one line per question, appended as it goes), summary.json, report.md.")
+    p.add_argument("benchmark", metavar="BENCHMARK",
+                   help="ovo-bench, streamingbench, rvs-ego, rvs-movie, videomme, mvbench, egoschema, mlvu, "
+                        "longvideobench, lvbench")
+    p.add_argument("--data-root", required=True, metavar="DIR", help="the benchmark's folder (annotations, videos)")
+    p.add_argument("--model", help="model preset, hub id, local directory or builtin tiny-*")
+    p.add_argument("--memory", help="memory preset from configs/memory (default: full)")
+    p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set stream.fps=1 (repeatable)")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (sets model.device)")
+    p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N videos")
+    p.add_argument("--tasks", nargs="+", metavar="TASK",
+                   help="task or group names to keep (space- or comma-separated), e.g. EPM ASI or backward")
+    p.add_argument("--output", metavar="DIR",
+                   help="results folder (default: hermes-eval/<benchmark>-<model>-<memory policy>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output, skipping answered questions")
+    p.add_argument("--strict-videos", action="store_true",
+                   help="fail on the first missing or unreadable video instead of counting its questions as missing")
+    p.add_argument("--judge", choices=("local", "http"),
+                   help="score open-ended answers (RVS) with a local transformers model or an OpenAI-compatible server")
+    p.add_argument("--judge-model", metavar="ID", help="judge model: hub id / directory (local) or model name (http)")
+    p.add_argument("--judge-revision", metavar="COMMIT", help="hub commit of a local judge (pins it)")
+    p.add_argument("--judge-url", metavar="URL", help="http judge base URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--judge-api-key-env", metavar="VAR",
+                   help="environment variable holding the http judge's API key (default OPENAI_API_KEY; '' for none)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
+def _judge_config(args):
+    """A JudgeConfig from the --judge* flags, or None without --judge."""
+    from .judge import DEFAULT_LOCAL_JUDGE, JudgeConfig
+
+    if args.judge is None:
+        return None
+    config = JudgeConfig(kind=args.judge, model=args.judge_model or "")
+    if args.judge == "local" and not config.model:
+        config.model = DEFAULT_LOCAL_JUDGE
+    if args.judge_revision:
+        config.revision = args.judge_revision
+    if args.judge_url:
+        config.base_url = args.judge_url
+    if args.judge_api_key_env is not None:
+        config.api_key_env = args.judge_api_key_env
+    return config
+
+
+def _headline(summary: dict, output: str) -> str:
+    """Two lines for the terminal: accuracy with coverage, and where the results are."""
+    acc = summary["accuracy"]
+    cov = summary["coverage"]
+
+    def pct(v):
+        return "n/a" if v is None else f"{100 * v:.1f}%"
+
+    parts = [f"official {pct(acc['official']['overall'])}"]
+    if "strict" in acc:
+        parts.append(f"strict {pct(acc['strict']['overall'])}")
+    missing = f"; videos missing: {cov['videos_missing']}" if cov["videos_missing"] else ""
+    unreadable = f"; videos unreadable: {cov['videos_unreadable']}" if cov["videos_unreadable"] else ""
+    return (f"{summary['benchmark']}: {', '.join(parts)} ({cov['questions_answered']}/{cov['questions_expected']} "
+            f"questions answered{missing}{unreadable})\nresults: {output}/summary.json, {output}/report.md")
+
+
+def cmd_eval(args) -> int:
+    """Run `eval` from parsed arguments.
+
+    Returns:
+        0 when the run completed (missing videos are reported, not failures, unless
+        --strict-videos).
+
+    Raises:
+        HermesError: Usage/config (exit 2), source (3) or model/judge (4) errors.
+    """
+    from hermes.config import build_config
+
+    from .runner import default_output_dir, run_eval
+
+    overrides = list(args.set or [])
+    if args.device:
+        overrides.append(f"model.device={args.device}")
+    cfg = build_config(model=args.model, memory=args.memory, config_file=args.config, overrides=overrides)
+    tasks = ",".join(args.tasks) if args.tasks else None
+    output = args.output or str(default_output_dir(args.benchmark, cfg))
+    summary = run_eval(args.benchmark, args.data_root, cfg, limit=args.limit, tasks=tasks, output_dir=output,
+                       resume=args.resume, strict_videos=args.strict_videos, progress=not args.quiet,
+                       judge=_judge_config(args))
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+    else:
+        print(_headline(summary, output))
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,187 @@
+"""The results folder of one evaluation: an append-only sample log that survives crashes.
+
+Layout of `--output DIR`:
+
+* `run.json` -- what the run is (benchmark, resolved config, model); written once, atomically.
+  `--resume` refuses a folder whose `run.json` describes a different run, so samples from two
+  configurations can never be averaged together.
+* `samples.jsonl` -- one JSON object per answered question, appended as it is produced, each
+  line flushed and fsynced, so a crash loses at most the line being written. A torn last line
+  (no final newline: the process died mid-write) is cut off on resume and its question asked
+  again. A qid written twice (a later judge verdict) counts once: the last line wins.
+* `summary.json`, `report.md` and plots -- rewritten (atomically) at the end of every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hermes.errors import UsageError
+
+MANIFEST_FILE = "run.json"
+SAMPLES_FILE = "samples.jsonl"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.md"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that readers see the old or the new file, never a mix.
+
+    Raises:
+        UsageError: If the folder is not writable.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --output") from None
+
+
+def _normalized(value: Any) -> Any:
+    """A value as it reads back from JSON (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(value))
+
+
+def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
+    """The dotted path of the first value that differs between two JSON trees, or None."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            found = _first_difference(old.get(key), new.get(key), f"{where}.{key}" if where else str(key))
+            if found:
+                return found
+        return None
+    return None if old == new else (where or "<root>")
+
+
+class SampleLog:
+    """The per-sample results of one run, read back on resume and appended as the run goes.
+
+    Attributes:
+        path: The `samples.jsonl` file.
+        samples: Every sample read or written, by qid (the last line of a qid wins).
+        reused: How many samples were read back from an earlier run.
+        repaired_bytes: Size of the torn tail cut off on open (0 when the file was intact).
+    """
+
+    def __init__(self, path: Path, samples: dict[str, dict], repaired_bytes: int) -> None:
+        """Use `SampleLog.open`."""
+        self.path = path
+        self.samples = samples
+        self.reused = len(samples)
+        self.repaired_bytes = repaired_bytes
+        self._handle = path.open("ab")
+
+    @classmethod
+    def open(cls, output_dir: str | os.PathLike, manifest: dict, resume: bool) -> SampleLog:
+        """Prepare `output_dir` for a run, reading earlier samples when resuming.
+
+        Args:
+            output_dir: The results folder (created when missing).
+            manifest: What identifies the run (benchmark, config, model); compared on resume.
+            resume: Continue the run recorded in the folder instead of starting a new one.
+
+        Returns:
+            The open log.
+
+        Raises:
+            UsageError: The folder cannot be created; it holds results and `resume` is off; it
+                holds results of a different run; or a line before the last is not JSON.
+        """
+        folder = Path(output_dir).expanduser()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create --output {folder}: {exc.strerror or exc}") from None
+        samples_path = folder / SAMPLES_FILE
+        manifest_path = folder / MANIFEST_FILE
+        has_samples = samples_path.is_file() and samples_path.stat().st_size > 0
+        if has_samples and not resume:
+            raise UsageError(
+                f"{folder} already holds results ({SAMPLES_FILE}); pass --resume to continue that run "
+                "or choose a new --output"
+            )
+        manifest = _normalized(manifest)
+        if resume and manifest_path.is_file():
+            _check_same_run(manifest_path, manifest)
+        elif resume and has_samples:
+            raise UsageError(f"{folder} has {SAMPLES_FILE} but no {MANIFEST_FILE}; it was not written by this tool")
+        else:
+            write_atomic(manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        samples, repaired = _read_samples(samples_path) if has_samples else ({}, 0)
+        return cls(samples_path, samples, repaired)
+
+    def append(self, sample: dict) -> None:
+        """Write one sample as one line, durable before returning.
+
+        Args:
+            sample: A JSON-serialisable mapping with a "qid".
+        """
+        line = json.dumps(sample, ensure_ascii=False, allow_nan=False) + "\n"
+        # One write per line: a crash leaves either the whole line or a torn tail without "\n".
+        self._handle.write(line.encode("utf-8"))
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self.samples[sample["qid"]] = sample
+
+    def close(self) -> None:
+        """Close the file; further appends fail."""
+        self._handle.close()
+
+    def __enter__(self) -> SampleLog:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _check_same_run(manifest_path: Path, manifest: dict) -> None:
+    """Refuse to resume a run whose recorded identity differs from this one."""
+    try:
+        old = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read {manifest_path} ({exc}); start a new run with another --output") from None
+    differing = _first_difference(old, manifest)
+    if differing:
+        raise UsageError(
+            f"--resume: {manifest_path.parent} holds a run with a different {differing}; "
+            "resume with the same settings or choose a new --output"
+        )
+
+
+def _read_samples(path: Path) -> tuple[dict[str, dict], int]:
+    """Read `samples.jsonl`, cutting off a torn last line.
+
+    Returns:
+        (samples by qid, bytes cut off).
+
+    Raises:
+        UsageError: A complete line is not a JSON object with a "qid" (the file was edited).
+    """
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
+    torn = len(data) - keep
+    if torn:
+        # Cut it now, so the next append starts on a fresh line.
+        with path.open("r+b") as handle:
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
+    samples: dict[str, dict] = {}
+    for number, line in enumerate(data[:keep].splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            sample = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise UsageError(f"{path}:{number} is not valid JSON; the file was modified, start a new run") from None
+        if not isinstance(sample, dict) or "qid" not in sample:
+            raise UsageError(f"{path}:{number} is not a sample (no 'qid'); start a new run")
+        samples[sample["qid"]] = sample
+    return samples, torn

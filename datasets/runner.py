@@ -1,0 +1,358 @@
+"""`run_eval`: one benchmark, one model and memory config, every selected question answered and scored.
+
+Protocols (DESIGN §7; the registry says which a benchmark uses):
+
+* streaming (OVO-Bench, StreamingBench, RVS): one `StreamingSession` per video; questions in
+  time order, each asked at its `t_s` so that exactly the frames before it are encoded, the
+  stream continuing after each answer. Every answer is checked against that rule (the newest
+  frame it saw is earlier than the question) and the run stops with `FutureFrameError` if not.
+  StreamingBench proactive questions are polled as the official script does: one second after
+  the question, then every second up to 4 s past the ground-truth time, asking "is it the right
+  time?"; on the first reply containing "yes" the question itself is asked, and that moment is
+  the answer time.
+* offline (Video-MME, MVBench, EgoSchema, MLVU, LongVideoBench, LVBench): the whole video (or
+  the MVBench window) is encoded, then every question is asked.
+
+Prompts come from `prompts.build_prompt` and are sent verbatim (options included in the text,
+none passed to the session). Replies are scored by `parsing.score_reply` (official and strict),
+open-ended replies by a `judge.Judge` when one is configured. Results go to `results.SampleLog`
+as they are produced; `summary.json` and `report.md` are written at the end.
+
+Resume: videos whose questions all have samples are skipped. A video with some samples is run
+again from its start, because asking a question can change memory (a policy may evict to make
+room for the prompt): replaying keeps the stream identical to an uninterrupted run. Replies to
+questions already recorded are compared with the record, not written again; differences are
+counted in the summary (`resume.replay_mismatches`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from hermes.config import HermesConfig
+from hermes.errors import SourceError
+
+from . import registry
+from .judge import Judge, JudgeConfig, build_judge
+from .metrics import questions_of
+from .parsing import score_reply
+from .prompts import Prompt, build_prompt
+from .record_frames import open_record_frames
+from .records import KIND_OPEN, KIND_PROACTIVE, Question, VideoRecord
+from .report import write_report
+from .results import SUMMARY_FILE, SampleLog, write_atomic
+from .summary import accuracy, cost_figures, coverage, environment
+
+# StreamingBench proactive polling (StreamingBenchProactive.py): first poll one second after the
+# question, then every second, until this long after the ground-truth time.
+POLL_INTERVAL_S = 1.0
+POLL_AFTER_GT_S = 4.0
+
+
+class FutureFrameError(AssertionError):
+    """An answer saw a frame at or after its question's time: the streaming protocol is broken.
+
+    This is a bug in the session or the runner, never a user error, so it is not a HermesError.
+    """
+
+
+def _sent_text(prompt: Prompt) -> str:
+    """The text sent to the session for a prompt.
+
+    The session has no separate system or assistant-prefix slot per question: a benchmark's
+    system text (MVBench, MLVU) goes before the user text; the answer prefix is not sent (the
+    summary notes it), so the reply is the model's whole answer.
+    """
+    return prompt.system + prompt.user if prompt.system else prompt.user
+
+
+class _VideoRun:
+    """Streams one video through a fresh session and records each answer.
+
+    Args:
+        ctx: The run (see `_Run`).
+        record: The video and its questions.
+    """
+
+    def __init__(self, ctx: _Run, record: VideoRecord) -> None:
+        self.ctx = ctx
+        self.record = record
+        self.session = None
+        self.frames_seen = 0
+
+    def run(self) -> None:
+        """Encode the video and answer its questions (writing samples as they come).
+
+        Raises:
+            SourceError: The video cannot be read (open or mid-stream).
+            FutureFrameError: An answer saw frames after its question.
+        """
+        from hermes.pipelines.session import StreamingSession
+
+        cfg = self.ctx.cfg
+        with open_record_frames(self.record, cfg.stream.fps, cfg.stream.backend) as source:
+            self.session = StreamingSession(self.ctx.model, cfg.memory, source.frames,
+                                            chunk_frames=cfg.stream.chunk_frames,
+                                            max_new_tokens=cfg.model.max_new_tokens)
+            try:
+                if self.ctx.protocol == registry.STREAMING:
+                    self._streaming()
+                else:
+                    self.session.advance()
+                    for i in range(len(self.record.questions)):
+                        self._finish(i, self._ask(self._prompt(i), None))
+            finally:
+                self.session.close()
+
+    def _prompt(self, index: int, stage: str = "answer") -> Prompt:
+        questions = self.record.questions
+        return build_prompt(self.ctx.name, questions[index], previous=questions[:index], stage=stage)
+
+    def _ask(self, prompt: Prompt, at_s: float | None):
+        """Ask through the session and check the no-future-frames rule."""
+        answer = self.session.ask(_sent_text(prompt), at=at_s)
+        if at_s is not None and answer.last_frame_t_s is not None and not answer.last_frame_t_s < at_s:
+            raise FutureFrameError(f"{self.record.video_id}: question at {at_s:g}s was answered from a frame at "
+                                   f"{answer.last_frame_t_s:g}s")
+        if answer.frames_seen < self.frames_seen:
+            raise FutureFrameError(f"{self.record.video_id}: frames seen fell from {self.frames_seen} to "
+                                   f"{answer.frames_seen}; the stream went backwards")
+        self.frames_seen = answer.frames_seen
+        return answer
+
+    def _streaming(self) -> None:
+        """Questions (and proactive polls) in time order; untimed questions at the end."""
+        questions = self.record.questions
+        order = itertools.count()  # ties keep file order
+        events: list[tuple[float, int, int, int]] = []  # (at_s, order, question index, poll number)
+        untimed = []
+        for i, q in enumerate(questions):
+            if q.t_s is None:
+                untimed.append(i)
+            elif q.kind == KIND_PROACTIVE:
+                # Polled at least once, even if the window is already over (the official loop
+                # would then record no answer; so does one "no").
+                heapq.heappush(events, (q.t_s + POLL_INTERVAL_S, next(order), i, 1))
+            else:
+                heapq.heappush(events, (q.t_s, next(order), i, 0))
+        polls: dict[int, list[dict]] = {}
+        while events:
+            at_s, _, i, poll = heapq.heappop(events)
+            q = questions[i]
+            if not poll:
+                self._finish(i, self._ask(self._prompt(i), at_s))
+                continue
+            check = self._ask(self._prompt(i, stage="poll"), at_s)
+            polls.setdefault(i, []).append({"at_s": at_s, "reply": check.answer, "frames_seen": check.frames_seen,
+                                            "last_frame_t_s": check.last_frame_t_s})
+            if "yes" in check.answer.strip().lower():
+                self._finish(i, self._ask(self._prompt(i), at_s), answered_at_s=at_s, polls=polls[i])
+            elif (next_at := q.t_s + (poll + 1) * POLL_INTERVAL_S) <= q.meta.get("gt_time_s", q.t_s) + POLL_AFTER_GT_S:
+                heapq.heappush(events, (next_at, next(order), i, poll + 1))
+            else:
+                self._finish(i, check, answered_at_s=None, polls=polls[i])  # never said "yes"
+        if untimed:
+            self.session.advance()
+            for i in untimed:
+                self._finish(i, self._ask(self._prompt(i), None))
+
+    def _finish(self, index: int, answer, answered_at_s: float | None = None, polls: list | None = None) -> None:
+        """Score and record the answer to question `index` (or compare it, for one recorded before)."""
+        q = self.record.questions[index]
+        proactive = q.kind == KIND_PROACTIVE
+        reply = None if proactive and answered_at_s is None else answer.answer
+        done = self.ctx.log.samples.get(q.qid)
+        if done is not None:
+            if done.get("reply") != reply:
+                self.ctx.replay_mismatches += 1
+            return
+        prompt = self._prompt(index)
+        sample = {
+            "qid": q.qid, "video_id": self.record.video_id, "task": q.task, "kind": q.kind,
+            "question": q.question, "options": q.options, "reference": q.answer, "gt_index": q.gt_index,
+            "t_s": q.t_s, "prompt": {"system": prompt.system, "user": prompt.user,
+                                     "answer_prefix": prompt.answer_prefix},
+            "reply": reply, **score_reply(q, reply, self.ctx.name, answered_at_s=answered_at_s),
+            "at_s": answer.at_s, "frames_seen": answer.frames_seen, "last_frame_t_s": answer.last_frame_t_s,
+            "ttft_ms": round(answer.ttft_ms, 3), "latency_ms": round(answer.latency_ms, 3), "memory": answer.memory,
+        }
+        if proactive:
+            sample.update(answered_at_s=answered_at_s, polls=polls or [])
+        self.ctx.judge_sample(q, sample)
+        self.ctx.log.append(sample)
+        if self.ctx.bar is not None:
+            self.ctx.bar.update(1)
+
+
+class _Run:
+    """State shared by the videos of one run."""
+
+    def __init__(self, name: str, protocol: str, cfg: HermesConfig, model, judge: Judge | None, log: SampleLog,
+                 bar) -> None:
+        self.name, self.protocol, self.cfg = name, protocol, cfg
+        self.model, self.judge, self.log, self.bar = model, judge, log, bar
+        self.replay_mismatches = 0
+
+    def judge_sample(self, q: Question, sample: dict) -> None:
+        """Add the judge's verdict to an open-ended sample (when a judge is configured)."""
+        if self.judge is None or q.kind != KIND_OPEN or q.answer is None:
+            return
+        result = self.judge.judge(q.question, q.answer, sample["reply"])
+        info = self.judge.describe()
+        sample.update(judge_correct=result["verdict"], judge_score=result["score"], judge_raw=result["raw"],
+                      judged_by=f"{info['kind']}:{info['model']}")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
+
+
+def default_output_dir(benchmark: str, cfg: HermesConfig) -> Path:
+    """`hermes-eval/<benchmark>-<model>-<memory policy>` in the working directory.
+
+    Deterministic, so `--resume` finds the same folder without repeating `--output`.
+    """
+    return Path("hermes-eval") / f"{registry.canonical_name(benchmark)}-{_slug(cfg.model.name)}-{cfg.memory.policy}"
+
+
+def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None = None,
+             tasks: str | Sequence[str] | None = None, output_dir, resume: bool = False,
+             strict_videos: bool = False, progress: bool = True, model=None,
+             judge: Judge | JudgeConfig | None = None) -> dict:
+    """Evaluate one benchmark end to end and write its results.
+
+    Args:
+        benchmark: Benchmark name (any spelling `registry.canonical_name` accepts).
+        data_root: The benchmark's folder (annotations and videos).
+        cfg: The resolved configuration (model, memory, stream); recorded in the results.
+        limit: Evaluate at most this many videos (streams; questions for MVBench).
+        tasks: Task or group names to keep (see each loader).
+        output_dir: Results folder (see results.py for its layout).
+        resume: Continue the run recorded in `output_dir`.
+        strict_videos: Fail on the first video that is missing or unreadable instead of
+            counting its questions as missing.
+        progress: Show a progress bar over questions (only when stderr is a terminal).
+        model: A loaded adapter to use instead of loading `cfg.model` (tests, notebooks).
+        judge: A judge, or the config of one, for open-ended questions; None leaves them
+            unscored (replies are still recorded; rerun with `resume` and a judge to score).
+
+    Returns:
+        The summary dict also written to `summary.json`.
+
+    Raises:
+        UsageError: Bad benchmark, tasks, limit, data root or output folder.
+        SourceError: No selected video on disk, or (strict_videos) the first missing/unreadable one.
+        ModelError: The model or judge cannot be loaded or reached.
+        FutureFrameError: An answer saw frames after its question (a bug).
+    """
+    started = time.perf_counter()
+    name = registry.canonical_name(benchmark)
+    spec = registry.get_benchmark(name)
+    records = spec.loader(data_root, tasks=tasks, limit=limit)
+    missing = [r.video_id for r in records if not r.available]
+    if strict_videos and missing:
+        raise SourceError(f"{name}: video {missing[0]} is not under {data_root} ({len(missing)} of {len(records)} "
+                          "selected videos missing); download it or drop --strict-videos")
+    if isinstance(judge, JudgeConfig):
+        judge = build_judge(judge)
+    manifest = {"benchmark": name, "model": cfg.model.name if model is None else model.name, "config": cfg.to_dict()}
+    # The output folder is checked before the model loads: a wrong --output fails in a second.
+    with SampleLog.open(output_dir, manifest, resume) as log:
+        if model is None:
+            from hermes.models.loading import load_model
+
+            model = load_model(cfg.model)
+        todo = [q for r in records if r.available for q in r.questions if q.qid not in log.samples]
+        bar = None
+        if progress and sys.stderr.isatty() and todo:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo), unit="question", desc=name)
+        ctx = _Run(name, spec.protocol, cfg, model, judge, log, bar)
+        unreadable = []
+        try:
+            _rejudge(ctx, records)
+            for record in records:
+                if not record.available or all(q.qid in log.samples for q in record.questions):
+                    continue
+                try:
+                    _VideoRun(ctx, record).run()
+                except SourceError as exc:
+                    if strict_videos:
+                        raise
+                    unreadable.append({"video_id": record.video_id, "error": _one_line(exc)})
+        finally:
+            if bar is not None:
+                bar.close()
+        videos = {"expected": len(records), "missing": missing, "unreadable": unreadable}
+        summary = _summary(ctx, spec, records, videos, time.perf_counter() - started)
+    folder = Path(output_dir).expanduser()
+    text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
+    write_atomic(folder / SUMMARY_FILE, text)
+    summary = json.loads(text)  # the caller gets exactly what the file says (tuples become lists)
+    selected = {q.qid for q in questions_of(records)}
+    write_report(folder, summary, [s for s in log.samples.values() if s["qid"] in selected])
+    return summary
+
+
+def _rejudge(ctx: _Run, records: Sequence[VideoRecord]) -> None:
+    """On resume with a judge: score recorded open-ended replies that no judge has seen."""
+    if ctx.judge is None:
+        return
+    for q in questions_of(records):
+        sample = ctx.log.samples.get(q.qid)
+        if sample is not None and "judge_raw" not in sample and q.kind == KIND_OPEN and q.answer is not None:
+            updated = dict(sample)
+            ctx.judge_sample(q, updated)
+            ctx.log.append(updated)  # the last line of a qid wins
+
+
+def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall_s: float) -> dict:
+    """Everything summary.json holds."""
+    questions = questions_of(records)
+    selected = {q.qid for q in questions}
+    samples = [s for s in ctx.log.samples.values() if s["qid"] in selected]
+    results = {s["qid"]: s for s in samples}
+    notes = []
+    if any(s.get("prompt", {}).get("answer_prefix") for s in samples):
+        notes.append("the official answer prefix (e.g. 'Best option:(') is not sent: the session has no "
+                     "assistant-prefix slot; replies are parsed whole")
+    if any(s.get("prompt", {}).get("system") for s in samples):
+        notes.append("the benchmark's system text is sent before the question, not as the stream's system prompt")
+    unjudged = sum(1 for s in samples if s.get("kind") == KIND_OPEN and s.get("reference") is not None
+                   and "judge_raw" not in s)
+    if unjudged:
+        notes.append(f"{unjudged} open-ended replies recorded but not scored: no judge configured (rerun with "
+                     "--resume and --judge to score them)")
+    if ctx.replay_mismatches:
+        notes.append(f"{ctx.replay_mismatches} replayed answers differ from the recorded ones (non-deterministic "
+                     "kernels?); the recorded ones are kept")
+    return {
+        "benchmark": ctx.name, "protocol": ctx.protocol, "metric": spec.metric, "model": ctx.model.name,
+        "accuracy": accuracy(spec.metric, questions, results),
+        "coverage": coverage(questions, results, videos),
+        "cost": cost_figures(samples),
+        "judge": ctx.judge.describe() if ctx.judge is not None else None,
+        "judged_by": dict(Counter(s["judged_by"] for s in samples if s.get("judged_by"))),
+        "config": ctx.cfg.to_dict(),
+        "resume": {"samples_reused": ctx.log.reused, "torn_bytes_dropped": ctx.log.repaired_bytes,
+                   "replay_mismatches": ctx.replay_mismatches},
+        "environment": environment(),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_time_s": round(wall_s, 3),  # this invocation (a resumed run counts only its own part)
+        "notes": notes,
+    }

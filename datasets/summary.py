@@ -1,0 +1,140 @@
+"""What `summary.json` says about a run: accuracy, coverage, cost, and how to reproduce it.
+
+Accuracy comes from `metrics.summarize`, once with the official parsers' verdicts and once with
+the strict parser's, over every selected question: a question without a sample (missing video,
+unreadable video, interrupted run) stays in the denominator and counts as wrong, and coverage
+says how many there were. Cost figures (TTFT, latency, device memory, frames seen) are
+percentiles over the samples. The resolved config, package versions and git commit make the
+numbers traceable.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .metrics import summarize
+from .records import Question
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentiles(values: Sequence[float]) -> dict | None:
+    """p50/p90/p99, mean, max and count of `values`; None when there are none.
+
+    Args:
+        values: Numbers (None entries are skipped).
+
+    Returns:
+        {"p50", "p90", "p99", "mean", "max", "n"} or None.
+    """
+    present = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    if present.size == 0:
+        return None
+    points = np.percentile(present, PERCENTILES)
+    out = {f"p{p}": float(v) for p, v in zip(PERCENTILES, points, strict=True)}
+    out.update(mean=float(present.mean()), max=float(present.max()), n=int(present.size))
+    return out
+
+
+def cost_figures(samples: Sequence[Mapping]) -> dict:
+    """Latency, memory and frame counts over the samples.
+
+    Returns:
+        {"ttft_ms", "latency_ms", "hbm_bytes", "hbm_tokens", "dram_bytes", "disk_bytes",
+        "frames_seen"}, each a `percentiles` dict (or None without samples).
+    """
+    def memory(key: str) -> list:
+        return [(s.get("memory") or {}).get(key) for s in samples]
+
+    return {
+        "ttft_ms": percentiles([s.get("ttft_ms") for s in samples]),
+        "latency_ms": percentiles([s.get("latency_ms") for s in samples]),
+        "hbm_bytes": percentiles(memory("hbm_bytes")),
+        "hbm_tokens": percentiles(memory("hbm_tokens")),
+        "dram_bytes": percentiles(memory("dram_bytes")),
+        "disk_bytes": percentiles(memory("disk_bytes")),
+        "frames_seen": percentiles([s.get("frames_seen") for s in samples]),
+    }
+
+
+def accuracy(metric: str, questions: Sequence[Question], results: Mapping[str, Mapping]) -> dict:
+    """The benchmark's aggregation under both parsers.
+
+    Returns:
+        {"official": summarize(...), "strict": summarize(...)}; for the judge metric both read
+        the judge verdicts, so only "official" is given.
+    """
+    out = {"official": summarize(metric, questions, results, key="official")}
+    if metric != "judge":
+        out["strict"] = summarize(metric, questions, results, key="strict")
+    return out
+
+
+def versions() -> dict:
+    """Versions of the packages that decide the numbers (None when not importable)."""
+    import platform
+
+    out = {"python": platform.python_version()}
+    for module in ("hermes", "torch", "transformers", "numpy", "decord", "cv2"):
+        try:
+            out[module] = getattr(__import__(module), "__version__", "installed")
+        except Exception:  # a missing or broken optional package is reported, not fatal
+            out[module] = None
+    return out
+
+
+def git_state() -> dict | None:
+    """The commit of the hermes source tree and whether it has uncommitted changes.
+
+    Returns:
+        {"commit", "dirty"}, or None when hermes is not running from a git checkout.
+    """
+    import hermes
+
+    folder = Path(hermes.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())} if commit else None
+
+
+def coverage(questions: Sequence[Question], results: Mapping[str, Mapping], videos: Mapping) -> dict:
+    """Question- and video-level coverage.
+
+    Args:
+        questions: Every selected question.
+        results: Samples by qid.
+        videos: {"expected": n, "missing": [ids], "unreadable": [{"video_id", "error"}]}.
+
+    Returns:
+        Counts of expected/answered/missing questions and videos, with the ids of videos that
+        were not on disk or could not be read.
+    """
+    answered = sum(1 for q in questions if q.qid in results)
+    return {
+        "questions_expected": len(questions),
+        "questions_answered": answered,
+        "questions_missing": len(questions) - answered,
+        "fraction": answered / len(questions) if questions else None,
+        "videos_expected": videos["expected"],
+        "videos_missing": len(videos["missing"]),
+        "videos_unreadable": len(videos["unreadable"]),
+        "missing_videos": list(videos["missing"]),
+        "unreadable_videos": list(videos["unreadable"]),
+    }
+
+
+def environment() -> dict:
+    """Versions and git state, for reproducing a run.
+
+    The command line is not recorded: it can hold a judge URL with credentials.
+    """
+    return {"versions": versions(), "git": git_state()}
