@@ -12,6 +12,7 @@ times only mean something on a GPU with a real-size model.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -93,7 +94,8 @@ def bench_memory(model, memories: list[MemoryConfig], lengths: list[int], *, chu
             start = time.perf_counter()
             rows.append(bench_memory_one(model, memory, frames, chunk_frames=chunk_frames))
             if progress:
-                print(f"  {memory.policy:<8} {frames:>5} frames  {time.perf_counter() - start:6.1f} s", flush=True)
+                print(f"  {memory.policy:<8} {frames:>5} frames  {time.perf_counter() - start:6.1f} s",
+                      file=sys.stderr, flush=True)
     return rows
 
 
