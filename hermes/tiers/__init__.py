@@ -1,0 +1,33 @@
+"""Memory levels 2 and 3 (DESIGN §3): host memory (DRAM), disk segments with a FAISS index, recall.
+
+Level 1 (the working cache on the device) evicts tokens; the ones worth keeping become a `Record`
+(one chunk's evicted tokens, every layer, with scores and original positions). This package keeps
+records below level 1 and finds them again:
+
+- `records`: the `Record` itself and its compressed forms (int8 per-channel, fp16, fp32);
+- `codec`: a record's bytes on disk (one safetensors file per record, written without copies);
+- `dram`: `DramStore`, records in host memory under a byte budget, least valuable moved out first;
+- `summarise`: `summarise`, a record shrunk to a few anchor tokens plus a count-weighted mean;
+- `disk`: `DiskStore`, append-only segments plus a JSON-lines manifest (`manifest`), crash-safe,
+  with `recovery` cutting what a crash leaves and `files` the durable-write primitives;
+- `fingerprint`: which model made a memory directory; another model's is refused;
+- `index`: `RecordIndex`, a FAISS inner-product index over record embeddings, derived from disk;
+- `prefetch`: `Prefetcher`, loads likely-needed records from disk on a worker thread;
+- `checkpoint`: named, atomic tensor + JSON checkpoints (level 1 and session state);
+- `directory`: `MemoryDirectory`, all of the above behind one object;
+- `bench`: timings behind ``hermes-video bench tiers``.
+
+Everything works on plain tensors; nothing here knows the model or the level-1 cache.
+"""
+
+from hermes.tiers.errors import MemoryDirError, RecordCorruptError
+from hermes.tiers.records import LayerTokens, Record, compress, default_embedding
+
+__all__ = [
+    "LayerTokens",
+    "MemoryDirError",
+    "Record",
+    "RecordCorruptError",
+    "compress",
+    "default_embedding",
+]

@@ -1,0 +1,204 @@
+"""Timings of levels 2 and 3, behind ``hermes-video bench tiers``.
+
+Three questions, each answered on synthetic records in a temporary directory:
+
+- *Recall*: how long from a question vector to dequantised records in hand (FAISS search + fetch
+  from disk + dequantise), with 10^3, 10^4, 10^5 records on disk? Median and p95 over queries;
+  each query is a stored record's embedding plus noise, so the result is a real hit. The prefetch
+  cache is not used, so this is the disk path (served by the page cache, as on a warm machine).
+- *Search*: FAISS search time per query alone, at the same sizes.
+- *Disk write throughput*: records through `DiskStore` (serialise, checksum, append, group fsync,
+  manifest) as a fraction of a plain sequential write of the same bytes (one file, one fsync) in
+  the same run, on the same filesystem. Above 0.5 means the crash-safety machinery costs less than
+  the write itself.
+
+Synthetic record shape (defaults): 4 layers x 2 KV heads x 16 tokens x head_dim 64, int8, 128-d
+embedding: about 23 KB stored, the size of a summarised record of a small model. The throughput
+is also measured on full-size records (24 layers x 2 heads x 256 tokens x 64, about 1.6 MB), where
+per-record Python overhead no longer dominates.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from hermes.tiers.codec import to_safetensors
+from hermes.tiers.directory import MemoryDirectory
+from hermes.tiers.disk import DiskStore
+from hermes.tiers.index import RecordIndex
+from hermes.tiers.records import Record, pack
+
+_FINGERPRINT = {"model": "synthetic", "family": "bench"}
+
+
+def synthetic_record(record_id: int, *, layers: int = 4, heads: int = 2, tokens: int = 16, head_dim: int = 64,
+                     embed_dim: int = 128, axes: int = 1, seed: int = 0) -> Record:
+    """A deterministic random record: the same arguments always give the same tensors.
+
+    Layer l holds ``tokens - l % 3`` tokens (layers differ, as in real records); positions follow
+    the record id; scores are uniform in [0, 1); counts are 1, or 3 for the first token.
+
+    Args:
+        record_id: Id (also seeds the content).
+        layers: Layers L.
+        heads: KV heads H.
+        tokens: Tokens in layer 0.
+        head_dim: Head size D.
+        embed_dim: Embedding size E.
+        axes: Position axes A (1 or 3).
+        seed: Extra seed.
+
+    Returns:
+        A float32 record (compress it as needed).
+    """
+    g = torch.Generator().manual_seed(seed * 1_000_003 + record_id)
+    ns = [max(tokens - l % 3, 1) for l in range(layers)]
+    base = record_id * tokens
+    pos = [(base + torch.arange(n)).expand(axes, n).clone() for n in ns]
+    counts = [torch.cat([torch.tensor([3]), torch.ones(n - 1, dtype=torch.long)]) for n in ns]
+    return Record.build(
+        record_id, [torch.randn(heads, n, head_dim, generator=g) for n in ns],
+        [torch.randn(heads, n, head_dim, generator=g) for n in ns], pos,
+        [base + torch.arange(n) for n in ns], [torch.full((n,), record_id, dtype=torch.long) for n in ns],
+        [torch.rand(n, generator=g) for n in ns], counts, t_start_s=record_id * 8.0, t_end_s=record_id * 8.0 + 7.5,
+        frame_start=record_id * 16, frame_end=record_id * 16 + 16, embedding=torch.randn(embed_dim, generator=g))
+
+
+def _quantiles(ms: list[float]) -> tuple[float, float]:
+    ordered = sorted(ms)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory: str | Path | None = None,
+                 seed: int = 0, **shape) -> dict:
+    """Recall latency (search + fetch from disk + dequantise) with `n_records` records on disk.
+
+    Returns:
+        ``{"bench": "recall", "records", "top_k", "median_ms", "p95_ms", "search_median_ms",
+        "search_p95_ms", "populate_s"}``.
+    """
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        start = time.perf_counter()
+        # DRAM budget 0: every record goes straight to disk, as the oldest records of a long stream do
+        md = MemoryDirectory(Path(tmp) / "mem", _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40,
+                             prefetch_bytes=0, segment_bytes=64 << 20)
+        try:
+            for rid in range(n_records):
+                md.add(synthetic_record(rid, seed=seed, **shape).compress("int8"))
+            md.flush()
+            populate_s = time.perf_counter() - start
+            g = torch.Generator().manual_seed(seed + 1)
+            targets = torch.randint(0, n_records, (queries,), generator=g).tolist()
+            total, search = [], []
+            for rid in targets:
+                q = synthetic_record(rid, seed=seed, **shape).embedding
+                q = q + 0.1 * q.norm() / q.numel() ** 0.5 * torch.randn(q.shape, generator=g)
+                t0 = time.perf_counter()
+                hits = md.search(q, top_k)
+                t1 = time.perf_counter()
+                records = md.fetch([h[0] for h in hits])
+                t2 = time.perf_counter()
+                assert records and records[0].record_id == rid, "recall missed the planted record"
+                total.append((t2 - t0) * 1e3)
+                search.append((t1 - t0) * 1e3)
+        finally:
+            md.close()
+    med, p95 = _quantiles(total)
+    smed, sp95 = _quantiles(search)
+    return {"bench": "recall", "records": n_records, "top_k": top_k, "median_ms": round(med, 3),
+            "p95_ms": round(p95, 3), "search_median_ms": round(smed, 3), "search_p95_ms": round(sp95, 3),
+            "populate_s": round(populate_s, 2)}
+
+
+def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, queries: int = 200, seed: int = 0) -> dict:
+    """FAISS search time per query over `n_records` random embeddings (no disk)."""
+    g = torch.Generator().manual_seed(seed)
+    index = RecordIndex(embed_dim)
+    index.add(range(n_records), torch.randn(n_records, embed_dim, generator=g))
+    qs = torch.randn(queries, embed_dim, generator=g)
+    ms = []
+    for q in qs:
+        t0 = time.perf_counter()
+        index.search(q, top_k)
+        ms.append((time.perf_counter() - t0) * 1e3)
+    med, p95 = _quantiles(ms)
+    return {"bench": "search", "records": n_records, "top_k": top_k, "median_ms": round(med, 4), "p95_ms": round(p95, 4)}
+
+
+def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory: str | Path | None = None,
+                     seed: int = 0, **shape) -> dict:
+    """Write throughput of `DiskStore` relative to a plain sequential write of the same bytes.
+
+    The two alternate `repeats` times (filesystem caches make single runs noisy); the row reports
+    medians, and the ratio is the median of the paired ratios.
+
+    Returns:
+        ``{"bench": "disk_write", "records", "bytes", "store_mb_s", "plain_mb_s", "ratio"}``.
+    """
+    # packed, as records leaving DRAM are (`DramStore` keeps them so)
+    probe = len(to_safetensors(synthetic_record(0, seed=seed, **shape).compress("int8")))
+    n = max(1, total_bytes // probe)
+    records = [pack(synthetic_record(i, seed=seed, **shape).compress("int8")) for i in range(n)]
+    blobs = [to_safetensors(r) for r in records]
+    mb = sum(len(b) for b in blobs) / 2**20
+    plain, store, ratios = [], [], []
+    for trial in range(repeats):
+        with tempfile.TemporaryDirectory(dir=directory) as tmp:
+            # plain: the same serialised bytes, one file, sequential writes, one fsync at the end
+            t0 = time.perf_counter()
+            with open(Path(tmp) / "plain.bin", "wb") as f:
+                for b in blobs:
+                    f.write(b)
+                f.flush()
+                os.fsync(f.fileno())
+            plain_s = time.perf_counter() - t0
+            # store: serialise + sha256 + append + group fsync + manifest, on the writer thread
+            t0 = time.perf_counter()
+            with DiskStore(Path(tmp) / "store", 1 << 40, _FINGERPRINT, segment_bytes=256 << 20) as disk:
+                for r in records:
+                    disk.add(r)
+                disk.flush()
+                store_s = time.perf_counter() - t0
+        plain.append(mb / plain_s)
+        store.append(mb / store_s)
+        ratios.append(plain_s / store_s)
+    return {"bench": "disk_write", "records": n, "bytes": int(mb * 2**20), "store_mb_s": round(statistics.median(store), 1),
+            "plain_mb_s": round(statistics.median(plain), 1), "ratio": round(statistics.median(ratios), 3)}
+
+
+FULL_RECORD = {"layers": 24, "heads": 2, "tokens": 256, "head_dim": 64}  # ~1.6 MB int8: a chunk's evicted tokens
+
+
+def run(sizes: tuple[int, ...] = (1000, 10000), *, write_bytes: int = 64 << 20, directory: str | Path | None = None,
+        **shape) -> tuple[list[dict], str]:
+    """Every tier benchmark; returns the rows and a markdown table of them.
+
+    Args:
+        sizes: Record counts for the recall and search rows (add 100000 by hand: a few minutes, ~2.4 GB).
+        write_bytes: Bytes written by each throughput row.
+        directory: Where temporary directories go (default: the system's temp dir).
+        **shape: Passed to `synthetic_record` for the recall rows and the first throughput row
+            (layers, heads, tokens, head_dim, embed_dim); the second throughput row writes full
+            records (`FULL_RECORD`).
+    """
+    rows = []
+    for n in sizes:
+        rows.append(bench_recall(n, directory=directory, **shape))
+        rows.append(bench_search(n, embed_dim=shape.get("embed_dim", 128)))
+    for name, kw in (("summary-size", shape), ("full-size", FULL_RECORD)):
+        rows.append({**bench_disk_write(write_bytes, directory=directory, **kw), "records_of": name})
+    return rows, markdown(rows)
+
+
+def markdown(rows: list[dict]) -> str:
+    """A markdown table: one line per row, the union of the rows' keys as columns."""
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""Named, atomic checkpoints of tensors plus JSON metadata inside a memory directory.
+
+Resuming a session needs more than the records: the level-1 cache, the running scores, the stream
+position. The caller saves those as a dict of tensors plus a JSON-able dict under a name; a crash at
+any moment leaves either the previous checkpoint of that name or the new one, whole, never a mix.
+
+Layout, under ``checkpoints/``::
+
+    <name>.json                              the commit point: format, tensor file, sha256, meta
+    <name>.<first 16 hex of sha256>.safetensors   the tensors (safetensors, never pickle)
+
+Saving writes the tensor file under a content-derived name (temp, fsync, rename), then replaces
+``<name>.json`` atomically, then deletes the previous tensor file. Before the JSON is replaced the
+old checkpoint is intact (its tensor file has another name); after, the new one is. Tensor files
+no JSON names (a crash between the two steps) are deleted by `clean`. Loading checks the SHA-256
+before the bytes are parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
+
+from hermes.tiers.errors import MemoryDirError
+from hermes.tiers.files import (
+    fsync_dir,
+    read_exact,
+    sha256,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+
+CHECKPOINTS = "checkpoints"
+CHECKPOINT_FORMAT = "hermes-checkpoint/1"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise ValueError(f"checkpoint name must be letters, digits, '_' or '-' (at most 100), got {name!r}")
+
+
+def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Save tensors and metadata under `name`, replacing any previous checkpoint of that name atomically.
+
+    Args:
+        directory: The memory directory.
+        name: Letters, digits, '_' and '-'.
+        tensors: Tensors by name (any device; copied to the host).
+        meta: JSON-able metadata.
+
+    Raises:
+        ValueError: Bad name, or metadata that is not JSON-able.
+    """
+    _check_name(name)
+    meta_json = json.loads(json.dumps(meta))  # fail before touching the disk if meta is not JSON-able
+    folder = directory / CHECKPOINTS
+    folder.mkdir(exist_ok=True)
+    host, seen = {}, set()
+    for key, t in tensors.items():
+        h = t.detach().to("cpu").contiguous()
+        ptr = h.untyped_storage().data_ptr()
+        host[key] = h.clone() if ptr in seen and h.numel() else h  # safetensors refuses shared storage
+        seen.add(ptr)
+    data = save_bytes(host)
+    digest = sha256(data)
+    file = f"{name}.{digest[:16]}.safetensors"
+    old = _read_json(folder / f"{name}.json")
+    write_bytes_atomic(folder / file, data)
+    write_json_atomic(folder / f"{name}.json", {"format": CHECKPOINT_FORMAT, "name": name, "file": file,
+                                                "sha256": digest, "bytes": len(data), "meta": meta_json,
+                                                "created_unix": time.time()})
+    if old and old.get("file") not in (None, file):
+        (folder / old["file"]).unlink(missing_ok=True)
+        fsync_dir(folder)
+
+
+def load_checkpoint(directory: Path, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Load a checkpoint after checking its checksum.
+
+    Returns:
+        ``(tensors on the host, meta)``.
+
+    Raises:
+        KeyError: No checkpoint of that name.
+        MemoryDirError: Its files are unreadable or fail the checksum.
+    """
+    _check_name(name)
+    folder = directory / CHECKPOINTS
+    info = _read_json(folder / f"{name}.json")
+    if info is None:
+        raise KeyError(f"no checkpoint {name!r} in {directory}")
+    path = folder / str(info.get("file", ""))
+    try:
+        data = read_exact(path, 0, int(info["bytes"]))
+    except (OSError, KeyError, ValueError) as exc:
+        raise MemoryDirError(f"checkpoint {name!r} in {directory} is unreadable ({exc}); start without --resume") from exc
+    if info.get("format") != CHECKPOINT_FORMAT or len(data) != info["bytes"] or sha256(data) != info.get("sha256"):
+        raise MemoryDirError(f"checkpoint {name!r} in {directory} ({path.name}) fails its sha256 checksum; "
+                             "start without --resume or use another --memory-dir")
+    return load_bytes(data), info["meta"]
+
+
+def list_checkpoints(directory: Path) -> list[dict[str, Any]]:
+    """``[{name, bytes, created_unix, meta_keys}]`` of the checkpoints, by name."""
+    out = []
+    for path in sorted((directory / CHECKPOINTS).glob("*.json")):
+        info = _read_json(path)
+        if info is not None:
+            out.append({"name": info.get("name", path.stem), "bytes": info.get("bytes"),
+                        "created_unix": info.get("created_unix"), "meta_keys": sorted(info.get("meta") or {})})
+    return out
+
+
+def verify_checkpoints(directory: Path) -> list[str]:
+    """Problems found by loading every checkpoint (checksums); empty when all are intact."""
+    problems = []
+    for path in sorted((directory / CHECKPOINTS).glob("*.json")):
+        try:
+            load_checkpoint(directory, path.stem)
+        except (MemoryDirError, KeyError, ValueError) as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def clean(directory: Path) -> list[str]:
+    """Delete tensor files no checkpoint names (left by a crash mid-save); returns their names."""
+    folder = directory / CHECKPOINTS
+    if not folder.exists():
+        return []
+    named = {(_read_json(p) or {}).get("file") for p in folder.glob("*.json")}
+    removed = [p.name for p in folder.iterdir()
+               if p.name.endswith(".tmp") or (p.suffix == ".safetensors" and p.name not in named)]
+    for name in removed:
+        (folder / name).unlink(missing_ok=True)
+    if removed:
+        fsync_dir(folder)
+    return removed
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None

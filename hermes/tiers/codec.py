@@ -1,0 +1,153 @@
+"""A record's bytes on disk: one complete safetensors file per record, written without copies.
+
+Tensors of a record (L layers, layer l holding n_l tokens, N = sum n_l):
+
+==================  ===================  =====================================================
+name                shape                holds
+==================  ===================  =====================================================
+``keys``            (sum_l H*n_l*D,)     layer l's (H, n_l, D) keys, flattened, layers in order
+``values``          (sum_l H*n_l*Dv,)    the same for values
+``key_scale``       (L, H, 1, D) f32     int8 scales (int8 records only)
+``value_scale``     (L, H, 1, Dv) f32    int8 scales (int8 records only)
+``offsets``         (L + 1,) int64       layer l is tokens ``offsets[l]:offsets[l+1]`` of N
+``positions``       (A, N) int64         rotary positions per token
+``token_ids``       (N,) int64           and likewise ``frame_index``, ``counts`` (int64),
+``scores``          (N,) f32             ``embedding`` (E,) f32
+==================  ===================  =====================================================
+
+Keys and values are flat so that each layer's block is written straight from the tensor's own
+memory: `encode_record` returns the file as a list of buffers (header, then each tensor's bytes)
+for ``os.pwritev`` and an incremental checksum, never joining them into one copy. The header's
+``__metadata__`` holds the scalar fields as JSON under ``"hermes.record"`` (id, times, frames,
+value, kind, source dtype, L, H, D, Dv). Reading goes through ``safetensors.torch.load``, which
+validates the header and the offsets; per-layer tensors come back as views of the packed ones.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from safetensors.torch import load as load_bytes
+
+from hermes.tiers.records import LayerTokens, Record, packed_base
+
+RECORD_FORMAT = 2
+_META_KEY = "hermes.record"
+_META_FIELDS = ("positions", "token_ids", "frame_index", "scores", "counts")
+_ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+              torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
+              torch.bool: "BOOL"}
+
+
+def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
+    """The safetensors file of a record as buffers to write back to back.
+
+    Returns:
+        ``(buffers, total length in bytes)``; the buffers view the record's own host tensors (or
+        small new ones), so the record must stay alive and unmodified until they are written.
+    """
+    parts: list[tuple[str, list[torch.Tensor], torch.dtype, list[int]]] = []  # name, pieces, dtype, shape
+    layers = record.layers
+    if layers:
+        h, d, dv = layers[0].keys.shape[0], layers[0].keys.shape[-1], layers[0].values.shape[-1]
+        for name in ("keys", "values"):
+            pieces = [getattr(layer, name) for layer in layers]
+            base = packed_base(pieces)  # a packed record (`pack`, as DRAM keeps them) is one buffer
+            pieces = [base] if base is not None else [p.detach().to("cpu").reshape(-1) for p in pieces]
+            parts.append((name, pieces, pieces[0].dtype, [sum(p.numel() for p in pieces)]))
+        if layers[0].key_scale is not None:
+            for name in ("key_scale", "value_scale"):
+                pieces = [getattr(layer, name) for layer in layers]
+                t = packed_base(pieces)
+                t = (t if t is not None else torch.stack(pieces)).to("cpu", torch.float32)
+                parts.append((name, [t], t.dtype, [len(layers), *pieces[0].shape]))
+        offsets = torch.tensor([0] + [layer.num_tokens for layer in layers], dtype=torch.long).cumsum(0)
+        parts.append(("offsets", [offsets], torch.long, [len(layers) + 1]))
+        for name in _META_FIELDS:
+            pieces = [getattr(layer, name) for layer in layers]
+            t = packed_base(pieces)
+            if t is None:  # metadata is on the host already; one cat per field
+                t = torch.cat(pieces, dim=-1)
+            parts.append((name, [t], t.dtype, [*pieces[0].shape[:-1], sum(p.shape[-1] for p in pieces)]))
+    else:
+        h = d = dv = 0
+    if record.embedding is not None:
+        t = record.embedding.detach().to("cpu", torch.float32).contiguous()
+        parts.append(("embedding", [t], t.dtype, list(t.shape)))
+    meta = {"format": RECORD_FORMAT, "record_id": record.record_id, "t_start_s": record.t_start_s,
+            "t_end_s": record.t_end_s, "frame_start": record.frame_start, "frame_end": record.frame_end,
+            "value": record.value, "source_dtype": record.source_dtype, "kind": record.kind,
+            "num_layers": len(layers), "heads": h, "head_dim": d, "value_dim": dv, "extra": record.extra}
+    header: dict = {}
+    buffers: list[memoryview | bytes] = []
+    offset = 0
+    for name, pieces, dtype, shape in parts:
+        size = 0
+        for piece in pieces:
+            nbytes = piece.numel() * piece.element_size()
+            if nbytes:
+                flat = piece.contiguous().reshape(-1)
+                buffers.append(memoryview((flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat).numpy()))
+            size += nbytes
+        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    header["__metadata__"] = {_META_KEY: json.dumps(meta)}
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # data starts 8-byte aligned, as the reference writer does
+    prefix = len(head).to_bytes(8, "little") + head
+    return [prefix, *buffers], len(prefix) + offset
+
+
+def to_safetensors(record: Record) -> bytes:
+    """The record's safetensors file as one bytes object (see `encode_record`)."""
+    buffers, _ = encode_record(record)
+    return b"".join(buffers)
+
+
+def from_safetensors(data: bytes) -> Record:
+    """Parse a record's safetensors file (checksum it first: this trusts its structure).
+
+    Raises:
+        ValueError: Not a record of this format (bad header, missing tensors, sizes that disagree).
+    """
+    try:
+        meta = json.loads(safe_metadata(data)[_META_KEY])
+        tensors = load_bytes(data)
+    except Exception as exc:  # safetensors raises its own error type on malformed files
+        raise ValueError(f"not a hermes record: {exc}") from exc
+    if meta.get("format") != RECORD_FORMAT:
+        raise ValueError(f"record format {meta.get('format')!r}; this version reads {RECORD_FORMAT}")
+    num_layers, h, d, dv = (int(meta[k]) for k in ("num_layers", "heads", "head_dim", "value_dim"))
+    layers = []
+    if num_layers:
+        needed = ("keys", "values", "offsets") + _META_FIELDS
+        if any(n not in tensors for n in needed) or tensors["offsets"].shape != (num_layers + 1,):
+            raise ValueError(f"record {meta['record_id']}: missing tensors or bad offsets")
+        offsets = tensors["offsets"].tolist()
+        total = offsets[-1]
+        if tensors["keys"].numel() != h * total * d or tensors["values"].numel() != h * total * dv:
+            raise ValueError(f"record {meta['record_id']}: key/value sizes disagree with the offsets")
+        for l in range(num_layers):
+            lo, n = offsets[l], offsets[l + 1] - offsets[l]
+            got = {name: tensors[name].narrow(-1, lo, n) for name in _META_FIELDS}
+            got["keys"] = tensors["keys"].narrow(0, h * lo * d, h * n * d).view(h, n, d)
+            got["values"] = tensors["values"].narrow(0, h * lo * dv, h * n * dv).view(h, n, dv)
+            if "key_scale" in tensors:
+                got["key_scale"], got["value_scale"] = tensors["key_scale"][l], tensors["value_scale"][l]
+            layers.append(LayerTokens(**got))
+    return Record(record_id=int(meta["record_id"]), t_start_s=float(meta["t_start_s"]),
+                  t_end_s=float(meta["t_end_s"]), frame_start=int(meta["frame_start"]),
+                  frame_end=int(meta["frame_end"]), layers=layers, value=float(meta["value"]),
+                  embedding=tensors.get("embedding"), source_dtype=str(meta["source_dtype"]),
+                  kind=str(meta["kind"]), extra=dict(meta.get("extra") or {}))
+
+
+def safe_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file, from its JSON header alone."""
+    if len(data) < 8:
+        raise ValueError("shorter than a safetensors header")
+    n = int.from_bytes(data[:8], "little")
+    if n > len(data) - 8:
+        raise ValueError("safetensors header runs past the end")
+    return json.loads(data[8:8 + n]).get("__metadata__") or {}

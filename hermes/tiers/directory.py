@@ -1,0 +1,284 @@
+"""A persistent memory directory: levels 2 and 3 and the index behind one object.
+
+`MemoryDirectory` is what a session holds below level 1 (DESIGN §3):
+
+- `add(record)` puts an evicted chunk's record in DRAM (`DramStore`, compressed, bounded). Records
+  DRAM has no room for leave least-valuable first: they are summarised (`summarise_fn`) and
+  compressed on the disk writer's thread and appended to disk (`DiskStore`, bounded, crash-safe);
+  their embeddings go into the FAISS index (`RecordIndex`) at once, so search never misses them.
+- `search(vector, k)` ranks DRAM records (exact, in torch) and disk records (FAISS) by cosine
+  similarity and merges the two lists.
+- `fetch(ids)` returns dequantised records on the requested device: from DRAM, else from the
+  prefetch cache (`Prefetcher`, filled in the background by `prefetch(ids)`), else from disk.
+- `save_checkpoint` / `load_checkpoint` keep whatever else a session needs to resume (level 1,
+  running scores) atomically beside the records (`hermes.tiers.checkpoint`).
+- `inspect()` and `verify()` back ``hermes-video memory inspect|verify DIR``.
+
+Bounds: DRAM holds at most `dram_bytes` of records. Segments, manifest and the saved index share
+`disk_bytes`: the index is counted as 4 E + 8 bytes per record (its rows and ids); outside the
+budget are checkpoints, ``fingerprint.json``, ``index.json`` and, while the index is being saved,
+its temp file. DRAM is not persistent: `close()` writes what DRAM holds to disk (whole, not
+summarised), but a crash loses it; everything on disk that was committed survives. The index is
+saved on `flush` and `close`; after a crash it is repaired from the manifest on open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hermes.tiers import checkpoint
+from hermes.tiers.disk import DiskStore
+from hermes.tiers.dram import DramStore
+from hermes.tiers.errors import MemoryDirError
+from hermes.tiers.index import INDEX_META, normalise, open_index
+from hermes.tiers.prefetch import Prefetcher
+from hermes.tiers.records import Record, compress, default_embedding
+
+
+class MemoryDirectory:
+    """DRAM + disk + FAISS index + checkpoints in one directory. Thread-safe for one writer.
+
+    Args:
+        path: The directory (created if missing).
+        fingerprint: Model/config fingerprint (`hermes.tiers.fingerprint.make_fingerprint`); a
+            directory made with another is refused. None only with ``readonly=True``.
+        dram_bytes: DRAM budget for stored records.
+        disk_bytes: Disk budget for records, manifest and index.
+        dram_dtype: DRAM storage form ("int8" or "fp16").
+        disk_dtype: Disk storage form ("int8" or "fp16").
+        summarise_fn: Applied to each record leaving DRAM before it is written (e.g.
+            ``functools.partial(summarise, anchors_per_layer=4, spec=spec)``); None keeps it whole.
+        pin_memory: Page-lock DRAM copies when CUDA is available.
+        segment_bytes: Disk segment size (default: see `DiskStore`).
+        prefetch_bytes: Prefetch cache budget.
+        readonly: Inspect or verify only: no writes, no repairs, no lock.
+
+    Raises:
+        MemoryDirError: Another model's directory, not a memory directory, or in use.
+    """
+
+    def __init__(self, path: str | Path, fingerprint: dict | None, dram_bytes: int, disk_bytes: int, *,
+                 dram_dtype: str = "int8", disk_dtype: str = "int8",
+                 summarise_fn: Callable[[Record], Record] | None = None, pin_memory: bool = True,
+                 segment_bytes: int | None = None, prefetch_bytes: int = 64 << 20, readonly: bool = False) -> None:
+        if fingerprint is None and not readonly:
+            raise ValueError("a fingerprint is required to open a memory directory for writing")
+        self.path = Path(path)
+        self.readonly = readonly
+        self.disk_dtype = disk_dtype
+        self.summarise_fn = summarise_fn
+        self.disk = DiskStore(self.path, disk_bytes, fingerprint, segment_bytes=segment_bytes, readonly=readonly,
+                              prepare=self._prepare, on_drop=self._on_drop)
+        try:
+            self.checkpoint_notes = [] if readonly else [f"checkpoints/{n}: left by an interrupted save; deleted"
+                                                         for n in checkpoint.clean(self.path)]
+            self.index, self.index_state, self.index_problems = open_index(
+                self.path, self.disk.ids(), self._embedding_from_disk, persist=not readonly)
+        except BaseException:
+            self.disk.close()
+            raise
+        self._account_index()
+        self.dram = DramStore(dram_bytes, dram_dtype, pin_memory, spill=self._spill)
+        self.prefetcher = Prefetcher(self.disk.load, prefetch_bytes)
+        self._lock = threading.RLock()
+        self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
+
+    # ---- wiring between the levels (callbacks) -------------------------------------------------
+
+    def _prepare(self, record: Record) -> Record:
+        """Writer thread: summarise and compress a record leaving DRAM."""
+        out = self.summarise_fn(record) if self.summarise_fn is not None else record
+        return compress(out, self.disk_dtype)
+
+    def _spill(self, record: Record) -> None:
+        """DRAM evicted `record`: queue it for disk and index its embedding (caller's thread)."""
+        self.disk.add(record)
+        self.index.add([record.record_id], record.embedding.reshape(1, -1))
+        self._account_index()
+
+    def _on_drop(self, ids: list[int]) -> None:
+        """Writer thread: the disk dropped records; forget them in the index and the prefetch cache."""
+        self.index.remove(ids)
+        self.prefetcher.invalidate(ids)
+
+    def _embedding_from_disk(self, record_id: int) -> torch.Tensor | None:
+        try:
+            return self.disk.load(record_id).embedding
+        except (KeyError, MemoryDirError):
+            return None
+
+    def _account_index(self) -> None:
+        # each record costs the disk budget its index row: E float32 plus an int64 id
+        if self.index.dim:
+            self.disk.record_overhead_bytes = 4 * self.index.dim + 8
+
+    # ---- writing ---------------------------------------------------------------------------------
+
+    def new_record_id(self) -> int:
+        """A fresh record id, larger than any this directory has held (also across restarts)."""
+        return self.disk.reserve_id()
+
+    def add(self, record: Record) -> None:
+        """Keep a record: in DRAM, moving the least valuable records to disk if DRAM is full.
+
+        Args:
+            record: Any form, K/V on any device; gets `default_embedding` if it has none. Not modified.
+
+        Raises:
+            ValueError: Duplicate id, or an embedding size other than the directory's.
+            MemoryDirError: Read-only directory, or an earlier disk write failed.
+        """
+        if self.readonly:
+            raise MemoryDirError(f"memory directory {self.path} is open read-only")
+        if record.embedding is None:
+            record = dataclasses.replace(record, embedding=default_embedding(record))
+        dim = self.index.dim or (self.dram.embeddings()[1].shape[1] if len(self.dram) else None)
+        if dim is not None and record.embedding.numel() != dim:
+            raise ValueError(f"record {record.record_id} has a {record.embedding.numel()}-d embedding; "
+                             f"this memory directory holds {dim}-d ones")
+        if record.record_id in self.dram or record.record_id in self.disk:
+            raise ValueError(f"record {record.record_id} is already in {self.path}")
+        self.disk.note_id(record.record_id)
+        with self._lock:  # a record DRAM evicts is on its way to disk before fetch can look for it
+            self.dram.add(record)
+
+    def flush(self) -> None:
+        """Wait until every record sent to disk is committed, then save the index."""
+        self.disk.flush()
+        if not self.readonly:
+            self.index.save(self.path)
+
+    def close(self, spill_dram: bool = True) -> None:
+        """Write DRAM's records to disk whole (if `spill_dram`), flush, save the index, release all."""
+        try:
+            if spill_dram and not self.readonly:
+                for record in self.dram.drain():
+                    self.disk.add(record, prepare=False)  # no summary: a restart should lose nothing
+                    self.index.add([record.record_id], record.embedding.reshape(1, -1))
+            self.flush()
+        finally:
+            self.prefetcher.close()
+            self.disk.close()
+
+    def __enter__(self) -> MemoryDirectory:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- recall ----------------------------------------------------------------------------------
+
+    def search(self, vector: torch.Tensor, k: int) -> list[tuple[int, float]]:
+        """The `k` records (DRAM or disk) whose embeddings are most similar (cosine) to `vector`.
+
+        Returns:
+            ``[(record_id, similarity)]``, best first.
+        """
+        results = self.index.search(vector, k)
+        ids, mat = self.dram.embeddings()
+        if len(ids):
+            q = torch.from_numpy(normalise(vector)[0])  # (E,)
+            sims = torch.from_numpy(normalise(mat)) @ q  # (n,)
+            top = torch.topk(sims, min(k, len(ids)))
+            results += [(int(ids[i]), float(s)) for s, i in zip(top.values, top.indices)]
+        return sorted(results, key=lambda r: -r[1])[:k]
+
+    def prefetch(self, ids: Iterable[int]) -> int:
+        """Start loading the given disk records in the background; returns how many were scheduled."""
+        return self.prefetcher.prefetch([i for i in ids if i not in self.dram])
+
+    def fetch(self, ids: Sequence[int], device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
+              non_blocking: bool = True) -> list[Record]:
+        """Dequantised records, in the order asked, K/V on `device`.
+
+        Looks in DRAM, then the prefetch cache (waiting for a load in flight), then reads the disk.
+
+        Raises:
+            KeyError: An id this directory does not hold.
+            RecordCorruptError: A disk record fails its checksum.
+        """
+        out = []
+        for rid in ids:
+            with self._lock:
+                stored, source = self.dram.peek(rid), "dram"
+                if stored is None and rid not in self.disk:
+                    raise KeyError(f"record {rid} is not in memory directory {self.path}")
+            if stored is None:
+                stored, source = self.prefetcher.get(rid), "prefetch"
+            if stored is None:
+                stored, source = self.disk.load(rid), "disk"
+            self.fetched[source] += 1
+            out.append(stored.dequantize(device, dtype, non_blocking=non_blocking))
+        return out
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+
+    def save_checkpoint(self, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """Save tensors + JSON metadata atomically under `name` (see `hermes.tiers.checkpoint`)."""
+        if self.readonly:
+            raise MemoryDirError(f"memory directory {self.path} is open read-only")
+        checkpoint.save_checkpoint(self.path, name, tensors, meta)
+
+    def load_checkpoint(self, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """``(tensors, meta)`` saved under `name`; KeyError if none, MemoryDirError if damaged."""
+        return checkpoint.load_checkpoint(self.path, name)
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        return checkpoint.list_checkpoints(self.path)
+
+    # ---- reporting -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """``{dram_bytes, dram_records, disk_bytes, disk_records, index_records, fetched, prefetch}``."""
+        return {"dram_bytes": self.dram.nbytes, "dram_records": len(self.dram), "disk_bytes": self.disk.disk_bytes,
+                "disk_records": self.disk.num_records, "index_records": len(self.index),
+                "fetched": dict(self.fetched), "prefetch": self.prefetcher.stats()}
+
+    def inspect(self, max_records: int | None = None) -> dict[str, Any]:
+        """What the directory holds: records (time spans, sizes), segments, index state, checkpoints.
+
+        Args:
+            max_records: List at most this many records (the newest); None lists all.
+        """
+        entries = self.disk.entries()
+        shown = entries if max_records is None else entries[len(entries) - max_records:] if max_records else []
+        return {
+            "path": str(self.path), "fingerprint": self.disk.fingerprint,
+            "disk": {"records": len(entries), "bytes": self.disk.disk_bytes, "capacity_bytes": self.disk.capacity_bytes,
+                     "segments": self.disk.segments()},
+            "dram": self.dram.stats(),
+            "time_span_s": [min(e.t_start_s for e in entries), max(e.t_end_s for e in entries)] if entries else None,
+            "records": [e.summary() for e in shown],
+            "index": {"state": self.index_state, "records": len(self.index), "dim": self.index.dim,
+                      "saved": (self.path / INDEX_META).exists()},
+            "checkpoints": self.checkpoints(),
+            "problems": self.disk.open_problems + self.index_problems,
+            "notes": self.disk.open_notes + self.checkpoint_notes,
+        }
+
+    def verify(self) -> tuple[bool, list[str]]:
+        """Check every record's checksum, the manifest, the index against the manifest, and checkpoints.
+
+        Returns:
+            ``(ok, messages)``: ok is False if any record, manifest line or checkpoint is damaged or
+            the index disagrees with the manifest; messages lists the problems, then harmless notes
+            (crash leftovers, a stale saved index), those prefixed ``"note: "``.
+        """
+        report = self.disk.verify()
+        problems = list(report.problems) + list(self.index_problems)
+        on_disk = set(self.disk.ids())
+        indexed = set(self.index.ids().tolist())
+        if indexed != on_disk:
+            problems.append(f"index holds {len(indexed - on_disk)} ids the manifest lacks and lacks "
+                            f"{len(on_disk - indexed)} of its records")
+        problems += checkpoint.verify_checkpoints(self.path)
+        notes = list(report.notes) + self.checkpoint_notes
+        if self.index_state not in ("loaded", "empty"):  # on open it did not match the manifest
+            notes.append(f"index {self.index_state} on open" + (" (in memory only: read-only)" if self.readonly else ""))
+        return not problems, problems + [f"note: {n}" for n in notes]

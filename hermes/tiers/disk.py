@@ -1,0 +1,550 @@
+"""Memory level 3: records in append-only segment files on disk, crash-safe, bounded in bytes.
+
+Layout of a store's directory::
+
+    fingerprint.json          which model/config made it (`hermes.tiers.fingerprint`)
+    manifest.jsonl            one JSON line per event: the truth (`hermes.tiers.manifest`)
+    segments/000001.safetensors
+    segments/000002.safetensors ...
+    lock                      held (flock) by the one process writing
+
+A segment is a concatenation of records; each record's byte range, named by its manifest line, is
+one complete safetensors file (`hermes.tiers.records.to_safetensors`), so no tensor is ever
+pickled and a record reads back with one ``pread``. Segments roll over at `segment_bytes`.
+
+Crash safety. A record is *committed* when its manifest line is durable, and its line is written
+only after its bytes are: (1) append the record's bytes to the segment, fsync the segment (and the
+directory, for a new segment file); (2) append the manifest line, fsync the manifest. A crash
+before (2) completes leaves bytes no line names (cut on the next open) and perhaps a partial line
+(a torn tail: no newline or no valid JSON; cut on open). A crash after (2) leaves the record
+complete. Every line names the SHA-256 of its bytes, which `load` checks before parsing them.
+
+Bounded. ``disk_bytes`` (segments + manifest + `record_overhead_bytes` per record, e.g. the FAISS
+index's share) never exceeds `capacity_bytes`, not even for a moment: before a write that would
+pass it, the oldest segment is dropped whole (oldest being earliest written), and the check keeps
+room for the drop line and for a manifest rewrite's temp file. A drop is (1) append a ``drop`` line and
+fsync the manifest; (2) delete the file and fsync the directory. A crash between the two leaves a
+file no live record uses, deleted on the next open. When dead lines outweigh live ones, the
+manifest is rewritten with only the live ones (temp file, fsync, rename).
+
+Writes happen on a background thread fed by a bounded queue (`add` blocks only when the writer is
+`queue_size` records behind); the writer commits whatever is queued as one group (one fsync pair
+per group, not per record). `flush` waits until everything added is committed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermes.tiers.codec import encode_record, from_safetensors
+from hermes.tiers.errors import MemoryDirError, RecordCorruptError
+from hermes.tiers.files import (
+    fsync_dir,
+    read_exact,
+    sha256,
+    try_lock,
+    write_all,
+    write_buffers,
+)
+from hermes.tiers.fingerprint import check_or_create
+from hermes.tiers.manifest import (
+    MANIFEST,
+    SEGMENTS,
+    SUFFIX,
+    Entry,
+    del_line,
+    drop_line,
+    header_line,
+)
+from hermes.tiers.records import Record
+from hermes.tiers.recovery import recover
+
+LOCK = "lock"
+__all__ = ["MANIFEST", "SEGMENTS", "SUFFIX", "DiskStore", "VerifyReport"]
+_COMPACT_MIN_BYTES = 4096  # below this, dead manifest lines are not worth a rewrite
+# room kept for one drop line, or the header line `close` may append
+_DROP_RESERVE = max(len(drop_line(f"{10**9}{SUFFIX}")), len(header_line(10**15)))
+
+
+@dataclass
+class VerifyReport:
+    """Result of `DiskStore.verify`: ``ok`` is False when any record or the manifest is damaged."""
+
+    ok: bool = True
+    problems: list[str] = field(default_factory=list)  # damage: checksum, missing bytes, bad lines
+    notes: list[str] = field(default_factory=list)  # harmless leftovers of a crash, repaired on open
+    records_checked: int = 0
+    bytes_checked: int = 0
+
+
+class _Active:
+    """The segment being appended to: name, open descriptor, size, whether its name is durable."""
+
+    def __init__(self, name: str, fd: int, size: int, new: bool) -> None:
+        self.name, self.fd, self.size, self.new = name, fd, size, new
+
+
+class DiskStore:
+    """Append-only record store; see the module docstring for layout and crash safety.
+
+    Args:
+        directory: The memory directory (created if missing).
+        capacity_bytes: Bound on `disk_bytes`.
+        fingerprint: Model/config fingerprint; a directory made with another is refused. None
+            accepts any (only for reading an existing directory).
+        segment_bytes: Roll to a new segment file past this size; default capacity/16, clamped
+            to [64 KiB, 256 MiB], so dropping one segment frees a small share of the budget.
+        queue_size: Records the writer may lag behind before `add` blocks.
+        readonly: Open without the lock, without repairs and without a writer (inspect/verify).
+        prepare: Applied to each record on the writer thread before it is written (e.g.
+            summarise and compress), so that work stays off the caller's thread.
+        on_drop: Called on the writer thread with the ids of records that left the disk (dropped
+            segments, or records too large to store).
+        record_overhead_bytes: Bytes counted per live record beyond its own (the index's share).
+
+    Raises:
+        MemoryDirError: Another model's directory, not a memory directory, or in use by another
+            process.
+    """
+
+    def __init__(self, directory: str | Path, capacity_bytes: int, fingerprint: dict | None, *,
+                 segment_bytes: int | None = None, queue_size: int = 32, readonly: bool = False,
+                 prepare: Callable[[Record], Record] | None = None,
+                 on_drop: Callable[[list[int]], None] | None = None, record_overhead_bytes: int = 0) -> None:
+        self.directory = Path(directory)
+        self.capacity_bytes = int(capacity_bytes)
+        self.segment_bytes = int(segment_bytes or min(max(self.capacity_bytes // 16, 64 << 10), 256 << 20))
+        self.readonly = readonly
+        self.record_overhead_bytes = int(record_overhead_bytes)
+        self._prepare, self._on_drop = prepare, on_drop
+        self._lock = threading.RLock()
+        self._lock_fd: int | None = None
+        self.open_problems: list[str] = []  # damage found on open (records lost)
+        self.open_notes: list[str] = []  # crash leftovers found (and, unless readonly, repaired) on open
+        if readonly:
+            if not (self.directory / MANIFEST).exists():
+                raise MemoryDirError(f"{self.directory} is not a hermes memory directory (no {MANIFEST})")
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._take_lock()
+        try:
+            self.fingerprint = check_or_create(self.directory, fingerprint, create=not readonly)
+        except BaseException:
+            self._release_lock()
+            raise
+        if not readonly:
+            (self.directory / SEGMENTS).mkdir(exist_ok=True)
+        self._open_manifest()
+        self._pending: dict[int, Record] = {}
+        self._group: list[Entry] = []
+        self._active: _Active | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+        self._writer: threading.Thread | None = None
+        if not readonly:
+            self._writer = threading.Thread(target=self._run, name=f"hermes-disk-{self.directory.name}", daemon=True)
+            self._writer.start()
+
+    # ---- opening ---------------------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        self._lock_fd = try_lock(self.directory / LOCK)
+        if self._lock_fd is None:
+            raise MemoryDirError(f"memory directory {self.directory} is in use by another process; "
+                                 "wait for it to finish or use another --memory-dir")
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    def _open_manifest(self) -> None:
+        """Recover the store's state from its files (cutting crash leftovers unless read-only)."""
+        fix = not self.readonly
+        state = recover(self.directory, fix)
+        self.open_problems += state.problems
+        self.open_notes += state.notes
+        self._entries: dict[int, Entry] = state.entries
+        self._by_segment = state.by_segment
+        self._seg_lines = state.seg_lines  # live manifest-line bytes per segment, for the cap checks
+        self._group_lines = 0
+        self._next_id = self._recorded_next_id = state.next_id  # the latter: what the manifest implies
+        self._seg_sizes = state.seg_sizes
+        self._seg_total = sum(self._seg_sizes.values())
+        self._next_segment = state.next_segment
+        self._manifest_size = state.manifest_size
+        lost = state.lost
+        path = self.directory / MANIFEST
+        self._manifest_fd = None
+        if not fix:
+            return
+        if not path.exists():
+            self._rewrite_manifest()
+            return
+        self._manifest_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        if lost:
+            self._append_manifest(del_line(lost))  # make the repair durable
+        if self._dead_manifest_bytes() > max(self._live_manifest_bytes(), _COMPACT_MIN_BYTES):
+            self._rewrite_manifest()
+
+    # ---- public: writing -------------------------------------------------------------------------
+
+    def add(self, record: Record, prepare: bool = True) -> None:
+        """Queue a record for writing; it is committed (durable) once `flush` returns.
+
+        The record must not be modified afterwards. Until committed, `load` returns it as given.
+
+        Args:
+            record: The record.
+            prepare: Pass it through the store's `prepare` function (False: write it as given).
+
+        Raises:
+            MemoryDirError: The store is read-only or closed, or an earlier write failed.
+            ValueError: A record with this id is already stored or queued.
+        """
+        self._raise_if_failed()
+        if self.readonly or self._closed:
+            raise MemoryDirError(f"memory directory {self.directory} is {'read-only' if self.readonly else 'closed'}")
+        with self._lock:
+            if record.record_id in self._entries or record.record_id in self._pending:
+                raise ValueError(f"record {record.record_id} is already on disk")
+            self._pending[record.record_id] = record
+            self._next_id = max(self._next_id, record.record_id + 1)
+        self._queue.put(("rec", (record, prepare)))
+
+    def flush(self) -> None:
+        """Wait until every record added so far is committed.
+
+        Raises:
+            MemoryDirError: A write failed (disk full, I/O error, record larger than the capacity).
+        """
+        if self._writer is not None and self._writer.is_alive():
+            done = threading.Event()
+            self._queue.put(("flush", done))
+            done.wait()
+        self._raise_if_failed()
+
+    def close(self) -> None:
+        """Flush, stop the writer, release the directory. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._writer is not None and self._writer.is_alive():
+                self._queue.put(("stop", None))
+                self._writer.join()
+        finally:
+            for fd in (self._active.fd if self._active else None, self._manifest_fd, self._lock_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._active = None
+            self._manifest_fd = self._lock_fd = None
+        self._raise_if_failed()
+
+    def __enter__(self) -> DiskStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            err = self._error
+            if isinstance(err, MemoryDirError):
+                raise err
+            raise MemoryDirError(f"writing to memory directory {self.directory} failed: {err}") from err
+
+    # ---- public: reading -------------------------------------------------------------------------
+
+    def load(self, record_id: int) -> Record:
+        """Read a record back, as stored (compressed), after checking its checksum.
+
+        Raises:
+            KeyError: No such record (never stored, or dropped).
+            RecordCorruptError: Its bytes are missing, cut short, fail the checksum or do not parse.
+        """
+        with self._lock:
+            entry = self._entries.get(record_id)
+            pending = self._pending.get(record_id)
+        if entry is None:
+            if pending is not None:
+                return pending
+            raise KeyError(f"record {record_id} is not on disk in {self.directory}")
+        path = self.directory / SEGMENTS / entry.segment
+        where = f"record {record_id} in {path} (bytes {entry.offset}..{entry.offset + entry.length})"
+        hint = f"; run `hermes-video memory verify {self.directory}`"
+        try:
+            data = read_exact(path, entry.offset, entry.length)
+        except FileNotFoundError:
+            if record_id not in self._entries:  # dropped while we were reading
+                raise KeyError(f"record {record_id} was removed from {self.directory}") from None
+            raise RecordCorruptError(f"{where}: segment file is missing{hint}") from None
+        if len(data) != entry.length:
+            raise RecordCorruptError(f"{where}: cut short, {len(data)} of {entry.length} bytes{hint}")
+        if sha256(data) != entry.sha256:
+            raise RecordCorruptError(f"{where}: bytes fail their sha256 checksum{hint}")
+        try:
+            record = from_safetensors(data)
+        except ValueError as exc:
+            raise RecordCorruptError(f"{where}: checksum matches but the bytes are no record ({exc}){hint}") from exc
+        if record.record_id != record_id:
+            raise RecordCorruptError(f"{where}: holds record {record.record_id} instead{hint}")
+        return record
+
+    def entries(self) -> list[Entry]:
+        """Committed records' manifest entries, oldest first."""
+        with self._lock:
+            return list(self._entries.values())
+
+    def ids(self) -> list[int]:
+        """Ids of committed and queued records."""
+        with self._lock:
+            return list(self._entries) + [i for i in self._pending if i not in self._entries]
+
+    def __contains__(self, record_id: int) -> bool:
+        with self._lock:
+            return record_id in self._entries or record_id in self._pending
+
+    @property
+    def next_id(self) -> int:
+        """One more than the largest record id this directory has ever held, been given or handed out."""
+        return self._next_id
+
+    def note_id(self, record_id: int) -> None:
+        """Record that `record_id` is in use elsewhere (e.g. in DRAM), so it is never handed out."""
+        with self._lock:
+            self._next_id = max(self._next_id, record_id + 1)
+
+    def reserve_id(self) -> int:
+        """A fresh record id; ids are never handed out twice, across restarts too (saved on close)."""
+        with self._lock:
+            rid = self._next_id
+            self._next_id += 1
+            return rid
+
+    @property
+    def num_records(self) -> int:
+        """Committed records."""
+        return len(self._entries)
+
+    @property
+    def disk_bytes(self) -> int:
+        """Segments + manifest + the per-record overhead, now; the cap bounds it at every moment."""
+        with self._lock:
+            return self._used()
+
+    def segments(self) -> dict[str, dict]:
+        """Per segment file: ``{"bytes", "records"}``."""
+        with self._lock:
+            return {name: {"bytes": size, "records": len(self._by_segment.get(name, ()))}
+                    for name, size in sorted(self._seg_sizes.items())}
+
+    def verify(self) -> VerifyReport:
+        """Check every committed record's checksum and structure, and the manifest's readability.
+
+        Returns:
+            A `VerifyReport`; problems are damage, notes are crash leftovers (cut on open).
+        """
+        report = VerifyReport(problems=list(self.open_problems), notes=list(self.open_notes))
+        for entry in self.entries():
+            try:
+                self.load(entry.record_id)
+            except RecordCorruptError as exc:
+                report.problems.append(str(exc))
+            except KeyError:
+                continue  # dropped meanwhile
+            report.records_checked += 1
+            report.bytes_checked += entry.length
+        on_disk = {p.name for p in (self.directory / SEGMENTS).glob(f"*{SUFFIX}")}
+        with self._lock:
+            used = set(self._by_segment) | ({self._active.name} if self._active else set())
+        for name in sorted(on_disk - used):
+            report.notes.append(f"{SEGMENTS}/{name}: no committed record uses it")
+        report.ok = not report.problems
+        return report
+
+    # ---- writer thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < 256:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for kind, payload in batch:
+                if kind == "rec" and self._error is None:
+                    try:
+                        self._write(*payload)
+                    except BaseException as exc:  # kept and raised to the caller by add/flush/close
+                        self._error = exc
+            if self._error is None:
+                try:
+                    self._commit()
+                except BaseException as exc:
+                    self._error = exc
+            for kind, payload in batch:
+                if kind == "flush":
+                    payload.set()
+            if any(kind == "stop" for kind, _ in batch):
+                if self._error is None and self._next_id > self._recorded_next_id:
+                    try:  # ids handed out but never stored must not be handed out again after a restart
+                        self._append_manifest(header_line(self._next_id))
+                    except BaseException as exc:
+                        self._error = exc
+                return
+
+    def _write(self, record: Record, prepare: bool) -> None:
+        """Place one record's bytes in the active segment (durable only at `_commit`)."""
+        stored = self._prepare(record) if self._prepare and prepare else record
+        buffers, length = encode_record(stored)
+        # the entry as it will be, but for its place: the next segment's name and a 13-digit offset
+        # are at least as long as the real ones, so its line length bounds the real line's
+        draft = Entry(record.record_id, f"{self._next_segment:06d}{SUFFIX}", 10**12, length, "0" * 64,
+                      stored.nbytes(), stored.t_start_s, stored.t_end_s, stored.frame_start, stored.frame_end,
+                      stored.value, stored.kind, stored.storage, tuple(stored.num_tokens()))
+        need = length + 2 * len(draft.line()) + self.record_overhead_bytes  # its line counts twice, see _bound
+        if not self._make_room(need):
+            with self._lock:
+                self._pending.pop(record.record_id, None)
+            if self._on_drop:
+                self._on_drop([record.record_id])
+            raise MemoryDirError(
+                f"record {record.record_id} needs {need} bytes on disk but the memory directory "
+                f"{self.directory} is capped at {self.capacity_bytes} bytes; raise the disk budget")
+        if self._active is None or (self._active.size and self._active.size + length > self.segment_bytes):
+            self._roll()
+        active = self._active
+        write_buffers(active.fd, buffers, active.size)
+        entry = dataclasses.replace(draft, segment=active.name, offset=active.size, sha256=sha256(*buffers))
+        with self._lock:
+            active.size += length
+            self._seg_sizes[active.name] = active.size
+            self._seg_total += length
+            self._group.append(entry)
+            self._group_lines += len(entry.line())
+
+    def _commit(self) -> None:
+        """Make the group durable: fsync its segment, then append and fsync its manifest lines."""
+        if not self._group:
+            return
+        os.fsync(self._active.fd)  # every group entry is in the active segment (rolls commit first)
+        if self._active.new:
+            fsync_dir(self.directory / SEGMENTS)
+            self._active.new = False
+        self._append_manifest(b"".join(e.line() for e in self._group))
+        with self._lock:
+            for e in self._group:
+                self._recorded_next_id = max(self._recorded_next_id, e.record_id + 1)
+                self._entries[e.record_id] = e
+                self._by_segment.setdefault(e.segment, set()).add(e.record_id)
+                self._seg_lines[e.segment] = self._seg_lines.get(e.segment, 0) + len(e.line())  # cached
+                self._pending.pop(e.record_id, None)
+            self._group, self._group_lines = [], 0
+
+    def _roll(self) -> None:
+        """Commit, then start a new segment file."""
+        self._commit()
+        if self._active is not None:
+            os.close(self._active.fd)
+        name = f"{self._next_segment:06d}{SUFFIX}"
+        self._next_segment += 1
+        fd = os.open(self.directory / SEGMENTS / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with self._lock:
+            self._active = _Active(name, fd, 0, new=True)
+            self._seg_sizes[name] = 0
+
+    def _make_room(self, need: int) -> bool:
+        """Drop oldest segments (and compact the manifest) until `need` more bytes fit; False if they cannot."""
+        while self._bound() + need > self.capacity_bytes:
+            dead = self._dead_manifest_bytes()
+            if dead and (dead > self._live_manifest_bytes() or not (self._by_segment or self._group)):
+                self._rewrite_manifest()  # amortised: only once dead lines outweigh live ones
+                continue
+            if not self._by_segment and self._group:
+                self._commit()  # the queued records are all there is: make them droppable
+                continue
+            oldest = next(iter(self._by_segment), None)  # segments are kept oldest first
+            if oldest is None:
+                return False
+            self._drop_segment(oldest)
+        return True
+
+    def _drop_segment(self, name: str) -> None:
+        """Remove a whole segment: durable ``drop`` line first, then the file."""
+        if self._active is not None and self._active.name == name:
+            self._commit()  # queued records in it go too, and their lines must precede the drop
+        self._append_manifest(drop_line(name))
+        with self._lock:
+            ids = sorted(self._by_segment.pop(name, ()))
+            for rid in ids:
+                del self._entries[rid]
+            self._seg_lines.pop(name, None)
+            self._seg_total -= self._seg_sizes.pop(name, 0)
+            if self._active is not None and self._active.name == name:
+                os.close(self._active.fd)
+                self._active = None
+        # no directory fsync: if a crash undoes the unlink, the file is an orphan (its records are
+        # dropped by the durable line above) and the next open deletes it
+        os.unlink(self.directory / SEGMENTS / name)
+        if self._on_drop and ids:
+            self._on_drop(ids)
+        if self._dead_manifest_bytes() > max(self._live_manifest_bytes(), _COMPACT_MIN_BYTES):
+            self._rewrite_manifest()
+
+    # ---- manifest file ---------------------------------------------------------------------------
+
+    def _append_manifest(self, lines: bytes) -> None:
+        write_all(self._manifest_fd, lines)
+        os.fsync(self._manifest_fd)
+        with self._lock:
+            self._manifest_size += len(lines)
+
+    def _rewrite_manifest(self) -> None:
+        """Replace the manifest by its live lines only (temp file, fsync, rename, fsync directory)."""
+        path, tmp = self.directory / MANIFEST, self.directory / (MANIFEST + ".tmp")
+        with self._lock:
+            body = header_line(self._next_id) + b"".join(e.line() for e in self._entries.values())
+            self._recorded_next_id = self._next_id
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)  # the atomic switch: before it the old manifest stands, after it the new
+        fsync_dir(self.directory)
+        with self._lock:
+            if self._manifest_fd is not None:
+                os.close(self._manifest_fd)
+            self._manifest_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self._manifest_size = len(body)
+
+    def _live_manifest_bytes(self) -> int:
+        return len(header_line(self._next_id)) + sum(self._seg_lines.values())
+
+    def _dead_manifest_bytes(self) -> int:
+        return max(self._manifest_size - self._live_manifest_bytes(), 0)
+
+    def _used(self) -> int:
+        """Bytes on disk now (segments + manifest) plus the per-record overhead."""
+        return self._seg_total + self._manifest_size + self.record_overhead_bytes * len(self._entries)
+
+    def _bound(self) -> int:
+        """What the directory may need at its peak: checked against the cap before every write.
+
+        Beyond `_used` (with queued records): their manifest lines, room for one ``drop`` line, and
+        room for a compaction's temp file beside the old manifest (as big as the live lines), so that
+        neither a drop nor a rewrite of the manifest ever takes the files over the cap.
+        """
+        live_lines = self._live_manifest_bytes() + self._group_lines
+        return (self._used() + self._group_lines + _DROP_RESERVE + live_lines
+                + self.record_overhead_bytes * len(self._group))

@@ -1,0 +1,93 @@
+"""Which model and memory settings made a memory directory, so that no other run mixes into it.
+
+Records hold one model's keys and values: another model (or the same one with another layer count,
+head size or rotary scheme) cannot attend to them, and different memory settings make records that
+mean something else. A memory directory therefore carries ``fingerprint.json``, written once when
+the directory is created; opening it with a different fingerprint is refused with a one-line
+`MemoryDirError` that says what differs and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hermes.tiers.errors import MemoryDirError
+from hermes.tiers.files import write_json_atomic
+
+FORMAT = "hermes-memory/1"
+FINGERPRINT = "fingerprint.json"
+
+
+def make_fingerprint(model: str, family: str, num_layers: int, num_kv_heads: int, head_dim: int,
+                     rope: str = "1d", memory: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fingerprint of a model and memory configuration, as JSON-able plain values.
+
+    Args:
+        model: Model name or hub id.
+        family: Adapter family.
+        num_layers: Decoder layers.
+        num_kv_heads: Key/value heads per layer.
+        head_dim: Head size.
+        rope: Rotary scheme ("1d", "mrope", ...; include the sections if they matter).
+        memory: The memory settings records depend on (e.g. storage dtype, summary anchors).
+
+    Returns:
+        ``{"format", "model", "family", "num_layers", "num_kv_heads", "head_dim", "rope", "memory"}``.
+    """
+    return normalise({"format": FORMAT, "model": model, "family": family, "num_layers": int(num_layers),
+                      "num_kv_heads": int(num_kv_heads), "head_dim": int(head_dim), "rope": rope,
+                      "memory": dict(memory or {})})
+
+
+def normalise(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint as it reads back from JSON (tuples become lists), so comparisons are fair."""
+    return json.loads(json.dumps(fingerprint, sort_keys=True))
+
+
+def describe(fp: dict[str, Any]) -> str:
+    """A short human description, e.g. ``model 'x' (family y, 24 layers, head_dim 64)``."""
+    bits = [f"family {fp['family']}" if "family" in fp else None,
+            f"{fp['num_layers']} layers" if "num_layers" in fp else None,
+            f"head_dim {fp['head_dim']}" if "head_dim" in fp else None]
+    inner = ", ".join(b for b in bits if b)
+    return f"model {fp.get('model', '?')!r}" + (f" ({inner})" if inner else "")
+
+
+def check_or_create(directory: Path, fingerprint: dict[str, Any] | None, create: bool) -> dict[str, Any]:
+    """Compare a directory's fingerprint with ours, or write ours into a new, empty directory.
+
+    Args:
+        directory: The memory directory (must exist).
+        fingerprint: Ours; None accepts whatever the directory holds (inspection tools).
+        create: Whether a directory without a fingerprint may be claimed (only if it is empty).
+
+    Returns:
+        The directory's fingerprint.
+
+    Raises:
+        MemoryDirError: The fingerprints differ, or the directory is not a memory directory.
+    """
+    path = directory / FINGERPRINT
+    if not path.exists():
+        others = [p.name for p in directory.iterdir() if p.name not in ("lock",)]
+        if others or not create or fingerprint is None:
+            raise MemoryDirError(
+                f"{directory} is not a hermes memory directory (no {FINGERPRINT}"
+                f"{', and it holds other files' if others else ''}); use an empty or new --memory-dir")
+        write_json_atomic(path, normalise(fingerprint))
+        return normalise(fingerprint)
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise MemoryDirError(f"{path} is unreadable ({exc}); use another --memory-dir") from exc
+    if fingerprint is None:
+        return stored
+    ours = normalise(fingerprint)
+    if stored != ours:
+        keys = sorted(k for k in set(stored) | set(ours) if stored.get(k) != ours.get(k))
+        raise MemoryDirError(
+            f"memory directory {directory} was made by {describe(stored)}, but this run uses {describe(ours)} "
+            f"(they differ in: {', '.join(keys)}); use another --memory-dir")
+    return stored

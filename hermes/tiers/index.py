@@ -1,0 +1,207 @@
+"""Finding records for a question: a FAISS inner-product index over record embeddings.
+
+Each record carries an embedding (`Record.embedding`); a question becomes a vector in the same
+space, and the records whose embeddings are most similar are recalled. Similarity is cosine:
+vectors are L2-normalised and compared by inner product in an exact ``IndexFlatIP`` wrapped in an
+``IndexIDMap2`` (so results are record ids, and records can be removed when the disk drops them).
+Exact search is the right default here: it needs no training, a query over 10^5 records takes
+about a millisecond or two on a CPU, and recall is 1.
+
+The index is *derived*: the manifest and segments are the truth (DESIGN §3). It is saved as
+``index.faiss`` (FAISS's own serialisation, never pickle) with ``index.json`` beside it (format,
+dimension, count, SHA-256 of ``index.faiss``), and `open_index` checks it against the manifest's
+live ids on open: missing, unreadable (checksum) or of another dimension, it is rebuilt from the
+records' embeddings; holding other ids than the manifest (after a crash between a write and the
+next save), it is repaired (stale ids removed, missing ones added). Bytes are checksummed before
+FAISS parses them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+
+from hermes.tiers.files import sha256, write_bytes_atomic, write_json_atomic
+
+INDEX, INDEX_META = "index.faiss", "index.json"
+INDEX_FORMAT = "hermes-index/1"
+
+
+def normalise(vectors: np.ndarray | torch.Tensor) -> np.ndarray:
+    """``(n, E)`` float32 rows scaled to unit L2 norm (zero rows stay zero), C-contiguous."""
+    x = vectors.detach().to("cpu", torch.float32).numpy() if isinstance(vectors, torch.Tensor) else vectors
+    x = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.ascontiguousarray(x / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+
+class RecordIndex:
+    """Exact cosine-similarity search over record embeddings, by record id. Thread-safe.
+
+    Args:
+        dim: Embedding size E; None to take it from the first vectors added.
+        search_threads: OpenMP threads for one query. 1 by default: a single query over 10^5
+            vectors takes ~2 ms on one core, while a parallel region waits for its slowest thread,
+            which on a busy machine (the model using the other cores) costs far more than it saves.
+    """
+
+    def __init__(self, dim: int | None = None, search_threads: int = 1) -> None:
+        self.dim = dim
+        self.search_threads = search_threads
+        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim)) if dim else None
+        self._ids: set[int] = set()  # mirror of the index's ids: membership without a FAISS scan
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._index.ntotal if self._index is not None else 0
+
+    def ids(self) -> np.ndarray:
+        """(n,) int64 ids held, in insertion order."""
+        with self._lock:
+            if self._index is None:
+                return np.zeros(0, dtype=np.int64)
+            return faiss.vector_to_array(self._index.id_map).astype(np.int64)
+
+    def add(self, ids: Iterable[int], vectors: np.ndarray | torch.Tensor) -> None:
+        """Add (or replace) the vectors of records.
+
+        Args:
+            ids: n record ids.
+            vectors: (n, E) embeddings (any scale; normalised here).
+
+        Raises:
+            ValueError: Counts disagree or E differs from the index's dimension.
+        """
+        ids_arr = np.asarray(list(ids), dtype=np.int64)
+        x = normalise(vectors)
+        if x.shape[0] != ids_arr.shape[0]:
+            raise ValueError(f"{ids_arr.shape[0]} ids but {x.shape[0]} vectors")
+        if not ids_arr.size:
+            return
+        with self._lock:
+            if self._index is None:
+                self.dim = int(x.shape[1])
+                self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+            if x.shape[1] != self.dim:
+                raise ValueError(f"embedding size {x.shape[1]} differs from the index's {self.dim}")
+            present = [i for i in ids_arr.tolist() if i in self._ids]
+            if present:  # replacing: an IDMap would otherwise keep both (and removal scans the index)
+                self.remove(present)
+            self._index.add_with_ids(x, ids_arr)
+            self._ids.update(ids_arr.tolist())
+
+    def remove(self, ids: Iterable[int]) -> int:
+        """Remove records' vectors; returns how many were there."""
+        with self._lock:
+            ids_arr = np.asarray([i for i in ids if i in self._ids], dtype=np.int64)
+            if self._index is None or not ids_arr.size:
+                return 0
+            self._ids.difference_update(ids_arr.tolist())
+            return int(self._index.remove_ids(ids_arr))
+
+    def search(self, query: np.ndarray | torch.Tensor, top_k: int) -> list[tuple[int, float]]:
+        """The `top_k` records most similar to `query`.
+
+        Args:
+            query: (E,) vector (any scale).
+            top_k: How many results at most.
+
+        Returns:
+            ``[(record_id, cosine similarity)]``, best first.
+        """
+        with self._lock:
+            if self._index is None or self._index.ntotal == 0 or top_k <= 0:
+                return []
+            q = normalise(query)
+            if q.shape[1] != self.dim:
+                raise ValueError(f"query size {q.shape[1]} differs from the index's {self.dim}")
+            before = faiss.omp_get_max_threads()
+            faiss.omp_set_num_threads(self.search_threads)  # OpenMP: affects the calling thread only
+            try:
+                scores, ids = self._index.search(q, min(top_k, self._index.ntotal))
+            finally:
+                faiss.omp_set_num_threads(before)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+
+    # ---- persistence ----------------------------------------------------------------------------
+
+    def save(self, directory: Path) -> None:
+        """Write ``index.faiss`` and ``index.json`` atomically (each: temp, fsync, rename)."""
+        with self._lock:
+            data = faiss.serialize_index(self._index).tobytes() if self._index is not None else b""
+            meta = {"format": INDEX_FORMAT, "dim": self.dim, "count": len(self), "sha256": sha256(data)}
+        write_bytes_atomic(directory / INDEX, data)
+        write_json_atomic(directory / INDEX_META, meta)
+
+    @classmethod
+    def load(cls, directory: Path) -> RecordIndex:
+        """Read a saved index after checking its checksum.
+
+        Raises:
+            FileNotFoundError: No saved index.
+            ValueError: Checksum, format or dimension mismatch (the index must be rebuilt).
+        """
+        meta = json.loads((directory / INDEX_META).read_text())
+        data = (directory / INDEX).read_bytes()
+        if meta.get("format") != INDEX_FORMAT or sha256(data) != meta.get("sha256"):
+            raise ValueError(f"{INDEX} fails its checksum or format check")
+        out = cls(meta.get("dim"))
+        if data:
+            index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+            if not isinstance(index, faiss.IndexIDMap2) or index.d != meta["dim"] or index.ntotal != meta["count"]:
+                raise ValueError(f"{INDEX} holds another kind, size or count of index than {INDEX_META} says")
+            out._index = index
+            out._ids = set(out.ids().tolist())
+        return out
+
+
+def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[[int], torch.Tensor | None],
+               persist: bool = True) -> tuple[RecordIndex, str, list[str]]:
+    """Load the saved index and bring it in line with the manifest's live records.
+
+    Args:
+        directory: The memory directory.
+        live_ids: Ids the manifest says are on disk.
+        embedding_of: Reads a record's embedding (None if the record cannot be read).
+        persist: Save the index again if it had to be rebuilt or repaired.
+
+    Returns:
+        ``(index, state, problems)``: state is "loaded", "repaired (+a -r)", "rebuilt (reason)"
+        or "empty"; problems name records whose embedding could not be read.
+    """
+    live = list(live_ids)
+    problems: list[str] = []
+    try:
+        index, state = RecordIndex.load(directory), "loaded"
+    except FileNotFoundError:
+        index, state = RecordIndex(), "rebuilt (missing)" if live else "empty"
+    except (ValueError, RuntimeError, KeyError, json.JSONDecodeError) as exc:  # RuntimeError: FAISS parse
+        index, state = RecordIndex(), f"rebuilt (unreadable: {exc})"
+    have = set(index.ids().tolist())
+    extra = have - set(live)
+    missing = [rid for rid in live if rid not in have]
+    index.remove(extra)
+    read = {rid: embedding_of(rid) for rid in missing}
+    if index.dim is not None and any(e is not None and e.numel() != index.dim for e in read.values()):
+        # the saved index was built for other embeddings: start over from every record
+        index, state, extra, missing = RecordIndex(), "rebuilt (embedding size changed)", set(), live
+        read = {rid: read[rid] if rid in read else embedding_of(rid) for rid in live}
+    dim = index.dim or next((e.numel() for e in read.values() if e is not None), None)
+    ok = {rid: e.reshape(-1) for rid, e in read.items() if e is not None and e.numel() == dim}
+    problems.extend(f"record {rid}: embedding unreadable or of another size; left out of the index"
+                    for rid in read if rid not in ok)
+    if ok:
+        index.add(list(ok), torch.stack(list(ok.values())))  # one batch: each add call scans the index
+    added = len(ok)
+    if state == "loaded" and (extra or missing):
+        state = f"repaired (+{added} -{len(extra)})"
+    if persist and state != "loaded":
+        index.save(directory)
+    return index, state, problems

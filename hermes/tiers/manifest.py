@@ -1,0 +1,193 @@
+"""The manifest of a disk store: one JSON line per event, the source of truth for what is on disk.
+
+``manifest.jsonl`` is append-only; each line is one compact JSON object ending in ``\\n``:
+
+- ``{"op":"header","format":"hermes-memory/1","next_id":N}``: first line of a new or compacted
+  manifest; ``next_id`` keeps record ids increasing after old records are gone.
+- ``{"op":"add","id":17,"seg":"000003.safetensors","off":40960,"len":7312,"sha256":"<64 hex>",
+  "nbytes":6144,"t":[12.0,19.5],"frames":[24,40],"value":0.42,"kind":"summary","storage":"int8",
+  "tokens":[5,5,5]}``: record 17 is the bytes ``[off, off+len)`` of segment ``seg``, whose SHA-256
+  is ``sha256``; those bytes are one complete safetensors file (`hermes.tiers.records.to_safetensors`).
+  ``nbytes`` is the record's tensor bytes, ``t`` its time span in seconds, ``frames`` its half-open
+  frame range, ``tokens`` its tokens per layer.
+- ``{"op":"drop","seg":"000001.safetensors"}``: every record of that segment is gone (the file is
+  deleted after this line is durable).
+- ``{"op":"del","ids":[17,18]}``: those records are gone (used when a record's bytes were found
+  missing on open).
+
+Replaying the lines in order gives the live records. A line without its ``\\n`` or that does not
+parse, at the end, is a torn tail (a crash while appending): it is cut. An unreadable line followed
+by good ones is damage, reported and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from hermes.tiers.fingerprint import FORMAT
+
+MANIFEST, SEGMENTS, SUFFIX = "manifest.jsonl", "segments", ".safetensors"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where one committed record lives and what it is (an ``add`` line)."""
+
+    record_id: int
+    segment: str
+    offset: int
+    length: int
+    sha256: str
+    nbytes: int
+    t_start_s: float
+    t_end_s: float
+    frame_start: int
+    frame_end: int
+    value: float
+    kind: str
+    storage: str
+    tokens: tuple[int, ...]
+
+    def line(self) -> bytes:
+        """The manifest line (compact JSON plus newline); the same entry always gives the same bytes."""
+        return self._line
+
+    @cached_property
+    def _line(self) -> bytes:  # computed once: the writer asks for it several times
+        obj = {"op": "add", "id": self.record_id, "seg": self.segment, "off": self.offset, "len": self.length,
+               "sha256": self.sha256, "nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s],
+               "frames": [self.frame_start, self.frame_end], "value": self.value, "kind": self.kind,
+               "storage": self.storage, "tokens": list(self.tokens)}
+        return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+
+    @classmethod
+    def from_obj(cls, obj: dict) -> Entry:
+        """Parse an ``add`` line's object.
+
+        Raises:
+            KeyError, TypeError, ValueError: A field is missing or of the wrong type.
+        """
+        return cls(record_id=int(obj["id"]), segment=str(obj["seg"]), offset=int(obj["off"]),
+                   length=int(obj["len"]), sha256=str(obj["sha256"]), nbytes=int(obj["nbytes"]),
+                   t_start_s=float(obj["t"][0]), t_end_s=float(obj["t"][1]), frame_start=int(obj["frames"][0]),
+                   frame_end=int(obj["frames"][1]), value=float(obj["value"]), kind=str(obj["kind"]),
+                   storage=str(obj["storage"]), tokens=tuple(int(n) for n in obj["tokens"]))
+
+    def summary(self) -> dict:
+        """The entry as a dict for `inspect` output."""
+        return {"id": self.record_id, "t": [self.t_start_s, self.t_end_s], "frames": [self.frame_start, self.frame_end],
+                "segment": self.segment, "bytes": self.length, "nbytes": self.nbytes, "kind": self.kind,
+                "storage": self.storage, "value": self.value, "tokens": sum(self.tokens)}
+
+
+def header_line(next_id: int) -> bytes:
+    return (json.dumps({"op": "header", "format": FORMAT, "next_id": int(next_id)}, separators=(",", ":"))
+            + "\n").encode()
+
+
+def drop_line(segment: str) -> bytes:
+    return (json.dumps({"op": "drop", "seg": segment}, separators=(",", ":")) + "\n").encode()
+
+
+def del_line(ids: list[int]) -> bytes:
+    return (json.dumps({"op": "del", "ids": [int(i) for i in ids]}, separators=(",", ":")) + "\n").encode()
+
+
+@dataclass
+class Replay:
+    """What a manifest says, after replaying it.
+
+    Attributes:
+        entries: Live records by id, in the order they were added.
+        next_id: One more than the largest record id ever recorded.
+        good_end: Byte offset just after the last good line (where a torn tail starts).
+        size: The manifest's size in bytes as read.
+        problems: Damage found in the middle of the manifest (unreadable lines, skipped).
+        segments_named: Every segment name any line mentions (to never reuse a number).
+    """
+
+    entries: dict[int, Entry] = field(default_factory=dict)
+    next_id: int = 0
+    good_end: int = 0
+    size: int = 0
+    problems: list[str] = field(default_factory=list)
+    segments_named: set[str] = field(default_factory=set)
+    by_segment: dict[str, set[int]] = field(default_factory=dict)  # live ids per segment
+    line_bytes: dict[int, int] = field(default_factory=dict)  # manifest line length of each live entry
+
+    @property
+    def torn_bytes(self) -> int:
+        """Bytes after the last good line: a torn tail to cut."""
+        return self.size - self.good_end
+
+
+def replay(data: bytes, name: str = "manifest") -> Replay:
+    """Replay manifest bytes into the live records.
+
+    Args:
+        data: The whole manifest file.
+        name: How to name the file in problem messages.
+
+    Returns:
+        A `Replay`; lines after the last good one are left out (torn tail), unreadable lines
+        before it are reported in ``problems`` and skipped.
+    """
+    out = Replay(size=len(data))
+    pos, lineno, bad = 0, 0, []
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        lineno += 1
+        obj = _parse(data[pos:end]) if nl >= 0 else None  # no newline: the append was cut short
+        if obj is None:
+            bad.append(lineno)
+        else:
+            try:
+                _apply(out, obj, end - pos)
+            except (KeyError, TypeError, ValueError, IndexError):
+                bad.append(lineno)
+                pos = end
+                continue
+            out.good_end = end
+            out.problems.extend(f"{name} line {n} is unreadable; skipped" for n in bad)
+            bad = []
+        pos = end
+    return out
+
+
+def _parse(line: bytes) -> dict | None:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and "op" in obj else None
+
+
+def _apply(out: Replay, obj: dict, length: int) -> None:
+    op = obj["op"]
+    if op == "add":
+        entry = Entry.from_obj(obj)
+        old = out.entries.pop(entry.record_id, None)  # re-adding an id moves it to the end
+        if old is not None:
+            out.by_segment[old.segment].discard(old.record_id)
+        out.entries[entry.record_id] = entry
+        out.line_bytes[entry.record_id] = length
+        out.segments_named.add(entry.segment)
+        out.by_segment.setdefault(entry.segment, set()).add(entry.record_id)
+        out.next_id = max(out.next_id, entry.record_id + 1)
+    elif op == "drop":
+        seg = str(obj["seg"])
+        out.segments_named.add(seg)
+        for rid in out.by_segment.pop(seg, set()):
+            del out.entries[rid]
+    elif op == "del":
+        for rid in obj["ids"]:
+            old = out.entries.pop(int(rid), None)
+            if old is not None:
+                out.by_segment[old.segment].discard(old.record_id)
+    elif op == "header":
+        out.next_id = max(out.next_id, int(obj["next_id"]))
+    else:
+        raise ValueError(f"unknown manifest op {op!r}")

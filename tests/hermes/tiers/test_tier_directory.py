@@ -1,0 +1,171 @@
+"""MemoryDirectory: DRAM -> summarise -> disk, search and fetch across levels, checkpoints, inspect/verify."""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from hermes.rope import RotarySpec
+from hermes.tiers.bench import synthetic_record
+from hermes.tiers.checkpoint import CHECKPOINTS
+from hermes.tiers.directory import MemoryDirectory
+from hermes.tiers.disk import SEGMENTS
+from hermes.tiers.errors import MemoryDirError
+from hermes.tiers.prefetch import Prefetcher
+from hermes.tiers.summarise import summarise
+
+FP = {"model": "dir-test", "family": "synthetic", "num_layers": 3}
+SPEC = RotarySpec(head_dim=16)
+
+
+def _rec(rid, value=None):
+    rec = synthetic_record(rid, layers=3, heads=2, tokens=10, head_dim=16, embed_dim=12)
+    rec.value = float(rid % 5) if value is None else value
+    return rec
+
+
+def _open(path, dram_bytes=40_000, **kw):
+    return MemoryDirectory(path, FP, dram_bytes=dram_bytes, disk_bytes=kw.pop("disk_bytes", 1 << 30),
+                           summarise_fn=functools.partial(summarise, anchors_per_layer=2, spec=SPEC), **kw)
+
+
+def test_records_flow_dram_to_summarised_disk_and_come_back(tmp_path):
+    md = _open(tmp_path)
+    for rid in range(40):
+        md.add(_rec(rid))
+        stats = md.stats()
+        assert stats["dram_bytes"] <= 40_000
+    md.flush()
+    stats = md.stats()
+    assert stats["dram_records"] + stats["disk_records"] == 40 and stats["disk_records"] > 10
+    in_dram, on_disk = md.dram.ids(), [e.record_id for e in md.disk.entries()]
+    # least valuable left DRAM: nothing on disk is worth more than what stayed
+    assert max(_rec(i).value for i in on_disk) <= min(_rec(i).value for i in in_dram)
+    disk_rec, dram_rec = md.fetch([on_disk[0], in_dram[0]])
+    assert disk_rec.kind == "summary" and disk_rec.num_tokens() == [3, 3, 3]  # 2 anchors + mean
+    assert dram_rec.kind == "full" and dram_rec.num_tokens() == _rec(in_dram[0]).num_tokens()
+    assert disk_rec.layers[0].keys.dtype == torch.float32 and md.fetched == {"dram": 1, "prefetch": 0, "disk": 1}
+    # search sees both levels
+    for rid in (on_disk[1], in_dram[1]):
+        assert md.search(_rec(rid).embedding, 2)[0][0] == rid
+    with pytest.raises(KeyError):
+        md.fetch([12345])
+    assert md.new_record_id() == 40
+    md.close()  # DRAM is written to disk whole
+    again = _open(tmp_path)
+    assert sorted(again.disk.ids()) == list(range(40)) and len(again.dram) == 0
+    assert again.fetch([in_dram[0]])[0].kind == "full" and again.new_record_id() == 41
+    again.close()
+
+
+def test_prefetch_serves_fetch_without_reading_the_disk(tmp_path):
+    md = _open(tmp_path, dram_bytes=0)
+    for rid in range(10):
+        md.add(_rec(rid))
+    md.flush()
+    assert md.prefetch([2, 3]) == 2
+    deadline = time.monotonic() + 5
+    while md.prefetcher.stats()["records"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    md.fetch([2, 3, 4])
+    assert md.fetched == {"dram": 0, "prefetch": 2, "disk": 1}
+    assert md.prefetcher.stats()["hits"] == 2 and md.prefetcher.stats()["misses"] == 1
+    md.close()
+
+
+def test_prefetcher_waits_for_loads_in_flight_and_forgets_invalidated():
+    gate = threading.Event()
+    loads = []
+
+    def slow_load(rid):
+        gate.wait(5)
+        loads.append(rid)
+        return _rec(rid)
+
+    pf = Prefetcher(slow_load, capacity_bytes=1 << 20)
+    pf.prefetch([1, 2, 3])
+    pf.prefetch([3])  # a newer candidate list: queued loads of 2 (and maybe 1) are cancelled
+    gate.set()
+    assert pf.get(3).record_id == 3 and pf.stats()["waited"] + pf.stats()["hits"] == 1
+    assert 2 not in loads and pf.stats()["cancelled"] >= 1
+    pf.invalidate([3])
+    assert pf.get(3, wait=False) is None and pf.stats()["misses"] == 1
+    pf.close()
+
+
+def test_checkpoints_are_atomic_checked_and_replaced(tmp_path):
+    md = _open(tmp_path)
+    keys = torch.randn(2, 3, 4)
+    md.save_checkpoint("level1", {"keys": keys, "view": keys[0], "ids": torch.arange(5)}, {"next_position": 17})
+    tensors, meta = md.load_checkpoint("level1")
+    assert torch.equal(tensors["keys"], keys) and torch.equal(tensors["view"], keys[0]) and meta == {"next_position": 17}
+    md.save_checkpoint("level1", {"keys": keys * 2}, {"next_position": 18})
+    folder = tmp_path / CHECKPOINTS
+    assert len(list(folder.glob("level1.*.safetensors"))) == 1  # the old file is gone
+    assert md.load_checkpoint("level1")[1] == {"next_position": 18}
+    with pytest.raises(KeyError):
+        md.load_checkpoint("session")
+    with pytest.raises(ValueError, match="name"):
+        md.save_checkpoint("../escape", {}, {})
+    # a crash between writing the tensors and the JSON: the old checkpoint stands, the stray file goes
+    (folder / "level1.deadbeefdeadbeef.safetensors").write_bytes(b"new tensors, never committed")
+    (folder / "level1.json.tmp").write_text("{")
+    path = folder / json.loads((folder / "level1.json").read_text())["file"]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(MemoryDirError, match="level1.*sha256"):
+        md.load_checkpoint("level1")
+    ok, messages = md.verify()
+    assert not ok and any("level1" in m for m in messages)
+    md.close()
+    again = _open(tmp_path)
+    assert not (folder / "level1.deadbeefdeadbeef.safetensors").exists() and not (folder / "level1.json.tmp").exists()
+    again.close()
+
+
+def test_inspect_and_verify(tmp_path):
+    md = _open(tmp_path, dram_bytes=0)
+    for rid in range(6):
+        md.add(_rec(rid))
+    md.save_checkpoint("session", {"x": torch.zeros(2)}, {"frames": 12})
+    md.flush()
+    info = md.inspect()
+    assert info["disk"]["records"] == 6 and info["time_span_s"] == [0.0, 5 * 8.0 + 7.5]
+    assert [r["id"] for r in info["records"]] == list(range(6)) and info["records"][0]["kind"] == "summary"
+    assert info["index"]["records"] == 6 and info["index"]["dim"] == 12
+    assert info["checkpoints"][0]["name"] == "session" and info["fingerprint"] == FP
+    assert json.dumps(info)  # JSON-able, for `memory inspect --json`
+    assert md.verify() == (True, [])
+    entry = md.disk.entries()[2]
+    seg = tmp_path / SEGMENTS / entry.segment
+    data = bytearray(seg.read_bytes())
+    data[entry.offset + entry.length // 2] ^= 0x10
+    seg.write_bytes(bytes(data))
+    ok, messages = md.verify()
+    assert not ok and len(messages) == 1 and f"record {entry.record_id} " in messages[0]
+    md.close()
+    readonly = MemoryDirectory(tmp_path, None, 0, 1 << 30, readonly=True)  # `memory verify DIR`
+    ok, messages = readonly.verify()
+    assert not ok and f"record {entry.record_id} " in messages[0]
+    with pytest.raises(MemoryDirError, match="read-only"):
+        readonly.add(_rec(99))
+    readonly.close()
+
+
+def test_disk_budget_bounds_records_and_index(tmp_path):
+    md = _open(tmp_path, dram_bytes=5_000, disk_bytes=60_000, segment_bytes=8_000)
+    for rid in range(300):
+        md.add(_rec(rid))
+        assert md.stats()["dram_bytes"] <= 5_000 and md.stats()["disk_bytes"] <= 60_000
+    md.flush()
+    stats = md.stats()
+    assert stats["disk_bytes"] <= 60_000 and 0 < stats["disk_records"] < 300
+    assert sorted(md.index.ids().tolist()) == sorted(md.disk.ids())  # dropped records left the index
+    assert md.verify()[0]
+    md.close()

@@ -1,0 +1,188 @@
+"""Disk level: bounded, checksummed, torn states cut on open, other models' directories refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from hermes.errors import UsageError
+from hermes.tiers.bench import synthetic_record
+from hermes.tiers.disk import MANIFEST, SEGMENTS, DiskStore
+from hermes.tiers.errors import MemoryDirError, RecordCorruptError
+from hermes.tiers.fingerprint import make_fingerprint
+
+FP = make_fingerprint("tiny-test", "llava_onevision", 2, 1, 8, memory={"dram_dtype": "int8"})
+
+
+def _rec(rid: int, tokens: int | None = None):
+    return synthetic_record(rid, layers=2, heads=1, tokens=tokens or 3 + rid % 7, head_dim=8, embed_dim=8).compress("int8")
+
+
+def _same(a, b) -> bool:
+    def tensors(r):
+        return [t for l in r.layers for t in l.tensors().values()] + [r.embedding]
+
+    return a.record_id == b.record_id and all(torch.equal(x, y) for x, y in zip(tensors(a), tensors(b)))
+
+
+def _files_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in (directory / SEGMENTS).iterdir()) + (directory / MANIFEST).stat().st_size
+
+
+def _write(directory: Path, ids, **kw) -> None:
+    with DiskStore(directory, kw.pop("capacity", 1 << 30), FP, **kw) as store:
+        for rid in ids:
+            store.add(_rec(rid))
+
+
+def test_disk_bytes_never_exceeded_oldest_dropped_first(tmp_path):
+    cap = 120_000
+    store = DiskStore(tmp_path, cap, FP, segment_bytes=20_000, record_overhead_bytes=40)
+    for rid in range(2000):
+        store.add(_rec(rid))
+        assert store.disk_bytes <= cap  # after every add (the writer keeps it so at every moment)
+        if rid % 20 == 19:  # fsyncs are slow on some disks: look at the files after every 20th
+            store.flush()
+            assert _files_bytes(tmp_path) + 40 * store.num_records == store.disk_bytes <= cap
+            live = store.ids()
+            assert live == list(range(live[0], rid + 1))  # what is left is the newest, contiguous
+    assert store.num_records > 20 and len(store.segments()) >= 3
+    for rid in store.ids()[:3] + store.ids()[-3:]:
+        assert _same(store.load(rid), _rec(rid))
+    with pytest.raises(KeyError):
+        store.load(0)  # dropped long ago
+    manifest_lines = (tmp_path / MANIFEST).read_bytes().count(b"\n")
+    assert manifest_lines < 3 * store.num_records  # dead lines are compacted away
+    store.close()
+    reopened = DiskStore(tmp_path, cap, FP)
+    assert reopened.ids() == live and not reopened.open_problems and not reopened.open_notes
+    assert reopened.next_id == 2000
+    reopened.close()
+
+
+def test_record_larger_than_the_cap_is_a_clear_error(tmp_path):
+    store = DiskStore(tmp_path, 3_000, FP)
+    store.add(_rec(0, tokens=200))
+    with pytest.raises(MemoryDirError, match="record 0 needs .* raise the disk budget"):
+        store.flush()
+    with pytest.raises(MemoryDirError):
+        store.close()
+
+
+def test_flipped_byte_found_by_verify_and_load(tmp_path):
+    _write(tmp_path, range(5))
+    entry = [e for e in DiskStore(tmp_path, 1 << 30, FP, readonly=True).entries() if e.record_id == 3][0]
+    path = tmp_path / SEGMENTS / entry.segment
+    data = bytearray(path.read_bytes())
+    data[entry.offset + entry.length - 7] ^= 0x40  # inside record 3's tensor bytes
+    path.write_bytes(bytes(data))
+    store = DiskStore(tmp_path, 1 << 30, FP)
+    report = store.verify()
+    assert not report.ok and report.records_checked == 5
+    assert len(report.problems) == 1 and "record 3 " in report.problems[0]
+    with pytest.raises(RecordCorruptError) as err:
+        store.load(3)
+    msg = str(err.value)
+    assert "record 3 " in msg and "sha256" in msg and "memory verify" in msg and "\n" not in msg
+    assert isinstance(err.value, UsageError)  # one line, exit code 2 at the CLI
+    assert _same(store.load(4), _rec(4))  # the others are fine
+    store.close()
+
+
+def test_torn_manifest_tail_and_stray_segment_bytes_are_cut(tmp_path):
+    _write(tmp_path, range(4))
+    seg = sorted((tmp_path / SEGMENTS).iterdir())[-1]
+    with open(seg, "ab") as f:
+        f.write(os.urandom(1000))  # a record's bytes whose manifest line never came
+    with open(tmp_path / MANIFEST, "ab") as f:
+        f.write(b'{"op":"add","id":4,"seg":"0000')  # a line cut short by the crash
+    readonly = DiskStore(tmp_path, 1 << 30, FP, readonly=True)  # reports, changes nothing
+    assert len(readonly.open_notes) == 2 and (tmp_path / MANIFEST).read_bytes().endswith(b'"0000')
+    store = DiskStore(tmp_path, 1 << 30, FP)
+    assert any("torn tail" in n for n in store.open_notes) and any("bytes after" in n for n in store.open_notes)
+    assert not store.open_problems and store.verify().ok
+    assert (tmp_path / MANIFEST).read_bytes().endswith(b"}\n")
+    store.add(_rec(4))
+    store.flush()
+    assert all(_same(store.load(i), _rec(i)) for i in range(5))
+    store.close()
+
+
+def test_unterminated_but_valid_last_line_is_torn(tmp_path):
+    _write(tmp_path, range(3))
+    data = (tmp_path / MANIFEST).read_bytes()
+    (tmp_path / MANIFEST).write_bytes(data[:-1])  # the newline is what commits a line
+    with DiskStore(tmp_path, 1 << 30, FP) as store:
+        assert store.ids() == [0, 1]
+        assert store.verify().ok
+
+
+def test_orphan_dropped_segment_and_unfinished_compaction_are_cleaned(tmp_path):
+    _write(tmp_path, range(3))
+    (tmp_path / SEGMENTS / "000099.safetensors").write_bytes(b"x" * 100)  # created, never committed
+    first = sorted((tmp_path / SEGMENTS).iterdir())[0].name
+    with open(tmp_path / MANIFEST, "ab") as f:  # the drop line is durable, the unlink never happened
+        f.write(json.dumps({"op": "drop", "seg": first}, separators=(",", ":")).encode() + b"\n")
+    (tmp_path / (MANIFEST + ".tmp")).write_bytes(b"half a compaction")
+    with DiskStore(tmp_path, 1 << 30, FP) as store:
+        assert store.ids() == [] and store.verify().ok
+        assert sorted(p.name for p in (tmp_path / SEGMENTS).iterdir()) == []
+        assert not (tmp_path / (MANIFEST + ".tmp")).exists()
+        store.add(_rec(7))
+    with DiskStore(tmp_path, 1 << 30, FP) as store:
+        assert store.ids() == [7] and store.next_id == 8
+
+
+def test_record_whose_bytes_vanished_is_reported_and_removed(tmp_path):
+    _write(tmp_path, range(3))
+    seg = sorted((tmp_path / SEGMENTS).iterdir())[-1]
+    entry = DiskStore(tmp_path, 1 << 30, FP, readonly=True).entries()[-1]
+    os.truncate(seg, entry.offset + 10)  # storage lost committed bytes: damage, not a torn write
+    with DiskStore(tmp_path, 1 << 30, FP) as store:
+        assert store.ids() == [0, 1]
+        assert len(store.open_problems) == 1 and "record 2" in store.open_problems[0]
+    with DiskStore(tmp_path, 1 << 30, FP) as store:  # the repair was made durable
+        assert store.ids() == [0, 1] and not store.open_problems
+
+
+def test_fingerprint_mismatch_is_refused_with_a_clear_message(tmp_path):
+    _write(tmp_path, range(2))
+    other = make_fingerprint("qwen2-vl-2b", "qwen2_vl", 28, 2, 128, rope="mrope")
+    with pytest.raises(MemoryDirError) as err:
+        DiskStore(tmp_path, 1 << 30, other)
+    msg = str(err.value)
+    assert f"memory directory {tmp_path} was made by model 'tiny-test'" in msg
+    assert "this run uses model 'qwen2-vl-2b'" in msg and "use another --memory-dir" in msg
+    assert "num_layers" in msg and "\n" not in msg
+    assert err.value.exit_code == 2
+    changed = dict(FP, memory={"dram_dtype": "fp16"})  # same model, other memory settings
+    with pytest.raises(MemoryDirError, match="differ in: memory"):
+        DiskStore(tmp_path, 1 << 30, changed)
+    with DiskStore(tmp_path, 1 << 30, FP) as store:  # and the directory is untouched by the refusals
+        assert store.ids() == [0, 1]
+
+
+def test_foreign_directory_and_second_writer_are_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("someone else's")
+    with pytest.raises(MemoryDirError, match="not a hermes memory directory"):
+        DiskStore(tmp_path, 1 << 30, FP)
+    fresh = tmp_path / "mem"
+    first = DiskStore(fresh, 1 << 30, FP)
+    with pytest.raises(MemoryDirError, match="in use by another process"):
+        DiskStore(fresh, 1 << 30, FP)
+    DiskStore(fresh, 1 << 30, FP, readonly=True)  # reading alongside is allowed
+    first.close()
+    DiskStore(fresh, 1 << 30, FP).close()  # the lock is released on close
+
+
+def test_pending_records_read_back_before_commit(tmp_path):
+    with DiskStore(tmp_path, 1 << 30, FP) as store:
+        rec = _rec(0)
+        store.add(rec)
+        assert 0 in store and _same(store.load(0), rec)
+        with pytest.raises(ValueError, match="already"):
+            store.add(rec)

@@ -1,0 +1,81 @@
+"""FAISS index: a planted record is found, the saved index is checked and rebuilt or repaired from disk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hermes.tiers.bench import synthetic_record
+from hermes.tiers.directory import MemoryDirectory
+from hermes.tiers.index import INDEX, INDEX_META, RecordIndex
+
+FP = {"model": "index-test", "family": "synthetic"}
+
+
+def test_planted_embedding_is_top1_among_1000_random():
+    g = torch.Generator().manual_seed(3)
+    vectors = torch.randn(1000, 64, generator=g)
+    index = RecordIndex(64)
+    index.add(range(1000, 2000), vectors)
+    planted = 1437
+    query = vectors[planted - 1000] + 0.3 * torch.randn(64, generator=g)  # near it, not equal
+    hits = index.search(query * 5.0, 5)  # scale must not matter: cosine similarity
+    assert hits[0][0] == planted and hits[0][1] > 0.9 > hits[1][1]
+    assert len(hits) == 5 and [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    index.remove([planted])
+    assert planted not in [i for i, _ in index.search(query, 5)] and len(index) == 999
+
+
+def test_replacing_an_id_keeps_one_vector():
+    index = RecordIndex(4)
+    index.add([7], torch.tensor([[1.0, 0, 0, 0]]))
+    index.add([7], torch.tensor([[0, 1.0, 0, 0]]))
+    assert len(index) == 1 and index.search(torch.tensor([0, 1.0, 0, 0]), 3) == [(7, pytest.approx(1.0))]
+
+
+def test_save_load_round_trip_checks_the_checksum(tmp_path):
+    index = RecordIndex(8)
+    index.add([1, 2, 3], torch.eye(8)[:3])
+    index.save(tmp_path)
+    back = RecordIndex.load(tmp_path)
+    assert back.ids().tolist() == [1, 2, 3] and back.search(torch.eye(8)[2], 1)[0][0] == 3
+    data = bytearray((tmp_path / INDEX).read_bytes())
+    data[-5] ^= 0xFF
+    (tmp_path / INDEX).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum"):
+        RecordIndex.load(tmp_path)  # FAISS never parses bytes that fail the checksum
+
+
+def _filled(path, n=60):
+    md = MemoryDirectory(path, FP, dram_bytes=0, disk_bytes=1 << 30)  # everything goes to disk
+    for rid in range(n):
+        md.add(synthetic_record(rid, layers=2, tokens=4, head_dim=8, embed_dim=16))
+    md.close()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "corrupted", "stale"])
+def test_index_is_rebuilt_or_repaired_from_the_segments(tmp_path, damage):
+    _filled(tmp_path)
+    if damage == "deleted":
+        (tmp_path / INDEX).unlink()
+    elif damage == "corrupted":
+        (tmp_path / INDEX).write_bytes(b"\x00" * 64)
+    else:  # ids differ from the manifest: one missing, one that the disk does not hold
+        stale = RecordIndex.load(tmp_path)
+        stale.remove([10])
+        stale.add([999], np.ones((1, 16), dtype=np.float32))
+        stale.save(tmp_path)
+    md = MemoryDirectory(tmp_path, FP, dram_bytes=0, disk_bytes=1 << 30)
+    expected = {"deleted": "rebuilt (missing)", "stale": "repaired (+1 -1)"}.get(damage, "rebuilt (unreadable")
+    assert md.index_state.startswith(expected)
+    assert sorted(md.index.ids().tolist()) == list(range(60))
+    for rid in (0, 10, 59):
+        query = synthetic_record(rid, layers=2, tokens=4, head_dim=8, embed_dim=16).embedding
+        assert md.search(query, 3)[0][0] == rid
+    ok, messages = md.verify()
+    assert ok, messages
+    md.close()
+    again = MemoryDirectory(tmp_path, FP, dram_bytes=0, disk_bytes=1 << 30)  # and it was saved repaired
+    assert again.index_state == "loaded" and (tmp_path / INDEX_META).exists()
+    again.close()

@@ -1,0 +1,117 @@
+"""Records and their stored forms: int8 error bound from the scales, exact fp16/fp32, safetensors codec."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load as st_load
+
+from hermes.tiers.bench import synthetic_record
+from hermes.tiers.codec import encode_record, from_safetensors, to_safetensors
+from hermes.tiers.dram import DramStore
+from hermes.tiers.records import Record, compress, pack, packed_base, quantize_int8
+
+
+def _ragged_record(rid=0, dtype=torch.float32, axes=1):
+    """Layers of different lengths (one empty), a channel that is zero everywhere, outliers."""
+    g = torch.Generator().manual_seed(rid)
+    ns = [7, 0, 12, 3]
+    keys = [torch.randn(2, n, 16, generator=g) * torch.linspace(0.1, 20, 16) for n in ns]  # per-channel range
+    for k in keys:
+        k[:, :, 3] = 0.0
+    values = [torch.randn(2, n, 8, generator=g) for n in ns]
+    return Record.build(rid, [k.to(dtype) for k in keys], [v.to(dtype) for v in values],
+                        [torch.arange(n).expand(axes, n) for n in ns], [torch.arange(n) for n in ns],
+                        [torch.zeros(n, dtype=torch.long) for n in ns], [torch.rand(n, generator=g) for n in ns],
+                        t_start_s=1.0, t_end_s=2.0, frame_start=2, frame_end=4)
+
+
+def test_int8_round_trip_through_dram_within_half_a_scale():
+    original = _ragged_record()
+    dram = DramStore(1 << 20, dtype="int8", pin_memory=False)
+    dram.add(original)
+    stored = dram.peek(0)
+    back = dram.get(0)
+    assert stored.storage == "int8" and back.storage == "fp32"
+    for orig, st, got in zip(original.layers, stored.layers, back.layers):
+        for name, scale in (("keys", st.key_scale), ("values", st.value_scale)):
+            x, y = getattr(orig, name), getattr(got, name)
+            assert y.shape == x.shape and y.dtype == torch.float32
+            if x.numel():
+                # the bound from the scales: half a quantisation step per (head, channel), + fp32 rounding
+                assert bool(((x - y).abs() <= scale * (0.5 + 1e-5)).all())
+                # and it is not vacuous: the scale is the channel's max |x| / 127
+                assert torch.allclose(scale, x.abs().amax(dim=1, keepdim=True) / 127)
+        assert torch.equal(got.keys[:, :, 3], torch.zeros_like(got.keys[:, :, 3]))  # zero channel exact
+        for name in ("positions", "token_ids", "frame_index", "scores", "counts"):
+            assert torch.equal(getattr(got, name), getattr(orig, name))
+    def kv_bytes(r):
+        return sum(t.numel() * t.element_size() for l in r.layers for t in (l.keys, l.values))
+
+    assert 4 * kv_bytes(stored) == kv_bytes(original)  # int8 codes vs fp32
+    scale_bytes = sum(l.key_scale.numel() * 4 + l.value_scale.numel() * 4 for l in stored.layers)
+    assert stored.nbytes() == original.nbytes() - 3 * kv_bytes(stored) + scale_bytes  # nbytes is what is held
+
+
+def test_fp16_storage_of_fp16_data_is_exact():
+    original = _ragged_record(dtype=torch.float16)
+    dram = DramStore(1 << 20, dtype="fp16", pin_memory=False)
+    dram.add(original)
+    back = dram.get(0)
+    for orig, got in zip(original.layers, back.layers):
+        assert got.keys.dtype == torch.float16  # the source dtype comes back by default
+        assert torch.equal(got.keys, orig.keys) and torch.equal(got.values, orig.values)
+
+
+def test_fp32_passthrough_is_exact_and_returns_a_copy():
+    original = _ragged_record(dtype=torch.bfloat16)
+    stored = compress(original, "fp32")
+    back = stored.dequantize()
+    for orig, got, st in zip(original.layers, back.layers, stored.layers):
+        assert got.keys.dtype == torch.bfloat16 and torch.equal(got.keys, orig.keys)
+        if st.keys.numel():
+            got.keys.add_(1)  # the caller's copy: the stored record must not change
+            assert not torch.equal(st.keys.to(torch.bfloat16), got.keys)
+
+
+def test_quantize_int8_error_bound_on_adversarial_values():
+    x = torch.tensor([[[1.0, -3.0], [0.5, 3.0], [-1.0, 1.5]]])  # (1, 3, 2); channel max 1.0 and 3.0
+    codes, scale = quantize_int8(x)
+    assert codes.dtype == torch.int8 and scale.shape == (1, 1, 2)
+    assert codes.abs().max() == 127
+    assert bool(((codes.float() * scale - x).abs() <= scale / 2 + 1e-7).all())
+
+
+@pytest.mark.parametrize("storage", ["int8", "fp16", "fp32"])
+@pytest.mark.parametrize("axes", [1, 3])
+def test_codec_round_trip_is_exact(storage, axes):
+    record = compress(_ragged_record(axes=axes), storage)
+    record.extra = {"note": "kept"}
+    for form in (record, pack(record)):  # loose per-layer tensors, and DRAM's packed buffers
+        data = to_safetensors(form)
+        assert set(st_load(data)) >= {"keys", "values", "offsets", "positions", "embedding"}  # plain safetensors
+        back = from_safetensors(data)
+        assert (back.record_id, back.t_start_s, back.frame_end, back.kind, back.extra) == (0, 1.0, 4, "full", {"note": "kept"})
+        assert back.value == pytest.approx(record.value) and torch.equal(back.embedding, record.embedding)
+        for a, b in zip(record.layers, back.layers):
+            for name, t in a.tensors().items():
+                assert torch.equal(getattr(b, name), t), name
+        buffers, length = encode_record(form)
+        assert length == len(data) == sum(len(memoryview(b).cast("B")) for b in buffers)
+
+
+def test_pack_makes_one_buffer_per_field():
+    record = synthetic_record(3, layers=5).compress("int8")
+    assert packed_base([l.keys for l in record.layers]) is None
+    packed = pack(record)
+    base = packed_base([l.keys for l in packed.layers])
+    assert base is not None and base.numel() == sum(l.keys.numel() for l in record.layers)
+    for a, b in zip(record.layers, packed.layers):
+        for name, t in a.tensors().items():
+            assert torch.equal(getattr(b, name), t)
+
+
+def test_build_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="layer 0"):
+        Record.build(0, [torch.zeros(2, 3, 4)], [torch.zeros(2, 3, 4)], [torch.arange(2)], [torch.arange(3)],
+                     [torch.arange(3)], [torch.zeros(3)], t_start_s=0, t_end_s=1, frame_start=0, frame_end=1)
