@@ -5,6 +5,10 @@ that also records, for each cached token, what hermes needs to manage memory: it
 a stable id, what kind of token it is (prefix or visual) and which frame it came from. Keys are
 stored already rotated, as the model wrote them.
 
+Positions have A axes (1 for 1-D RoPE, 3 for M-RoPE): the cache hands out positions for text
+(`allocate_positions`) and for a chunk's layout (`place`, see `hermes.positions`), and remembers the
+first free position and the open M-RoPE video block.
+
 Answering a question appends question and answer tokens to the cache; `mark()` and `rewind()`
 take them out again, so after an answer the cache holds exactly what it held before, bit for bit.
 """
@@ -16,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from hermes.positions import GridStep, Run, VideoBlock, place, run_positions
+
 KIND_PREFIX = 0  # system prompt tokens: never scored, never evicted
 KIND_VISUAL = 1  # frame tokens: what memory policies manage
 KIND_SUMMARY = 2  # a long-term layer's fold of evicted visual tokens
@@ -25,10 +31,11 @@ METADATA = ("positions", "token_ids", "kinds", "frame_index", "counts")
 
 @dataclass(frozen=True)
 class CacheMark:
-    """A point to rewind the cache to: its length and next free position when marked."""
+    """A point to rewind the cache to: its length, next free position and open video block when marked."""
 
     length: int
     next_position: int
+    block: VideoBlock | None = None
 
 
 class HermesCache(DynamicCache):
@@ -36,51 +43,73 @@ class HermesCache(DynamicCache):
 
     Every layer holds the same *number* of tokens (which keeps the library's attention masks
     valid, DESIGN §3), but memory policies may keep different tokens in different layers, so the
-    metadata is (L, T): row l describes layer l's tokens in cache order.
+    metadata is (L, T) (positions (L, A, T)): row l describes layer l's tokens in cache order.
+
+    Args:
+        config: the language model's config (number of layers).
+        num_axes: position axes, 1 for 1-D RoPE, 3 for M-RoPE.
 
     Attributes:
-        positions: (L, T) int64 rotary position each cached key was rotated to.
+        positions: (L, A, T) int64 rotary position each cached key was rotated to.
         token_ids: (L, T) int64 stable id of each token (never reused), for matching across layers.
         kinds: (L, T) int8 `KIND_PREFIX`, `KIND_VISUAL` or `KIND_SUMMARY`.
         frame_index: (L, T) int64 index of the sampled frame a visual token came from (-1 otherwise).
         counts: (L, T) int64 tokens each entry stands for (1; more for a summary token).
-        next_position: first free rotary position; new tokens are placed from here on.
+        next_position: first free rotary position (every axis); new tokens are placed from here on.
+        block: the open M-RoPE video block that the next grid step continues, or None.
     """
 
-    def __init__(self, config) -> None:
+    def __init__(self, config, num_axes: int = 1) -> None:
         super().__init__(config=config)
         self.num_layers = config.num_hidden_layers
+        self.num_axes = num_axes
         empty = torch.empty(self.num_layers, 0, dtype=torch.long)
-        self.positions = empty
+        self.positions = torch.empty(self.num_layers, num_axes, 0, dtype=torch.long)
         self.token_ids = empty
         self.kinds = empty.to(torch.int8)
         self.frame_index = empty
         self.counts = empty
         self.next_position = 0
+        self.block: VideoBlock | None = None
         self._next_token_id = 0
 
     # ---- bookkeeping -------------------------------------------------------------------------
 
     def allocate_positions(self, n: int) -> torch.Tensor:
-        """Reserve the next `n` rotary positions and return them as a (n,) int64 tensor."""
-        start = self.next_position
+        """Reserve the next `n` positions for text (equal on every axis) and return them as (A, n) int64.
+
+        Text ends an open video block (a question rewound later restores it).
+        """
+        positions = run_positions(self.next_position, n, self.num_axes)
         self.next_position += n
-        return torch.arange(start, start + n, dtype=torch.long)
+        self.block = None
+        return positions
+
+    def place(self, layout: list[Run | GridStep]) -> torch.Tensor:
+        """Reserve positions for a chunk's layout (see `hermes.positions.place`).
+
+        Returns:
+            (A, n) int64 positions, n = the layout's token count.
+        """
+        placement = place(layout, self.next_position, self.block, self.num_axes)
+        self.next_position, self.block = placement.next_position, placement.block
+        return placement.positions
 
     def record(self, positions: torch.Tensor, kind: int, frame_index: torch.Tensor | None = None) -> None:
         """Record metadata for tokens the model has just appended to every layer.
 
         Args:
-            positions: (n,) positions the tokens were encoded at.
+            positions: (A, n) positions the tokens were encoded at.
             kind: `KIND_PREFIX` or `KIND_VISUAL`.
             frame_index: (n,) frame of each token; None for non-visual tokens.
         """
-        n = positions.numel()
+        n = positions.shape[-1]
+        positions = positions.to("cpu", torch.long).reshape(self.num_axes, n)
         rows = lambda t: t.to("cpu").reshape(1, n).expand(self.num_layers, n)  # noqa: E731
         ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)
         self._next_token_id += n
         frames = frame_index if frame_index is not None else torch.full((n,), -1, dtype=torch.long)
-        self.positions = torch.cat([self.positions, rows(positions.long())], dim=1)
+        self.positions = torch.cat([self.positions, positions.expand(self.num_layers, -1, -1)], dim=2)
         self.token_ids = torch.cat([self.token_ids, rows(ids)], dim=1)
         self.kinds = torch.cat([self.kinds, rows(torch.full((n,), kind, dtype=torch.int8))], dim=1)
         self.frame_index = torch.cat([self.frame_index, rows(frames.long())], dim=1)
@@ -103,13 +132,15 @@ class HermesCache(DynamicCache):
             self.layers[layer].keys = keys_l.index_select(-2, idx)
             self.layers[layer].values = values_l.index_select(-2, idx)
         for name in METADATA:
-            setattr(self, name, getattr(self, name).gather(1, keep))
+            data = getattr(self, name)
+            index = keep[:, None, :].expand(-1, data.shape[1], -1) if data.dim() == 3 else keep
+            setattr(self, name, data.gather(-1, index))
 
     # ---- answering without leaving a trace ----------------------------------------------------
 
     def mark(self) -> CacheMark:
         """Remember the current state so that `rewind` can return to it."""
-        return CacheMark(length=self.get_seq_length(), next_position=self.next_position)
+        return CacheMark(length=self.get_seq_length(), next_position=self.next_position, block=self.block)
 
     def rewind(self, mark: CacheMark) -> None:
         """Drop every token appended after `mark` (question and answer tokens), in every layer.
@@ -121,8 +152,9 @@ class HermesCache(DynamicCache):
                 layer.keys = layer.keys[..., : mark.length, :]
                 layer.values = layer.values[..., : mark.length, :]
         for name in METADATA:
-            setattr(self, name, getattr(self, name)[:, : mark.length])
+            setattr(self, name, getattr(self, name)[..., : mark.length])
         self.next_position = mark.next_position
+        self.block = mark.block
 
     # ---- sizes ----------------------------------------------------------------------------------
 

@@ -13,8 +13,9 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
 
 Positions: new tokens always take positions after the last one used, so eviction leaves gaps (lazy
 re-indexing). When the next tokens would pass `max_position_embeddings`, every layer's visual keys
-are compacted to consecutive positions by an exact RoPE delta (`make_room`); `reindex: eager`
-compacts after every eviction instead.
+are compacted (consecutive positions for 1-D RoPE; whole frames packed back to back for M-RoPE, see
+`hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
+eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
+from hermes.positions import GridStep, Run, compact
 from hermes.probe import probe_attention
 from hermes.rope import RotarySpec, rotate_keys
 from hermes.scoring import (combine_layer_scores, fold_summary, layer_bands, recency_scores, select_keep,
@@ -58,34 +60,72 @@ class MemoryPolicy:
     # ---- positions -----------------------------------------------------------------------------------
 
     def make_room(self, cache: HermesCache, n_new: int) -> None:
-        """Compact positions if `n_new` more tokens plus the answer reserve would pass the model's range."""
+        """Compact positions if `n_new` more positions plus the answer reserve would pass the model's range."""
         limit = self.model.max_position_embeddings
         if cache.next_position + n_new + self.cfg.position_reserve > limit:
             compact_positions(cache, self.spec)
             if cache.next_position + n_new > limit:
-                raise ConfigError(f"{cache.num_tokens} cached tokens plus {n_new} new ones exceed the model's "
+                raise ConfigError(f"{cache.num_tokens} cached tokens plus {n_new} new positions exceed the model's "
                                   f"{limit} positions: lower memory.budget or the chunk size")
+
+    def place(self, cache: HermesCache, layout: list[Run | GridStep]) -> torch.Tensor:
+        """Positions for a chunk's layout, compacting first if they would pass the model's range.
+
+        How far a chunk reaches depends on its layout (an M-RoPE block grows with stream time, not
+        with its token count), so the layout is placed, and if it passes the range (with the answer
+        reserve), the placement is undone, positions are compacted, and the layout placed again.
+
+        Returns:
+            (A, n) int64 positions (reserved in `cache`).
+
+        Raises:
+            ConfigError: the chunk does not fit even after compaction.
+        """
+        limit = self.model.max_position_embeddings
+        mark = cache.mark()
+        positions = cache.place(layout)
+        if cache.next_position + self.cfg.position_reserve <= limit:
+            return positions
+        cache.rewind(mark)  # nothing was appended yet: this only undoes the reservation
+        compact_positions(cache, self.spec)
+        start = cache.next_position
+        positions = cache.place(layout)
+        if cache.next_position > limit:
+            raise ConfigError(f"{cache.num_tokens} cached tokens plus a chunk reaching {cache.next_position - start} "
+                              f"positions exceed the model's {limit} positions: lower memory.budget or the chunk size")
+        return positions
+
+
+def rope_positions(positions: torch.Tensor, spec: RotarySpec) -> torch.Tensor:
+    """Cache positions (A, T) in `hermes.rope`'s convention: (T,) for 1-D RoPE, (3, T) for M-RoPE."""
+    return positions[0] if spec.kind == "1d" else positions
 
 
 def compact_positions(cache: HermesCache, spec: RotarySpec) -> None:
-    """Give every layer's visual entries consecutive positions after the prefix, in their time order.
+    """Pack every layer's non-prefix entries back to back after the prefix, in time order.
 
-    Keys are re-rotated by the exact fp32 delta; entries already in place are untouched (bit-identical).
+    1-D RoPE: entries get consecutive positions. M-RoPE: each frame's entries move together and keep
+    their layout per axis (`hermes.positions.compact`), because a frame's tokens form a 2-D grid that
+    the model reads through their relative height/width positions. Keys are re-rotated by the exact
+    fp32 delta; entries already in place are untouched (bit-identical). The open video block is
+    closed: the next chunk starts a new one after the packed entries.
     """
-    visual = cache.kinds != KIND_PREFIX  # (L, T)
-    prefix_len = int((~visual[0]).sum())
-    # rank of each visual entry among its layer's visual entries, by current position
-    pos = torch.where(visual, cache.positions, torch.full_like(cache.positions, -1))
-    order = pos.argsort(dim=1, stable=True)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1]).expand_as(order))
-    new_positions = torch.where(visual, rank, cache.positions)  # prefix entries sort first: rank == index
+    movable = cache.kinds != KIND_PREFIX  # (L, T)
+    prefix = cache.positions[0][:, ~movable[0]]  # (A, P): the prefix is the same in every layer
+    origin = int(prefix.max()) + 1 if prefix.numel() else 0
+    tokens = torch.arange(cache.positions.shape[-1]).expand_as(movable)
+    groups = cache.frame_index if spec.kind == "mrope" else tokens  # a frame's grid moves as one
+    new_positions = torch.stack([compact(cache.positions[layer], movable[layer], groups[layer], origin)
+                                 for layer in range(cache.num_layers)])  # (L, A, T)
     for layer, (keys, _) in enumerate(cache.layer_tensors()):
-        delta = new_positions[layer] - cache.positions[layer]
+        delta = new_positions[layer] - cache.positions[layer]  # (A, T)
         if bool((delta != 0).any()):
-            cache.layers[layer].keys = rotate_keys(keys, delta.to(keys.device), spec,
-                                                   positions=cache.positions[layer].to(keys.device))
+            old = rope_positions(cache.positions[layer], spec).to(keys.device)
+            cache.layers[layer].keys = rotate_keys(keys, rope_positions(delta, spec).to(keys.device), spec,
+                                                   positions=old)
     cache.positions = new_positions
-    cache.next_position = max(int(new_positions.max()) + 1, prefix_len) if new_positions.numel() else 0
+    cache.next_position = max(int(new_positions.max()) + 1, origin) if new_positions.numel() else 0
+    cache.block = None
 
 
 class BudgetPolicy(MemoryPolicy):
@@ -135,8 +175,10 @@ class UniformPolicy(BudgetPolicy):
 
     def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
         frames = cache.frame_index[0, prefix_len:]  # (V,) frame of each visual token
-        kept_frames = torch.unique(frames)
-        n_keep = max(1, self.cfg.budget // self.model.tokens_per_frame)
+        kept_frames, per_frame = torch.unique(frames, return_counts=True)
+        # tokens per frame as cached: fixed for LLaVA-OneVision, but size-dependent (and shared by the
+        # two frames of a grid step, plus timestamps) for Qwen-VL, so measured (the largest frame)
+        n_keep = max(1, self.cfg.budget // int(per_frame.max()))
         n_keep = min(n_keep, kept_frames.numel())
         pick = torch.linspace(0, kept_frames.numel() - 1, n_keep).round().long()
         chosen = torch.isin(frames, kept_frames[pick])
@@ -210,11 +252,12 @@ class HermesPolicy(BudgetPolicy):
         keys, values = cache.layer_tensors()[layer]
         dev_idx = idx.to(keys.device)
         counts = cache.counts[layer, idx]
-        positions = cache.positions[layer, idx]
-        # the summary sits at the count-weighted mean position of what it stands for
-        target = int(torch.round((positions.double() * counts).sum() / counts.sum()))
+        positions = cache.positions[layer][:, idx]  # (A, n)
+        # the summary sits at the count-weighted mean position of what it stands for, per axis
+        target = torch.round((positions.double() * counts).sum(dim=1) / counts.sum()).long()  # (A,)
         summary = fold_summary(keys[0].index_select(-2, dev_idx), values[0].index_select(-2, dev_idx),
-                               counts, positions, target, self.spec)
+                               counts, rope_positions(positions, self.spec), rope_positions(target, self.spec),
+                               self.spec)
         return summary, target
 
     def after_select(self, cache: HermesCache, prefix_len: int) -> None:
@@ -223,7 +266,7 @@ class HermesPolicy(BudgetPolicy):
             keys, values = cache.layer_tensors()[layer]
             keys[0, :, prefix_len] = summary.key[:, 0]
             values[0, :, prefix_len] = summary.value[:, 0]
-            cache.positions[layer, prefix_len] = target
+            cache.positions[layer, :, prefix_len] = target
             cache.kinds[layer, prefix_len] = KIND_SUMMARY
             cache.frame_index[layer, prefix_len] = -1
             cache.counts[layer, prefix_len] = int(summary.count)

@@ -1,9 +1,10 @@
 """The model adapter interface (DESIGN §4) and what every family shares: prefill and greedy decoding.
 
 An adapter wraps one Hugging Face vision-language model and tells hermes
-- how frames become visual token embeddings (`encode_frames`),
+- how a chunk of frames becomes token embeddings and their layout (`encode_chunk`: the visual tokens,
+  plus any per-frame text such as timestamps, and how they take positions, see `hermes.positions`),
 - the prompt around them (`prefix_text`, `question_embeds`),
-- which rotary positions new tokens take (`positions_for`),
+- which rotary scheme the model uses (`rotary`) and the position ids it takes (`positions_for`),
 - how to run the language model on embeddings with a cache (`prefill`).
 
 Hermes drives the language model itself, token by token of its own layout, instead of calling
@@ -15,12 +16,35 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
 
 from hermes.cache import KIND_PREFIX, HermesCache
+from hermes.positions import GridStep, Run
+from hermes.rope import RotarySpec
+
+
+@dataclass
+class VisualChunk:
+    """What one chunk of frames adds to the cache, in token order.
+
+    Attributes:
+        embeds: (n, hidden) input embeddings: the visual tokens and any per-frame text (timestamps,
+            image delimiters) the model's own video prompt puts around them.
+        layout: how the n tokens take rotary positions (`Run` / `GridStep` segments, in order).
+        frame_index: (n,) int64 index within the chunk of the frame each token belongs to (for a grid
+            step that covers two frames: the first of them).
+        model_kwargs: extra language-model inputs for this prefill (Qwen3-VL's DeepStack features).
+    """
+
+    embeds: torch.Tensor
+    layout: list[Run | GridStep]
+    frame_index: torch.Tensor
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,7 +67,8 @@ class VLMAdapter(ABC):
         model: the transformers model (eval mode).
         tokenizer: the tokenizer (`encode`, `decode`, `convert_tokens_to_ids`).
         device, dtype: where and in what precision the model runs.
-        tokens_per_frame: visual tokens one frame becomes in the cache.
+        tokens_per_frame: visual tokens one frame becomes in the cache (where that depends on the
+            frame size: at the size last encoded, per frame of a grid step).
         eos_token_ids: token ids that end an answer.
     """
 
@@ -78,14 +103,33 @@ class VLMAdapter(ABC):
 
     @abstractmethod
     def encode_frames(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
-        """Turn frames into visual token embeddings.
+        """Turn frames into visual token embeddings (the model's own vision tower and projector).
 
         Args:
             frames_rgb: N frames, each (H, W, 3) uint8 RGB.
 
         Returns:
-            (N * tokens_per_frame, hidden) embeddings on the model's device and dtype, frame-major.
+            (V, hidden) visual embeddings on the model's device and dtype, frame-major.
         """
+
+    @torch.inference_mode()
+    def encode_chunk(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        """Turn one chunk of frames into what the cache receives: embeddings and their layout.
+
+        The default suits 1-D RoPE families whose frames are nothing but visual tokens
+        (LLaVA-OneVision): `encode_frames`, one consecutive `Run`, `tokens_per_frame` per frame.
+
+        Args:
+            frames_rgb: N frames, each (H, W, 3) uint8 RGB, in time order.
+            times_s: their stream timestamps in seconds.
+
+        Returns:
+            The `VisualChunk`.
+        """
+        embeds = self.encode_frames(frames_rgb)
+        per_frame = embeds.shape[0] // len(frames_rgb)
+        frame_index = torch.arange(len(frames_rgb)).repeat_interleave(per_frame)
+        return VisualChunk(embeds, [Run(embeds.shape[0])], frame_index)
 
     @abstractmethod
     def question_embeds(self, prompt: str) -> torch.Tensor:
@@ -105,9 +149,25 @@ class VLMAdapter(ABC):
     def max_position_embeddings(self) -> int:
         return self.text_config.max_position_embeddings
 
+    @cached_property
+    def rotary(self) -> RotarySpec:
+        """The language model's rotary scheme (1-D RoPE or M-RoPE with its sections)."""
+        return RotarySpec.from_text_config(self.text_config)
+
     def new_cache(self) -> HermesCache:
-        """An empty working cache shaped for this model's language model."""
-        return HermesCache(config=self.text_config)
+        """An empty working cache shaped for this model's language model (1 or 3 position axes)."""
+        return HermesCache(config=self.text_config, num_axes=self.rotary.num_axes)
+
+    def known_token_ids(self, *tokens: str) -> set[int]:
+        """Ids of the tokens among `tokens` that the tokenizer knows as single tokens."""
+        ids = {self.tokenizer.convert_tokens_to_ids(t) for t in tokens}
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        return {i for i in ids if isinstance(i, int) and i >= 0 and i != unk}
+
+    def stop_on(self, *tokens: str) -> None:
+        """Answers end at any of `tokens` or at the tokenizer's end-of-sequence token."""
+        eos = self.tokenizer.eos_token_id
+        self.eos_token_ids = self.known_token_ids(*tokens) | ({eos} if isinstance(eos, int) and eos >= 0 else set())
 
     def embed_text(self, text: str) -> torch.Tensor:
         """(n, hidden) input embeddings of `text`, tokenized without special-token additions."""
@@ -119,17 +179,30 @@ class VLMAdapter(ABC):
         return table(torch.tensor(ids, dtype=torch.long, device=self.device))
 
     def positions_for(self, positions: torch.Tensor) -> torch.Tensor:
-        """Position ids in the shape the language model takes, for (n,) 1-D positions: (1, n)."""
-        return positions.to(self.device)[None, :]
+        """Position ids in the shape the language model takes.
+
+        Args:
+            positions: (A, n) positions (a (n,) tensor is read as A = 1).
+
+        Returns:
+            (1, n) for 1-D RoPE; (3, 1, n) for M-RoPE (transformers' Qwen-VL text models take
+            temporal/height/width rows this way and skip their own `get_rope_index`).
+        """
+        positions = positions.to(self.device)
+        if positions.dim() == 1 or positions.shape[0] == 1:
+            return positions.reshape(1, -1)
+        return positions[:, None, :]
 
     @torch.inference_mode()
-    def prefill(self, embeds: torch.Tensor, positions: torch.Tensor, cache: HermesCache) -> torch.Tensor:
+    def prefill(self, embeds: torch.Tensor, positions: torch.Tensor, cache: HermesCache,
+                **model_kwargs: Any) -> torch.Tensor:
         """Run the language model on `embeds` at `positions`, appending their K/V to `cache`.
 
         Args:
             embeds: (n, hidden) input embeddings.
-            positions: (n,) int64 rotary positions.
+            positions: (A, n) int64 rotary positions.
             cache: the working cache; grows by n tokens in every layer.
+            **model_kwargs: extra language-model inputs (e.g. a `VisualChunk.model_kwargs`).
 
         Returns:
             (n, hidden) final hidden states (after the last norm).
@@ -139,6 +212,7 @@ class VLMAdapter(ABC):
             position_ids=self.positions_for(positions),
             cache=cache,
             use_cache=True,
+            **model_kwargs,
         )
         return out.last_hidden_state[0]
 

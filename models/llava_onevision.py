@@ -13,30 +13,15 @@ transformers' video processor, which would pull in torchvision and Pillow for on
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from hermes.models.base import VLMAdapter
+from hermes.models.preprocess import normalise, resize_frames
 
 # SigLIP's normalisation, used by every LLaVA-OneVision checkpoint unless its processor config says otherwise.
 DEFAULT_MEAN = (0.5, 0.5, 0.5)
 DEFAULT_STD = (0.5, 0.5, 0.5)
-
-
-def read_normalisation(model_dir: str | Path | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Image mean/std from a checkpoint's (video) preprocessor config, or SigLIP's defaults."""
-    if model_dir is not None:
-        for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
-            path = Path(model_dir) / name
-            if path.is_file():
-                data = json.loads(path.read_text())
-                if "image_mean" in data and "image_std" in data:
-                    return tuple(data["image_mean"]), tuple(data["image_std"])
-    return DEFAULT_MEAN, DEFAULT_STD
 
 
 class LlavaOnevisionAdapter(VLMAdapter):
@@ -51,10 +36,8 @@ class LlavaOnevisionAdapter(VLMAdapter):
         side = vision.image_size // vision.patch_size
         pooled = -(-side // 2)  # the model pools each frame's patch grid 2x2 (ceil)
         self.tokens_per_frame = pooled * pooled
-        self._mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
-        self._std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
-        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.eos_token_ids = {i for i in (im_end, self.tokenizer.eos_token_id) if isinstance(i, int) and i >= 0}
+        self.mean, self.std = mean, std
+        self.stop_on("<|im_end|>")
 
     @property
     def language_model(self) -> torch.nn.Module:
@@ -69,11 +52,8 @@ class LlavaOnevisionAdapter(VLMAdapter):
 
     def preprocess(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
         """(N, 3, S, S) normalised pixels: bicubic resize to the tower's square input."""
-        pixels = torch.from_numpy(np.stack(frames_rgb)).permute(0, 3, 1, 2).float() / 255.0  # (N, 3, H, W)
-        if pixels.shape[-2:] != (self.image_size, self.image_size):
-            pixels = F.interpolate(pixels, size=(self.image_size, self.image_size), mode="bicubic",
-                                   antialias=True, align_corners=False).clamp_(0.0, 1.0)
-        return ((pixels - self._mean) / self._std).to(self.device, self.dtype)
+        pixels = resize_frames(frames_rgb, self.image_size, self.image_size)  # (N, 3, S, S) in [0, 1]
+        return normalise(pixels, self.mean, self.std).to(self.device, self.dtype)
 
     @torch.inference_mode()
     def encode_frames(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:

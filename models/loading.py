@@ -6,6 +6,7 @@ Every failure is a `ModelError` (exit code 4) naming what was asked for and how 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -13,15 +14,23 @@ from pathlib import Path
 
 import torch
 
-from hermes.config import ModelConfig, preset_names
+from hermes.config import AUTO_MODEL, ModelConfig, auto_model_name, load_preset, preset_names
 from hermes.errors import ModelError
 from hermes.models.base import VLMAdapter
-from hermes.models.llava_onevision import LlavaOnevisionAdapter, read_normalisation
+from hermes.models.llava_onevision import LlavaOnevisionAdapter
+from hermes.models.preprocess import read_normalisation
+from hermes.models.qwen3_vl import Qwen3VLAdapter
+from hermes.models.qwen_vl import Qwen25VLAdapter, QwenVLAdapter
+from hermes.models.smolvlm import SmolVLMAdapter
 from hermes.models.tiny import TINY_BUILDERS
 
 # transformers `model_type` -> adapter class.
 ADAPTERS: dict[str, type[VLMAdapter]] = {
     "llava_onevision": LlavaOnevisionAdapter,
+    "qwen2_vl": QwenVLAdapter,
+    "qwen2_5_vl": Qwen25VLAdapter,
+    "qwen3_vl": Qwen3VLAdapter,
+    "smolvlm": SmolVLMAdapter,
 }
 
 
@@ -86,11 +95,23 @@ def _looks_like_hub_id(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/"))
 
 
+def resolve_auto(cfg: ModelConfig) -> ModelConfig:
+    """`name: auto` made concrete: the preset `auto_model_name` picks for the device, its checkpoint.
+
+    `build_config` already resolves `auto`; this covers a `ModelConfig` built directly.
+    """
+    if cfg.name != AUTO_MODEL:
+        return cfg
+    name = auto_model_name(cfg.device)
+    preset = load_preset("models", name)
+    return dataclasses.replace(cfg, name=name, family=preset.get("family", ""), hub_id=preset.get("hub_id", ""))
+
+
 def load_model(cfg: ModelConfig) -> VLMAdapter:
     """Build the adapter for `cfg`: a builtin `tiny-*` model, a local directory or a hub id.
 
     Args:
-        cfg: the resolved model configuration.
+        cfg: the resolved model configuration (`name: auto` picks a preset for the device).
 
     Returns:
         The adapter, with its model in eval mode on the resolved device and dtype.
@@ -98,13 +119,14 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
     Raises:
         ModelError: unknown id, unsupported architecture, unavailable device, or a failed load.
     """
+    cfg = resolve_auto(cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     if cfg.name in TINY_BUILDERS:
-        family, build = TINY_BUILDERS[cfg.name]
+        family, build, options = TINY_BUILDERS[cfg.name]
         model, tokenizer = build(seed=cfg.seed)
         return ADAPTERS[family](cfg.name, model.to(device, dtype), tokenizer, device=device, dtype=dtype,
-                                system_prompt=cfg.system_prompt)
+                                system_prompt=cfg.system_prompt, **options)
 
     source = cfg.hub_id or cfg.name
     if Path(source).is_dir():
@@ -134,6 +156,7 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load model from {model_dir}: {first_line}") from None
-    mean, std = read_normalisation(model_dir)
+    normalisation = read_normalisation(model_dir)  # None: the family's default
+    extra = dict(zip(("mean", "std"), normalisation)) if normalisation else {}
     return ADAPTERS[family](source, model.to(device), tokenizer, device=device, dtype=dtype,
-                            system_prompt=cfg.system_prompt, mean=mean, std=std)
+                            system_prompt=cfg.system_prompt, **extra)

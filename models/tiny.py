@@ -2,7 +2,12 @@
 
 They exercise every code path of an adapter (vision tower, projector, pooling, decoder, cache)
 in well under a second on a CPU, and say nothing about answer quality. The tokenizer is a small
-byte-level BPE trained in code on a fixed text, so nothing is ever downloaded.
+byte-level BPE trained in code on a fixed text, so nothing is ever downloaded; it knows every
+family's chat and vision special tokens as single tokens, so one tokenizer serves all tiny models.
+
+Sizes keep each family's structure: LLaVA-OneVision's 196 tokens per frame, Qwen-VL's 14 px (16 px
+for Qwen3-VL) patches merged 2x2 over two-frame grid steps with the real M-RoPE section ratios,
+SmolVLM2's 64 tokens per frame after a 4x pixel shuffle.
 """
 
 from __future__ import annotations
@@ -11,7 +16,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>",
+                  # Qwen-VL
+                  "<|vision_start|>", "<|vision_end|>", "<|video_pad|>", "<|image_pad|>",
+                  # SmolVLM2
+                  "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"]
 
 # Text the tiny tokenizer learns its merges from: the chat template, pseudo-queries and the words of
 # the demo and synthetic questions, so that prompts take about as many tokens as with a real BPE
@@ -26,6 +35,10 @@ triangle star object moving left right up down top bottom how many times did the
 first last one two three four five six seven eight nine ten zero describe scene camera person
 <|im_end|>
 <|im_start|>assistant
+<0.3 seconds> <1.8 seconds> <12.5 seconds>
+User: You are provided the following series of frames from a video.
+Frame from 00:01: Frame from 00:12:<end_of_utterance>
+Assistant:
 """
 
 
@@ -86,6 +99,113 @@ def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int 
     return model, tokenizer
 
 
+def _tiny_text(tokenizer, **extra) -> dict:
+    """A 4-layer decoder config of 64 dims: 4 query heads over 2 KV heads of 16 dims."""
+    ids = dict(bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"), eos_token_id=tokenizer.eos_token_id,
+               pad_token_id=tokenizer.pad_token_id)
+    return dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=32768,
+                tie_word_embeddings=False, **ids, **extra)
+
+
+def _qwen_token_ids(tokenizer) -> dict:
+    ids = tokenizer.convert_tokens_to_ids
+    return dict(image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+                vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"))
+
+
+def tiny_qwen2_vl(seed: int = 0):
+    """A random Qwen2-VL: 14 px patches, 2x2 merge, two-frame grid steps; M-RoPE sections (2, 3, 3).
+
+    The sections keep the real (16, 24, 24) ratio over 8 frequency pairs (head dim 16).
+
+    Returns:
+        (model, tokenizer), fp32 eval mode on the CPU.
+    """
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    tokenizer = tiny_tokenizer()
+    config = Qwen2VLConfig(
+        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2),
+        text_config=_tiny_text(tokenizer, rope_parameters=dict(rope_type="default", rope_theta=1000000.0,
+                                                               mrope_section=[2, 3, 3])),
+        **_qwen_token_ids(tokenizer))
+    torch.manual_seed(seed)
+    return Qwen2VLForConditionalGeneration(config).eval(), tokenizer
+
+
+def tiny_qwen2_5_vl(seed: int = 0):
+    """A random Qwen2.5-VL: as `tiny_qwen2_vl`, plus window attention (56 px windows, the last layer full)
+    and absolute-time temporal positions at 2 per second (the real models' `tokens_per_second`).
+
+    Returns:
+        (model, tokenizer), fp32 eval mode on the CPU.
+    """
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tokenizer = tiny_tokenizer()
+    config = Qwen2_5_VLConfig(
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, tokens_per_second=2,
+                           window_size=56, fullatt_block_indexes=[1]),
+        text_config=_tiny_text(tokenizer, rope_parameters=dict(rope_type="default", rope_theta=1000000.0,
+                                                               mrope_section=[2, 3, 3])),
+        **_qwen_token_ids(tokenizer))
+    torch.manual_seed(seed)
+    return Qwen2_5_VLForConditionalGeneration(config).eval(), tokenizer
+
+
+def tiny_qwen3_vl(seed: int = 0):
+    """A random Qwen3-VL: 16 px patches, DeepStack from vision layer 0, interleaved M-RoPE sections (4, 2, 2).
+
+    The sections keep the real (24, 20, 20) ratio over 8 frequency pairs (head dim 16).
+
+    Returns:
+        (model, tokenizer), fp32 eval mode on the CPU.
+    """
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    tokenizer = tiny_tokenizer()
+    config = Qwen3VLConfig(
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                           patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64,
+                           deepstack_visual_indexes=[0]),
+        text_config=_tiny_text(tokenizer, rope_parameters=dict(rope_type="default", rope_theta=5000000.0,
+                                                               mrope_section=[4, 2, 2], mrope_interleaved=True)),
+        **_qwen_token_ids(tokenizer))
+    torch.manual_seed(seed)
+    return Qwen3VLForConditionalGeneration(config).eval(), tokenizer
+
+
+def tiny_smolvlm2(seed: int = 0):
+    """A random SmolVLM2: 128 px frames in 4 px patches (32x32), pixel shuffle 4x to 64 tokens per frame
+    (the real 512 px / 16 px / 4x geometry), Llama decoder with 1-D RoPE.
+
+    Returns:
+        (model, tokenizer), fp32 eval mode on the CPU.
+    """
+    from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration
+
+    tokenizer = tiny_tokenizer()
+    config = SmolVLMConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=128, patch_size=4),
+        text_config=dict(model_type="llama", **_tiny_text(tokenizer, rope_theta=100000.0)),
+        scale_factor=4, image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
+    torch.manual_seed(seed)
+    return SmolVLMForConditionalGeneration(config).eval(), tokenizer
+
+
+# Small frames for the tiny Qwen-VL models: a square frame becomes 112 x 112 px (128 x 128 for 16 px
+# patches), a 4 x 4 grid of merged patches, 16 tokens per two-frame step; other shapes a few more.
+_QWEN_TINY_FRAMES = dict(min_pixels=112 * 112, max_pixels=112 * 112)
+
+# builtin id -> (adapter family, builder(seed) -> (model, tokenizer), adapter options)
 TINY_BUILDERS = {
-    "tiny-llava-onevision": ("llava_onevision", tiny_llava_onevision),
+    "tiny-llava-onevision": ("llava_onevision", tiny_llava_onevision, {}),
+    "tiny-qwen2-vl": ("qwen2_vl", tiny_qwen2_vl, _QWEN_TINY_FRAMES),
+    "tiny-qwen2.5-vl": ("qwen2_5_vl", tiny_qwen2_5_vl, _QWEN_TINY_FRAMES),
+    "tiny-qwen3-vl": ("qwen3_vl", tiny_qwen3_vl, dict(min_pixels=128 * 128, max_pixels=128 * 128)),
+    "tiny-smolvlm2": ("smolvlm", tiny_smolvlm2, {}),
 }

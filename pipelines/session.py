@@ -131,13 +131,10 @@ class StreamingSession:
         if not frames:
             return
         start = time.perf_counter()
-        embeds = self.model.encode_frames([f.rgb for f in frames])
-        self.memory.make_room(self.cache, embeds.shape[0])
-        positions = self.cache.allocate_positions(embeds.shape[0])
-        self.model.prefill(embeds, positions, self.cache)
-        first = len(self.encoded_t_s)
-        frame_index = torch.arange(first, first + len(frames)).repeat_interleave(self.model.tokens_per_frame)
-        self.cache.record(positions, KIND_VISUAL, frame_index)
+        chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
+        positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
+        self.model.prefill(chunk.embeds, positions, self.cache, **chunk.model_kwargs)
+        self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
         self.encoded_t_s.extend(f.t_s for f in frames)
         encode_ms = (time.perf_counter() - start) * 1e3
         self.peak_cache_bytes = max(self.peak_cache_bytes, self.cache.nbytes())

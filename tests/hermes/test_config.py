@@ -6,17 +6,42 @@ from hermes.config import build_config, parse_set, preset_names
 from hermes.errors import ConfigError
 
 
-def test_defaults_take_the_default_model_preset():
+@pytest.mark.parametrize("cuda, expected, hub_id, family", [
+    (False, "smolvlm2-500m", "HuggingFaceTB/SmolVLM2-500M-Video-Instruct", "smolvlm"),
+    (True, "llava-onevision-7b", "llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava_onevision"),
+])
+def test_defaults_take_the_default_model_preset(monkeypatch, cuda, expected, hub_id, family):
+    """`model.name: auto`: a 7B-class preset with CUDA, the smallest sensible one without; resolved in the config."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     cfg = build_config()
-    assert cfg.model.name == "llava-onevision-0.5b"
-    assert cfg.model.hub_id == "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
-    assert cfg.model.family == "llava_onevision"
+    assert cfg.model.name == expected
+    assert cfg.model.hub_id == hub_id
+    assert cfg.model.family == family
     assert cfg.memory.policy == "full"
     assert cfg.model.trust_remote_code is False
 
 
+def test_auto_model_follows_the_configured_device(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert build_config(overrides=["model.device=cpu"]).model.name == "smolvlm2-500m"
+    assert build_config(overrides=["model.device=cuda:1", "model.name=auto"]).model.name == "llava-onevision-7b"
+
+
+def test_a_model_preset_sets_its_frame_rate_below_the_user():
+    assert build_config(model="qwen3-vl-8b").stream.fps == 2.0  # the paper's rate for Qwen3-VL
+    assert build_config(model="qwen2.5-vl-7b").stream.fps == 1.0
+    assert build_config(model="qwen3-vl-8b", overrides=["stream.fps=0.5"]).stream.fps == 0.5
+
+
 def test_presets_are_listed():
     assert {"llava-onevision-0.5b", "llava-onevision-7b", "tiny-llava-onevision"} <= set(preset_names("models"))
+    assert {"qwen2-vl-2b", "qwen2-vl-7b", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-2b", "qwen3-vl-4b",
+            "qwen3-vl-8b", "smolvlm2-256m", "smolvlm2-500m", "smolvlm2-2.2b", "tiny-qwen2-vl", "tiny-qwen2.5-vl",
+            "tiny-qwen3-vl", "tiny-smolvlm2"} <= set(preset_names("models"))
     assert "full" in preset_names("memory")
 
 

@@ -33,7 +33,7 @@ def test_hermes_stays_bounded_over_600_frames(tiny_model):
         lengths = {k.shape[-2] for k, _ in session.cache.layer_tensors()}
         seen = len(session.encoded_t_s) * TPF
         assert lengths == {p + min(budget, seen)}
-        assert session.cache.positions.shape == (4, p + min(budget, seen))
+        assert session.cache.positions.shape == (4, 1, p + min(budget, seen))  # (L, A, T), A = 1: 1-D RoPE
         sizes.append(session.cache.nbytes())
     first_full = next(i for i, n in enumerate(session.chunk_stats) if sum(
         c.frames for c in session.chunk_stats[: i + 1]) * TPF > budget)
@@ -155,7 +155,7 @@ def test_compaction_moves_keys_exactly_to_their_new_positions(tiny_model):
     cache.select_(keep.expand(4, -1).contiguous())
     spec = RotarySpec.from_text_config(tiny_model.text_config)
     compact_positions(cache, spec)
-    assert cache.positions[0].tolist() == list(range(len(keep)))
+    assert cache.positions[0, 0].tolist() == list(range(len(keep)))
     layer0 = tiny_model.language_model.layers[0]
     with torch.no_grad():
         raw = layer0.self_attn.k_proj(layer0.input_layernorm(embeds))  # (T, Hkv * D)
@@ -169,7 +169,7 @@ def test_eager_reindexing_keeps_positions_consecutive(tiny_model):
                                random_frames(5, size=(16, 16)), chunk_frames=1)
     session.advance()
     p = prefix_len(session)
-    for row in session.cache.positions:
+    for row in session.cache.positions[:, 0]:
         assert sorted(row.tolist()) == list(range(p + TPF))
 
 

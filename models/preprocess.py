@@ -1,0 +1,110 @@
+"""Frame preprocessing shared by the adapters, in torch: resize, normalise, Qwen-VL's smart resize and patchify.
+
+transformers' image and video processors would need torchvision (and Pillow) for what is a resize
+and a reshape, so hermes does it itself, following the processors step by step:
+
+- `resize_frames`: bicubic with antialiasing (the kernel torchvision's tensor resize uses). With
+  `quantize`, the result is rounded to 8-bit levels as torchvision does when it resizes uint8 video
+  tensors (the Qwen-VL and SmolVLM video processors resize uint8, then rescale and normalise).
+- `smart_resize`: Qwen2-VL's rule (transformers `models/qwen2_vl/video_processing_qwen2_vl.py`): both
+  sides multiples of `factor` (patch size x merge size), pixels within [min_pixels, max_pixels],
+  aspect ratio kept as closely as possible. Applied per frame: a stream has no known length, so
+  Qwen3-VL's whole-video pixel budget cannot apply.
+- `patchify`: the Qwen-VL processors' flat patch layout, `(T * gh * gw, C * tps * ps * ps)`, merge
+  windows contiguous; a frame count that is not a multiple of the temporal patch size is padded by
+  repeating the last frame, as the processors do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def read_normalisation(model_dir: str | Path | None) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Image mean/std from a checkpoint's (video) preprocessor config, or None when it names none."""
+    if model_dir is not None:
+        for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
+            path = Path(model_dir) / name
+            if path.is_file():
+                data = json.loads(path.read_text())
+                if "image_mean" in data and "image_std" in data:
+                    return tuple(data["image_mean"]), tuple(data["image_std"])
+    return None
+
+
+def resize_frames(frames_rgb: list[np.ndarray], height: int, width: int, *, quantize: bool = False) -> torch.Tensor:
+    """Frames as (N, 3, height, width) float32 in [0, 1], bicubic-resized with antialiasing.
+
+    Args:
+        frames_rgb: N frames, each (H, W, 3) uint8 RGB (all the same size).
+        height, width: output size.
+        quantize: round the resized pixels to 8-bit levels (as a uint8 resize does).
+
+    Returns:
+        (N, 3, height, width) float32 tensor on the CPU.
+    """
+    pixels = torch.from_numpy(np.stack(frames_rgb)).permute(0, 3, 1, 2).float()  # (N, 3, H, W) in [0, 255]
+    if pixels.shape[-2:] != (height, width):
+        pixels = F.interpolate(pixels, size=(height, width), mode="bicubic", antialias=True, align_corners=False)
+        pixels = pixels.round() if quantize else pixels
+        pixels = pixels.clamp_(0.0, 255.0)
+    return pixels / 255.0
+
+
+def normalise(pixels: torch.Tensor, mean, std) -> torch.Tensor:
+    """(pixels - mean) / std per channel; pixels (N, 3, H, W) in [0, 1]."""
+    mean_t = torch.tensor(mean, dtype=pixels.dtype).view(1, -1, 1, 1)
+    std_t = torch.tensor(std, dtype=pixels.dtype).view(1, -1, 1, 1)
+    return (pixels - mean_t) / std_t
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Qwen2-VL's resize target: sides multiples of `factor`, area in [min_pixels, max_pixels].
+
+    Raises:
+        ValueError: an aspect ratio above 200 (the processors refuse it too).
+    """
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"frame aspect ratio must be below 200, got {max(height, width) / min(height, width):.0f}")
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def patchify(video: torch.Tensor, patch_size: int, merge_size: int,
+             temporal_patch_size: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """Qwen-VL's flat patch layout of one video.
+
+    Args:
+        video: (N, C, H, W) normalised frames; H and W multiples of patch_size * merge_size.
+        patch_size: spatial patch side in pixels.
+        merge_size: spatial merge of the vision tower's patch merger.
+        temporal_patch_size: frames per temporal grid step.
+
+    Returns:
+        ((T * gh * gw, C * temporal_patch_size * patch_size**2) patches, (T, gh, gw) grid in patches).
+    """
+    if pad := -video.shape[0] % temporal_patch_size:  # odd chunk: repeat the last frame
+        video = torch.cat([video, video[-1:].expand(pad, -1, -1, -1)])
+    frames, channels, height, width = video.shape
+    grid_t, grid_h, grid_w = frames // temporal_patch_size, height // patch_size, width // patch_size
+    patches = video.reshape(grid_t, temporal_patch_size, channels, grid_h // merge_size, merge_size, patch_size,
+                            grid_w // merge_size, merge_size, patch_size)
+    # (t, tp, c, bh, mh, ph, bw, mw, pw) -> (t, bh, bw, mh, mw, c, tp, ph, pw): merge windows contiguous
+    patches = patches.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    flat = patches.reshape(grid_t * grid_h * grid_w, channels * temporal_patch_size * patch_size * patch_size)
+    return flat, (grid_t, grid_h, grid_w)

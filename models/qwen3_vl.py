@@ -1,0 +1,79 @@
+"""Qwen3-VL: the Qwen-VL vision tower (16 px patches, DeepStack) and a Qwen3 language model with interleaved M-RoPE.
+
+Layout of a stream, matching the model's own video prompt (Qwen's processor replaces
+`<|vision_start|><|video_pad|><|vision_end|>` by one timestamped block per grid step):
+
+    <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n                  prefix (kept forever)
+    <0.3 seconds><|vision_start|>[grid step 0]<|vision_end|><1.3 seconds>...      per grid step, chunk by chunk
+    {question}<|im_end|>\\n<|im_start|>assistant\\n                                question (answer time only)
+
+The timestamp is the mean stream time of the step's two frames, printed with one decimal
+(transformers `Qwen3VLProcessor._calculate_timestamps` / `replace_video_token`). Timestamp and
+delimiter tokens belong to their frame: memory policies evict them with it.
+
+Frames are prepared as for Qwen2-VL (`hermes.models.qwen_vl`) with 16 px patches (multiples of 32 px)
+and mean/std 0.5. Qwen3-VL's processor sizes frames against a whole-video pixel budget; a stream has
+no known length, so the per-frame bounds of the Qwen2-VL rule apply.
+
+Positions (`hermes.positions`): every grid step is its own block right after its timestamp: merged
+patch (r, c) sits at (s, s + r, s + c) and `<|vision_end|>` at s + max(h, w) (transformers 5.24
+`Qwen3VLModel.get_rope_index`, which splits `video_grid_thw` into one-step grids; the temporal
+index is never scaled: time is in the timestamps). The text model rotates them with the
+interleaved t/h/w frequency layout (`Qwen3VLTextRotaryEmbedding`), which `hermes.rope` mirrors.
+
+DeepStack: the vision tower also returns features from intermediate layers, which the language model
+adds to the visual tokens' hidden states in its first layers. Each chunk's prefill passes them with
+the mask of its visual tokens (`visual_pos_masks`, `deepstack_visual_embeds`), as the model's own
+forward does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hermes.models.base import VisualChunk
+from hermes.models.qwen_vl import QwenVLAdapter
+from hermes.positions import GridStep, Run
+
+
+class Qwen3VLAdapter(QwenVLAdapter):
+    """Adapter for `Qwen3VLForConditionalGeneration` checkpoints."""
+
+    family = "qwen3_vl"
+    default_mean = default_std = (0.5, 0.5, 0.5)
+    default_min_pixels = 128 * 32 * 32
+    default_max_pixels = 448 * 448
+
+    def prefix_text(self) -> str:
+        return self.chat_start()
+
+    def question_embeds(self, prompt: str) -> torch.Tensor:
+        return self.embed_text(f"{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
+
+    def step_times(self, steps: int, times_s: list[float]) -> list[float]:
+        """Timestamp of each grid step: the mean time of its frames (a padded step: the last frame's)."""
+        size = self.temporal_patch_size
+        padded = times_s + [times_s[-1]] * (steps * size - len(times_s))
+        return [sum(padded[k * size:(k + 1) * size]) / size for k in range(steps)]
+
+    @torch.inference_mode()
+    def encode_chunk(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        visual, (steps, rows, cols), out = self.vision(frames_rgb)
+        per_step = rows * cols
+        first, starts = self.step_frames(steps, times_s)
+        end = self.embed_text(self.vision_end)  # (1, hidden)
+        pieces, layout, frames, is_visual = [], [], [], []
+        for k, stamp in enumerate(self.step_times(steps, times_s)):
+            head = self.embed_text(f"<{stamp:.1f} seconds>{self.vision_start}")  # (m, hidden)
+            pieces += [head, visual[k * per_step:(k + 1) * per_step], end]
+            layout += [Run(head.shape[0]), GridStep(rows, cols, starts[k]), Run(1)]
+            n = head.shape[0] + per_step + 1
+            frames.append(torch.full((n,), first[k]))
+            is_visual.append(torch.cat([torch.zeros(head.shape[0], dtype=torch.bool),
+                                        torch.ones(per_step, dtype=torch.bool), torch.zeros(1, dtype=torch.bool)]))
+        self.tokens_per_frame = -(-per_step // self.temporal_patch_size)
+        deepstack = [torch.cat(level) for level in out.deepstack_features]  # per level: (steps * per_step, hidden)
+        kwargs = {"visual_pos_masks": torch.cat(is_visual)[None].to(self.device),
+                  "deepstack_visual_embeds": deepstack}
+        return VisualChunk(torch.cat(pieces).to(self.dtype), layout, torch.cat(frames), kwargs)

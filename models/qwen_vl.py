@@ -1,0 +1,156 @@
+"""Qwen2-VL and Qwen2.5-VL: a ViT whose 2x2 patch merger feeds a Qwen2 language model with M-RoPE.
+
+Layout of a stream, matching the models' own video prompt (chat template `<|vision_start|>
+<|video_pad|><|vision_end|>`, the pad expanded to every grid step's tokens):
+
+    <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n<|vision_start|>    prefix (kept forever)
+    [grid step 0][grid step 1] ...                                                one video block, chunk by chunk
+    <|vision_end|>{question}<|im_end|>\\n<|im_start|>assistant\\n                   question (answer time only)
+
+Frames (`QwenVLAdapter.preprocess`, following transformers' `Qwen2VLVideoProcessor`): smart-resized
+to multiples of patch x merge (14 x 2 = 28 px) with the area per frame in [min_pixels, max_pixels],
+bicubic to 8-bit levels, normalised (CLIP mean/std unless the checkpoint says otherwise), and
+patchified. Two consecutive frames form one temporal grid step (temporal_patch_size 2): a chunk with
+an odd number of frames repeats its last frame, as the processor does for an odd video, so a
+stream split into chunks of odd length is not pixel-identical to the same frames in one pass (use
+even `stream.chunk_frames`; a question that arrives mid-chunk encodes what is pending, odd or not).
+The vision tower attends within one grid step, so encoding chunk by chunk equals one pass.
+
+Positions (M-RoPE, computed by hermes, see `hermes.positions`): the whole stream is one video block
+starting after the prefix; merged patch (r, c) of step k sits at (s + dt_k, s + r, s + c) with
+dt_k = k (Qwen2-VL) or int(tokens_per_second * (t_k - t_0)) on stream time (Qwen2.5-VL). Source:
+transformers 5.24 `Qwen2VLModel.get_vision_position_ids` / `get_rope_index` and
+`Qwen2_5_VLModel.get_rope_index` (`time_interval = tokens_per_second * second_per_grid_t`). Text
+after the block continues at the largest position + 1 (Qwen's reference code; transformers 5.24
+uses s + max(h, w), which differs once dt_k passes max(h, w) - 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hermes.models.base import VisualChunk, VLMAdapter
+from hermes.models.preprocess import normalise, patchify, resize_frames, smart_resize
+from hermes.positions import GridStep
+
+# OpenAI CLIP's normalisation: the Qwen2-VL / Qwen2.5-VL processors' default.
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+class QwenVLAdapter(VLMAdapter):
+    """Adapter for `Qwen2VLForConditionalGeneration` checkpoints, and the base of the Qwen-VL family.
+
+    Args:
+        mean, std: image normalisation (the checkpoint's, when it names one).
+        min_pixels, max_pixels: area bounds per frame for the smart resize. Defaults: the Qwen2-VL
+            video processor's minimum (128 merged patches) and a streaming cap of 448 x 448 px (256
+            merged patches per two-frame step, about LLaVA-OneVision's 196 tokens per frame).
+    """
+
+    family = "qwen2_vl"
+    default_mean, default_std = CLIP_MEAN, CLIP_STD
+    default_min_pixels = 128 * 28 * 28
+    default_max_pixels = 448 * 448
+    vision_start, vision_end = "<|vision_start|>", "<|vision_end|>"
+
+    def __init__(self, *args, mean=None, std=None, min_pixels: int | None = None, max_pixels: int | None = None,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        vision = self.model.config.vision_config
+        self.patch_size = vision.patch_size
+        self.merge_size = vision.spatial_merge_size
+        self.temporal_patch_size = vision.temporal_patch_size
+        self.mean = mean or self.default_mean
+        self.std = std or self.default_std
+        self.min_pixels = min_pixels or self.default_min_pixels
+        self.max_pixels = max_pixels or self.default_max_pixels
+        # until frames arrive: a square frame at the pixel cap
+        side = int(self.max_pixels ** 0.5) // (self.patch_size * self.merge_size)
+        self.tokens_per_frame = -(-side * side // self.temporal_patch_size)
+        self.stop_on("<|im_end|>", "<|endoftext|>")
+
+    @property
+    def language_model(self) -> torch.nn.Module:
+        return self.model.model.language_model
+
+    @property
+    def text_config(self):
+        return self.model.config.text_config
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Temporal positions per second of stream time; None: one per grid step (Qwen2-VL)."""
+        return None
+
+    def chat_start(self) -> str:
+        """The ChatML opening up to the user's content (no system turn without a system prompt)."""
+        system = f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n" if self.system_prompt else ""
+        return f"{system}<|im_start|>user\n"
+
+    def prefix_text(self) -> str:
+        return self.chat_start() + self.vision_start
+
+    def question_embeds(self, prompt: str) -> torch.Tensor:
+        return self.embed_text(f"{self.vision_end}{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
+
+    # ---- frames -----------------------------------------------------------------------------------
+
+    def frame_size(self, height: int, width: int) -> tuple[int, int]:
+        """Resized (height, width) of a frame: smart resize to multiples of patch x merge."""
+        return smart_resize(height, width, self.patch_size * self.merge_size, self.min_pixels, self.max_pixels)
+
+    def preprocess(self, frames_rgb: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames to the model's video input.
+
+        All frames of a chunk are resized to the size smart resize gives for the first one.
+
+        Returns:
+            (pixel_values_videos (T * gh * gw, 3 * tps * ps * ps) on the model's device and dtype,
+             video_grid_thw (1, 3) int64: grid steps and patch rows/columns).
+        """
+        height, width = self.frame_size(*frames_rgb[0].shape[:2])
+        pixels = normalise(resize_frames(frames_rgb, height, width, quantize=True), self.mean, self.std)
+        patches, grid = patchify(pixels, self.patch_size, self.merge_size, self.temporal_patch_size)
+        return patches.to(self.device, self.dtype), torch.tensor([grid], device=self.device)
+
+    @torch.inference_mode()
+    def vision(self, frames_rgb: list[np.ndarray]):
+        """The model's own video features for one chunk.
+
+        Returns:
+            (embeds (T * h * w, hidden) merged visual tokens, step-major then row-major,
+             (T, h, w) grid in merged patches, the vision output (Qwen3-VL reads DeepStack from it)).
+        """
+        pixels, grid_thw = self.preprocess(frames_rgb)
+        out = self.model.model.get_video_features(pixels, grid_thw, return_dict=True)
+        steps, rows, cols = grid_thw[0].tolist()
+        return torch.cat(out.pooler_output), (steps, rows // self.merge_size, cols // self.merge_size), out
+
+    def encode_frames(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
+        return self.vision(frames_rgb)[0]
+
+    def step_frames(self, steps: int, times_s: list[float]) -> tuple[list[int], list[float]]:
+        """First frame index and stream time of each grid step (a padded last step repeats the last frame)."""
+        first = [min(k * self.temporal_patch_size, len(times_s) - 1) for k in range(steps)]
+        return first, [times_s[i] for i in first]
+
+    @torch.inference_mode()
+    def encode_chunk(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        embeds, (steps, rows, cols), _ = self.vision(frames_rgb)
+        first, starts = self.step_frames(steps, times_s)
+        layout = [GridStep(rows, cols, t, self.tokens_per_second) for t in starts]
+        frame_index = torch.tensor(first).repeat_interleave(rows * cols)
+        self.tokens_per_frame = -(-rows * cols // self.temporal_patch_size)
+        return VisualChunk(embeds, layout, frame_index)
+
+
+class Qwen25VLAdapter(QwenVLAdapter):
+    """Adapter for `Qwen2_5_VLForConditionalGeneration`: Qwen2-VL plus absolute-time temporal positions."""
+
+    family = "qwen2_5_vl"
+
+    @property
+    def tokens_per_second(self) -> float:
+        return float(self.model.config.vision_config.tokens_per_second)

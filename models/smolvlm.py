@@ -1,0 +1,93 @@
+"""SmolVLM2 (Idefics3 architecture: SigLIP tower, pixel-shuffle connector, SmolLM2/Llama language model, 1-D RoPE).
+
+Layout of a stream, matching the model's own video prompt (transformers `SmolVLMProcessor`, video
+chat template `User: <video>{question}`, `<video>` expanded to an intro and one image per frame):
+
+    <|im_start|>System: {system}<end_of_utterance>\\nUser: {intro}                 prefix (kept forever)
+    \\nFrame from 00:03:<fake_token_around_image><global-img>[64 tokens]<fake_token_around_image>
+                                                                                 per frame, chunk by chunk
+    \\n\\n{question}<end_of_utterance>\\nAssistant:                                 question (answer time only)
+
+The official intro names the frame count and the duration ("You are provided the following series
+of eight frames from a 0:00:16 [H:MM:SS] video."); a stream knows neither when it starts, so the
+streaming intro leaves them out (`STREAM_VIDEO_INTRO`). Frame stamps are MM:SS of the stream time.
+Stamp and delimiter tokens belong to their frame: memory policies evict them with it.
+
+Frames: resized to the vision tower's square input (the video processor's longest-edge resize
+followed by its square resize, done in one bicubic step) to 8-bit levels and normalised (mean/std
+0.5); the model's own `get_image_features` runs the tower and the pixel-shuffle connector. Every
+token takes the next 1-D position (`hermes.positions.Run`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hermes.models.base import VisualChunk, VLMAdapter
+from hermes.models.preprocess import normalise, resize_frames
+from hermes.positions import Run
+
+STREAM_VIDEO_INTRO = "You are provided the following series of frames from a video.\n"
+FAKE_IMAGE = "<fake_token_around_image>"
+GLOBAL_IMAGE = "<global-img>"
+
+
+def frame_stamp(t_s: float) -> str:
+    """MM:SS of a stream time, as the processor prints frame timestamps."""
+    return f"{int(t_s // 60):02d}:{int(t_s % 60):02d}"
+
+
+class SmolVLMAdapter(VLMAdapter):
+    """Adapter for `SmolVLMForConditionalGeneration` (SmolVLM2) checkpoints."""
+
+    family = "smolvlm"
+
+    def __init__(self, *args, mean=None, std=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        config = self.model.config
+        self.image_size = config.vision_config.image_size
+        side = self.image_size // config.vision_config.patch_size
+        self.tokens_per_frame = side * side // (config.scale_factor ** 2)  # after the pixel shuffle
+        self.mean = mean or (0.5, 0.5, 0.5)
+        self.std = std or (0.5, 0.5, 0.5)
+        self.stop_on("<end_of_utterance>")
+
+    @property
+    def language_model(self) -> torch.nn.Module:
+        return self.model.model.text_model
+
+    @property
+    def text_config(self):
+        return self.model.config.text_config
+
+    def prefix_text(self) -> str:
+        system = f"System: {self.system_prompt}<end_of_utterance>\n" if self.system_prompt else ""
+        return f"<|im_start|>{system}User: {STREAM_VIDEO_INTRO}"
+
+    def question_embeds(self, prompt: str) -> torch.Tensor:
+        return self.embed_text(f"\n\n{prompt}<end_of_utterance>\nAssistant:").to(self.dtype)
+
+    def preprocess(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
+        """(N, 3, S, S) normalised pixels at the vision tower's input size."""
+        pixels = resize_frames(frames_rgb, self.image_size, self.image_size, quantize=True)
+        return normalise(pixels, self.mean, self.std).to(self.device, self.dtype)
+
+    @torch.inference_mode()
+    def encode_frames(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
+        pixels = self.preprocess(frames_rgb)[None]  # (1, N, 3, S, S): one sample of N images
+        out = self.model.model.get_image_features(pixels, return_dict=True)
+        return torch.cat(out.pooler_output)  # (N * tokens_per_frame, hidden)
+
+    @torch.inference_mode()
+    def encode_chunk(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        visual = self.encode_frames(frames_rgb)
+        per_frame = self.tokens_per_frame
+        end = self.embed_text(FAKE_IMAGE)  # (1, hidden)
+        pieces, frames = [], []
+        for i, t_s in enumerate(times_s):
+            head = self.embed_text(f"\nFrame from {frame_stamp(t_s)}:{FAKE_IMAGE}{GLOBAL_IMAGE}")
+            pieces += [head, visual[i * per_frame:(i + 1) * per_frame], end]
+            frames.append(torch.full((head.shape[0] + per_frame + 1,), i))
+        embeds = torch.cat(pieces).to(self.dtype)
+        return VisualChunk(embeds, [Run(embeds.shape[0])], torch.cat(frames))
