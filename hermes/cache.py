@@ -136,6 +136,42 @@ class HermesCache(DynamicCache):
             index = keep[:, None, :].expand(-1, data.shape[1], -1) if data.dim() == 3 else keep
             setattr(self, name, data.gather(-1, index))
 
+    def append_tokens_(self, layer: int, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
+                       kind: int, frame_index: torch.Tensor) -> None:
+        """Append ready-made K/V (e.g. recalled from a lower level) to one layer.
+
+        Call for every layer with the same number of tokens, then `finish_append_()`.
+
+        Args:
+            layer: the layer.
+            keys, values: (H, m, D) already rotated at `positions`.
+            positions: (A, m) their positions.
+            kind: what they are (a `KIND_*`).
+            frame_index: (m,) the frames they came from.
+        """
+        target = self.layers[layer]
+        target.keys = torch.cat([target.keys, keys[None].to(target.keys.dtype)], dim=-2)
+        target.values = torch.cat([target.values, values[None].to(target.values.dtype)], dim=-2)
+        pending = getattr(self, "_pending_rows", {})
+        pending[layer] = (positions.long().cpu(), frame_index.long().cpu(), kind)
+        self._pending_rows = pending
+
+    def finish_append_(self) -> None:
+        """Extend the metadata for the tokens `append_tokens_` added to every layer."""
+        pending = self.__dict__.pop("_pending_rows", {})
+        if len(pending) != self.num_layers:
+            raise ValueError(f"append_tokens_ was called for {len(pending)} of {self.num_layers} layers")
+        m = pending[0][0].shape[-1]
+        positions = torch.stack([pending[layer][0] for layer in range(self.num_layers)])  # (L, A, m)
+        frames = torch.stack([pending[layer][1] for layer in range(self.num_layers)])  # (L, m)
+        kinds = torch.tensor([[pending[layer][2]] * m for layer in range(self.num_layers)], dtype=torch.int8)
+        ids = self.new_token_ids(m).expand(self.num_layers, m)
+        self.positions = torch.cat([self.positions, positions], dim=-1)
+        self.token_ids = torch.cat([self.token_ids, ids], dim=1)
+        self.kinds = torch.cat([self.kinds, kinds.reshape(self.num_layers, m)], dim=1)
+        self.frame_index = torch.cat([self.frame_index, frames], dim=1)
+        self.counts = torch.cat([self.counts, torch.ones(self.num_layers, m, dtype=torch.long)], dim=1)
+
     # ---- answering without leaving a trace ----------------------------------------------------
 
     def mark(self) -> CacheMark:

@@ -67,6 +67,15 @@ class MemoryConfig:
     reindex: str = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
     position_reserve: int = 1024  # positions kept free for a question and its answer
     sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
+    # Levels 2 (host memory) and 3 (disk + FAISS): active with a memory directory or with recall on.
+    compress_threshold: float = 0.3  # evicted tokens scoring at least this (0..1) are kept compressed; the rest dropped
+    dram_bytes: int = 2 * 2**30  # level-2 budget (host memory)
+    dram_dtype: str = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
+    disk_bytes: int = 20 * 2**30  # level-3 budget (disk)
+    summary_anchors: int = 4  # tokens per layer a record keeps when it moves to disk (plus one mean token)
+    recall: bool = False  # on: bring back the records most relevant to each question before answering
+    recall_top_k: int = 4  # records recalled per question
+    checkpoint_every: int = 8  # chunks between checkpoints of level 1 in a memory directory
 
 
 @dataclass

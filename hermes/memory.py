@@ -52,6 +52,13 @@ class MemoryPolicy:
         self.spec = RotarySpec.from_text_config(model.text_config)
         self.last_question: str | None = None
         self.last_maintain_ms = 0.0
+        self.lower = None  # `hermes.lower.LowerLevels` when levels 2 and 3 are on (set by the session)
+
+    def compact(self, cache: HermesCache) -> None:
+        """Compact level-1 positions (and tell the lower levels, whose records keep the old ones)."""
+        compact_positions(cache, self.spec)
+        if self.lower is not None:
+            self.lower.epoch += 1
 
     def maintain(self, cache: HermesCache) -> None:
         """Bring the cache back within budget after a chunk (nothing to do for `full`)."""
@@ -63,7 +70,7 @@ class MemoryPolicy:
         """Compact positions if `n_new` more positions plus the answer reserve would pass the model's range."""
         limit = self.model.max_position_embeddings
         if cache.next_position + n_new + self.cfg.position_reserve > limit:
-            compact_positions(cache, self.spec)
+            self.compact(cache)
             if cache.next_position + n_new > limit:
                 raise ConfigError(f"{cache.num_tokens} cached tokens plus {n_new} new positions exceed the model's "
                                   f"{limit} positions: lower memory.budget or the chunk size")
@@ -87,7 +94,7 @@ class MemoryPolicy:
         if cache.next_position + self.cfg.position_reserve <= limit:
             return positions
         cache.rewind(mark)  # nothing was appended yet: this only undoes the reservation
-        compact_positions(cache, self.spec)
+        self.compact(cache)
         start = cache.next_position
         positions = cache.place(layout)
         if cache.next_position > limit:
@@ -135,6 +142,7 @@ class BudgetPolicy(MemoryPolicy):
         super().__init__(cfg, model)
         if cfg.budget < 1:
             raise ConfigError(f"memory.budget must be at least 1 visual token, found {cfg.budget}")
+        self.last_scores: torch.Tensor | None = None  # (L, V) importance of the last scoring, if the policy scores
 
     def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
         """(L, budget) cache indices of the visual entries to keep, ascending, per layer."""
@@ -146,10 +154,13 @@ class BudgetPolicy(MemoryPolicy):
         if cache.num_tokens - prefix_len > self.cfg.budget:  # scoring runs only when eviction is needed
             keep = self.choose(cache, prefix_len)
             prefix = torch.arange(prefix_len).expand(keep.shape[0], prefix_len)
-            cache.select_(torch.cat([prefix, keep], dim=1))
+            keep = torch.cat([prefix, keep], dim=1)
+            if self.lower is not None:
+                self.lower.capture(cache, keep, self.last_scores, prefix_len)
+            cache.select_(keep)
             self.after_select(cache, prefix_len)
             if self.cfg.reindex == "eager":
-                compact_positions(cache, self.spec)
+                self.compact(cache)
         self.last_maintain_ms = (time.perf_counter() - start) * 1e3
 
     def after_select(self, cache: HermesCache, prefix_len: int) -> None:
@@ -231,6 +242,7 @@ class HermesPolicy(BudgetPolicy):
         scores = combine_layer_scores(recency, attention, self.bands, self.cfg.w0, self.cfg.gamma)
         ids = cache.token_ids[:, prefix_len:]
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing))
+        self.last_scores = scores
         is_summary = cache.kinds[:, prefix_len:] == KIND_SUMMARY
         keep_rows = []
         self._summaries = {}

@@ -23,10 +23,11 @@ PROBE_ATTENTION = "hermes_probe"
 
 
 class _ProbeRecorder:
-    """Per-layer attention weights captured during one probe forward."""
+    """Per-layer attention weights (and rotated queries) captured during one probe forward."""
 
     def __init__(self) -> None:
         self.weights: dict[int, torch.Tensor] = {}
+        self.queries: dict[int, torch.Tensor] = {}
 
 
 _recorder: _ProbeRecorder | None = None
@@ -58,11 +59,34 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
     weights = torch.softmax(scores, dim=-1)
     if _recorder is not None:
         _recorder.weights[module.layer_idx] = weights
+        _recorder.queries[module.layer_idx] = query[0]  # (Hq, Q, D), rotated at the probe's positions
     output = torch.matmul(weights.to(value.dtype), value).transpose(1, 2).contiguous()
     return output, weights.to(query.dtype)
 
 
 AttentionInterface.register(PROBE_ATTENTION, probe_attention_forward)
+
+
+def _probe(model, cache, embeds: torch.Tensor) -> tuple[_ProbeRecorder, torch.Tensor, int]:
+    """Prefill `embeds` through every layer with the recording attention, then rewind the cache.
+
+    Returns:
+        (recorder, positions (A, Q) the probe tokens took, cache length before the probe).
+    """
+    global _recorder
+    config = model.text_config
+    previous = config._attn_implementation
+    mark = cache.mark()
+    recorder = _recorder = _ProbeRecorder()
+    try:
+        config._attn_implementation = PROBE_ATTENTION
+        positions = cache.allocate_positions(embeds.shape[0])
+        model.prefill(embeds, positions, cache)
+    finally:
+        config._attn_implementation = previous
+        _recorder = None
+        cache.rewind(mark)
+    return recorder, positions, mark.length
 
 
 @torch.inference_mode()
@@ -78,17 +102,22 @@ def probe_attention(model, cache, embeds: torch.Tensor) -> list[torch.Tensor]:
         One (Q, T) float32 tensor per layer: the attention weight each pseudo-query token puts on
         each of the T cached tokens, averaged over heads (the pseudo-query's own tokens excluded).
     """
-    global _recorder
-    config = model.text_config
-    previous = config._attn_implementation
-    mark = cache.mark()
-    _recorder = _ProbeRecorder()
-    try:
-        config._attn_implementation = PROBE_ATTENTION
-        model.prefill(embeds, cache.allocate_positions(embeds.shape[0]), cache)
-        recorded = _recorder.weights
-    finally:
-        config._attn_implementation = previous
-        _recorder = None
-        cache.rewind(mark)
-    return [recorded[i][0, :, :, : mark.length].mean(dim=0) for i in range(len(recorded))]
+    recorder, _, cached = _probe(model, cache, embeds)
+    return [recorder.weights[i][0, :, :, :cached].mean(dim=0) for i in range(len(recorder.weights))]
+
+
+@torch.inference_mode()
+def probe_queries(model, cache, embeds: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotated query vectors one layer computes for `embeds` placed after the cache.
+
+    Args:
+        model: a `VLMAdapter`.
+        cache: the working `HermesCache`; unchanged on return.
+        embeds: (Q, hidden) embeddings (e.g. a question).
+        layer: decoder layer index (negative counts from the end).
+
+    Returns:
+        (queries (Hq, Q, D) as rotated by the model, positions (A, Q) they were rotated at).
+    """
+    recorder, positions, _ = _probe(model, cache, embeds)
+    return recorder.queries[layer % len(recorder.queries)], positions

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,6 +55,7 @@ class Answer:
     memory: dict[str, int]
     options: tuple[str, ...] = ()
     first_token_logits: torch.Tensor | None = field(default=None, repr=False)
+    recall: dict | None = None  # {"recall_ms", "records", "tokens"} when recall is on
 
     def to_json(self) -> dict[str, Any]:
         out = {"question": self.question, "answer": self.answer, "at_s": self.at_s,
@@ -61,6 +63,8 @@ class Answer:
                "latency_ms": round(self.latency_ms, 3), "memory": self.memory}
         if self.options:
             out["options"] = list(self.options)
+        if self.recall is not None:
+            out["recall"] = self.recall
         return out
 
 
@@ -103,11 +107,16 @@ class StreamingSession:
 
     def __init__(self, model: VLMAdapter, memory: MemoryConfig | str = "full", source: Iterable[Frame] = (),
                  *, chunk_frames: int = 16, max_new_tokens: int = 64, progress: bool = False,
-                 total_frames: int | None = None) -> None:
+                 total_frames: int | None = None, memory_dir: str | Path | None = None,
+                 resume: bool = False) -> None:
         if chunk_frames < 1:
             raise ConfigError(f"stream.chunk_frames must be at least 1, found {chunk_frames}")
+        if resume and memory_dir is None:
+            raise UsageError("--resume continues a stream saved in a memory directory: give --memory-dir DIR")
+        memory_cfg = MemoryConfig(policy=memory) if isinstance(memory, str) else memory
         self.model = model
-        self.memory = build_policy(MemoryConfig(policy=memory) if isinstance(memory, str) else memory, model)
+        self.memory = build_policy(memory_cfg, model)
+        self.recall = memory_cfg.recall
         self.chunk_frames = chunk_frames
         self.max_new_tokens = max_new_tokens
         self.cache = model.new_cache()
@@ -119,6 +128,23 @@ class StreamingSession:
         self._pending: Frame | None = None  # read from the source but belongs to a later question
         self._exhausted = False
         self._progress = None
+        self.lower = None  # levels 2 and 3 (hermes.lower.LowerLevels), with a memory directory or recall
+        if memory_dir is not None or memory_cfg.recall:
+            from hermes.lower import LowerLevels
+
+            self.lower = LowerLevels(memory_cfg, model, memory_dir, self.encoded_t_s)
+            self.memory.lower = self.lower
+        self._persistent = memory_dir is not None
+        self._checkpoint_every = memory_cfg.checkpoint_every
+        if self._persistent:
+            from hermes.pipelines.persistence import has_checkpoint, restore_session
+
+            if resume:
+                restore_session(self)
+            elif has_checkpoint(self.lower):
+                self.lower.close()
+                raise UsageError(f"memory directory {memory_dir} already holds a stream: pass --resume to continue "
+                                 f"it, or choose another --memory-dir")
         if progress:
             from tqdm import tqdm
 
@@ -142,6 +168,15 @@ class StreamingSession:
         self.chunk_stats.append(ChunkStats(len(frames), encode_ms, self.memory.last_maintain_ms))
         if self._progress is not None:
             self._progress.update(len(frames))
+        if self._persistent and len(self.chunk_stats) % self._checkpoint_every == 0:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Save level 1 and the stream position to the memory directory (no-op without one)."""
+        if self._persistent:
+            from hermes.pipelines.persistence import save_session
+
+            save_session(self)
 
     def _next_frame(self) -> Frame | None:
         if self._pending is not None:
@@ -150,6 +185,9 @@ class StreamingSession:
         if self._exhausted:
             return None
         frame = next(self._frames, None)
+        # a resumed stream skips what it already saw (the source starts from the beginning again)
+        while frame is not None and self.encoded_t_s and frame.t_s <= self.encoded_t_s[-1]:
+            frame = next(self._frames, None)
         if frame is None:
             self._exhausted = True
         return frame
@@ -173,9 +211,10 @@ class StreamingSession:
     # ---- answers -----------------------------------------------------------------------------------
 
     def memory_stats(self) -> dict[str, int]:
-        """Memory held now, per level (levels 2 and 3 do not exist yet and report 0)."""
-        return {"hbm_tokens": self.cache.num_tokens, "hbm_bytes": self.cache.nbytes(),
-                "dram_bytes": 0, "disk_bytes": 0, "disk_records": 0}
+        """Memory held now, per level (levels 2 and 3 report 0 when they are off)."""
+        lower = self.lower.stats() if self.lower is not None else {"dram_bytes": 0, "disk_bytes": 0,
+                                                                  "disk_records": 0}
+        return {"hbm_tokens": self.cache.num_tokens, "hbm_bytes": self.cache.nbytes(), **lower}
 
     def ask(self, question: str, options: Iterable[str] = (), at: float | None = None) -> Answer:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
@@ -202,7 +241,10 @@ class StreamingSession:
         self.memory.make_room(self.cache, prompt.shape[0] + self.max_new_tokens)
         self.memory.last_question = question
         mark = self.cache.mark()
+        recall = None
         try:
+            if self.recall and self.lower is not None:
+                recall = self.lower.recall(self.cache, prompt)  # an answer-time view: rewound below
             generation = self.model.generate_greedy(prompt, self.cache, self.max_new_tokens)
         finally:
             self.cache.rewind(mark)
@@ -210,7 +252,8 @@ class StreamingSession:
                       last_frame_t_s=self.encoded_t_s[-1] if self.encoded_t_s else None,
                       ttft_ms=generation.ttft_ms, latency_ms=generation.latency_ms,
                       memory=self.memory_stats(), options=options,
-                      first_token_logits=generation.first_token_logits)
+                      first_token_logits=generation.first_token_logits,
+                      recall=recall.to_json() if recall is not None else None)
 
     def run(self, questions: Iterable[Question] = (), *, to_end: bool = False) -> Iterator[Answer]:
         """Stream the source, answering each question when the stream reaches its time.
@@ -235,6 +278,12 @@ class StreamingSession:
         self.close()
 
     def close(self) -> None:
+        """End the session: a last checkpoint, levels 2 and 3 flushed (safe to call twice)."""
         if self._progress is not None:
             self._progress.close()
             self._progress = None
+        if self.lower is not None:
+            self.checkpoint()
+            self.lower.close()
+            self.lower = self.memory.lower = None
+            self._persistent = False

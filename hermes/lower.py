@@ -1,0 +1,221 @@
+"""Levels 2 and 3 seen from level 1: what eviction keeps, and what a question brings back.
+
+`LowerLevels` sits between a memory policy and a `MemoryDirectory` (hermes.tiers):
+
+- `capture` (called by the policy just before it evicts): every evicted token whose importance is
+  at least `compress_threshold` goes into one record per maintenance step (its keys as cached,
+  values, positions, ids, frames and scores, per layer); the rest are dropped. The record gets a
+  search embedding: the mean content of its last layer's keys (keys rotated back to position 0,
+  so the vector says *what* was seen, not *where* it sat).
+- `recall` (called by the session before a question, with `memory.recall: on`): the question's own
+  last-layer queries, rotated back to position 0 and grouped per key head, are the search vector;
+  the top records are fetched (host memory, prefetch cache or disk), spliced in time order into the
+  working cache as an answer-time view, and removed with the question when the answer is done.
+- Positions: a recalled token keeps the position it was evicted at, unless level 1 has compacted
+  its positions since; then the record is shifted, as a block, to end just before the oldest token
+  level 1 still holds, so that time order and in-record distances are preserved.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache
+from hermes.config import MemoryConfig
+from hermes.probe import probe_queries
+from hermes.rope import RotarySpec, rotate_between, rotate_keys
+from hermes.tiers.directory import MemoryDirectory
+from hermes.tiers.fingerprint import make_fingerprint
+from hermes.tiers.records import Record
+from hermes.tiers.summarise import summarise
+
+KIND_RECALLED = 3  # a token brought back from a lower level for one answer
+
+
+@dataclass
+class RecallStats:
+    """What one recall cost and brought back."""
+
+    recall_ms: float = 0.0
+    records: int = 0
+    tokens: int = 0  # per layer
+    record_ids: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"recall_ms": round(self.recall_ms, 3), "records": self.records, "tokens": self.tokens}
+
+
+def fingerprint_for(model, cfg: MemoryConfig) -> dict:
+    """What a memory directory must match: the model's cache geometry and the record format."""
+    spec = RotarySpec.from_text_config(model.text_config)
+    text = model.text_config
+    return make_fingerprint(model.name, model.family, text.num_hidden_layers, text.num_key_value_heads,
+                            spec.head_dim, rope=spec.kind,
+                            memory={"dram_dtype": cfg.dram_dtype, "summary_anchors": cfg.summary_anchors})
+
+
+def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotarySpec, groups: int = 1) -> torch.Tensor:
+    """Mean of `vectors` rotated back to position 0, per key head, flattened and L2-normalised.
+
+    Args:
+        vectors: (H, n, D) keys or queries as the model rotated them.
+        positions: (A, n) the positions they were rotated at.
+        spec: the rotary scheme.
+        groups: query heads per key head (queries are averaged within their group).
+
+    Returns:
+        (H / groups * D,) float32 vector on the host.
+    """
+    pos = positions[0] if spec.kind == "1d" else positions
+    at_zero = rotate_between(vectors.float(), pos.to(vectors.device), torch.zeros_like(pos).to(vectors.device), spec)
+    mean = at_zero.mean(dim=1)  # (H, D)
+    mean = mean.view(-1, groups, mean.shape[-1]).mean(dim=1)  # (H / groups, D)
+    return torch.nn.functional.normalize(mean.reshape(-1), dim=0).to("cpu", torch.float32)
+
+
+class LowerLevels:
+    """Level 2 and 3 for one session.
+
+    Args:
+        cfg: memory configuration (thresholds, budgets, recall).
+        model: the adapter (rotary scheme, probe).
+        directory: where records persist; None uses a temporary directory removed at `close`.
+        frame_times_s: the session's list of encoded frame timestamps (read, never written).
+    """
+
+    def __init__(self, cfg: MemoryConfig, model, directory: str | Path | None, frame_times_s: list[float]) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.spec = RotarySpec.from_text_config(model.text_config)
+        self.frame_times_s = frame_times_s
+        self._tmp = None if directory is not None else tempfile.TemporaryDirectory(prefix="hermes-memory-")
+        path = Path(directory) if directory is not None else Path(self._tmp.name)
+        self.store = MemoryDirectory(path, fingerprint_for(model, cfg), cfg.dram_bytes, cfg.disk_bytes,
+                                     dram_dtype=cfg.dram_dtype,
+                                     summarise_fn=functools.partial(summarise, anchors_per_layer=cfg.summary_anchors,
+                                                                    spec=self.spec))
+        self.epoch = 0  # bumped by every compaction of level-1 positions
+
+    # ---- eviction ------------------------------------------------------------------------------------
+
+    def capture(self, cache: HermesCache, keep: torch.Tensor, scores: torch.Tensor | None, prefix_len: int) -> None:
+        """Store the evicted tokens worth keeping (call before `cache.select_(keep)`).
+
+        Args:
+            cache: the working cache, still holding every token.
+            keep: (L, K) cache indices level 1 keeps (prefix included).
+            scores: (L, V) importance in [0, 1] of the visual entries (cache indices from
+                `prefix_len` on), or None when the policy has no scores (then everything is kept).
+            prefix_len: number of prefix entries.
+        """
+        kept = torch.zeros(cache.kinds.shape, dtype=torch.bool)
+        kept.scatter_(1, keep, True)
+        evicted = ~kept & (cache.kinds != KIND_PREFIX) & (cache.kinds != KIND_SUMMARY)  # (L, T)
+        full_scores = torch.ones(cache.kinds.shape)
+        if scores is not None:
+            full_scores[:, prefix_len:] = scores.float().cpu()
+        chosen = evicted & (full_scores >= self.cfg.compress_threshold)
+        if not bool(chosen.any()):
+            return
+        per_layer = {name: [] for name in ("keys", "values", "positions", "token_ids", "frame_index", "scores",
+                                           "counts")}
+        for layer, (keys, values) in enumerate(cache.layer_tensors()):
+            idx = chosen[layer].nonzero().squeeze(1)
+            dev_idx = idx.to(keys.device)
+            per_layer["keys"].append(keys[0].index_select(-2, dev_idx))
+            per_layer["values"].append(values[0].index_select(-2, dev_idx))
+            per_layer["positions"].append(cache.positions[layer][:, idx])
+            per_layer["token_ids"].append(cache.token_ids[layer, idx])
+            per_layer["frame_index"].append(cache.frame_index[layer, idx])
+            per_layer["scores"].append(full_scores[layer, idx])
+            per_layer["counts"].append(cache.counts[layer, idx])
+        frames = cache.frame_index[chosen]
+        first, last = int(frames.min()), int(frames.max())
+        embedding = content_vector(per_layer["keys"][-1], per_layer["positions"][-1], self.spec) \
+            if per_layer["keys"][-1].shape[-2] else None
+        record = Record.build(self.store.new_record_id(), **per_layer, t_start_s=self.frame_times_s[first],
+                              t_end_s=self.frame_times_s[last], frame_start=first, frame_end=last + 1,
+                              embedding=embedding)
+        record.extra["epoch"] = self.epoch
+        self.store.add(record)
+
+    # ---- answering -----------------------------------------------------------------------------------
+
+    def question_vector(self, cache: HermesCache, question_embeds: torch.Tensor) -> torch.Tensor:
+        """The search vector of a question: its last-layer queries' content, per key head."""
+        queries, positions = probe_queries(self.model, cache, question_embeds, layer=-1)
+        groups = queries.shape[0] // self.model.text_config.num_key_value_heads
+        return content_vector(queries, positions, self.spec, groups=groups)
+
+    def recall(self, cache: HermesCache, question_embeds: torch.Tensor) -> RecallStats:
+        """Splice the records most relevant to a question into `cache` (the caller rewinds them).
+
+        Every layer receives the same number of tokens (the highest-scoring ones where records
+        differ per layer), so the cache stays rectangular for the model's attention mask.
+        """
+        start = time.perf_counter()
+        hits = self.store.search(self.question_vector(cache, question_embeds), self.cfg.recall_top_k)
+        if not hits:
+            return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
+        keys0, _ = cache.layer_tensors()[0]
+        records = self.store.fetch([rid for rid, _ in hits], device=keys0.device, dtype=keys0.dtype)
+        records.sort(key=lambda r: r.t_start_s)  # time order
+        n = min(sum(r.layers[layer].num_tokens for r in records) for layer in range(cache.num_layers))
+        if n == 0:
+            return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3, records=len(records))
+        visual = cache.kinds[0] != KIND_PREFIX
+        oldest = int(cache.positions[0][0, visual].min()) if bool(visual.any()) else cache.next_position
+        shift_to = oldest  # records shifted after a compaction end just before this position
+        shifted = []
+        for record in reversed(records):  # newest first, each placed before the previous one
+            if record.extra.get("epoch", 0) != self.epoch:
+                last = max(int(layer.positions[0].max()) for layer in record.layers if layer.num_tokens)
+                delta = shift_to - 1 - last
+                first = min(int(layer.positions[0].min()) for layer in record.layers if layer.num_tokens)
+                shift_to = first + delta
+            else:
+                delta = 0
+            shifted.append((record, delta))
+        for layer in range(cache.num_layers):
+            parts = [self._layer_tokens(record.layers[layer], delta) for record, delta in reversed(shifted)]
+            keys = torch.cat([p[0] for p in parts], dim=1)  # (H, m, D)
+            values = torch.cat([p[1] for p in parts], dim=1)
+            positions = torch.cat([p[2] for p in parts], dim=1)  # (A, m)
+            scores = torch.cat([p[3] for p in parts])
+            frames = torch.cat([p[4] for p in parts])
+            top = torch.sort(torch.topk(scores, n).indices).values  # the best n, in time order
+            cache.append_tokens_(layer, keys[:, top.to(keys.device)], values[:, top.to(keys.device)],
+                                 positions[:, top], KIND_RECALLED, frames[top])
+        cache.finish_append_()
+        elapsed = (time.perf_counter() - start) * 1e3
+        return RecallStats(recall_ms=elapsed, records=len(records), tokens=n,
+                           record_ids=tuple(r.record_id for r in records))
+
+    def _layer_tokens(self, tokens, delta: int):
+        keys = tokens.keys
+        if delta and tokens.num_tokens:
+            pos = tokens.positions if tokens.positions.dim() == 2 else tokens.positions[None]
+            d = torch.full_like(pos, delta)
+            keys = rotate_keys(keys, (d[0] if self.spec.kind == "1d" else d).to(keys.device), self.spec,
+                               positions=(pos[0] if self.spec.kind == "1d" else pos).to(keys.device))
+        positions = tokens.positions if tokens.positions.dim() == 2 else tokens.positions[None]
+        return keys, tokens.values, positions + delta, tokens.scores.float().cpu(), tokens.frame_index
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        s = self.store.stats()
+        return {"dram_bytes": int(s["dram_bytes"]), "disk_bytes": int(s["disk_bytes"]),
+                "disk_records": int(s["disk_records"])}
+
+    def close(self) -> None:
+        """Flush and close the directory (DRAM is written to disk); remove it if temporary."""
+        self.store.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()

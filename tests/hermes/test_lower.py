@@ -1,0 +1,154 @@
+"""Levels 2 and 3 wired to a session: capture on eviction, recall, bounds, persistence, resume."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hermes.cache import KIND_PREFIX, METADATA
+from hermes.config import MemoryConfig, ModelConfig
+from hermes.errors import UsageError
+from hermes.lower import content_vector
+from hermes.models.loading import load_model
+from hermes.pipelines.frames import Frame
+from hermes.pipelines.session import StreamingSession
+from hermes.rope import RotarySpec
+from tests.conftest import random_frames
+
+TPF = 196
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiered(**overrides) -> MemoryConfig:
+    settings = dict(policy="hermes", budget=TPF, compress_threshold=0.0, recall_top_k=2)
+    settings.update(overrides)
+    return MemoryConfig(**settings)
+
+
+def needle_stream(n: int = 24, needle=(8, 12)) -> list[Frame]:
+    """Noise frames, with frames needle[0]..needle[1]-1 a solid, distinct colour."""
+    frames = random_frames(n, interval_s=0.5, size=(16, 16), seed=3)
+    return [Frame(f.t_s, np.full_like(f.rgb, (250, 10, 10)) if needle[0] <= i < needle[1] else f.rgb, i)
+            for i, f in enumerate(frames)]
+
+
+def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypatch, tmp_path):
+    """Controlled test embedding (query by example): a random model's text and vision do not align, so the
+    question's search vector is the content of the needle frame's own last-layer keys."""
+    frames = needle_stream()
+    probe = StreamingSession(tiny_model, "full", frames[8:9])
+    probe.advance()
+    keys, _ = probe.cache.layer_tensors()[-1]
+    visual = probe.cache.kinds[-1] != KIND_PREFIX
+    spec = RotarySpec.from_text_config(tiny_model.text_config)
+    needle_vector = content_vector(keys[0][:, visual], probe.cache.positions[-1][:, visual], spec)
+
+    session = StreamingSession(tiny_model, tiered(recall=True), frames, chunk_frames=4, memory_dir=tmp_path)
+    monkeypatch.setattr(type(session.lower), "question_vector", lambda self, cache, embeds: needle_vector)
+    answer = session.ask("What was red?", at=100.0)
+    hits = session.lower.store.search(needle_vector, 2)
+    spans = [session.lower.store.fetch([rid])[0] for rid, _ in hits]
+    assert any(r.frame_start < 12 and r.frame_end > 8 for r in spans)  # the needle's record is in the top 2
+    assert set(session.cache.frame_index[-1][session.cache.kinds[-1] != KIND_PREFIX].tolist()).isdisjoint(range(8, 12))
+    assert answer.recall["records"] >= 1 and answer.recall["tokens"] > 0
+    session.close()
+
+
+def test_recall_leaves_no_trace_in_level_1(tiny_model):
+    session = StreamingSession(tiny_model, tiered(recall=True), needle_stream(), chunk_frames=4)
+    session.advance(until_s=8.0)
+    before = [t.clone() for kv in session.cache.layer_tensors() for t in kv] + \
+        [getattr(session.cache, n).clone() for n in METADATA]
+    answer = session.ask("What happened?")
+    after = [t for kv in session.cache.layer_tensors() for t in kv] + [getattr(session.cache, n) for n in METADATA]
+    assert answer.recall["tokens"] > 0
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    session.close()
+
+
+def test_levels_2_and_3_stay_within_their_budgets(tiny_model, tmp_path):
+    cfg = tiered(dram_bytes=150_000, disk_bytes=1_500_000)
+    session = StreamingSession(tiny_model, cfg, [], chunk_frames=4, memory_dir=tmp_path)
+    seen_disk_records = 0
+    for start in range(0, 400, 4):
+        session.ingest(random_frames(4, size=(16, 16), seed=start))
+        stats = session.lower.store.stats()
+        assert stats["dram_bytes"] <= cfg.dram_bytes
+        assert stats["disk_bytes"] <= cfg.disk_bytes
+        seen_disk_records = max(seen_disk_records, stats["disk_records"])
+    session.lower.store.flush()
+    assert seen_disk_records > 0  # records did move down to disk
+    assert session.lower.store.stats()["disk_bytes"] <= cfg.disk_bytes
+    session.close()
+
+
+def test_resume_equals_streaming_in_one_go(tiny_model, tmp_path):
+    frames = random_frames(24, size=(16, 16), seed=5)
+    cfg = tiered(budget=2 * TPF)
+    whole = StreamingSession(tiny_model, cfg, frames, chunk_frames=4, memory_dir=tmp_path / "whole")
+    whole.advance()
+
+    first = StreamingSession(tiny_model, cfg, frames[:12], chunk_frames=4, memory_dir=tmp_path / "split")
+    first.advance()
+    first.close()
+    second = StreamingSession(tiny_model, cfg, frames, chunk_frames=4, memory_dir=tmp_path / "split", resume=True)
+    assert second.encoded_t_s == [f.t_s for f in frames[:12]]
+    second.advance()  # frames already seen are skipped, the rest encoded
+    assert second.encoded_t_s == whole.encoded_t_s
+    for (k1, v1), (k2, v2) in zip(whole.cache.layer_tensors(), second.cache.layer_tensors()):
+        torch.testing.assert_close(k1, k2, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v1, v2, atol=1e-5, rtol=1e-5)
+    for name in METADATA:
+        assert torch.equal(getattr(whole.cache, name), getattr(second.cache, name)), name
+    a = whole.ask("q?")
+    b = second.ask("q?")
+    torch.testing.assert_close(a.first_token_logits, b.first_token_logits, atol=1e-4, rtol=1e-4)
+    assert whole.lower.store.stats()["dram_records"] + whole.lower.store.stats()["disk_records"] == \
+        second.lower.store.stats()["dram_records"] + second.lower.store.stats()["disk_records"]
+    whole.close()
+    second.close()
+
+
+def test_a_directory_is_refused_by_another_model_and_needs_resume(tiny_model, tmp_path):
+    session = StreamingSession(tiny_model, tiered(), random_frames(3, size=(16, 16)), memory_dir=tmp_path)
+    session.advance()
+    session.close()
+    other = load_model(ModelConfig(name="tiny-smolvlm2"))
+    with pytest.raises(UsageError, match="tiny-llava-onevision"):
+        StreamingSession(other, tiered(), [], memory_dir=tmp_path)
+    with pytest.raises(UsageError, match="already holds a stream: pass --resume"):
+        StreamingSession(tiny_model, tiered(), [], memory_dir=tmp_path)
+    with pytest.raises(UsageError, match="give --memory-dir"):
+        StreamingSession(tiny_model, tiered(), [], resume=True)
+
+
+def test_killed_runs_leave_a_directory_that_verifies(tmp_path):
+    """A real `hermes-video run --memory-dir` killed with SIGKILL at random moments (5 trials here; the
+    store-level test in tests/hermes/tiers kills a writer 40 times)."""
+    from hermes.pipelines.synthetic import write_synthetic_video
+
+    video = write_synthetic_video(tmp_path / "v.mp4", duration_s=30.0, fps=4.0, size=(32, 32))
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    rng = random.Random(7)
+    for trial in range(5):
+        mem = tmp_path / f"mem{trial}"
+        proc = subprocess.Popen([sys.executable, "-m", "hermes", "run", str(video), "--model", "tiny-llava-onevision",
+                                 "--memory", "hermes-4k", "--set", "memory.budget=200", "--set",
+                                 "memory.compress_threshold=0", "--set", "memory.checkpoint_every=1",
+                                 "--chunk-frames", "2", "--fps", "4", "--memory-dir", str(mem), "--quiet"],
+                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(3.0, 7.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if not (mem / "fingerprint.json").exists():
+            continue  # killed before the directory existed
+        check = subprocess.run([sys.executable, "-m", "hermes", "memory", "verify", str(mem)], cwd=ROOT, env=env,
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
