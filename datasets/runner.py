@@ -68,9 +68,9 @@ class FutureFrameError(AssertionError):
 def _sent_text(prompt: Prompt) -> str:
     """The text sent to the session for a prompt.
 
-    The session has no separate system or assistant-prefix slot per question: a benchmark's
-    system text (MVBench, MLVU) goes before the user text; the answer prefix is not sent (the
-    summary notes it), so the reply is the model's whole answer.
+    The stream's system prompt is fixed when it starts, so a benchmark's per-question system text
+    (MVBench, MLVU) goes before the user text (the summary notes it). The answer prefix is sent
+    separately (`StreamingSession.ask(answer_prefix=)`): the reply is what follows it.
     """
     return prompt.system + prompt.user if prompt.system else prompt.user
 
@@ -119,7 +119,7 @@ class _VideoRun:
 
     def _ask(self, prompt: Prompt, at_s: float | None):
         """Ask through the session and check the no-future-frames rule."""
-        answer = self.session.ask(_sent_text(prompt), at=at_s)
+        answer = self.session.ask(_sent_text(prompt), at=at_s, answer_prefix=prompt.answer_prefix or "")
         if at_s is not None and answer.last_frame_t_s is not None and not answer.last_frame_t_s < at_s:
             raise FutureFrameError(f"{self.record.video_id}: question at {at_s:g}s was answered from a frame at "
                                    f"{answer.last_frame_t_s:g}s")
@@ -328,9 +328,6 @@ def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall
     samples = [s for s in ctx.log.samples.values() if s["qid"] in selected]
     results = {s["qid"]: s for s in samples}
     notes = []
-    if any(s.get("prompt", {}).get("answer_prefix") for s in samples):
-        notes.append("the official answer prefix (e.g. 'Best option:(') is not sent: the session has no "
-                     "assistant-prefix slot; replies are parsed whole")
     if any(s.get("prompt", {}).get("system") for s in samples):
         notes.append("the benchmark's system text is sent before the question, not as the stream's system prompt")
     unjudged = sum(1 for s in samples if s.get("kind") == KIND_OPEN and s.get("reference") is not None

@@ -11,6 +11,8 @@
   last-layer queries, rotated back to position 0 and grouped per key head, are the search vector;
   the top records are fetched (host memory, prefetch cache or disk), spliced in time order into the
   working cache as an answer-time view, and removed with the question when the answer is done.
+- Prefetch: after each eviction, the records nearest the last question are loaded in the
+  background, so a follow-up question rarely waits on disk.
 - Positions: a recalled token keeps the position it was evicted at, unless level 1 has compacted
   its positions since; then the record is shifted, as a block, to end just before the oldest token
   level 1 still holds, so that time order and in-record distances are preserved.
@@ -101,6 +103,7 @@ class LowerLevels:
                                      summarise_fn=functools.partial(summarise, anchors_per_layer=cfg.summary_anchors,
                                                                     spec=self.spec))
         self.epoch = 0  # bumped by every compaction of level-1 positions
+        self.last_vector: torch.Tensor | None = None  # the last question's search vector, for prefetching
 
     # ---- eviction ------------------------------------------------------------------------------------
 
@@ -144,6 +147,8 @@ class LowerLevels:
                               embedding=embedding)
         record.extra["epoch"] = self.epoch
         self.store.add(record)
+        if self.last_vector is not None:  # warm the prefetch cache for a follow-up on the same topic
+            self.store.prefetch(rid for rid, _ in self.store.search(self.last_vector, self.cfg.recall_top_k))
 
     # ---- answering -----------------------------------------------------------------------------------
 
@@ -160,7 +165,8 @@ class LowerLevels:
         differ per layer), so the cache stays rectangular for the model's attention mask.
         """
         start = time.perf_counter()
-        hits = self.store.search(self.question_vector(cache, question_embeds), self.cfg.recall_top_k)
+        self.last_vector = self.question_vector(cache, question_embeds)
+        hits = self.store.search(self.last_vector, self.cfg.recall_top_k)
         if not hits:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         keys0, _ = cache.layer_tensors()[0]

@@ -216,7 +216,8 @@ class StreamingSession:
                                                                   "disk_records": 0}
         return {"hbm_tokens": self.cache.num_tokens, "hbm_bytes": self.cache.nbytes(), **lower}
 
-    def ask(self, question: str, options: Iterable[str] = (), at: float | None = None) -> Answer:
+    def ask(self, question: str, options: Iterable[str] = (), at: float | None = None,
+            answer_prefix: str = "") -> Answer:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
 
         Args:
@@ -224,6 +225,8 @@ class StreamingSession:
             options: multiple-choice options (lettered A, B, ... in the prompt).
             at: stream time in seconds; frames with `t_s < at` are encoded first. Must not go
                 back before frames already encoded.
+            answer_prefix: text the answer starts with (a benchmark's "Best option:(");
+                the returned answer is what the model writes after it.
 
         Returns:
             The `Answer`; memory is exactly as before the call.
@@ -238,6 +241,8 @@ class StreamingSession:
                                  f"were already encoded; ask questions in time order")
             self.advance(until_s=at)
         prompt = self.model.question_embeds(format_prompt(question, options))
+        if answer_prefix:
+            prompt = torch.cat([prompt, self.model.embed_text(answer_prefix).to(prompt.dtype)])
         self.memory.make_room(self.cache, prompt.shape[0] + self.max_new_tokens)
         self.memory.last_question = question
         mark = self.cache.mark()

@@ -180,7 +180,7 @@ def script_replies(monkeypatch, reply_for):
     """Run the real session (frames, timing, memory) but replace each reply by reply_for(prompt, at)."""
     original = StreamingSession.ask
 
-    def ask(self, question, options=(), at=None):
+    def ask(self, question, options=(), at=None, answer_prefix=""):
         answer = original(self, question, options, at)
         answer.answer = reply_for(question, at)
         return answer
@@ -211,7 +211,7 @@ def test_replies_are_scored_by_the_official_and_the_strict_parser(ovo_root, cfg,
 def test_an_answer_that_saw_the_future_stops_the_run(ovo_root, cfg, tiny_model, tmp_path, monkeypatch):
     original = StreamingSession.ask
 
-    def leaky_ask(self, question, options=(), at=None):
+    def leaky_ask(self, question, options=(), at=None, answer_prefix=""):
         answer = original(self, question, options, at)
         answer.last_frame_t_s = at  # as if the frame at the question's own time had been encoded
         return answer

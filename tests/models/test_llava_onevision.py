@@ -12,13 +12,14 @@ from hermes.pipelines.session import StreamingSession, format_prompt
 from tests.conftest import random_frames
 
 
-def reference_first_token_logits(adapter, frames, prompt: str) -> torch.Tensor:
+def reference_first_token_logits(adapter, frames, prompt: str, answer_prefix: str = "") -> torch.Tensor:
     """Logits from transformers' own forward on the official `<video>` prompt, in one pass."""
     tok = adapter.tokenizer
     video_id = adapter.model.config.video_token_id
     ids = (tok.encode(adapter.prefix_text(), add_special_tokens=False)
            + [video_id] * (len(frames) * adapter.tokens_per_frame + 1)  # frames, then one image_newline
-           + tok.encode(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False))
+           + tok.encode(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+           + tok.encode(answer_prefix, add_special_tokens=False))
     pixels = adapter.preprocess([f.rgb for f in frames])[None]
     with torch.no_grad():
         out = adapter.model(input_ids=torch.tensor([ids]), pixel_values_videos=pixels)
@@ -37,6 +38,15 @@ def test_streamed_chunks_equal_the_models_own_one_pass_forward(tiny_model, chunk
     answer = session.ask("What is happening?", options=["a cat", "a dog"], at=100.0)
     expected = reference_first_token_logits(tiny_model, frames, format_prompt("What is happening?",
                                                                               ["a cat", "a dog"]))
+    torch.testing.assert_close(answer.first_token_logits, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_an_answer_prefix_continues_the_assistant_turn(tiny_model):
+    frames = random_frames(4)
+    session = StreamingSession(tiny_model, "full", frames, chunk_frames=2, max_new_tokens=4)
+    answer = session.ask("Which?", options=["x", "y"], at=10.0, answer_prefix="Best option:(")
+    expected = reference_first_token_logits(tiny_model, frames, format_prompt("Which?", ["x", "y"]),
+                                            answer_prefix="Best option:(")
     torch.testing.assert_close(answer.first_token_logits, expected, atol=1e-4, rtol=1e-4)
 
 
