@@ -88,14 +88,14 @@ class VLMAdapter(ABC):
     # ---- what each family defines ----------------------------------------------------------------
 
     @property
-    @abstractmethod
     def language_model(self) -> torch.nn.Module:
-        """The decoder stack (takes inputs_embeds, position_ids, cache)."""
+        """The decoder stack (takes inputs_embeds, position_ids, cache); where most families keep it."""
+        return self.model.model.language_model
 
     @property
-    @abstractmethod
     def text_config(self):
         """The language model's transformers config."""
+        return self.model.config.text_config
 
     @abstractmethod
     def prefix_text(self) -> str:

@@ -39,14 +39,6 @@ class LlavaOnevisionAdapter(VLMAdapter):
         self.mean, self.std = mean, std
         self.stop_on("<|im_end|>")
 
-    @property
-    def language_model(self) -> torch.nn.Module:
-        return self.model.model.language_model
-
-    @property
-    def text_config(self):
-        return self.model.config.text_config
-
     def prefix_text(self) -> str:
         return f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n<|im_start|>user\n"
 

@@ -72,14 +72,6 @@ class QwenVLAdapter(VLMAdapter):
         self.stop_on("<|im_end|>", "<|endoftext|>")
 
     @property
-    def language_model(self) -> torch.nn.Module:
-        return self.model.model.language_model
-
-    @property
-    def text_config(self):
-        return self.model.config.text_config
-
-    @property
     def tokens_per_second(self) -> float | None:
         """Temporal positions per second of stream time; None: one per grid step (Qwen2-VL)."""
         return None

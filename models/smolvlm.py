@@ -57,10 +57,6 @@ class SmolVLMAdapter(VLMAdapter):
     def language_model(self) -> torch.nn.Module:
         return self.model.model.text_model
 
-    @property
-    def text_config(self):
-        return self.model.config.text_config
-
     def prefix_text(self) -> str:
         system = f"System: {self.system_prompt}<end_of_utterance>\n" if self.system_prompt else ""
         return f"<|im_start|>{system}User: {STREAM_VIDEO_INTRO}"
