@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,11 @@ def check_root(data_root: str | os.PathLike, benchmark: str) -> Path:
     return root
 
 
+def first_file(root: Path, candidates: Iterable[str]) -> Path | None:
+    """The first of `candidates` (paths relative to `root`) that is a file, or None."""
+    return next((root / rel for rel in candidates if (root / rel).is_file()), None)
+
+
 def find_file(root: Path, candidates: Sequence[str], what: str) -> Path:
     """Return the first of `candidates` (paths relative to `root`) that exists.
 
@@ -59,11 +64,10 @@ def find_file(root: Path, candidates: Sequence[str], what: str) -> Path:
     Raises:
         UsageError: If none exists.
     """
-    for rel in candidates:
-        path = root / rel
-        if path.is_file():
-            return path
-    raise UsageError(f"expected {what} at {root / candidates[0]}, found nothing; download it into --data-root")
+    path = first_file(root, candidates)
+    if path is None:
+        raise UsageError(f"expected {what} at {root / candidates[0]}, found nothing; download it into --data-root")
+    return path
 
 
 def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any:
@@ -128,6 +132,11 @@ def require(entry: dict, key: str, where: str) -> Any:
     if not isinstance(entry, dict) or key not in entry:
         raise UsageError(f"expected field {key!r} in {where}; is this the official annotation file?")
     return entry[key]
+
+
+def optional_number(value: Any) -> float | None:
+    """A value the annotation states as a number (a duration), as a float; None otherwise."""
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 class VideoFinder:
@@ -229,6 +238,53 @@ def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "
         if name not in known:
             raise unknown_name_error(kind, name, known)
     return requested
+
+
+def task_files(
+    root: Path,
+    benchmark: str,
+    tasks: str | Iterable[str] | None,
+    files: Mapping[str, Sequence[str]],
+    aliases: Mapping[str, str],
+    default: Iterable[str],
+) -> Iterator[tuple[str, Path]]:
+    """The annotation file of each selected task, for benchmarks with one file per task.
+
+    The selection is checked at once; files are looked for one at a time, as the loader asks
+    for them, so a task is read before the next one's file is looked for. A task named in
+    `tasks` whose file is missing is an error; a default task's missing file is skipped
+    (a partial download evaluates the tasks that are present).
+
+    Args:
+        root: The data root.
+        benchmark: Benchmark name, for the message.
+        tasks: The `tasks=` argument; None selects `default`.
+        files: Every task name, with its file's candidate paths relative to `root` (the
+            first is the one a message names).
+        aliases: Other accepted names (file stems), each with the task name it stands for.
+        default: The tasks read when `tasks` is None.
+
+    Returns:
+        (task name, file) pairs, each task once, in the order asked for.
+
+    Raises:
+        UsageError: On an unknown task name, or a requested task's file missing.
+    """
+    wanted = check_names(normalize_tasks(tasks), [*files, *aliases])
+    names = list(default) if wanted is None else list(dict.fromkeys(aliases.get(w, w) for w in wanted))
+    return _existing_files(root, benchmark, names, files, required=wanted is not None)
+
+
+def _existing_files(
+    root: Path, benchmark: str, names: list[str], files: Mapping[str, Sequence[str]], required: bool
+) -> Iterator[tuple[str, Path]]:
+    """Yield (name, file) for each task whose file exists; fail on a missing one if `required`."""
+    for name in names:
+        path = first_file(root, files[name])
+        if path is not None:
+            yield name, path
+        elif required:
+            raise UsageError(f"{benchmark}: expected {root / files[name][0]} for task {name!r}, found nothing")
 
 
 def finish(

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, normalize_options
+from .records import KIND_MC, Question, VideoRecord, is_option_index, normalize_options
 
 QUESTIONS_CANDIDATES = ("questions.json", "EgoSchema/questions.json")
 ANSWERS_CANDIDATES = ("subset_answers.json", "EgoSchema/subset_answers.json")
@@ -55,7 +55,7 @@ def load(
     root = common.check_root(data_root, "egoschema")
     wanted = common.check_names(common.normalize_tasks(tasks), SELECTIONS, kind="EgoSchema selection")
     questions_path = common.find_file(root, QUESTIONS_CANDIDATES, "EgoSchema questions.json")
-    answers_path = next((root / c for c in ANSWERS_CANDIDATES if (root / c).is_file()), None)
+    answers_path = common.first_file(root, ANSWERS_CANDIDATES)
     answers = common.read_json(answers_path, expect=dict) if answers_path else {}
     if wanted is None:
         selection = "subset" if answers_path else "full"
@@ -87,8 +87,7 @@ def load(
 def _question(entry: dict, uid: str, answer, where: str) -> Question:
     """One EgoSchema question; `answer` is the public index or None."""
     options = normalize_options([common.require(entry, f"option {i}", where) for i in range(NUM_OPTIONS)])
-    valid = isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < NUM_OPTIONS
-    if answer is not None and not valid:
+    if answer is not None and not is_option_index(answer, NUM_OPTIONS):
         raise UsageError(f"egoschema: answer for {uid} must be 0-{NUM_OPTIONS - 1}, found {answer!r}")
     return Question(
         question=str(common.require(entry, "question", where)),

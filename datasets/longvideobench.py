@@ -57,8 +57,7 @@ def load(
         where = f"{path.name} item {number}"
         video_id = str(common.require(item, "video_id", where))
         paths.setdefault(video_id, str(common.require(item, "video_path", where)))
-        duration = item.get("duration")
-        durations.setdefault(video_id, float(duration) if isinstance(duration, (int, float)) else None)
+        durations.setdefault(video_id, common.optional_number(item.get("duration")))
         by_video.setdefault(video_id, []).append(_question(item, where))
     records = [
         VideoRecord(video_id=v, video_path=finder.find(paths[v]), duration=durations[v], questions=qs)

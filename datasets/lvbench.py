@@ -58,13 +58,13 @@ def load(
     for number, video in enumerate(common.read_jsonl(path)):
         where = f"{path.name} line {number + 1}"
         key = str(common.require(video, "key", where))
-        minutes = (video.get("video_info") or {}).get("duration_minutes")
+        minutes = common.optional_number((video.get("video_info") or {}).get("duration_minutes"))
         qas = common.require(video, "qa", where)
         records.append(
             VideoRecord(
                 video_id=key,
                 video_path=finder.find(f"{key}.mp4"),
-                duration=float(minutes) * 60 if isinstance(minutes, (int, float)) else None,
+                duration=None if minutes is None else minutes * 60,
                 questions=[_question(qa, key, f"{where} qa {i}") for i, qa in enumerate(qas)],
             )
         )

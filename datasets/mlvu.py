@@ -35,7 +35,10 @@ MC_TASKS = {
 }
 GENERATION_TASKS = {"sub_scene": "8_sub_scene", "summary": "9_summary"}
 ALL_TASKS = {**MC_TASKS, **GENERATION_TASKS}
+# File stems ("1_plotQA") are accepted as task names too.
+TASK_BY_STEM = {stem: name for name, stem in ALL_TASKS.items()}
 JSON_FOLDERS = ("json", "MLVU/json")
+TASK_FILES = {name: tuple(f"{folder}/{stem}.json" for folder in JSON_FOLDERS) for name, stem in ALL_TASKS.items()}
 VIDEO_FOLDERS = ("video", "MLVU/video")
 
 
@@ -60,18 +63,10 @@ def load(
         SourceError: No selected video exists under the data root.
     """
     root = common.check_root(data_root, "mlvu")
-    by_stem = {stem: name for name, stem in ALL_TASKS.items()}
-    wanted = common.check_names(common.normalize_tasks(tasks), [*ALL_TASKS, *by_stem])
-    names = list(MC_TASKS) if wanted is None else list(dict.fromkeys(by_stem.get(w, w) for w in wanted))
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records: list[VideoRecord] = []
-    for name in names:
+    for name, path in common.task_files(root, "mlvu", tasks, TASK_FILES, TASK_BY_STEM, default=MC_TASKS):
         stem = ALL_TASKS[name]
-        path = next((root / f / f"{stem}.json" for f in JSON_FOLDERS if (root / f / f"{stem}.json").is_file()), None)
-        if path is None:
-            if wanted is not None:
-                raise UsageError(f"mlvu: expected {root / 'json' / (stem + '.json')} for task {name!r}, found nothing")
-            continue
         folders = [root / f / stem for f in VIDEO_FOLDERS]
         by_video: dict[str, list[Question]] = {}
         items = common.read_json(path, expect=list)
@@ -80,12 +75,11 @@ def load(
             video = str(common.require(item, "video", where))
             by_video.setdefault(video, []).append(_question(item, name, f"mlvu-{stem}-{number}", where))
         for video, questions in by_video.items():
-            duration = questions[0].raw.get("duration")
             records.append(
                 VideoRecord(
                     video_id=f"{stem}/{video}",
                     video_path=finder.find(video, extra_folders=folders),
-                    duration=float(duration) if isinstance(duration, (int, float)) else None,
+                    duration=common.optional_number(questions[0].raw.get("duration")),
                     questions=questions,
                 )
             )

@@ -45,6 +45,8 @@ TASKS = {
     "Episodic Reasoning": ("episodic_reasoning.json", "tvqa/frames_fps3_hq/", "frame", True),
     "Counterfactual Inference": ("counterfactual_inference.json", "clevrer/video_validation/", "video", False),
 }
+# Each task's annotation file, relative to the data root.
+TASK_FILES = {name: (f"json/{spec[0]}",) for name, spec in TASKS.items()}
 # File stems ("action_sequence") are accepted as task names too.
 TASK_BY_KEY = {spec[0].removesuffix(".json"): name for name, spec in TASKS.items()}
 # The official reader samples frame folders as 3 fps.
@@ -73,17 +75,10 @@ def load(
         SourceError: No selected video exists under the data root.
     """
     root = common.check_root(data_root, "mvbench")
-    wanted = common.check_names(common.normalize_tasks(tasks), [*TASKS, *TASK_BY_KEY])
-    names = list(TASKS) if wanted is None else [TASK_BY_KEY.get(w, w) for w in wanted]
     finder = common.VideoFinder(root, ("video",))
     records: list[VideoRecord] = []
-    for name in dict.fromkeys(names):
+    for name, path in common.task_files(root, "mvbench", tasks, TASK_FILES, TASK_BY_KEY, default=TASKS):
         json_name, prefix, data_type, bounded = TASKS[name]
-        path = root / "json" / json_name
-        if not path.is_file():
-            if wanted is not None:
-                raise UsageError(f"mvbench: expected {path} for task {name!r}, found nothing")
-            continue  # partial downloads: evaluate the tasks that are present
         for number, item in enumerate(common.read_json(path, expect=list)):
             records.append(_record(item, name, prefix, data_type, bounded, finder, f"{json_name} item {number}"))
     if not records and not (root / "json").is_dir():

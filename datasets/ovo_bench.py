@@ -26,7 +26,16 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_COUNT, KIND_MC, KIND_YESNO, Question, VideoRecord, normalize_options, parse_timestamp
+from .records import (
+    KIND_COUNT,
+    KIND_MC,
+    KIND_YESNO,
+    Question,
+    VideoRecord,
+    is_option_index,
+    normalize_options,
+    parse_timestamp,
+)
 
 BACKWARD_TASKS = ("EPM", "ASI", "HLD")
 REALTIME_TASKS = ("STU", "OJR", "ATR", "ACR", "OCR", "FPD")
@@ -94,7 +103,7 @@ def _questions(entry: dict, where: str) -> list[Question]:
         return [_probe(entry, task, probe, i, f"{qid}-{i}", meta, where) for i, probe in enumerate(probes)]
     options = normalize_options(common.require(entry, "options", where))
     gt = common.require(entry, "gt", where)
-    if isinstance(gt, bool) or not isinstance(gt, int) or not 0 <= gt < len(options):
+    if not is_option_index(gt, len(options)):
         raise UsageError(f"expected 'gt' to index one of {len(options)} options in {where}, found {gt!r}")
     return [
         Question(

@@ -286,6 +286,11 @@ def split_inline_options(text: str) -> tuple[str, list[str]]:
     return "\n".join(lines[:first]).strip(), options
 
 
+def is_option_index(value: Any, count: int) -> bool:
+    """Whether `value` is a 0-based index into `count` options (an int, never a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count
+
+
 def resolve_gt_index(answer: Any, options: Sequence[str], prefer_text: bool = False) -> int | None:
     """Find the index of the correct option from however the benchmark states it.
 
@@ -307,7 +312,7 @@ def resolve_gt_index(answer: Any, options: Sequence[str], prefer_text: bool = Fa
     if answer is None or isinstance(answer, bool):
         return None
     if isinstance(answer, int):
-        return answer if 0 <= answer < len(options) else None
+        return answer if is_option_index(answer, len(options)) else None
     text = str(answer).strip()
     if prefer_text and text in options:
         return list(options).index(text)

@@ -65,7 +65,7 @@ def load(
     if subset is not None and subset not in SUBSETS:
         raise common.unknown_name_error("RVS subset", subset, SUBSETS)
     names = [subset] if subset else list(SUBSETS)
-    paths = {name: _find(root, name) for name in names}
+    paths = {name: common.first_file(root, SUBSETS[name]) for name in names}
     if subset is not None and paths[subset] is None:
         common.find_file(root, SUBSETS[subset], f"RVS-{subset.capitalize()} annotations")
     paths = {name: path for name, path in paths.items() if path is not None}
@@ -77,11 +77,6 @@ def load(
         for number, video in enumerate(common.read_json(path, expect=list)):
             records.append(_record(video, name, finder, f"{path.name} entry {number}"))
     return common.finish(records, f"rvs-{subset}" if subset else "rvs", tasks, limit, known=SUBSETS)
-
-
-def _find(root: Path, name: str) -> Path | None:
-    """The annotation file of subset `name`, or None."""
-    return next((root / rel for rel in SUBSETS[name] if (root / rel).is_file()), None)
 
 
 def _record(video: dict, subset: str, finder: common.VideoFinder, where: str) -> VideoRecord:

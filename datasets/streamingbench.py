@@ -77,7 +77,7 @@ def load(
     wanted = common.normalize_tasks(tasks)
     # Read only the subset files asked for when the selection names subsets alone.
     subsets = [s for s in SUBSET_FILES if wanted is None or not set(wanted) <= set(SUBSET_FILES) or s in wanted]
-    files = {s: _find(root, SUBSET_FILES[s]) for s in subsets}
+    files = {s: common.first_file(root, [f"{f}/{SUBSET_FILES[s]}" for f in ANNOTATION_FOLDERS]) for s in subsets}
     files = {s: p for s, p in files.items() if p is not None}
     if not files:
         expected = ", ".join(SUBSET_FILES[s] for s in subsets)
@@ -97,11 +97,6 @@ def load(
             found = finder.find(video, extra_folders=(root / subset, root / subset / "videos"))
             records.append(VideoRecord(video_id=Path(video).stem, video_path=found, duration=None, questions=questions))
     return common.finish(records, "streamingbench", tasks, limit, known=SUBSET_FILES)
-
-
-def _find(root: Path, name: str) -> Path | None:
-    """The annotation file `name` in one of the official folders, or None."""
-    return next((root / f / name for f in ANNOTATION_FOLDERS if (root / f / name).is_file()), None)
 
 
 def _segments(path: Path, subset: str) -> list[dict]:

@@ -72,10 +72,9 @@ def _read_rows(root: Path) -> list[dict]:
         found = sorted(root.glob(pattern))
         if found:
             return [row for path in found for row in read_parquet(path)]
-    for rel in JSON_CANDIDATES:
-        path = root / rel
-        if path.is_file():
-            return common.read_jsonl(path) if path.suffix == ".jsonl" else common.read_json(path, expect=list)
+    path = common.first_file(root, JSON_CANDIDATES)
+    if path is not None:
+        return common.read_jsonl(path) if path.suffix == ".jsonl" else common.read_json(path, expect=list)
     raise UsageError(
         f"videomme: expected {root / PARQUET_GLOBS[0]} (or videomme.jsonl), found nothing; "
         "download lmms-lab/Video-MME into --data-root"

@@ -31,9 +31,14 @@ def summary(records, root: Path):
     ]
 
 
+def fixture_records(module, **kwargs):
+    """(records, fixture root): what a loader reads from its fixture folder, named after the module."""
+    root = FIXTURES / module.__name__.rsplit(".", 1)[-1]
+    return module.load(root, **kwargs), root
+
+
 def test_ovo_bench():
-    root = FIXTURES / "ovo_bench"
-    records = ovo_bench.load(root)
+    records, root = fixture_records(ovo_bench)
     assert summary(records, root) == [
         (
             "Ego4D/clips/aaa.mp4",
@@ -70,27 +75,8 @@ def test_ovo_bench():
     assert missing_videos(records) == ["Ego4D/clips/bbb.mp4"]
 
 
-def test_ovo_bench_tasks_and_categories():
-    root = FIXTURES / "ovo_bench"
-    forward = ovo_bench.load(root, tasks=["forward"])
-    assert [q.qid for r in forward for q in r.questions] == [
-        "ovo-1558-0", "ovo-1558-1", "ovo-1516-1", "ovo-1516-0", "ovo-1468-0", "ovo-1468-1",
-    ]
-    assert [r.video_id for r in ovo_bench.load(root, tasks="EPM,HLD")] == ["Ego4D/clips/aaa.mp4", "Ego4D/clips/bbb.mp4"]
-    assert [r.video_id for r in ovo_bench.load(root, limit=1)] == ["Ego4D/clips/aaa.mp4"]
-    with pytest.raises(UsageError, match="did you mean 'EPM'"):
-        ovo_bench.load(root, tasks=["EMP"])
-    with pytest.raises(UsageError, match="no questions selected"):
-        ovo_bench.load(root, tasks=["OCR"])  # a known task the fixture does not have
-    with pytest.raises(UsageError, match="positive integer"):
-        ovo_bench.load(root, limit=0)
-    with pytest.raises(SourceError, match="none of the 1 videos"):
-        ovo_bench.load(root, tasks=["HLD"])  # its only video is not on disk
-
-
 def test_streamingbench():
-    root = FIXTURES / "streamingbench"
-    records = streamingbench.load(root)
+    records, root = fixture_records(streamingbench)
     assert summary(records, root) == [
         (
             "sample_1_real",
@@ -136,18 +122,8 @@ def test_streamingbench():
     assert proactive.kind == "proactive" and proactive.meta["gt_time_s"] == 29.0
 
 
-def test_streamingbench_selects_subsets_and_task_types():
-    root = FIXTURES / "streamingbench"
-    assert [r.video_id for r in streamingbench.load(root, tasks=["sqa"])] == ["sample_17_sqa"]
-    counting = streamingbench.load(root, tasks=["Counting"])
-    assert [q.qid for r in counting for q in r.questions] == ["sb-real-sample_1_real-1"]
-    with pytest.raises(UsageError, match="did you mean 'Counting'"):
-        streamingbench.load(root, tasks=["Countin"])
-
-
 def test_rvs_both_subsets_and_npy():
-    root = FIXTURES / "rvs"
-    records = rvs.load(root)
+    records, root = fixture_records(rvs)
     assert summary(records, root) == [
         (
             "ego_1",
@@ -191,8 +167,7 @@ def test_rvs_npy_refuses_pickles_and_bad_shapes(tmp_path):
 
 
 def test_mvbench():
-    root = FIXTURES / "mvbench"
-    records = mvbench.load(root)
+    records, root = fixture_records(mvbench)
     assert summary(records, root) == [
         (
             "action_sequence/3MSZA.mp4@11.1-19.6",
@@ -224,31 +199,23 @@ def test_mvbench():
 
 
 def test_mvbench_task_selection():
-    root = FIXTURES / "mvbench"
-    assert len(mvbench.load(root, tasks=["fine_grained_pose"])) == 1
-    assert len(mvbench.load(root, tasks=["Action Sequence"])) == 2
-    with pytest.raises(UsageError, match="expected .*action_count.json"):
-        mvbench.load(root, tasks=["Action Count"])  # a real task whose file is absent
-    with pytest.raises(UsageError, match="did you mean 'Action Sequence'"):
-        mvbench.load(root, tasks=["Action Sequense"])
+    assert len(fixture_records(mvbench, tasks=["fine_grained_pose"])[0]) == 1
+    assert len(fixture_records(mvbench, tasks=["Action Sequence"])[0]) == 2
 
 
 def test_egoschema_subset_default_and_full():
-    root = FIXTURES / "egoschema"
-    assert summary(egoschema.load(root), root) == [
+    records, root = fixture_records(egoschema)
+    assert summary(records, root) == [
         ("00aa-1", "videos/00aa-1.mp4", [("egoschema-00aa-1", "egoschema", None, 3, "c is painting a wall.")]),
         ("00cc-3", "videos/00cc-3.MP4", [("egoschema-00cc-3", "egoschema", None, 0, "A knife.")]),
     ]
-    full = egoschema.load(root, tasks=["full"])
+    full, _ = fixture_records(egoschema, tasks=["full"])
     assert summary(full, root)[1] == ("00bb-2", None, [("egoschema-00bb-2", "egoschema", None, None, None)])
     assert full[1].questions[0].options[4] == "By how often they are used."
-    with pytest.raises(UsageError, match="did you mean 'subset'"):
-        egoschema.load(root, tasks=["subsets"])
 
 
 def test_videomme_resolves_mp4_MP4_and_mkv():
-    root = FIXTURES / "videomme"
-    records = videomme.load(root)
+    records, root = fixture_records(videomme)
     assert summary(records, root) == [
         (
             "fFjv93ACGo8",
@@ -264,7 +231,6 @@ def test_videomme_resolves_mp4_MP4_and_mkv():
     assert records[0].questions[0].options == [
         "Apples.", "Candles.", "Berries.", "The three kinds are of the same number.",
     ]
-    assert [r.video_id for r in videomme.load(root, tasks=["long"])] == ["xxLong601ab"]
 
 
 def test_videomme_parquet(tmp_path):
@@ -275,7 +241,7 @@ def test_videomme_parquet(tmp_path):
     (tmp_path / "videomme").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "videomme" / "test-00000-of-00001.parquet")
     shutil.copytree(FIXTURES / "videomme" / "data", tmp_path / "data")
-    expected = summary(videomme.load(FIXTURES / "videomme"), FIXTURES / "videomme")
+    expected = summary(*fixture_records(videomme))
     assert summary(videomme.load(tmp_path), tmp_path) == expected
 
 
@@ -297,8 +263,7 @@ def test_videomme_parquet_without_reader_is_a_usage_error(tmp_path, monkeypatch)
 
 
 def test_mlvu_task_folders_duplicate_gold_and_generation():
-    root = FIXTURES / "mlvu"
-    records = mlvu.load(root)
+    records, root = fixture_records(mlvu)
     assert summary(records, root) == [
         (
             "1_plotQA/movie101_66.mp4",
@@ -310,20 +275,17 @@ def test_mlvu_task_folders_duplicate_gold_and_generation():
     ]
     assert records[1].questions[0].meta["ambiguous_gold"] is True
     assert records[0].duration == 246.0
-    both = mlvu.load(root, tasks=["count", "9_summary"])
+    both, _ = fixture_records(mlvu, tasks=["count", "9_summary"])
     assert summary(both, root)[1] == (
         "9_summary/summary_1.mp4",
         None,
         [("mlvu-9_summary-0", "summary", None, None, "A man walks his dog through the park.")],
     )
     assert both[1].questions[0].kind == "open"
-    with pytest.raises(SourceError):
-        mlvu.load(root, tasks=["summary"])  # its only video is absent
 
 
 def test_longvideobench():
-    root = FIXTURES / "longvideobench"
-    records = longvideobench.load(root)
+    records, root = fixture_records(longvideobench)
     assert summary(records, root) == [
         (
             "86CxyhFV9MI",
@@ -336,12 +298,10 @@ def test_longvideobench():
         ("abc123", None, [("lvb-abc123_0", "S2A", None, 0, "Red")]),
     ]
     assert records[0].duration == 1380.5
-    assert [r.video_id for r in longvideobench.load(root, tasks=["3600"])] == ["86CxyhFV9MI"]
 
 
 def test_lvbench_inline_options_and_multilabel_types():
-    root = FIXTURES / "lvbench"
-    records = lvbench.load(root)
+    records, root = fixture_records(lvbench)
     assert summary(records, root) == [
         (
             "Cm73ma6Ibcs",
@@ -359,8 +319,56 @@ def test_lvbench_inline_options_and_multilabel_types():
     assert first.meta["time_reference_s"] == (15.0, 19.0)
     assert second.meta["question_types"] == ["reasoning", "event understanding"]
     assert records[0].duration == 61.5 * 60
-    # A question matches a filter on any of its types.
-    assert [q.qid for r in lvbench.load(root, tasks=["event understanding"]) for q in r.questions] == ["lvbench-56"]
+
+
+@pytest.mark.parametrize(
+    ("module", "kwargs", "video_ids"),
+    [
+        (ovo_bench, {"tasks": "EPM,HLD"}, ["Ego4D/clips/aaa.mp4", "Ego4D/clips/bbb.mp4"]),
+        (ovo_bench, {"limit": 1}, ["Ego4D/clips/aaa.mp4"]),
+        (streamingbench, {"tasks": ["sqa"]}, ["sample_17_sqa"]),
+        (videomme, {"tasks": ["long"]}, ["xxLong601ab"]),
+        (longvideobench, {"tasks": ["3600"]}, ["86CxyhFV9MI"]),
+    ],
+)
+def test_selection_keeps_these_videos(module, kwargs, video_ids):
+    assert [r.video_id for r in fixture_records(module, **kwargs)[0]] == video_ids
+
+
+@pytest.mark.parametrize(
+    ("module", "kwargs", "qids"),
+    [
+        (
+            ovo_bench,
+            {"tasks": ["forward"]},
+            ["ovo-1558-0", "ovo-1558-1", "ovo-1516-1", "ovo-1516-0", "ovo-1468-0", "ovo-1468-1"],
+        ),
+        (streamingbench, {"tasks": ["Counting"]}, ["sb-real-sample_1_real-1"]),
+        # A question matches a filter on any of its types.
+        (lvbench, {"tasks": ["event understanding"]}, ["lvbench-56"]),
+    ],
+)
+def test_selection_keeps_these_questions(module, kwargs, qids):
+    assert [q.qid for r in fixture_records(module, **kwargs)[0] for q in r.questions] == qids
+
+
+@pytest.mark.parametrize(
+    ("module", "kwargs", "error", "match"),
+    [
+        (ovo_bench, {"tasks": ["EMP"]}, UsageError, "did you mean 'EPM'"),
+        (ovo_bench, {"tasks": ["OCR"]}, UsageError, "no questions selected"),  # known, not in the fixture
+        (ovo_bench, {"limit": 0}, UsageError, "positive integer"),
+        (ovo_bench, {"tasks": ["HLD"]}, SourceError, "none of the 1 videos"),  # its only video is not on disk
+        (streamingbench, {"tasks": ["Countin"]}, UsageError, "did you mean 'Counting'"),
+        (mvbench, {"tasks": ["Action Count"]}, UsageError, "expected .*action_count.json"),  # real, file absent
+        (mvbench, {"tasks": ["Action Sequense"]}, UsageError, "did you mean 'Action Sequence'"),
+        (egoschema, {"tasks": ["subsets"]}, UsageError, "did you mean 'subset'"),
+        (mlvu, {"tasks": ["summary"]}, SourceError, None),  # its only video is absent
+    ],
+)
+def test_bad_selection_fails(module, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        fixture_records(module, **kwargs)
 
 
 ALL_LOADERS = [ovo_bench, streamingbench, rvs, mvbench, egoschema, videomme, mlvu, longvideobench, lvbench]
@@ -374,17 +382,17 @@ def test_missing_data_root_and_annotations_are_usage_errors(module, tmp_path):
         module.load(tmp_path)  # a directory without the annotation files
 
 
-def test_malformed_annotation_is_a_one_line_usage_error(tmp_path):
-    (tmp_path / "ovo_bench_new.json").write_text("[{\"task\": \"EPM\"")
-    with pytest.raises(UsageError, match="not valid JSON") as info:
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b'[{"task": "EPM"', "not valid JSON"),
+        (b'[{"task": "EPM", "video": "x.mp4"}]', "expected field 'options'"),
+        (b"\xff\xfe\x00binary", "not UTF-8"),
+        (b'{"task": "EPM"}', "JSON array"),
+    ],
+)
+def test_malformed_annotation_is_a_one_line_usage_error(tmp_path, content, match):
+    (tmp_path / "ovo_bench_new.json").write_bytes(content)
+    with pytest.raises(UsageError, match=match) as info:
         ovo_bench.load(tmp_path)
     assert "\n" not in str(info.value)
-    (tmp_path / "ovo_bench_new.json").write_text('[{"task": "EPM", "video": "x.mp4"}]')
-    with pytest.raises(UsageError, match="expected field 'options'"):
-        ovo_bench.load(tmp_path)
-    (tmp_path / "ovo_bench_new.json").write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(UsageError, match="not UTF-8"):
-        ovo_bench.load(tmp_path)
-    (tmp_path / "ovo_bench_new.json").write_text('{"task": "EPM"}')
-    with pytest.raises(UsageError, match="JSON array"):
-        ovo_bench.load(tmp_path)
