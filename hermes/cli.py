@@ -131,9 +131,12 @@ def stream_answers(args, cfg, questions, *, progress: bool, on_answer) -> str | 
             expected = math.ceil(duration_s * cfg.stream.fps) + 1 if duration_s else None
             session = StreamingSession(model, cfg.memory, source, chunk_frames=cfg.stream.chunk_frames,
                                        max_new_tokens=cfg.model.max_new_tokens, progress=progress,
-                                       total_frames=expected)
-            for answer in session.run(questions):
-                on_answer(answer)
+                                       total_frames=expected, **memory_dir_options(args))
+            try:
+                for answer in session.run(questions, to_end=bool(getattr(args, "memory_dir", None))):
+                    on_answer(answer)
+            finally:
+                session.close()  # flushes the memory directory, on Ctrl-C too
             return None
         return run_live_source(args, cfg, source, questions, on_answer)
 
@@ -152,21 +155,79 @@ def run_live_source(args, cfg, source, questions, on_answer) -> str:
         raise UsageError("on a live source, --ask needs --at S (stream time) or --ask-every S")
     model = load_model(cfg.model)
     session = StreamingSession(model, cfg.memory, (), chunk_frames=cfg.stream.live_chunk_frames,
-                               max_new_tokens=cfg.model.max_new_tokens)
+                               max_new_tokens=cfg.model.max_new_tokens, **memory_dir_options(args))
     started = time.monotonic()
     # live sources stamp frames on their own clock; recordings play back on the wall clock from now
     clock = source.now_s if source.live else (lambda: time.monotonic() - started)
+    frames = source
+    if session.encoded_t_s and source.live:  # a resumed live stream: its clock continues after the saved one
+        offset_s = session.encoded_t_s[-1] + 1e-3
+        live_clock = clock
+        clock = lambda: live_clock() + offset_s  # noqa: E731
+        frames = (dataclasses.replace(f, t_s=f.t_s + offset_s) for f in source)
     inbox = QuestionInbox(sys.stdin, clock) if args.interactive else None
     if inbox is not None:
         print(f"streaming {source.describe()}: type a question and press Enter (Ctrl-D or Ctrl-C to stop)",
               file=sys.stderr, flush=True)
     schedule = QuestionSchedule(timed, args.ask_every, untimed)
-    reason = run_live(session, source, clock=clock, pace=not source.live, schedule=schedule, inbox=inbox,
-                      on_answer=on_answer, chunk_frames=cfg.stream.live_chunk_frames)
+    try:
+        reason = run_live(session, frames, clock=clock, pace=not source.live, schedule=schedule, inbox=inbox,
+                          on_answer=on_answer, chunk_frames=cfg.stream.live_chunk_frames)
+    finally:
+        session.close()  # flushes the memory directory
     stats = source.stats
     print(f"stopped ({reason}): {len(session.encoded_t_s)} frames encoded, {stats.frames_dropped} dropped, "
           f"{stats.gaps} gaps, max lag {stats.max_lag_s:.2f} s", file=sys.stderr, flush=True)
     return reason
+
+
+def memory_dir_options(args) -> dict:
+    """`memory_dir` / `resume` for a session, from --memory-dir and --resume."""
+    return {"memory_dir": getattr(args, "memory_dir", None), "resume": bool(getattr(args, "resume", False))}
+
+
+def cmd_memory_inspect(args) -> int:
+
+    store = open_memory_dir(args.directory)
+    try:
+        report = store.inspect(max_records=args.records)
+    finally:
+        store.close(spill_dram=False)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    for key, value in report.items():
+        if isinstance(value, list):
+            print(f"{key}: {len(value)}")
+            for item in value:
+                print(f"  {json.dumps(item, default=str)}")
+        else:
+            print(f"{key}: {json.dumps(value, default=str)}")
+    return 0
+
+
+def cmd_memory_verify(args) -> int:
+    store = open_memory_dir(args.directory)
+    try:
+        ok, messages = store.verify()
+    finally:
+        store.close(spill_dram=False)
+    for message in messages:
+        print(message)
+    print(f"{args.directory}: {'all checksums hold' if ok else 'problems found'}",
+          file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+def open_memory_dir(directory: str):
+    """A memory directory opened read-only, or a one-line error."""
+    from hermes.tiers.directory import MemoryDirectory
+
+    path = Path(directory)
+    if not (path / "fingerprint.json").is_file():
+        raise UsageError(f"{directory} is not a memory directory (no fingerprint.json); expected what "
+                         f"`hermes-video run ... --memory-dir DIR` writes")
+    return MemoryDirectory(path, None, 0, 0, readonly=True)
 
 
 def resolve_config(args):
@@ -214,38 +275,85 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def bench_model(args, cfg):
+    """The model a bench measures: `--arch` (random weights, built on the device), `--model`, or the
+    random CPU benchmark model (`cpu-small`: 8 layers, 512 wide, 16 tokens per frame, so that `full`
+    over thousands of frames stays computable on a CPU)."""
+    from hermes.models.loading import load_model, resolve_device, resolve_dtype
+    from hermes.models.realsize import CPU_SMALL, build_random
+
+    if args.arch and args.model:
+        raise UsageError("give --arch (random weights) or --model (a checkpoint), not both")
+    if args.model:
+        return load_model(cfg.model)
+    device = resolve_device(cfg.model.device)
+    return build_random(args.arch or CPU_SMALL, device, resolve_dtype(cfg.model.dtype, device),
+                        num_layers=args.num_layers, vision_layers=args.vision_layers,
+                        seed=cfg.model.seed, system_prompt=cfg.model.system_prompt)
+
+
+def write_bench_files(args, meta: dict, result, columns) -> None:
+    """`--output` JSON and `--markdown` report, when asked (rewritten as results come in)."""
+    from hermes.pipelines.bench_report import report_markdown, rows_as_dicts
+
+    if args.output:
+        Path(args.output).write_text(json.dumps({**meta, "notes": result.notes,
+                                                 "rows": rows_as_dicts(result.rows)}, indent=2))
+    if getattr(args, "markdown", None):
+        Path(args.markdown).write_text(report_markdown(meta, result, columns))
+
+
+def write_bench_outputs(args, meta: dict, result, columns) -> None:
+    """The table on stdout, notes on stderr, and the files."""
+    from hermes.pipelines.bench_report import markdown_table
+
+    print(markdown_table(result.rows, columns))
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    write_bench_files(args, meta, result, columns)
+
+
 def cmd_bench_memory(args) -> int:
-    from hermes.models.loading import load_model
-    from hermes.pipelines.bench import bench_memory, markdown_table, rows_as_dicts
+    from hermes.pipelines.bench import bench_memory, resolve_policies
+    from hermes.pipelines.bench_report import MEMORY_COLUMNS, run_info
 
     lengths = parse_int_list(args.lengths, "--lengths")
     cfg = resolve_config(args)
-    if args.model:
-        model = load_model(cfg.model)
-    else:
-        # A small random LLaVA-OneVision, wide enough that compute (not Python overhead) dominates,
-        # at 16 tokens per frame so that `full` attention over 2048 frames stays computable on a CPU.
-        from hermes.models.llava_onevision import LlavaOnevisionAdapter
-        from hermes.models.loading import resolve_device, resolve_dtype
-        from hermes.models.tiny import tiny_llava_onevision
-
-        device = resolve_device(cfg.model.device)
-        dtype = resolve_dtype(cfg.model.dtype, device)
-        net, tokenizer = tiny_llava_onevision(seed=0, image_size=28, hidden_size=512, num_layers=8)
-        model = LlavaOnevisionAdapter("small-random-llava-onevision (8 layers, 512 wide)", net.to(device, dtype), tokenizer,
-                                      device=device, dtype=dtype, system_prompt=cfg.model.system_prompt)
-    # every policy shares the resolved memory settings; only the policy name differs
-    memories = [dataclasses.replace(cfg.memory, policy=policy, budget=args.budget)
-                for policy in args.policies.split(",")]
+    model = bench_model(args, cfg)
+    policies = resolve_policies(args.policies, cfg.memory, args.budget)
     print(f"bench memory: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device}, "
           f"budget {args.budget} tokens, chunks of {args.chunk_frames} frames", file=sys.stderr)
-    rows = bench_memory(model, memories, lengths, chunk_frames=args.chunk_frames, progress=not args.quiet)
-    table = markdown_table(rows)
-    print(table)
-    if args.output:
-        Path(args.output).write_text(json.dumps({"model": model.name, "device": str(model.device),
-                                                 "budget": args.budget, "chunk_frames": args.chunk_frames,
-                                                 "rows": rows_as_dicts(rows)}, indent=2))
+    result = bench_memory(model, policies, lengths, chunk_frames=args.chunk_frames, progress=not args.quiet)
+    meta = {"suite": "memory", **run_info(model), "budget": args.budget, "chunk_frames": args.chunk_frames,
+            "lengths": lengths, "policies": [p.label for p in policies]}
+    write_bench_outputs(args, meta, result, MEMORY_COLUMNS)
+    return 0
+
+
+def cmd_bench_sweep(args) -> int:
+    from hermes.pipelines.bench import resolve_policies, run_sweep
+    from hermes.pipelines.bench_report import SWEEP_COLUMNS, run_info
+
+    lengths = parse_int_list(args.lengths, "--lengths")
+    chunk_sizes = parse_int_list(args.chunk_sizes, "--chunk-frames")
+    if args.decode_tokens < 1 or args.repeats < 1:
+        raise UsageError("--decode-tokens and --repeats must be at least 1")
+    if args.dtype:
+        args.set = list(args.set or []) + [f"model.dtype={args.dtype}"]
+    cfg = resolve_config(args)
+    model = bench_model(args, cfg)
+    policies = resolve_policies(args.policies, cfg.memory, args.budget)
+    print(f"bench sweep: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device} "
+          f"({model.dtype}), budget {args.budget} tokens, chunks of {'/'.join(map(str, chunk_sizes))} frames, "
+          f"{args.decode_tokens} tokens per answer", file=sys.stderr)
+    meta = {"suite": "sweep", **run_info(model), "budget": args.budget, "decode_tokens": args.decode_tokens,
+            "repeats": args.repeats, "frame_px": args.frame_px, "chunk_frames": chunk_sizes, "lengths": lengths,
+            "policies": [p.label for p in policies], "command": "hermes-video " + " ".join(sys.argv[1:])}
+    result = run_sweep(model, policies, lengths, chunk_sizes, decode_tokens=args.decode_tokens,
+                       repeats=args.repeats, frame_px=args.frame_px, progress=not args.quiet,
+                       on_stream=lambda partial: write_bench_files(args, {**meta, "partial": True}, partial,
+                                                                   SWEEP_COLUMNS))
+    write_bench_outputs(args, meta, result, SWEEP_COLUMNS)
     return 0
 
 
@@ -294,14 +402,26 @@ def cmd_info(args) -> int:
 
 
 def add_config_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="model preset, hub id, local directory or builtin tiny-* "
-                                   "(default: llava-onevision-0.5b; see `hermes-video info`)")
+    p.add_argument("--model", help="auto (the default: smolvlm2-500m without CUDA, llava-onevision-7b with it), "
+                                   "a preset (" + ", ".join(__import__("hermes.config", fromlist=["preset_names"])
+                                                            .preset_names("models"))
+                                   + "), a hub id like org/name, or a local checkpoint directory")
     p.add_argument("--memory", help="memory preset from configs/memory (default: full)")
     p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one config key, e.g. --set model.max_new_tokens=32 (repeatable)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (sets model.device)")
     p.add_argument("--json", action="store_true", help="one JSON object per answer on stdout")
+
+
+def add_bench_model_options(p: argparse.ArgumentParser) -> None:
+    from hermes.models.realsize import arch_names
+
+    p.add_argument("--arch", choices=arch_names(),
+                   help="random weights at a published size, built on the device without downloads "
+                        "(default without --model: cpu-small)")
+    p.add_argument("--num-layers", type=int, metavar="N", help="--arch: language-model layers (widths unchanged)")
+    p.add_argument("--vision-layers", type=int, metavar="N", help="--arch: vision-tower layers")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ask every --ask question every S seconds of stream time")
     run.add_argument("--reconnect-timeout", type=float, metavar="S",
                      help="live streams: give up after S seconds without a connection (default 30)")
+    run.add_argument("--memory-dir", metavar="DIR",
+                     help="keep evicted memory (levels 2 and 3) and checkpoints of the stream in DIR")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the stream saved in --memory-dir (frames already seen are skipped)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
 
@@ -343,7 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", metavar="SUITE", required=True)
     memory = bench_sub.add_parser("memory", help="peak KV memory, TTFT and maintenance cost over stream lengths")
     add_config_options(memory)
-    memory.add_argument("--policies", default="full,hermes", help="comma-separated policies (default: full,hermes)")
+    add_bench_model_options(memory)
+    memory.add_argument("--policies", default="full,hermes",
+                        help="comma-separated policies, `name+flag` for a memory flag on (default: full,hermes)")
     memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
     memory.add_argument("--budget", type=int, default=512, help="visual tokens per layer for bounded policies")
     memory.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk")
@@ -351,9 +477,44 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     memory.set_defaults(func=cmd_bench_memory)
 
+    sweep = bench_sub.add_parser(
+        "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
+                      "lengths, chunk sizes and policies, with ratios against full")
+    add_config_options(sweep)
+    add_bench_model_options(sweep)
+    sweep.add_argument("--dtype", help="weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32")
+    sweep.add_argument("--policies", default="full,sliding,hermes,hermes+recall",
+                       help="comma-separated policies; `name+flag` turns a boolean memory setting on "
+                            "(skipped with a note if this build has no such key) (default: %(default)s)")
+    sweep.add_argument("--lengths", default="16,32,64,128,256,512,1024",
+                       help="stream lengths in frames, measured on one stream per policy (default: %(default)s)")
+    sweep.add_argument("--chunk-frames", dest="chunk_sizes", default="8,16",
+                       help="chunk sizes in frames (default: %(default)s)")
+    sweep.add_argument("--budget", type=int, default=4096,
+                       help="visual tokens per layer for bounded policies (default: %(default)s)")
+    sweep.add_argument("--decode-tokens", type=int, default=16,
+                       help="answer length, forced; TPOT = (latency - TTFT) / (N - 1) (default: %(default)s)")
+    sweep.add_argument("--repeats", type=int, default=3, help="questions per length; medians (default: %(default)s)")
+    sweep.add_argument("--frame-px", type=int, default=448, help="side of the random frames (default: %(default)s)")
+    sweep.add_argument("--output", metavar="FILE", help="also write the run and its rows as JSON")
+    sweep.add_argument("--markdown", metavar="FILE", help="also write a markdown report (run details, table, notes)")
+    sweep.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    sweep.set_defaults(func=cmd_bench_sweep)
+
     from hermes.datasets.cli import add_eval_parser  # argparse only: --help stays instant
 
     add_eval_parser(sub)
+
+    memory_cmd = sub.add_parser("memory", help="inspect or verify a memory directory")
+    memory_sub = memory_cmd.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
+    inspect = memory_sub.add_parser("inspect", help="records, time spans, sizes, index state, checkpoints")
+    inspect.add_argument("directory", metavar="DIR")
+    inspect.add_argument("--records", type=int, default=20, help="records to list (default 20)")
+    inspect.add_argument("--json", action="store_true", help="the report as JSON")
+    inspect.set_defaults(func=cmd_memory_inspect)
+    verify = memory_sub.add_parser("verify", help="check every checksum; exit 0 only when all hold")
+    verify.add_argument("directory", metavar="DIR")
+    verify.set_defaults(func=cmd_memory_verify)
 
     info = sub.add_parser("info", help="versions, device, video backends, model and memory presets")
     info.set_defaults(func=cmd_info)

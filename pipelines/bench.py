@@ -1,116 +1,376 @@
-"""`hermes-video bench`: performance of memory policies, measured in one run so ratios are comparable.
+"""`hermes-video bench memory` and `bench sweep`: speed and memory of memory policies, measured in one run.
 
-`bench memory` streams N random frames through a model under each policy and reports, per stream
-length: the KV cache's peak bytes (and peak device memory on CUDA), time to first token of a
-question asked at the end (median of repeats), and per-chunk encode and maintenance time.
+One measurement function serves both suites: `measure_stream` streams random frames through a
+`StreamingSession` chunk by chunk and, at each checkpoint length, asks a question and records a
+`StreamRow`: KV-cache and device memory, time to first token (TTFT), time per output token (TPOT),
+per-chunk encode and maintenance time and the sustainable ingest rate. The checkpoints share one
+stream (`checkpointed_stream`): answering leaves memory exactly as it was, so the state at frame N
+is the state a separate N-frame run would reach, and a sweep to 1024 frames costs 1024 frames per
+policy instead of the sum of all lengths.
 
-On a CPU the default model is the tiny random LLaVA-OneVision at 16 visual tokens per frame, so a
-`full` cache over 2048 frames stays computable; ratios against `full` are what to read, absolute
-times only mean something on a GPU with a real-size model.
+Timing rules (DESIGN §8): every interval is closed by a device synchronisation, so on CUDA a time is
+the time of the kernels, not of their launches. The session's own `ChunkStats` use unsynchronised
+wall clocks, so the bench times `ingest` itself and wraps the policy's `maintain` in synchronised
+clocks (`SyncedMaintainTimer`); encode time is the chunk's time minus its maintenance. TTFT and
+decode latency come from the adapter's greedy decoder, whose clocks stop at a token id read back
+to the host (a synchronisation); the bench synchronises before each question so that they start clean.
+Answers are forced to `decode_tokens` tokens (`forced_length_decoding`) so TPOT averages the same
+number of steps under every policy. Each policy is warmed up on a short stream first.
+
+Policies are data: `full`, `sliding`, `hermes`, ... and `name+flag` for a boolean memory setting
+turned on (`hermes+recall` sets `memory.recall`); a flag that is not a known config key is skipped
+with a note instead of failing the run. Ratios are against `full` at the same chunk size and length.
+Tables, JSON and run details are formatted by `hermes.pipelines.bench_report`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from hermes.config import MemoryConfig
+from hermes.errors import ConfigError, UsageError
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import StreamingSession
 
 BENCH_QUESTION = "What is happening in the video?"
+OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 @dataclass
-class MemoryBenchRow:
-    """One (policy, stream length) measurement."""
+class StreamRow:
+    """One (policy, chunk size, stream length) measurement. Times in ms, sizes in MiB."""
 
-    policy: str
-    frames: int
-    cache_tokens: int  # tokens per layer at the end
-    peak_cache_mb: float  # largest KV cache over the stream
-    peak_device_mb: float | None  # torch.cuda.max_memory_allocated, CUDA only
-    ttft_ms: float  # median over repeats, question asked after the last frame
+    policy: str  # the policy spec, e.g. "hermes" or "hermes+recall"
+    chunk_frames: int
+    frames: int  # stream length when measured
+    budget: int | None  # visual tokens per layer kept by bounded policies (None: `full`)
+    cache_tokens: int  # tokens per layer after the last chunk's maintenance
+    peak_kv_mb: float  # largest KV cache so far (before maintenance)
+    peak_device_mb: float | None  # torch.cuda.max_memory_allocated so far (weights included); CUDA only
+    ttft_ms: float  # median over repeats, question asked after the last frame; includes recall when on
+    recall_ms: float | None  # median time to fetch recalled records into the cache (None: recall off)
+    tpot_ms: float | None  # median (latency - ttft) / (decode_tokens - 1); None when decode_tokens < 2
+    decode_tokens: int
+    # The chunk timings below cover the chunks since the previous length of the sweep (all chunks for the
+    # first): the cost at this stream length, not an average diluted by the stream's cheap beginning.
     encode_ms_per_chunk: float  # mean vision + prefill time per chunk
-    maintain_ms_per_chunk: float  # mean maintenance time per chunk once eviction runs (0 if never)
-    maintain_ratio: float  # maintain / encode over the chunks that evicted
+    maintain_ms_per_chunk: float  # mean maintenance time over the chunks that evicted (0 if none did)
+    maintain_ratio: float  # maintenance / encode time over the chunks that evicted
+    ingest_fps: float  # frames / (encode + maintenance) time: the highest frame rate ingest sustains
+    ttft_vs_full: float | None = None
+    peak_kv_vs_full: float | None = None
+    peak_device_vs_full: float | None = None
+    ingest_fps_vs_full: float | None = None
 
 
-def synthetic_frames(n: int, size: tuple[int, int] = (32, 32), interval_s: float = 0.5, seed: int = 0):
-    """`n` random frames (content does not matter for speed or memory)."""
+class ChunkTiming(NamedTuple):
+    """One chunk's synchronised times."""
+
+    frames: int
+    encode_ms: float
+    maintain_ms: float
+    evicted: bool
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy to measure: its label, its memory config, or None with the note saying why it is skipped."""
+
+    label: str
+    memory: MemoryConfig | None
+    note: str = ""
+
+
+def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) -> list[PolicySpec]:
+    """Turn "full,sliding,hermes,hermes+recall" into memory configs on top of `base` at `budget`.
+
+    Args:
+        specs: comma-separated (or listed) `policy[+flag...]` names.
+        base: the resolved memory settings every policy shares.
+        budget: visual tokens per layer for bounded policies.
+
+    Returns:
+        One `PolicySpec` per spec, in order; `memory` is None (with a note) for a flag that is neither a
+        boolean memory setting nor a section with an `enabled` switch in this build.
+
+    Raises:
+        UsageError: no policy given.
+    """
+    names = [s.strip() for s in (specs.split(",") if isinstance(specs, str) else specs) if s.strip()]
+    if not names:
+        raise UsageError("--policies needs at least one policy, e.g. full,sliding,hermes")
+    out = []
+    for label in names:
+        policy, *flags = label.split("+")
+        memory, note = dataclasses.replace(base, policy=policy, budget=budget), ""
+        for flag in flags:
+            value = getattr(memory, flag, None)
+            if isinstance(value, bool):
+                memory = dataclasses.replace(memory, **{flag: True})
+            elif dataclasses.is_dataclass(value) and isinstance(getattr(value, "enabled", None), bool):
+                memory = dataclasses.replace(memory, **{flag: dataclasses.replace(value, enabled=True)})
+            else:
+                known = flag in {f.name for f in dataclasses.fields(MemoryConfig)}
+                memory, note = None, f"{label}: skipped, memory.{flag} is " + \
+                    ("not an on/off setting" if known else "not a known config key yet")
+                break
+        out.append(PolicySpec(label, memory, note))
+    return out
+
+
+# ---- what is measured and how ------------------------------------------------------------------------
+
+
+def synthetic_frames(n: int, side_px: int = 448, interval_s: float = 0.5, seed: int = 0,
+                     pool: int = 16) -> Iterator[Frame]:
+    """`n` random square frames at `interval_s` spacing.
+
+    Content matters neither for speed nor memory, so `pool` frames are drawn once and cycled
+    (`frame_pool_reuse`): drawing 1024 full-size frames would cost more than encoding them on a GPU.
+    """
     rng = np.random.default_rng(seed)
+    frame_pool_reuse = [rng.integers(0, 256, (side_px, side_px, 3), dtype=np.uint8) for _ in range(min(n, pool))]
     for i in range(n):
-        yield Frame(i * interval_s, rng.integers(0, 256, (*size, 3), dtype=np.uint8), i)
+        yield Frame(i * interval_s, frame_pool_reuse[i % len(frame_pool_reuse)], i)
 
 
-def bench_memory_one(model, memory: MemoryConfig, frames: int, *, chunk_frames: int = 16,
-                     repeats: int = 3) -> MemoryBenchRow:
-    """Stream `frames` random frames under `memory` and measure it.
+def device_sync(device: torch.device) -> None:
+    """Wait for queued kernels on `device` (nothing to wait for on a CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class SyncedMaintainTimer:
+    """Times a session's `memory.maintain` between device synchronisations, and whether it evicted.
+
+    It wraps the policy instance's method (the session calls `self.memory.maintain(cache)`), so no
+    ingest logic is copied here. The first synchronisation also closes the chunk's encode work.
+    """
+
+    def __init__(self, session: StreamingSession) -> None:
+        self.maintain_ms = 0.0
+        self.evicted = False
+        inner, device = session.memory.maintain, session.model.device
+
+        def synced_maintain(cache) -> None:
+            device_sync(device)
+            before, start = cache.num_tokens, time.perf_counter()
+            inner(cache)
+            device_sync(device)
+            self.maintain_ms = (time.perf_counter() - start) * 1e3
+            self.evicted = cache.num_tokens < before
+
+        session.memory.maintain = synced_maintain
+
+
+@contextmanager
+def forced_length_decoding(model):
+    """Decode exactly `max_new_tokens` tokens: no end-of-answer token stops early while measuring."""
+    saved, model.eos_token_ids = model.eos_token_ids, set()
+    try:
+        yield
+    finally:
+        model.eos_token_ids = saved
+
+
+def time_per_output_token_ms(ttft_ms: float, latency_ms: float, tokens: int) -> float | None:
+    """(latency - ttft) / (tokens - 1): the mean decode step after the first token (None below 2 tokens)."""
+    return (latency_ms - ttft_ms) / (tokens - 1) if tokens >= 2 else None
+
+
+def ingest_fps(frames: int, encode_ms: float, maintain_ms: float) -> float:
+    """Frames per second of encode + maintenance time: the fastest stream ingest keeps up with."""
+    total_s = (encode_ms + maintain_ms) / 1e3
+    return frames / total_s if total_s > 0 else math.inf
+
+
+def checkpointed_stream(n_frames: int, checkpoints: list[int], chunk_frames: int) -> Iterator[tuple[int, bool]]:
+    """Chunk sizes for a stream of `n_frames`, cut so that every checkpoint ends a chunk.
+
+    Yields:
+        (frames in this chunk, whether a checkpoint ends here).
+    """
+    done, marks = 0, sorted(c for c in set(checkpoints) if c <= n_frames)
+    for mark in marks:
+        while done < mark:
+            size = min(chunk_frames, mark - done)
+            done += size
+            yield size, done == mark
+
+
+def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_frames: int = 16,
+                   decode_tokens: int = 16, repeats: int = 3, frame_px: int = 448,
+                   seed: int = 0) -> tuple[list[StreamRow], str | None]:
+    """Stream random frames under one policy and measure it at every checkpoint length.
 
     Args:
         model: a loaded adapter.
-        memory: the memory policy configuration.
-        frames: stream length in frames.
+        policy: the policy (its `memory` must not be None).
+        checkpoints: stream lengths in frames at which to ask and record a row.
         chunk_frames: frames per chunk.
-        repeats: questions asked at the end; the median time to first token is reported.
+        decode_tokens: answer length, forced (1: TTFT only).
+        repeats: questions per checkpoint; medians are reported.
+        frame_px: side of the square synthetic frames.
+        seed: frame content seed.
 
     Returns:
-        The measured `MemoryBenchRow`.
+        (rows, note): one row per checkpoint reached, and why the stream stopped early (None if it did
+        not: a policy past the model's positions, such as `full` on long streams, or out of memory).
     """
-    cuda = model.device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    session = StreamingSession(model, memory, synthetic_frames(frames), chunk_frames=chunk_frames,
-                               max_new_tokens=1)
-    session.advance()
-    ttfts = [session.ask(BENCH_QUESTION).ttft_ms for _ in range(repeats)]
-    evicting = [c for c in session.chunk_stats if c.maintain_ms > 0]
-    encode = statistics.fmean(c.encode_ms for c in session.chunk_stats)
-    maintain = statistics.fmean(c.maintain_ms for c in evicting) if evicting else 0.0
-    ratio = (sum(c.maintain_ms for c in evicting) / sum(c.encode_ms for c in evicting)) if evicting else 0.0
-    if cuda:
-        torch.cuda.synchronize()
-    return MemoryBenchRow(
-        policy=memory.policy, frames=frames, cache_tokens=session.cache.num_tokens,
-        peak_cache_mb=session.peak_cache_bytes / 2**20,
-        peak_device_mb=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-        ttft_ms=statistics.median(ttfts), encode_ms_per_chunk=encode, maintain_ms_per_chunk=maintain,
-        maintain_ratio=ratio)
-
-
-def bench_memory(model, memories: list[MemoryConfig], lengths: list[int], *, chunk_frames: int = 16,
-                 progress: bool = False) -> list[MemoryBenchRow]:
-    """Every policy at every stream length, after one warm-up run (first calls pay one-off costs)."""
-    bench_memory_one(model, memories[0], min(lengths), chunk_frames=chunk_frames, repeats=1)
-    rows = []
-    for memory in memories:
-        for frames in lengths:
+    device, cuda = model.device, model.device.type == "cuda"
+    if cuda:  # the previous stream's tensors must be gone before the peak counter restarts
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    session = StreamingSession(model, policy.memory, (), chunk_frames=chunk_frames, max_new_tokens=decode_tokens)
+    timer = SyncedMaintainTimer(session)
+    frames = synthetic_frames(max(checkpoints), side_px=frame_px, seed=seed)
+    chunks: list[ChunkTiming] = []
+    rows, note, seen, window = [], None, 0, 0  # window: first chunk since the previous checkpoint
+    try:
+        for size, checkpoint in checkpointed_stream(max(checkpoints), checkpoints, chunk_frames):
+            chunk = [next(frames) for _ in range(size)]
+            device_sync(device)
+            timer.maintain_ms, timer.evicted = 0.0, False
             start = time.perf_counter()
-            rows.append(bench_memory_one(model, memory, frames, chunk_frames=chunk_frames))
+            session.ingest(chunk)
+            device_sync(device)
+            total_ms = (time.perf_counter() - start) * 1e3
+            chunks.append(ChunkTiming(size, total_ms - timer.maintain_ms, timer.maintain_ms, timer.evicted))
+            seen += size
+            if checkpoint:
+                rows.append(_checkpoint_row(session, policy, chunks[window:], seen, chunk_frames, decode_tokens,
+                                            repeats))
+                window = len(chunks)
+    except (ConfigError, OutOfMemory) as exc:
+        note = f"{policy.label} at chunks of {chunk_frames}: stopped after {seen} frames ({type(exc).__name__}: " \
+               f"{str(exc).splitlines()[0]})"
+    finally:
+        session.close()  # levels 2 and 3 (recall) hold a writer thread and a temporary directory
+        del session
+        if cuda:
+            gc.collect()
+            torch.cuda.empty_cache()
+    return rows, note
+
+
+def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], frames: int, chunk_frames: int,
+                    decode_tokens: int, repeats: int) -> StreamRow:
+    model = session.model
+    ttfts, tpots, recalls = [], [], []
+    with forced_length_decoding(model):
+        for _ in range(repeats):
+            device_sync(model.device)  # the question's clock starts on an idle device
+            answer = session.ask(BENCH_QUESTION)
+            # recall runs between the question and its prefill: the user waits for both
+            recall_ms = (getattr(answer, "recall", None) or {}).get("recall_ms")
+            recalls.append(recall_ms)
+            ttfts.append(answer.ttft_ms + (recall_ms or 0.0))
+            tpots.append(time_per_output_token_ms(answer.ttft_ms, answer.latency_ms, decode_tokens))
+    evicting = [c for c in chunks if c.evicted]
+    encode_total, maintain_total = sum(c.encode_ms for c in chunks), sum(c.maintain_ms for c in chunks)
+    evicting_encode = sum(c.encode_ms for c in evicting)
+    cuda = model.device.type == "cuda"
+    return StreamRow(
+        policy=policy.label, chunk_frames=chunk_frames, frames=frames,
+        budget=None if policy.memory.policy == "full" else policy.memory.budget,
+        cache_tokens=session.cache.num_tokens, peak_kv_mb=session.peak_cache_bytes / 2**20,
+        peak_device_mb=torch.cuda.max_memory_allocated(model.device) / 2**20 if cuda else None,
+        ttft_ms=statistics.median(ttfts), tpot_ms=statistics.median(tpots) if decode_tokens >= 2 else None,
+        recall_ms=statistics.median(recalls) if None not in recalls else None,
+        decode_tokens=decode_tokens, encode_ms_per_chunk=encode_total / len(chunks),
+        maintain_ms_per_chunk=statistics.fmean(c.maintain_ms for c in evicting) if evicting else 0.0,
+        maintain_ratio=sum(c.maintain_ms for c in evicting) / evicting_encode if evicting else 0.0,
+        ingest_fps=ingest_fps(sum(c.frames for c in chunks), encode_total, maintain_total))
+
+
+# ---- suites --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    """Rows of a run (with ratios against `full`) and notes on what was skipped or stopped."""
+
+    rows: list[StreamRow]
+    notes: list[str]
+
+
+def _warm_up(model, policy: PolicySpec, chunk_frames: int, decode_tokens: int, frame_px: int) -> None:
+    """Three chunks and a question, with the budget shrunk to one chunk so that eviction runs too:
+    first calls pay one-off costs (allocator growth, kernel selection, lazy initialisation)."""
+    memory = policy.memory
+    if memory.policy != "full":
+        memory = dataclasses.replace(memory, budget=min(memory.budget, max(1, model.tokens_per_frame * chunk_frames)))
+    measure_stream(model, PolicySpec(policy.label, memory), [3 * chunk_frames], chunk_frames=chunk_frames,
+                   decode_tokens=decode_tokens, repeats=1, frame_px=frame_px)
+
+
+def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes: list[int], *,
+              decode_tokens: int = 16, repeats: int = 3, frame_px: int = 448, warmup: bool = True,
+              progress: bool = False, on_stream: Callable[[SweepResult], None] | None = None) -> SweepResult:
+    """Every policy at every chunk size, measured at every stream length, after a warm-up per policy.
+
+    Args:
+        on_stream: called with the result so far (ratios filled) after every stream, so that a run cut
+            short by a time limit still leaves what it measured.
+
+    Returns:
+        The `SweepResult`; rows are ordered by chunk size, policy, then length.
+    """
+    notes = [p.note for p in policies if p.memory is None]
+    runnable = [p for p in policies if p.memory is not None]
+    if warmup:
+        for policy in runnable:
+            _warm_up(model, policy, chunk_sizes[0], decode_tokens, frame_px)
+    rows = []
+    for chunk_frames in chunk_sizes:
+        for policy in runnable:
+            start = time.perf_counter()
+            measured, note = measure_stream(model, policy, lengths, chunk_frames=chunk_frames,
+                                            decode_tokens=decode_tokens, repeats=repeats, frame_px=frame_px)
+            rows += measured
+            if note:
+                notes.append(note)
             if progress:
-                print(f"  {memory.policy:<8} {frames:>5} frames  {time.perf_counter() - start:6.1f} s",
-                      file=sys.stderr, flush=True)
-    return rows
+                print(f"  {policy.label:<14} chunks of {chunk_frames:>2}: {len(measured)} lengths in "
+                      f"{time.perf_counter() - start:6.1f} s", file=sys.stderr, flush=True)
+            if on_stream is not None:
+                add_ratios(rows)
+                on_stream(SweepResult(rows, notes))
+    add_ratios(rows)
+    return SweepResult(rows, notes)
 
 
-def markdown_table(rows: list[MemoryBenchRow]) -> str:
-    """The rows as a markdown table, with TTFT and peak cache relative to `full` at the same length."""
-    full = {r.frames: r for r in rows if r.policy == "full"}
-    lines = ["| policy | frames | cache tokens | peak KV MiB | TTFT ms | TTFT vs full | encode ms/chunk | "
-             "maintain ms/chunk | maintain / encode |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+def add_ratios(rows: list[StreamRow]) -> None:
+    """Fill the `*_vs_full` fields from the `full` row at the same chunk size and length, where there is one."""
+    def ratio(value: float | None, reference: float | None) -> float | None:
+        return value / reference if value is not None and reference else None
+
+    full = {(r.chunk_frames, r.frames): r for r in rows if r.policy == "full"}
     for r in rows:
-        ref = full.get(r.frames)
-        vs = f"{r.ttft_ms / ref.ttft_ms:.2f}" if ref else "-"
-        lines.append(f"| {r.policy} | {r.frames} | {r.cache_tokens} | {r.peak_cache_mb:.1f} | {r.ttft_ms:.1f} | "
-                     f"{vs} | {r.encode_ms_per_chunk:.1f} | {r.maintain_ms_per_chunk:.1f} | {r.maintain_ratio:.3f} |")
-    return "\n".join(lines)
+        ref = full.get((r.chunk_frames, r.frames))
+        if ref is None:
+            continue
+        r.ttft_vs_full = ratio(r.ttft_ms, ref.ttft_ms)
+        r.peak_kv_vs_full = ratio(r.peak_kv_mb, ref.peak_kv_mb)
+        r.peak_device_vs_full = ratio(r.peak_device_mb, ref.peak_device_mb)
+        r.ingest_fps_vs_full = ratio(r.ingest_fps, ref.ingest_fps)
 
 
-def rows_as_dicts(rows: list[MemoryBenchRow]) -> list[dict]:
-    return [asdict(r) for r in rows]
+def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk_frames: int = 16,
+                 progress: bool = False) -> SweepResult:
+    """The `bench memory` suite: the sweep at one chunk size, TTFT of a one-token answer (median of 3)."""
+    return run_sweep(model, policies, lengths, [chunk_frames], decode_tokens=1, repeats=3, frame_px=32,
+                     progress=progress)

@@ -1,0 +1,85 @@
+"""Check a `hermes-video bench sweep` JSON against Issue G's performance targets; print a markdown verdict.
+
+    python scripts/check_targets.py runs/device_bench/llava-ov-7b.json [--policy hermes] [--chunk 16]
+
+Targets (LLaVA-OV-7B at a 4K budget on an H100/H200-class GPU, for the `hermes` policy):
+- TTFT <= 30 ms at every stream length, and flat: the longest stream's TTFT within 10% of the shortest's;
+- peak device memory flat within 5% from the shortest to the longest stream (KV-cache bytes off CUDA);
+- maintenance <= 10% of a chunk's encode time (`maintain_ratio`, over the chunks that evicted);
+- 16 frames encoded and maintained in <= 2 s (per-chunk encode + maintenance at chunks of 16).
+
+Exit code 0 when every target holds, 1 when one fails, 2 when the file holds no matching rows.
+Standard library only, so it runs anywhere the JSON is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TTFT_MS_MAX = 30.0
+TTFT_FLAT = 1.10  # longest / shortest stream
+MEMORY_FLAT = 1.05
+MAINTAIN_RATIO_MAX = 0.10
+SIXTEEN_FRAMES_S_MAX = 2.0
+
+
+def evaluate(rows: list[dict], policy: str = "hermes", chunk_frames: int = 16) -> list[tuple[str, str, bool]]:
+    """(target, measured, holds) per target, from the rows of one policy at one chunk size.
+
+    Raises:
+        ValueError: no rows for that policy and chunk size.
+    """
+    mine = sorted((r for r in rows if r["policy"] == policy and r["chunk_frames"] == chunk_frames),
+                  key=lambda r: r["frames"])
+    if not mine:
+        raise ValueError(f"no rows for policy {policy!r} at chunks of {chunk_frames}")
+    first, last = mine[0], mine[-1]
+    span = f"{first['frames']}->{last['frames']} frames"
+    ttfts = [r["ttft_ms"] for r in mine]
+    memory_key = "peak_device_mb" if all(r["peak_device_mb"] is not None for r in mine) else "peak_kv_mb"
+    memory = [r[memory_key] for r in mine]
+    evicting = [r for r in mine if r["maintain_ratio"] > 0]
+    worst_ratio = max((r["maintain_ratio"] for r in evicting), default=0.0)
+    per16_s = [(r["encode_ms_per_chunk"] + r["maintain_ms_per_chunk"]) / 1e3 * 16 / chunk_frames for r in mine]
+    return [
+        (f"TTFT <= {TTFT_MS_MAX:g} ms at every length", f"max {max(ttfts):.1f} ms", max(ttfts) <= TTFT_MS_MAX),
+        (f"TTFT flat ({span}, within {TTFT_FLAT - 1:.0%})", f"{ttfts[-1]:.1f} / {ttfts[0]:.1f} ms",
+         ttfts[-1] <= TTFT_FLAT * ttfts[0]),
+        (f"peak memory flat within {MEMORY_FLAT - 1:.0%} ({memory_key}, {span})",
+         f"max / min {max(memory) / min(memory):.3f}", max(memory) <= MEMORY_FLAT * min(memory)),
+        (f"maintenance <= {MAINTAIN_RATIO_MAX:.0%} of encode", f"worst {worst_ratio:.3f}"
+         + ("" if evicting else " (no eviction)"), worst_ratio <= MAINTAIN_RATIO_MAX),
+        (f"16 frames encoded + maintained <= {SIXTEEN_FRAMES_S_MAX:g} s", f"worst {max(per16_s):.2f} s",
+         max(per16_s) <= SIXTEEN_FRAMES_S_MAX),
+    ]
+
+
+def verdict_markdown(data: dict, results: list[tuple[str, str, bool]], policy: str, chunk_frames: int) -> str:
+    head = (f"Targets for `{policy}` at chunks of {chunk_frames}: {data.get('model')} on {data.get('device_name')} "
+            f"({data.get('dtype')}), budget {data.get('budget')}, {data.get('date')}")
+    lines = [head, "", "| target | measured | holds |", "|---|---:|:---:|"]
+    lines += [f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok in results]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_json", type=Path)
+    parser.add_argument("--policy", default="hermes")
+    parser.add_argument("--chunk", type=int, default=16, help="chunk size the targets are read at (default 16)")
+    args = parser.parse_args(argv)
+    data = json.loads(args.sweep_json.read_text())
+    try:
+        results = evaluate(data["rows"], args.policy, args.chunk)
+    except ValueError as exc:
+        print(f"check_targets: {exc}", file=sys.stderr)
+        return 2
+    print(verdict_markdown(data, results, args.policy, args.chunk), end="")
+    return 0 if all(ok for _, _, ok in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

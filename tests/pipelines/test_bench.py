@@ -1,0 +1,239 @@
+"""`bench sweep` and `bench memory`: rows, formulas, reports, random real-size models and the device script."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hermes.config import MemoryConfig
+from hermes.models.base import Generation
+from hermes.pipelines.bench import (
+    PolicySpec, StreamRow, checkpointed_stream, forced_length_decoding, ingest_fps, measure_stream, resolve_policies,
+    run_sweep, synthetic_frames, time_per_output_token_ms,
+)
+from hermes.pipelines.bench_report import (
+    MEMORY_COLUMNS, SWEEP_COLUMNS, markdown_table, report_markdown, rows_as_dicts, rows_from_dicts,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ROW_FIELDS = {"policy", "chunk_frames", "frames", "budget", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
+              "recall_ms", "tpot_ms", "decode_tokens", "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio",
+              "ingest_fps", "ttft_vs_full", "peak_kv_vs_full", "peak_device_vs_full", "ingest_fps_vs_full"}
+HAS_RECALL = "recall" in {f.name for f in dataclasses.fields(MemoryConfig)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_thread():
+    """These tests check rows and plumbing, not speed: one thread avoids OpenMP oversubscription, which on
+    a shared 2-core machine slows the tiny model's matmuls by 50x or more."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def sweep(tiny_model):
+    """The sweep on the tiny model (196 tokens per frame): 3 lengths, 2 chunk sizes, budget of 2 frames."""
+    policies = resolve_policies("full,sliding,hermes,hermes+recall", MemoryConfig(), budget=2 * 196)
+    return run_sweep(tiny_model, policies, [2, 4, 6], [2, 4], decode_tokens=3, repeats=1, frame_px=32, warmup=False)
+
+
+def test_sweep_rows_have_the_documented_fields(sweep):
+    rows = sweep.rows
+    assert {f.name for f in dataclasses.fields(StreamRow)} == ROW_FIELDS
+    ran = ["full", "sliding", "hermes"] + (["hermes+recall"] if HAS_RECALL else [])
+    assert len(rows) == len(ran) * 3 * 2
+    assert [(r.chunk_frames, r.policy, r.frames) for r in rows] == \
+        [(c, p, n) for c in (2, 4) for p in ran for n in (2, 4, 6)]
+    for r in rows:
+        assert r.ttft_ms > 0 and r.tpot_ms is not None and r.tpot_ms > 0 and r.decode_tokens == 3
+        assert r.encode_ms_per_chunk > 0 and r.ingest_fps > 0 and r.peak_kv_mb > 0
+        assert r.peak_device_mb is None  # CPU: no device memory counter
+        assert r.ttft_vs_full is not None and r.ingest_fps_vs_full is not None
+        assert (r.recall_ms is not None) == r.policy.endswith("+recall")
+    full = [r for r in rows if r.policy == "full"]
+    assert all(r.budget is None and r.ttft_vs_full == 1.0 for r in full)
+    assert [r.cache_tokens for r in full[:3]] == [full[0].cache_tokens + 196 * k for k in (0, 2, 4)]
+    for r in rows:
+        if r.policy != "full":
+            assert r.budget == 392
+            prefix = full[0].cache_tokens - 2 * 196
+            assert r.cache_tokens <= prefix + 392
+            if r.frames == 6:  # past the budget: eviction ran and was timed
+                assert r.maintain_ms_per_chunk > 0 and r.maintain_ratio > 0 and r.peak_kv_vs_full < 1
+
+
+def test_recall_is_skipped_with_a_note_until_it_exists(sweep):
+    if HAS_RECALL:
+        assert any(r.policy == "hermes+recall" for r in sweep.rows)
+    else:
+        assert any("hermes+recall: skipped, memory.recall is not a known config key yet" in n for n in sweep.notes)
+
+
+def test_markdown_and_json_round_trip(sweep, tmp_path):
+    table = markdown_table(sweep.rows)
+    lines = table.splitlines()
+    assert len(lines) == len(sweep.rows) + 2
+    assert lines[0].count("|") == len(SWEEP_COLUMNS) + 1 and "TPOT ms" in lines[0] and "ingest fps" in lines[0]
+    assert "| - |" in lines[2]  # peak device memory is "-" off CUDA
+    assert len(markdown_table(sweep.rows, MEMORY_COLUMNS).splitlines()[0].split("|")) == len(MEMORY_COLUMNS) + 2
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"rows": rows_as_dicts(sweep.rows), "notes": sweep.notes}))
+    assert rows_from_dicts(json.loads(path.read_text())["rows"]) == sweep.rows
+    report = report_markdown({"model": "tiny", "date": "2026-11-29"}, sweep)
+    assert "- model: tiny" in report and table in report
+
+
+def test_tpot_from_a_known_fake_generation(tiny_model, monkeypatch):
+    def fake_generate(prompt, cache, max_new_tokens):  # 10 ms to the first token, then 5 ms per token
+        assert tiny_model.eos_token_ids == set()  # answers are forced to full length while measured
+        return Generation("x", [7] * max_new_tokens, torch.zeros(4), 10.0, 10.0 + 5.0 * (max_new_tokens - 1))
+
+    monkeypatch.setattr(tiny_model, "generate_greedy", fake_generate)
+    eos = set(tiny_model.eos_token_ids)
+    rows, note = measure_stream(tiny_model, PolicySpec("full", MemoryConfig()), [2], chunk_frames=2,
+                                decode_tokens=9, repeats=2, frame_px=32)
+    assert note is None and rows[0].ttft_ms == 10.0 and rows[0].tpot_ms == pytest.approx(5.0)
+    assert tiny_model.eos_token_ids == eos
+    assert time_per_output_token_ms(30.0, 30.0 + 15 * 24.0, 16) == pytest.approx(24.0)
+    assert time_per_output_token_ms(30.0, 30.0, 1) is None
+
+
+def test_ingest_fps_formula():
+    assert ingest_fps(16, encode_ms=1500.0, maintain_ms=500.0) == pytest.approx(8.0)
+    assert ingest_fps(1024, encode_ms=60_000.0, maintain_ms=4_000.0) == pytest.approx(16.0)
+
+
+def test_checkpoints_end_chunks():
+    assert list(checkpointed_stream(24, [16, 24], 16)) == [(16, True), (8, True)]
+    assert list(checkpointed_stream(20, [4, 20], 8)) == [(4, True), (8, False), (8, True)]
+
+
+def test_policies_are_data():
+    base = MemoryConfig(sink_tokens=2)
+    specs = resolve_policies("full, hermes+condition_on_question,hermes+budget,sliding+nope", base, budget=100)
+    assert [s.label for s in specs] == ["full", "hermes+condition_on_question", "hermes+budget", "sliding+nope"]
+    assert specs[0].memory.policy == "full" and specs[0].memory.sink_tokens == 2
+    assert specs[1].memory.condition_on_question is True and specs[1].memory.budget == 100
+    assert specs[2].memory is None and "not an on/off setting" in specs[2].note
+    assert specs[3].memory is None and "memory.nope is not a known config key yet" in specs[3].note
+
+
+def test_forced_length_decoding_restores_stop_tokens(tiny_model):
+    eos = set(tiny_model.eos_token_ids)
+    with pytest.raises(RuntimeError), forced_length_decoding(tiny_model):
+        assert tiny_model.eos_token_ids == set()
+        raise RuntimeError
+    assert tiny_model.eos_token_ids == eos
+
+
+# ---- random models at published sizes ------------------------------------------------------------------
+
+
+def test_published_sizes_on_the_meta_device():
+    """Whole published configs, built without memory: widths and the hub's parameter counts."""
+    from transformers import AutoModelForImageTextToText
+
+    from hermes.models.realsize import random_config
+
+    expected_params = {"llava-ov-7b": 8.03e9, "llava-ov-0.5b": 0.894e9, "qwen2.5-vl-7b": 8.29e9}
+    for arch, params in expected_params.items():
+        config = random_config(arch)
+        with torch.device("meta"):
+            model = AutoModelForImageTextToText._model_mapping[type(config)]._from_config(config)
+        assert sum(p.numel() for p in model.parameters()) == pytest.approx(params, rel=0.005), arch
+    text = random_config("llava-ov-7b").text_config
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads,
+            text.intermediate_size, text.max_position_embeddings) == (3584, 28, 28, 4, 18944, 32768)
+    vision = random_config("llava-ov-7b").vision_config
+    assert (vision.hidden_size, vision.intermediate_size, vision.num_attention_heads, vision.image_size,
+            vision.patch_size) == (1152, 4304, 16, 384, 14)
+    qwen = random_config("qwen2.5-vl-7b")
+    assert qwen.text_config.rope_parameters["mrope_section"] == [16, 24, 24]
+    assert (qwen.vision_config.depth, qwen.vision_config.hidden_size, qwen.vision_config.out_hidden_size) == \
+        (32, 1280, 3584)
+
+
+def test_build_random_llava_0_5b_reduced_runs_a_chunk():
+    from hermes.models.realsize import build_random
+    from hermes.pipelines.session import StreamingSession
+
+    model = build_random("llava-ov-0.5b", "cpu", torch.float32, num_layers=2, vision_layers=1)
+    text, vision = model.text_config, model.model.config.vision_config
+    attention = model.language_model.layers[0].self_attn
+    assert (text.hidden_size, text.num_attention_heads, text.num_key_value_heads, attention.head_dim) == \
+        (896, 14, 2, 64)
+    assert (text.num_hidden_layers, text.vocab_size) == (2, 152000)
+    assert (vision.hidden_size, vision.num_attention_heads, vision.intermediate_size, vision.image_size,
+            vision.patch_size, vision.num_hidden_layers) == (1152, 16, 4304, 384, 14, 1)
+    assert model.tokens_per_frame == 196 and next(model.model.parameters()).device.type == "cpu"
+    session = StreamingSession(model, "full", max_new_tokens=2)
+    prefix = session.cache.num_tokens
+    session.ingest(list(synthetic_frames(1, side_px=64)))
+    assert session.cache.num_tokens == prefix + 196
+    assert all(torch.isfinite(k).all() for k, _ in session.cache.layer_tensors())
+
+
+# ---- the command line and the device script ------------------------------------------------------------
+
+
+def test_cli_sweep_writes_json_and_markdown(tmp_path, capsys):
+    from hermes.cli import main
+
+    out, md = tmp_path / "s.json", tmp_path / "s.md"
+    assert main(["bench", "sweep", "--device", "cpu", "--lengths", "4,8", "--chunk-frames", "4", "--budget", "64",
+                 "--policies", "full,hermes", "--decode-tokens", "2", "--repeats", "1", "--frame-px", "32",
+                 "--quiet", "--output", str(out), "--markdown", str(md)]) == 0
+    data = json.loads(out.read_text())
+    assert data["suite"] == "sweep" and data["model"].startswith("random cpu-small") and "partial" not in data
+    assert [(r["policy"], r["frames"]) for r in data["rows"]] == [("full", 4), ("full", 8), ("hermes", 4),
+                                                                   ("hermes", 8)]
+    assert capsys.readouterr().out.strip() in md.read_text()
+
+
+def test_target_check_reads_a_sweep_json(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_targets", REPO / "scripts" / "check_targets.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+
+    def row(frames, ttft_ms, device_mb, maintain_ratio):
+        return {"policy": "hermes", "chunk_frames": 16, "frames": frames, "ttft_ms": ttft_ms, "peak_kv_mb": 200.0,
+                "peak_device_mb": device_mb, "maintain_ratio": maintain_ratio, "encode_ms_per_chunk": 900.0,
+                "maintain_ms_per_chunk": 900.0 * maintain_ratio}
+
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"rows": [row(16, 27.0, 16900.0, 0.0), row(1024, 28.5, 17500.0, 0.06)]}))
+    assert check.main([str(path)]) == 0 and capsys.readouterr().out.count("| yes |") == 5
+    path.write_text(json.dumps({"rows": [row(16, 27.0, 16900.0, 0.0), row(1024, 45.0, 19000.0, 0.2)]}))
+    assert check.main([str(path)]) == 1 and capsys.readouterr().out.count("| NO |") == 4
+    assert check.main([str(path), "--chunk", "8"]) == 2
+
+
+def test_device_script_parses():
+    for script in ("device_bench.sh", "prepare_wheels.sh"):
+        subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
+
+
+@pytest.mark.slow
+def test_device_script_cpu_dry_run(tmp_path):
+    """The device script end to end on a CPU, at the smallest sizes."""
+    env = dict(os.environ, DEVICE="cpu", OUT=str(tmp_path), PYTHON=sys.executable, LENGTHS="4", CHUNKS="4",
+               OMP_NUM_THREADS="1",
+               BUDGET="32", POLICIES="full,hermes", DECODE_TOKENS="2", REPEATS="1")
+    done = subprocess.run(["bash", str(REPO / "scripts" / "device_bench.sh")], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:]
+    for name in ("cpu-small", "tiny-qwen2.5-vl"):
+        rows = json.loads((tmp_path / f"{name}.json").read_text())["rows"]
+        assert [r["policy"] for r in rows] == ["full", "hermes"]
+    assert (tmp_path / "env.txt").is_file() and "done;" in (tmp_path / "log.txt").read_text()
