@@ -330,6 +330,17 @@ def cmd_bench_memory(args) -> int:
     return 0
 
 
+def cmd_bench_tiers(args) -> int:
+    from hermes.tiers.bench import run
+
+    sizes = tuple(parse_int_list(args.records, "--records"))
+    rows, table = run(sizes, write_bytes=args.write_mib << 20)
+    print(table)
+    if args.output:
+        Path(args.output).write_text(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
 def cmd_bench_sweep(args) -> int:
     from hermes.pipelines.bench import resolve_policies, run_sweep
     from hermes.pipelines.bench_report import SWEEP_COLUMNS, run_info
@@ -476,6 +487,14 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
     memory.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     memory.set_defaults(func=cmd_bench_memory)
+
+    tiers = bench_sub.add_parser("tiers", help="recall time at 10^3.. records, FAISS search, disk write throughput")
+    tiers.add_argument("--records", default="1000,10000",
+                       help="record counts for the recall and search rows (100000 takes minutes) "
+                            "(default: %(default)s)")
+    tiers.add_argument("--write-mib", type=int, default=64, help="MiB written per throughput row (default: 64)")
+    tiers.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
+    tiers.set_defaults(func=cmd_bench_tiers)
 
     sweep = bench_sub.add_parser(
         "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "

@@ -58,3 +58,14 @@ def test_verify_passes_then_finds_flipped_bytes(memory_dir, capsys, tmp_path):
 def test_a_folder_that_is_not_a_memory_directory(tmp_path, capsys):
     assert main(["memory", "verify", str(tmp_path)]) == 2
     assert "is not a memory directory" in capsys.readouterr().err
+
+
+def test_bench_tiers_reports_recall_search_and_write_rows(capsys, tmp_path):
+    out_file = tmp_path / "tiers.json"
+    assert main(["bench", "tiers", "--records", "200", "--write-mib", "1", "--output", str(out_file)]) == 0
+    rows = json.loads(out_file.read_text())
+    assert [r["bench"] for r in rows] == ["recall", "search", "disk_write", "disk_write"]
+    recall = rows[0]
+    assert recall["records"] == 200 and 0 < recall["median_ms"] <= recall["p95_ms"]
+    assert all(0 < r["ratio"] for r in rows[2:])
+    assert "| recall | 200 |" in capsys.readouterr().out
