@@ -23,10 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model", "tiny-llava-onevision", "--set", "model.max_new_tokens=2"]
 
 
+def _default_sigint() -> None:
+    # A shell without job control starts background jobs with SIGINT ignored (as CI may run us), and a
+    # child inherits that: give the CLI the terminal's default, as when a user presses Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def hermes_cli(*argv, **kwargs):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "hermes", *map(str, argv)], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint, **kwargs)
 
 
 def test_schedule_orders_one_off_and_periodic_questions():
