@@ -2,9 +2,10 @@
 
 `LowerLevels` sits between a memory policy and a `MemoryDirectory` (hermes.tiers):
 
-- `capture` (called by the policy just before it evicts): every evicted token whose importance is
-  at least `compress_threshold` goes into one record per maintenance step (its keys as cached,
-  values, positions, ids, frames and scores, per layer); the rest are dropped. The record gets a
+- `capture` (called by the policy just before it evicts): the evicted tokens whose importance is
+  at least `compress_threshold` go into one record per maintenance step (its keys as cached,
+  values, positions, ids, frames and scores, per layer); the rest are dropped. Every layer keeps
+  equally many, its best: as many as the layer with the most above the threshold. The record gets a
   search embedding: the mean content of its last layer's keys (keys rotated back to position 0,
   so the vector says *what* was seen, not *where* it sat).
 - `recall` (called by the session before a question, with `memory.recall: on`): the question's own
@@ -123,9 +124,17 @@ class LowerLevels:
         full_scores = torch.ones(cache.kinds.shape)
         if scores is not None:
             full_scores[:, prefix_len:] = scores.float().cpu()
-        chosen = evicted & (full_scores >= self.cfg.compress_threshold)
-        if not bool(chosen.any()):
+        # Every layer keeps the same number of its best evicted tokens: as many as the layer with the most
+        # above the threshold. Scores are min-max normalised per layer, so a per-layer threshold alone
+        # leaves some layers empty, and recall, which must splice equally many tokens into every layer
+        # (the model's attention takes one length), would then bring back nothing.
+        m = int((evicted & (full_scores >= self.cfg.compress_threshold)).sum(dim=1).max())
+        m = min(m, int(evicted.sum(dim=1).min()))
+        if m == 0:
             return
+        ranked = torch.where(evicted, full_scores, torch.tensor(-1.0))
+        chosen = torch.zeros_like(evicted)
+        chosen.scatter_(1, ranked.topk(m, dim=1).indices, True)  # (L, T), m per layer
         per_layer = {name: [] for name in ("keys", "values", "positions", "token_ids", "frame_index", "scores",
                                            "counts")}
         for layer, (keys, values) in enumerate(cache.layer_tensors()):

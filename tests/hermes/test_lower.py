@@ -61,6 +61,22 @@ def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypa
     session.close()
 
 
+def test_default_threshold_keeps_equally_many_tokens_per_layer_and_recall_brings_them_back(tiny_model):
+    """Scores are normalised per layer: a per-layer threshold alone left layers empty and recall splicing nothing."""
+    memory = tiered(recall=True, compress_threshold=MemoryConfig().compress_threshold, recall_top_k=8)
+    session = StreamingSession(tiny_model, memory, needle_stream(), chunk_frames=4)
+    answer = session.ask("What happened?", at=100.0)
+    records = session.lower.store.fetch([rid for rid, _ in session.lower.store.search(session.lower.last_vector, 8)])
+    assert records
+    for record in records:
+        counts = {layer.num_tokens for layer in record.layers}
+        assert len(counts) == 1 and counts.pop() > 0
+        scores = torch.stack([layer.scores.float() for layer in record.layers])  # (L, m)
+        assert bool((scores >= memory.compress_threshold).any(dim=1).any())  # some layer chose that many
+    assert answer.recall["tokens"] == sum(r.layers[0].num_tokens for r in records) > 0  # every record, whole
+    session.close()
+
+
 def test_recall_leaves_no_trace_in_level_1(tiny_model):
     session = StreamingSession(tiny_model, tiered(recall=True), needle_stream(), chunk_frames=4)
     session.advance(until_s=8.0)
