@@ -185,6 +185,8 @@ class _VideoRun:
             "at_s": answer.at_s, "frames_seen": answer.frames_seen, "last_frame_t_s": answer.last_frame_t_s,
             "ttft_ms": round(answer.ttft_ms, 3), "latency_ms": round(answer.latency_ms, 3), "memory": answer.memory,
         }
+        if answer.recall is not None:  # memory.recall on: what was brought back for this question
+            sample["recall"] = answer.recall
         if proactive:
             sample.update(answered_at_s=answered_at_s, polls=polls or [])
         self.ctx.judge_sample(q, sample)
