@@ -12,6 +12,7 @@ this module is used by `hermes-video demo`, so it must not depend on dev-only pa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,26 +138,43 @@ def write_synthetic_video(
         ValueError: on a non-positive duration or fps, or an odd / non-positive size.
         SourceError: if OpenCV cannot open a writer for `path`.
     """
-    import cv2  # local import: only writing needs OpenCV
-
     width, height = int(size[0]), int(size[1])
     if duration_s <= 0 or fps <= 0:
         raise ValueError(f"duration_s and fps must be positive, got {duration_s} and {fps}")
     if width <= 0 or height <= 0 or width % 2 or height % 2:
         raise ValueError(f"size must be positive even (width, height), got {size}")
     num_frames = max(1, int(round(duration_s * fps)))
+    return write_mp4(path, (make_frame(i / fps, (width, height), seed) for i in range(num_frames)), fps,
+                     (width, height))
+
+
+def write_mp4(path: str | Path, frames: Iterable[np.ndarray], fps: float, size: tuple[int, int]) -> Path:
+    """Write RGB frames as a constant-frame-rate mp4 (OpenCV, mp4v).
+
+    Args:
+        path: output file (parent directories are created).
+        frames: (height, width, 3) uint8 RGB frames, in order.
+        fps: constant frame rate.
+        size: (width, height) in pixels of every frame.
+
+    Returns:
+        The path written, as a `Path`.
+
+    Raises:
+        SourceError: if OpenCV cannot open a writer for `path`.
+    """
+    import cv2  # local import: only writing needs OpenCV
 
     out_path = Path(path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    writer = cv2.VideoWriter(str(out_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
+    writer = cv2.VideoWriter(str(out_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (int(size[0]), int(size[1])))
     if not writer.isOpened():
         raise SourceError(
             f"cannot write video file: {out_path} (OpenCV has no mp4v writer for it; "
             "check the directory is writable and opencv-python is installed with FFmpeg)"
         )
     try:
-        for i in range(num_frames):
-            rgb = make_frame(i / fps, (width, height), seed)
+        for rgb in frames:
             writer.write(np.ascontiguousarray(rgb[:, :, ::-1]))  # OpenCV wants BGR
     finally:
         writer.release()
