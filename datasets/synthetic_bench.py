@@ -1,0 +1,430 @@
+"""A seeded synthetic streaming benchmark in the OVO-Bench format, and training clips from the same world.
+
+The world: a dark background on which one object at a time (a red/green/blue/yellow/purple/white
+circle, square or triangle) appears, drifts across the frame and disappears, with empty seconds in
+between, for as long as the stream lasts. Time is in whole seconds: frame `i` is the picture at
+`t = i` s, and a video is written at 1 fps, so a stream sampled at 1 fps sees exactly those frames.
+
+Question families mirror OVO-Bench's categories and use its task codes, so the official loader,
+prompts and scorer apply unchanged:
+
+=========  ====  ===========================================================  ===============
+family     task  question                                                      answer
+=========  ====  ===========================================================  ===============
+realtime   ATR   What colour is the object on screen now?                      colour (6 opts)
+episodic   EPM   What colour was the first object? / ... just before the X?    colour (6 opts)
+ordering   ASI   What colour was the second / third object?                    colour (6 opts)
+counting   REC   How many times did they show a <colour> object?               a number
+=========  ====  ===========================================================  ===============
+
+Options are always every colour in one fixed order (see `_choice_question`). Shapes name objects
+("the object just before the red triangle") but are never asked about: the micro model, trained on a
+CPU, stays at chance on "what shape is on screen" (it learns colours at once), so such questions
+would measure the model's eyesight, not its memory.
+A question at `t_s` is about the frames with index `< t_s` (what a streaming session has encoded
+when it is asked); an object counts as seen once one of its frames is among them.
+
+`write_benchmark` renders the videos (mp4) and `ovo_bench_new.json`, for
+`hermes-video eval ovo-bench --data-root DIR --set stream.fps=1`; training draws streams with
+`random_timeline`, renders them as uint8 arrays with `render_frames` (no video coding) and asks
+`make_question` about any subset of frames. Everything is a pure function of the seed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from hermes.pipelines.synthetic import write_mp4
+
+COLOURS_RGB = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 90, 240),
+               "yellow": (240, 220, 40), "purple": (160, 60, 230), "white": (235, 235, 235)}
+COLOURS = tuple(COLOURS_RGB)
+SHAPES = ("circle", "square", "triangle")
+BACKGROUND_RGB = (24, 24, 32)  # dark, so every colour stands out after mp4 coding
+FRAME_SIZE_PX = 64  # written frames; the micro model resizes them to its own input
+FAMILIES = ("realtime", "episodic", "counting", "ordering")
+TASK_OF = {"realtime_colour": "ATR", "episodic_first": "EPM", "episodic_before": "EPM",
+           "ordering": "ASI", "counting": "REC"}
+ORDINALS = ("first", "second", "third")
+ANNOTATION_FILE = "ovo_bench_new.json"
+META_FILE = "synthetic_bench.json"
+
+
+@dataclass(frozen=True)
+class Appearance:
+    """One object on screen for frames `start_s` .. `end_s - 1`; geometry in fractions of the frame side."""
+
+    colour: str
+    shape: str
+    start_s: int
+    end_s: int  # exclusive
+    u0: float  # start of the centre's path, in [0, 1] of the free range (see `centre`)
+    v0: float
+    du: float  # path speed, free ranges per second
+    dv: float
+    radius: float  # half-size, fraction of the frame side
+
+    @property
+    def name(self) -> str:
+        return f"{self.colour} {self.shape}"
+
+    def centre(self, t_s: float) -> tuple[float, float]:
+        """Centre (x, y) as fractions of the frame; the path bounces so the object stays inside."""
+        free = 1.0 - 2.0 * self.radius
+        dt = t_s - self.start_s
+        return (self.radius + free * _bounce(self.u0 + self.du * dt),
+                self.radius + free * _bounce(self.v0 + self.dv * dt))
+
+
+def _bounce(x: float) -> float:
+    """Fold an unbounded coordinate into [0, 1] as if it bounced between two walls."""
+    x = x % 2.0
+    return 2.0 - x if x > 1.0 else x
+
+
+@dataclass
+class Timeline:
+    """Every appearance of one stream, in time order, non-overlapping."""
+
+    duration_s: int
+    appearances: list[Appearance]
+    rare_colour: str | None = None  # the colour `make_timeline` gave a planned count, if any
+
+    def on_screen(self, frame_index: int) -> Appearance | None:
+        """The object in frame `frame_index`, or None for an empty frame."""
+        for app in self.appearances:
+            if app.start_s <= frame_index < app.end_s:
+                return app
+        return None
+
+    def frames_before(self, t_s: float) -> list[int]:
+        """Indices of the frames a question at `t_s` may use: those strictly before it."""
+        return list(range(min(self.duration_s, int(np.ceil(t_s)))))
+
+
+def make_timeline(rng: np.random.Generator, duration_s: int, *, lead_in_s: tuple[int, int] = (1, 4),
+                  visible_s: tuple[int, int] = (2, 4), gap_s: tuple[int, int] = (1, 3),
+                  rare_colour: str | None = None, rare_count: int = 0) -> Timeline:
+    """Draw a stream: objects of random colour and shape, one at a time, with empty gaps.
+
+    Consecutive objects never share a colour, so every appearance is a separate event. A rare
+    colour (for counting questions) is kept out of the draw and then given to exactly `rare_count`
+    appearances, none of them neighbours.
+
+    Args:
+        rng: the random generator (the only source of randomness).
+        duration_s: stream length in seconds (= frames at 1 fps).
+        lead_in_s, visible_s, gap_s: inclusive ranges, in seconds, of the empty start, of each
+            appearance and of the empty gaps between them.
+        rare_colour: a colour to appear exactly `rare_count` times, or None.
+        rare_count: how many appearances get `rare_colour` (fewer if the stream is too short).
+
+    Returns:
+        The `Timeline`.
+    """
+    palette = [c for c in COLOURS if c != rare_colour]
+    apps: list[Appearance] = []
+    t = int(rng.integers(lead_in_s[0], lead_in_s[1] + 1))
+    while True:
+        length = int(rng.integers(visible_s[0], visible_s[1] + 1))
+        if t + length > duration_s:
+            break
+        colour = str(rng.choice([c for c in palette if not apps or c != apps[-1].colour]))
+        radius = float(rng.uniform(0.2, 0.28))
+        apps.append(Appearance(colour, str(rng.choice(SHAPES)), t, t + length, float(rng.uniform(0, 1)),
+                               float(rng.uniform(0, 1)), float(rng.uniform(-0.15, 0.15)),
+                               float(rng.uniform(-0.15, 0.15)), radius))
+        t += length + int(rng.integers(gap_s[0], gap_s[1] + 1))
+    if rare_colour is not None and rare_count > 0:
+        # every other slot from a random parity, so no two rare appearances are neighbours
+        slots = np.arange(int(rng.integers(0, 2)), len(apps), 2)
+        for s in sorted(rng.permutation(slots)[:rare_count].tolist()):
+            apps[s] = replace(apps[s], colour=rare_colour)
+    return Timeline(duration_s, apps, rare_colour if rare_count > 0 else None)
+
+
+# ---- pixels ------------------------------------------------------------------------------------------
+
+
+def render_frame(timeline: Timeline, frame_index: int, size_px: int = FRAME_SIZE_PX) -> np.ndarray:
+    """The picture at `t = frame_index` s: background plus the object on screen, if any.
+
+    Returns:
+        (size_px, size_px, 3) uint8 RGB.
+    """
+    frame = np.empty((size_px, size_px, 3), dtype=np.uint8)
+    frame[:] = BACKGROUND_RGB
+    app = timeline.on_screen(frame_index)
+    if app is None:
+        return frame
+    cx, cy = (c * (size_px - 1) for c in app.centre(float(frame_index)))
+    r_px = app.radius * size_px
+    ys, xs = np.mgrid[0:size_px, 0:size_px]
+    dx, dy = xs - cx, ys - cy
+    if app.shape == "circle":
+        mask = dx**2 + dy**2 <= r_px**2
+    elif app.shape == "square":
+        half = 0.85 * r_px  # about the circle's area, so size never tells the shape
+        mask = (np.abs(dx) <= half) & (np.abs(dy) <= half)
+    else:  # triangle pointing up: apex at the top, base at the bottom
+        mask = (dy <= r_px) & (np.abs(dx) <= (dy + r_px) / 2.0)
+    frame[mask] = COLOURS_RGB[app.colour]
+    return frame
+
+
+def render_frames(timeline: Timeline, num_frames: int | None = None, size_px: int = FRAME_SIZE_PX) -> np.ndarray:
+    """Frames 0 .. num_frames - 1 (default: the whole stream) as one (N, size, size, 3) uint8 array."""
+    n = timeline.duration_s if num_frames is None else num_frames
+    return np.stack([render_frame(timeline, i, size_px) for i in range(n)])
+
+
+# ---- questions ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SynthQuestion:
+    """One question about a stream at `t_s`.
+
+    Attributes:
+        kind: realtime_colour, episodic_first, episodic_before, ordering, counting.
+        question: the question text (for counting: the OVO-Bench REC question built from `activity`).
+        options: option texts (empty for counting).
+        gt: index of the right option (None for counting).
+        answer: the right option's text, or the count as a string.
+        t_s: when it is asked.
+        activity: counting only: the REC activity ("show a red object").
+    """
+
+    kind: str
+    question: str
+    options: list[str]
+    gt: int | None
+    answer: str
+    t_s: float
+    activity: str = ""
+
+    @property
+    def family(self) -> str:
+        return self.kind.split("_")[0]
+
+    @property
+    def task(self) -> str:
+        return TASK_OF[self.kind]
+
+
+def _choice_question(kind: str, text: str, right: str, pool: tuple[str, ...], t_s: float) -> SynthQuestion:
+    """A multiple-choice question over the whole of `pool` (every colour), in its fixed order.
+
+    Fixed options make the letter name the answer (A is always red): the micro model then answers
+    from what it remembers without first having to learn to read shuffled options, a skill a
+    4-layer model picks up too slowly for a CPU training budget, and one that says nothing about memory.
+    """
+    return SynthQuestion(kind, text, list(pool), pool.index(right), right, t_s)
+
+
+def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[int], kind: str, t_s: float, *,
+                  colour: str | None = None, older_than_s: float = 0.0) -> SynthQuestion | None:
+    """A question of `kind` about the frames `visible`, asked at `t_s`; None when they cannot support one.
+
+    For a benchmark, `visible` is every frame before `t_s`. For training it may be a subset (what a
+    memory policy kept): answers are then about what those frames show, so the model learns to
+    answer from memory as hermes hands it over.
+
+    Args:
+        rng: the random generator (option order, distractors, which object is asked about).
+        timeline: the stream.
+        visible: sorted frame indices the answer may use; the last one is "now".
+        kind: one of `TASK_OF`'s keys.
+        t_s: question time in seconds (recorded in the question).
+        colour: counting only: the colour to count (default: a random colour seen).
+        older_than_s: episodic_before only: the object asked about ended at least this long before `t_s`.
+
+    Returns:
+        The question, or None (e.g. nothing on screen for a real-time question).
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+    if kind not in TASK_OF:
+        raise ValueError(f"unknown question kind {kind!r}; expected one of {', '.join(TASK_OF)}")
+    shown = {timeline.on_screen(i) for i in visible} - {None}
+    seen = sorted(shown, key=lambda a: a.start_s)
+    if kind.startswith("realtime"):
+        now = timeline.on_screen(visible[-1]) if visible else None
+        if now is None:
+            return None
+        return _choice_question(kind, "What colour is the object on screen now?", now.colour, COLOURS, t_s)
+    if kind == "episodic_first":
+        if not seen:
+            return None
+        return _choice_question(kind, "What colour was the first object?", seen[0].colour, COLOURS, t_s)
+    if kind == "episodic_before":
+        names = [a.name for a in seen]
+        unique = [i for i in range(1, len(seen)) if names.count(names[i]) == 1 and seen[i].end_s <= t_s - older_than_s]
+        if not unique:
+            return None
+        i = int(rng.choice(unique))
+        return _choice_question(kind, f"What colour was the object just before the {seen[i].name}?",
+                                seen[i - 1].colour, COLOURS, t_s)
+    if kind == "ordering":
+        if len(seen) < 2:
+            return None
+        n = int(rng.integers(2, min(3, len(seen)) + 1))  # the second or third object
+        return _choice_question(kind, f"What colour was the {ORDINALS[n - 1]} object?", seen[n - 1].colour, COLOURS,
+                                t_s)
+    counts = {c: sum(a.colour == c for a in seen) for c in COLOURS}
+    if colour is None:
+        present = [c for c in COLOURS if counts[c] > 0]
+        if not present:
+            return None
+        colour = str(rng.choice(present))
+    activity = f"show a {colour} object"
+    return SynthQuestion(kind, f"How many times did they {activity}?", [], None, str(counts[colour]), t_s, activity)
+
+
+def random_timeline(rng: np.random.Generator, duration_s: int, rare_count: int | None = None, **kwargs) -> Timeline:
+    """`make_timeline` with a random rare colour seen `rare_count` times (default: a random 1-4)."""
+    rare = str(rng.choice(COLOURS))
+    count = int(rng.integers(1, 5)) if rare_count is None else rare_count
+    return make_timeline(rng, duration_s, rare_colour=rare, rare_count=count, **kwargs)
+
+
+# ---- the benchmark on disk ---------------------------------------------------------------------------
+
+
+def plan_questions(rng: np.random.Generator, timeline: Timeline, per_family: int) -> list[SynthQuestion]:
+    """The questions of one benchmark stream: `per_family` of each family, at times that test memory.
+
+    Real-time questions fall anywhere an object has been on screen for two frames; episodic and
+    ordering questions in the second half of the stream, about what happened long before; counting
+    probes count the stream's rare colour (the one seen 1-4 times), each probe's answer drawn evenly
+    from the counts the stream reaches (so always answering "1" is no strategy).
+
+    Returns:
+        The questions, sorted by time.
+    """
+    d = timeline.duration_s
+    questions: list[SynthQuestion] = []
+
+    def ask(kind: str, lo: int, **kwargs) -> None:
+        for _ in range(50):  # a few draws always find a time that supports the question
+            t_s = int(rng.integers(lo, d)) + 0.5
+            q = make_question(rng, timeline, timeline.frames_before(t_s), kind, t_s, **kwargs)
+            if q is not None:
+                questions.append(q)
+                return
+
+    for j in range(per_family):
+        steady = [i + 1 for i in range(d - 1) if timeline.on_screen(i) is not None
+                  and timeline.on_screen(i) is timeline.on_screen(i + 1)]  # on screen for two frames
+        i = int(rng.choice(steady))
+        questions.append(make_question(rng, timeline, timeline.frames_before(i + 0.5), "realtime_colour", i + 0.5))
+        ask(("episodic_first", "episodic_before")[j % 2], d // 2, older_than_s=0.15 * d)
+        ask("ordering", d // 2)
+    rare = timeline.rare_colour
+    starts = [a.start_s for a in timeline.appearances if a.colour == rare]
+    for _ in range(per_family if starts else 0):
+        # the answer first, evenly over what the stream allows; then a time with exactly that many seen
+        k = int(rng.integers(1, len(starts) + 1))
+        last_s = (starts[k] if k < len(starts) else d) - 1  # the newest frame before the next one begins
+        t_s = int(rng.integers(starts[k - 1], last_s + 1)) + 0.5
+        questions.append(make_question(rng, timeline, timeline.frames_before(t_s), "counting", t_s, colour=rare))
+    return sorted(questions, key=lambda q: q.t_s)
+
+
+def ovo_entries(video: str, questions: list[SynthQuestion]) -> list[dict]:
+    """OVO-Bench annotation entries for one video (what `hermes.datasets.ovo_bench.load` reads).
+
+    Multiple-choice questions become one entry each (`gt` indexes `options`); counting questions on
+    the same activity become one REC entry whose `test_info` probes carry each time and count. Ids
+    carry the family (`<video>-<family>-<n>`) so per-family accuracy can be read back from results.
+    """
+    stem = Path(video).stem
+    entries: list[dict] = []
+    rec: dict[str, dict] = {}
+    for n, q in enumerate(questions):
+        if q.kind == "counting":
+            if q.activity not in rec:
+                rec[q.activity] = {"id": f"{stem}-counting-{n:02d}", "task": "REC", "video": video,
+                                   "activity": q.activity, "test_info": [], "family": "counting"}
+                entries.append(rec[q.activity])
+            rec[q.activity]["test_info"].append({"realtime": q.t_s, "count": int(q.answer)})
+            continue
+        entries.append({"id": f"{stem}-{q.family}-{n:02d}", "task": q.task, "video": video, "question": q.question,
+                        "options": q.options, "gt": q.gt, "answer": q.answer, "realtime": q.t_s,
+                        "family": q.family, "kind": q.kind})
+    return entries
+
+
+def write_benchmark(root: str | Path, *, seed: int = 0, num_videos: int = 8, duration_s: int = 180,
+                    per_family: int = 2, size_px: int = FRAME_SIZE_PX) -> Path:
+    """Write a synthetic OVO-Bench: `src_videos/synth_NNN.mp4`, `ovo_bench_new.json` and `synthetic_bench.json`.
+
+    `hermes-video eval ovo-bench --data-root ROOT --set stream.fps=1` runs on it. The meta file
+    records the generator's arguments and every timeline, so answers can be checked from it.
+
+    Args:
+        root: output folder (created).
+        seed: the benchmark seed; video `v` draws from `numpy.random.default_rng([seed, v])`.
+        num_videos: streams to write.
+        duration_s: length of each stream in seconds (frames at 1 fps).
+        per_family: questions of each family per stream.
+        size_px: frame side in pixels (mp4v wants it even; 64 is a whole number of macroblocks).
+
+    Returns:
+        The root folder.
+    """
+    root = Path(root)
+    (root / "src_videos").mkdir(parents=True, exist_ok=True)
+    entries, meta = [], {}
+    for v in range(num_videos):
+        rng = np.random.default_rng([seed, v])
+        timeline = random_timeline(rng, duration_s, rare_count=4)  # counts 1-4 all possible (streams long enough)
+        video = f"synth_{v:03d}.mp4"
+        write_mp4(root / "src_videos" / video, render_frames(timeline, size_px=size_px), 1.0, (size_px, size_px))
+        entries += ovo_entries(video, plan_questions(rng, timeline, per_family))
+        meta[video] = [asdict(a) for a in timeline.appearances]
+    (root / ANNOTATION_FILE).write_text(json.dumps(entries, indent=1) + "\n")
+    info = {"generator": __name__, "seed": seed, "num_videos": num_videos, "duration_s": duration_s,
+            "per_family": per_family, "size_px": size_px, "fps": 1.0, "timelines": meta}
+    (root / META_FILE).write_text(json.dumps(info) + "\n")
+    return root
+
+
+def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tuple[Path, list[SynthQuestion]]:
+    """One stream for `hermes-video demo`: `folder/demo.mp4` and a question of each family, with answers.
+
+    Returns:
+        (video path, questions sorted by time; `answer` holds the right option or count).
+    """
+    rng = np.random.default_rng([seed, 10**6])  # apart from any benchmark video's stream
+    timeline = random_timeline(rng, duration_s)
+    path = Path(folder) / "demo.mp4"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_mp4(path, render_frames(timeline), 1.0, (FRAME_SIZE_PX, FRAME_SIZE_PX))
+    return path, plan_questions(rng, timeline, per_family=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hermes.datasets.synthetic_bench DIR [--videos N] [--duration-s S] [--per-family K] [--seed X]`."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="Write a synthetic streaming benchmark in the OVO-Bench format.")
+    p.add_argument("root", help="output folder")
+    p.add_argument("--videos", type=int, default=8)
+    p.add_argument("--duration-s", type=int, default=180)
+    p.add_argument("--per-family", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    root = write_benchmark(args.root, seed=args.seed, num_videos=args.videos, duration_s=args.duration_s,
+                           per_family=args.per_family)
+    print(f"wrote {root}; evaluate with: hermes-video eval ovo-bench --data-root {root} --set stream.fps=1")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

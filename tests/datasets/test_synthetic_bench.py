@@ -1,0 +1,121 @@
+"""The synthetic streaming benchmark: seeded, loadable as OVO-Bench, and right by construction.
+
+Answers are recomputed here from pixels (rendered, and decoded from the mp4 the loader points at),
+never from the generator's own bookkeeping.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hermes.datasets import ovo_bench
+from hermes.datasets import synthetic_bench as sb
+from hermes.datasets.record_frames import open_record_frames
+
+BACKGROUND = np.array(sb.BACKGROUND_RGB)
+
+
+def object_pixels(frame: np.ndarray) -> np.ndarray:
+    """(H, W) bool: pixels clearly away from the background (mp4 blurs edges a little)."""
+    return np.abs(frame.astype(int) - BACKGROUND).sum(-1) > 90
+
+
+def colour_of(frame: np.ndarray) -> str | None:
+    """The palette colour nearest to the frame's object pixels (median), or None for an empty frame."""
+    mask = object_pixels(frame)
+    if mask.sum() < 20:
+        return None
+    rgb = np.median(frame[mask].astype(float), axis=0)
+    return min(sb.COLOURS_RGB, key=lambda name: np.abs(rgb - np.array(sb.COLOURS_RGB[name])).sum())
+
+
+def shape_of(frame: np.ndarray) -> str:
+    """Circle, square or triangle from how much of its bounding box the object fills (pi/4, 1, 1/2)."""
+    ys, xs = np.nonzero(object_pixels(frame))
+    fill = len(xs) / ((xs.max() - xs.min() + 1) * (ys.max() - ys.min() + 1))
+    return min({"circle": math.pi / 4, "square": 1.0, "triangle": 0.5}.items(), key=lambda kv: abs(kv[1] - fill))[0]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synth")
+    sb.write_benchmark(root, seed=7, num_videos=3, duration_s=60, per_family=2)
+    return root
+
+
+def test_same_seed_same_benchmark_other_seed_differs(tmp_path, bench):
+    again = sb.write_benchmark(tmp_path / "again", seed=7, num_videos=3, duration_s=60, per_family=2)
+    other = sb.write_benchmark(tmp_path / "other", seed=8, num_videos=3, duration_s=60, per_family=2)
+    for name in (sb.ANNOTATION_FILE, sb.META_FILE):
+        assert (again / name).read_text() == (bench / name).read_text()
+        assert (other / name).read_text() != (bench / name).read_text()
+    same = [sb.render_frames(sb.random_timeline(np.random.default_rng([7, 0]), 60)) for _ in range(2)]
+    np.testing.assert_array_equal(same[0], same[1])
+    assert not np.array_equal(same[0], sb.render_frames(sb.random_timeline(np.random.default_rng([8, 0]), 60)))
+
+
+def test_loads_as_ovo_bench_records(bench):
+    records = ovo_bench.load(bench)
+    assert [r.video_id for r in records] == ["synth_000.mp4", "synth_001.mp4", "synth_002.mp4"]
+    for record in records:
+        assert record.available
+        assert [q.t_s for q in record.questions] == sorted(q.t_s for q in record.questions)
+        families = [next(f for f in sb.FAMILIES if f"-{f}-" in q.qid) for q in record.questions]
+        assert sorted(set(families)) == sorted(sb.FAMILIES)
+        for q in record.questions:
+            assert 0 < q.t_s < 60
+            if q.task == "REC":
+                assert q.gt_index is None and q.answer in {"1", "2", "3", "4"}
+            else:
+                assert q.task in {"ATR", "EPM", "ASI"}
+                assert q.options == list(sb.COLOURS)  # one fixed order
+                assert q.options[q.gt_index] == q.answer
+
+
+def test_answers_match_the_pixels(bench):
+    """Real-time answers from the decoded video; episodic and counting answers from the rendered frames."""
+    meta = json.loads((bench / sb.META_FILE).read_text())
+    for record in ovo_bench.load(bench):
+        with open_record_frames(record, fps=1.0) as source:
+            decoded = np.stack([f.rgb for f in source.frames])
+        timeline = sb.Timeline(60, [sb.Appearance(**a) for a in meta["timelines"][record.video_id]])
+        rendered = sb.render_frames(timeline)
+        assert decoded.shape == rendered.shape == (60, 64, 64, 3)
+        colours = [colour_of(f) for f in rendered]
+        for q in record.questions:
+            last = math.ceil(q.t_s) - 1  # the newest frame before the question
+            seen = colours[: last + 1]
+            onsets = [c for i, c in enumerate(seen) if c is not None and (i == 0 or seen[i - 1] != c)]
+            if q.task == "ATR":
+                assert q.answer == colour_of(decoded[last]) == colours[last]
+            elif q.task in ("EPM", "ASI") and "object?" in q.question:  # the first / second / third object
+                n = sb.ORDINALS.index(q.question.split()[4])
+                assert q.answer == onsets[n]
+            elif q.task == "EPM":  # "just before the <colour> <shape>": that object once, by its pixels
+                named = q.question.removesuffix("?").split("before the ")[1]
+                names = [f"{colours[i]} {shape_of(rendered[i])}" for i, c in enumerate(seen)
+                         if c is not None and (i == 0 or seen[i - 1] != c)]
+                assert names.count(named) == 1
+                assert q.answer == onsets[names.index(named) - 1]
+            elif q.task == "REC":
+                colour = q.raw["activity"].split()[2]
+                assert q.answer == str(onsets.count(colour))
+
+
+def test_every_appearance_is_its_own_event():
+    """Neighbours never share a colour and are apart by an empty frame, so counts and 'before' are well defined."""
+    timeline = sb.random_timeline(np.random.default_rng(3), 600)
+    apps = timeline.appearances
+    assert len(apps) > 50
+    assert all(a.colour != b.colour and b.start_s > a.end_s for a, b in zip(apps, apps[1:]))
+    assert sum(a.colour == timeline.rare_colour for a in apps) in {1, 2, 3, 4}
+    assert sb.render_frames(timeline, 1)[0].tolist() == np.full((64, 64, 3), sb.BACKGROUND_RGB).tolist()
+
+
+def test_question_from_a_memory_subset_uses_only_those_frames():
+    timeline = sb.make_timeline(np.random.default_rng(0), 60)
+    first, second = timeline.appearances[:2]
+    q = sb.make_question(np.random.default_rng(0), timeline, list(range(second.start_s, 40)), "episodic_first", 40.5)
+    assert q.answer == second.colour != first.colour
