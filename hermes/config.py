@@ -36,7 +36,7 @@ AUTO_MODEL_CUDA = "llava-onevision-7b"
 class ModelConfig:
     """Which vision-language model answers, and how it decodes."""
 
-    name: str = "auto"  # preset name, hub id, local directory, builtin tiny-*, or "auto" (see auto_model_name)
+    name: str = "auto"  # preset name, hub id, local directory, builtin tiny-* or micro-*, or "auto" (see auto_model_name)
     family: str = ""  # adapter family; "" = taken from the preset or the checkpoint's config
     hub_id: str = ""  # checkpoint to load; "" = `name` itself
     device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...

@@ -18,6 +18,7 @@ from hermes.config import AUTO_MODEL, ModelConfig, auto_model_name, load_preset,
 from hermes.errors import ModelError
 from hermes.models.base import VLMAdapter
 from hermes.models.llava_onevision import LlavaOnevisionAdapter
+from hermes.models.micro import MICRO_NAME, load_micro
 from hermes.models.preprocess import read_normalisation
 from hermes.models.qwen3_vl import Qwen3VLAdapter
 from hermes.models.qwen_vl import Qwen25VLAdapter, QwenVLAdapter
@@ -32,6 +33,10 @@ ADAPTERS: dict[str, type[VLMAdapter]] = {
     "qwen3_vl": Qwen3VLAdapter,
     "smolvlm": SmolVLMAdapter,
 }
+
+# Builtin ids -> (family, build(seed=...) -> (model, tokenizer), adapter options): the random tiny
+# models and the trained micro model, all offline.
+BUILTIN_MODELS = {**TINY_BUILDERS, MICRO_NAME: ("llava_onevision", load_micro, {})}
 
 
 def supported_families() -> list[str]:
@@ -108,7 +113,7 @@ def resolve_auto(cfg: ModelConfig) -> ModelConfig:
 
 
 def load_model(cfg: ModelConfig) -> VLMAdapter:
-    """Build the adapter for `cfg`: a builtin `tiny-*` model, a local directory or a hub id.
+    """Build the adapter for `cfg`: a builtin model (`tiny-*`, `micro-*`), a local directory or a hub id.
 
     Args:
         cfg: the resolved model configuration (`name: auto` picks a preset for the device).
@@ -122,8 +127,8 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
     cfg = resolve_auto(cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
-    if cfg.name in TINY_BUILDERS:
-        family, build, options = TINY_BUILDERS[cfg.name]
+    if cfg.name in BUILTIN_MODELS:
+        family, build, options = BUILTIN_MODELS[cfg.name]
         model, tokenizer = build(seed=cfg.seed)
         return ADAPTERS[family](cfg.name, model.to(device, dtype), tokenizer, device=device, dtype=dtype,
                                 system_prompt=cfg.system_prompt, **options)

@@ -28,6 +28,7 @@ def test_wheel_holds_only_the_hermes_package(wheel):
         assert f"hermes/{sub}/__init__.py" in names
     assert "hermes/configs/models/llava-onevision-0.5b.yaml" in names
     assert "hermes/configs/memory/full.yaml" in names
+    assert "hermes/models/weights/micro-llava-ov.safetensors" in names  # `hermes-video demo` needs them
 
 
 def test_wheel_installs_and_runs_in_a_fresh_venv(wheel, tmp_path):
@@ -46,7 +47,8 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(wheel, tmp_path):
              f"assert hermes.__file__.startswith({str(site)!r}), hermes.__file__; "
              "assert importlib.util.find_spec('models') is None; "
              "from hermes.config import build_config; "
-             "assert build_config(overrides=['model.device=cpu']).model.family == 'smolvlm'")
+             "assert build_config(overrides=['model.device=cpu']).model.family == 'smolvlm'; "
+             "from hermes.models.micro import load_micro; load_micro()")  # shipped weights found, checksum holds
     subprocess.run([str(bin_dir / "python"), "-c", check], check=True, cwd=tmp_path)
     info = subprocess.run([str(bin_dir / "hermes-video"), "info"], capture_output=True, text=True, cwd=tmp_path)
     assert info.returncode == 0, info.stderr
