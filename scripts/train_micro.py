@@ -1,0 +1,399 @@
+"""Train the micro LLaVA-OneVision on synthetic streams: CPU, one process, seeded and reproducible.
+
+    python scripts/train_micro.py --out models/weights/micro-llava-ov.safetensors   # ~20 min, 1 thread
+    python scripts/train_micro.py --out /tmp/short.safetensors --stage-steps 200,300,300  # a shortened run
+
+Each example is one question about one stream of `hermes.datasets.synthetic_bench`, laid out
+exactly as hermes feeds the model at answer time (`StreamingSession.ask`):
+
+    prefix_text()  |  visual tokens of the frames in memory  |  question_embeds(prompt)  |  answer <|im_end|>
+
+- the prompt is what hermes sends: `format_prompt(question, options)` (the CLI and demo), the bare
+  question (answered in words: "red"), or the official OVO-Bench prompt that
+  `hermes-video eval ovo-bench` sends (`prompts.build_prompt`);
+- visual tokens keep the rotary positions they had when streamed (frame i of a stream at
+  `prefix + 16 * i`), and the question starts after the last frame streamed, as lazy re-indexing
+  leaves them. Memory is simulated by which frames and tokens stay: all of them (`full`, short
+  streams), the recent window plus sink tokens (`window`), evenly spaced frames (`uniform`), or a
+  scattered subset with partly kept frames (`sparse`, like per-token importance). At most 20
+  frames are ever in one example (short clips), while streams run to `--max-stream-s`;
+- the answer is about what the kept frames show (a frame counts when its kept tokens cover the
+  object), so the model learns to answer from the memory it is given;
+- loss on the answer tokens only: the option letter (or the count, or the word) and `<|im_end|>`.
+
+Training runs in stages (`STAGES`: short real-time clips first, then every kind on longer
+memories); the language model starts from wider random weights than transformers' default
+(`widen_init`) and reads and writes words with one matrix (tied embeddings).
+
+Before training, the script checks that its forward pass gives the same first-answer-token
+logits as `StreamingSession` on the real streaming path (full memory), so the layout cannot drift.
+Randomness: numpy `default_rng(seed)` for data, `torch.manual_seed(seed)` for weights; with the
+same thread count a rerun gives the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hermes.config import ModelConfig
+from hermes.datasets import synthetic_bench as sb
+from hermes.datasets.prompts import build_prompt
+from hermes.datasets.records import KIND_COUNT, KIND_MC, Question
+from hermes.models.llava_onevision import LlavaOnevisionAdapter
+from hermes.models.micro import build_micro, save_micro
+from hermes.pipelines.frames import Frame
+from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
+
+KINDS = tuple(sb.TASK_OF)
+LAYOUTS = ("full", "window", "uniform", "sparse")
+STYLES = ("ovo", "session", "open")
+GRID = 4  # pooled tokens per frame side (16 per frame)
+COVERED = 0.1  # a kept token "shows" the object when this fraction of its cell is object pixels
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one training stage draws: question kinds, memory layouts and prompt styles (with weights)."""
+
+    kinds: tuple[str, ...]
+    layout_weights: tuple[float, ...]  # over LAYOUTS
+    style_weights: tuple[float, ...]  # over STYLES
+    max_frames: int  # most frames in memory in one example
+    batch_size: int  # examples per step (cheap early stages take bigger batches: steadier, same wall time)
+
+
+# A curriculum: each stage is cheaper per step than the next, and teaches what the next builds on.
+# 1. Real-time questions on short full-memory clips with short prompts: what a frame shows.
+# 2. Every kind, mostly full memory, clips up to 12 frames: remembering, ordering and counting.
+# 3. Every kind, memory layout and prompt style (the official OVO prompts are long, so fewer of them).
+STAGES = {
+    "bootstrap": Stage(("realtime_colour",), (1.0, 0.0, 0.0, 0.0), (0.2, 0.5, 0.3), 6, 32),
+    "broaden": Stage(KINDS, (0.7, 0.1, 0.1, 0.1), (0.3, 0.4, 0.3), 12, 16),
+    "main": Stage(KINDS, (0.4, 0.2, 0.2, 0.2), (0.35, 0.4, 0.25), 20, 16),
+}
+MAIN = STAGES["main"]
+
+
+@dataclass
+class Example:
+    """One training example: the frames in memory, where they sit, the prompt and the answer."""
+
+    frames: np.ndarray  # (K, S, S, 3) uint8 RGB: the frames with any token in memory, oldest first
+    frame_index: np.ndarray  # (K,) their index in the stream (frame i was streamed at t = i s)
+    keep: np.ndarray  # (K, 16) bool: which of each frame's tokens are in memory
+    streamed: int  # frames streamed before the question (positions continue after them)
+    prompt: str
+    answer: str
+    kind: str
+    layout: str
+
+
+def widen_init(model, std: float) -> None:
+    """Re-draw the language model's matrices (embeddings, projections) from N(0, std).
+
+    transformers initialises them at std 0.02: in 16-dim heads of a 64-wide model that leaves attention
+    logits near zero, and learning which tokens to attend to (the newest frame, the option named)
+    starts far slower than a CPU budget allows; at std 0.2 it starts within a few hundred steps.
+    Seeded by the caller's torch seed.
+    """
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 2 and "language_model" in name:
+                param.normal_(0.0, std)
+
+
+def choose_memory(rng: np.random.Generator, layout: str, streamed: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Frames (indices) and per-frame token masks that a memory of `k` frames' worth holds.
+
+    Returns:
+        (frame indices (n,), keep (n, 16) bool), frames ascending; the newest frame always whole.
+    """
+    per = GRID * GRID
+    if layout == "full":
+        frames = np.arange(streamed)
+        return frames, np.ones((streamed, per), bool)
+    if layout == "uniform":
+        frames = np.unique(np.round(np.linspace(0, streamed - 1, k)).astype(int))
+        return frames, np.ones((len(frames), per), bool)
+    if layout == "window":  # sliding: 4 sink tokens of frame 0, then the most recent tokens
+        budget = k * per - int(rng.integers(0, per))
+        start = streamed * per - (budget - 4)
+        token = np.arange(streamed * per)
+        kept = (token >= start) | (token < 4)
+        frames = np.unique(token[kept] // per)
+        return frames, kept.reshape(streamed, per)[frames]
+    # sparse: a scattered subset with partly kept frames (per-token importance keeps pieces)
+    older = np.sort(rng.choice(streamed - 1, size=min(k - 1, streamed - 1), replace=False))
+    frames = np.append(older, streamed - 1)
+    keep = rng.random((len(frames), per)) < rng.uniform(0.4, 1.0, size=(len(frames), 1))
+    keep[-1] = True
+    keep[keep.sum(1) == 0, 0] = True
+    return frames, keep
+
+
+def covered(frame: np.ndarray, keep: np.ndarray) -> bool:
+    """Whether the kept tokens of `frame` show its object (object pixels in a kept token's cell)."""
+    mask = np.any(frame != np.asarray(sb.BACKGROUND_RGB, np.uint8), axis=-1)
+    cell = frame.shape[0] // GRID
+    share = mask[: cell * GRID, : cell * GRID].reshape(GRID, cell, GRID, cell).mean(axis=(1, 3)).reshape(-1)
+    return bool((share[keep] >= COVERED).any())
+
+
+def jpeg_like(frame: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Lossy-code a frame (JPEG at a random quality): the eval videos are mp4, training frames are not."""
+    ok, buf = cv2.imencode(".jpg", frame[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(40, 96))])
+    return cv2.imdecode(buf, cv2.IMREAD_COLOR)[:, :, ::-1] if ok else frame
+
+
+def prompt_text(q: sb.SynthQuestion, style: str) -> tuple[str, str]:
+    """(prompt, answer) as hermes sends and scores `q`, in one of three styles.
+
+    - "ovo": the official OVO-Bench prompt that `hermes-video eval ovo-bench` sends; answer the letter
+      (the count for counting);
+    - "session": `format_prompt(question, options)`, what the CLI and demo send; answer the letter
+      (the count for counting, which has no options);
+    - "open": the bare question (`format_prompt` without options); answer the option's text ("red").
+    """
+    if style == "open" or (q.kind == "counting" and style == "session"):
+        return q.question, q.answer
+    letter = OPTION_LETTERS[q.gt] if q.gt is not None else q.answer
+    if style == "session":
+        return format_prompt(q.question, q.options), letter
+    kind = KIND_COUNT if q.kind == "counting" else KIND_MC
+    record = Question(q.question, q.options, q.answer, q.gt, q.t_s, q.task, {}, "train", {"kind": kind})
+    prompt = build_prompt("ovo-bench", record)
+    return (prompt.system + prompt.user if prompt.system else prompt.user), letter  # as the eval runner sends it
+
+
+def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind: str | None = None,
+                 layout: str | None = None) -> Example:
+    """Draw one example of `stage` (retrying until the drawn stream supports the drawn question)."""
+    kind = kind or str(rng.choice(stage.kinds))
+    layout = layout or str(rng.choice(LAYOUTS, p=stage.layout_weights))
+    max_frames = stage.max_frames
+    target_count = str(rng.integers(1, 5))  # counts drawn evenly, not as they fall (mostly 1 in short clips)
+    for attempt in range(1000):
+        if attempt % 50 == 49:  # that count does not fit this layout (4 in a short window): draw another
+            target_count = str(rng.integers(1, 5))
+        if attempt == 200:  # e.g. ordering needs four objects: more than a short full clip holds
+            layout = "uniform"
+        k = int(rng.integers(4, max_frames + 1))
+        streamed = k if layout == "full" else int(rng.integers(k + 4, max_stream_s + 1))
+        timeline = sb.random_timeline(rng, streamed, lead_in_s=(0, 4))
+        frames_idx, keep = choose_memory(rng, layout, streamed, k)
+        # a wholly kept frame always counts; only partly kept ones need their pixels looked at
+        label_frames = [int(i) for i, m in zip(frames_idx, keep)
+                        if i == streamed - 1 or m.all() or covered(sb.render_frame(timeline, int(i)), m)]
+        colour = timeline.rare_colour if kind == "counting" and rng.random() < 0.7 else None
+        q = sb.make_question(rng, timeline, label_frames, kind, streamed - 0.5, colour=colour)
+        if q is None or (q.kind == "counting" and q.answer != target_count):
+            continue
+        frames = np.stack([sb.render_frame(timeline, int(i)) for i in frames_idx])
+        if rng.random() < 0.8:
+            frames = np.stack([jpeg_like(f, rng) for f in frames])
+        prompt, answer = prompt_text(q, str(rng.choice(STYLES, p=stage.style_weights)))
+        return Example(frames, frames_idx, keep, streamed, prompt, answer, kind, layout)
+    raise RuntimeError(f"no {kind} question fits {layout} memories of at most {max_frames} frames")
+
+
+class Batcher:
+    """Turns examples into one padded forward of the language model, as hermes lays tokens out."""
+
+    def __init__(self, adapter: LlavaOnevisionAdapter) -> None:
+        self.adapter = adapter
+        tok = adapter.tokenizer
+        self.prefix_ids = tok.encode(adapter.prefix_text(), add_special_tokens=False)
+        self.im_end = tok.convert_tokens_to_ids("<|im_end|>")
+        self.per_frame = adapter.tokens_per_frame
+
+    def forward(self, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits at every answer position and their targets.
+
+        Returns:
+            (logits (n, V), targets (n,)): for each example, one row per answer token (the option
+            letter or count, then <|im_end|>); row 0 of each example is the first answer token.
+        """
+        model, tok = self.adapter.model, self.adapter.tokenizer
+        embed = self.adapter.language_model.get_input_embeddings()
+        pixels = self.adapter.preprocess([f for ex in examples for f in ex.frames])  # (N, 3, S, S)
+        visual = model.model.get_video_features(pixels[None], return_dict=True).pooler_output[0, :-1]
+        visual = visual.reshape(len(pixels), self.per_frame, -1)  # (N, 16, hidden)
+        newline = model.model.image_newline[None]
+        p = len(self.prefix_ids)
+        rows, positions, answer_at, targets = [], [], [], []
+        start = 0
+        for ex in examples:
+            q_ids = tok.encode(f"\n{ex.prompt}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+            a_ids = tok.encode(ex.answer, add_special_tokens=False) + [self.im_end]
+            mine = visual[start:start + len(ex.frames)]
+            start += len(ex.frames)
+            keep = torch.from_numpy(ex.keep)
+            text = embed(torch.tensor(q_ids + a_ids[:-1]))
+            rows.append(torch.cat([embed(torch.tensor(self.prefix_ids)), mine[keep], newline, text]))
+            slot = torch.from_numpy(ex.frame_index)[:, None] * self.per_frame + torch.arange(self.per_frame)
+            tail = p + ex.streamed * self.per_frame + torch.arange(1 + len(text))  # newline, question, answer
+            positions.append(torch.cat([torch.arange(p), p + slot[keep], tail]))
+            first = rows[-1].shape[0] - len(a_ids)  # the last question token predicts the first answer token
+            answer_at.append(torch.arange(first, first + len(a_ids)))
+            targets.append(torch.tensor(a_ids))
+        length = max(r.shape[0] for r in rows)
+        embeds = torch.stack([F.pad(r, (0, 0, 0, length - r.shape[0])) for r in rows])
+        pos = torch.stack([F.pad(q, (0, length - q.shape[0])) for q in positions])
+        mask = torch.stack([(torch.arange(length) < r.shape[0]).long() for r in rows])
+        hidden = self.adapter.language_model(inputs_embeds=embeds, position_ids=pos, attention_mask=mask).last_hidden_state
+        picked = torch.cat([hidden[b, idx] for b, idx in enumerate(answer_at)])
+        return model.lm_head(picked).float(), torch.cat(targets)
+
+
+def check_against_session(batcher: Batcher, rng: np.random.Generator) -> float:
+    """Largest first-token logit difference between this forward and `StreamingSession` (full memory).
+
+    Raises:
+        AssertionError: they differ by more than float noise: the training layout drifted from hermes's.
+    """
+    worst = 0.0
+    for _ in range(3):
+        ex = make_example(rng, MAIN, 24, layout="full")
+        with torch.no_grad():
+            logits, _ = batcher.forward([ex])
+        frames = [Frame(float(i), f, int(i)) for i, f in zip(ex.frame_index, ex.frames)]
+        session = StreamingSession(batcher.adapter, "full", frames, chunk_frames=4, max_new_tokens=2)
+        ref = session.ask(ex.prompt, at=ex.streamed - 0.5).first_token_logits
+        worst = max(worst, float((logits[0] - ref).abs().max()))
+    assert worst < 1e-3, f"training forward differs from StreamingSession by {worst:.2e}"
+    return worst
+
+
+def first_answer_hits(tokenizer, batch: list[Example], logits: torch.Tensor, targets: torch.Tensor,
+                      letters_only: bool = False) -> list[bool]:
+    """Per example: is its first answer token the argmax? (`letters_only`: option-letter answers only.)
+
+    `logits`/`targets` are `Batcher.forward`'s: each example's answer tokens, then <|im_end|>.
+    """
+    rows = np.cumsum([0] + [len(tokenizer.encode(ex.answer, add_special_tokens=False)) + 1 for ex in batch])[:-1]
+    return [bool(logits[r].argmax() == targets[r]) for ex, r in zip(batch, rows)
+            if not letters_only or ex.answer in OPTION_LETTERS]
+
+
+def first_token_accuracy(batcher: Batcher, examples: list[Example], batch_size: int) -> dict[str, float]:
+    """Share of examples whose first answer token is the argmax, per kind and overall."""
+    hits: dict[str, list[bool]] = {}
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i:i + batch_size]
+            logits, targets = batcher.forward(chunk)
+            for ex, hit in zip(chunk, first_answer_hits(batcher.adapter.tokenizer, chunk, logits, targets)):
+                hits.setdefault(ex.kind, []).append(hit)
+    acc = {k: round(float(np.mean(v)), 3) for k, v in sorted(hits.items())}
+    acc["all"] = round(float(np.mean([h for v in hits.values() for h in v])), 3)
+    return acc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="weights file to write (.safetensors)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stage-steps", default="500,1400,2000",
+                   help="steps of the bootstrap, broaden and main stages (see STAGES)")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--init-std", type=float, default=0.2, help="std of the language model's initial matrices")
+    p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps; the lr then stays, and decays "
+                                                           "to 10%% along a cosine over the last stage")
+    p.add_argument("--max-stream-s", type=int, default=240, help="longest stream the memory layouts stand in for")
+    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--val-per-kind", type=int, default=32, help="validation examples per question kind")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads; results are reproducible for a given count (1 is robust on a shared CPU)")
+    p.add_argument("--log", help="JSON lines of loss and validation accuracy (default: OUT with .log.jsonl)")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    model, tokenizer = build_micro(seed=args.seed)
+    widen_init(model, args.init_std)
+    # One matrix for reading and writing words: what the model learns to say ("red") is then what it
+    # looks for among the options. Saved as two equal tensors, so the untied architecture loads it.
+    model.lm_head.weight = model.model.language_model.embed_tokens.weight
+    adapter = LlavaOnevisionAdapter("micro-llava-onevision", model, tokenizer, device=torch.device("cpu"),
+                                    dtype=torch.float32, system_prompt=ModelConfig().system_prompt)
+    batcher = Batcher(adapter)
+    print(f"forward matches StreamingSession within {check_against_session(batcher, rng):.1e}", flush=True)
+    val_rng = np.random.default_rng([args.seed, 1])  # a fixed validation set, apart from the training draw
+    val = [make_example(val_rng, MAIN, args.max_stream_s, kind=k) for k in KINDS for _ in range(args.val_per_kind)]
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    stage_steps = dict(zip(STAGES, (int(n) for n in args.stage_steps.split(","))))
+    last_stage = list(STAGES)[-1]
+    log_path = args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl"
+    curve, step, started = [], 0, time.perf_counter()
+    stage_log = []
+    with open(log_path, "w") as log:
+        for name, stage in STAGES.items():
+            pool, smooth, letter_rate, first, last = [], None, 0.0, step, step - 1
+            for step in range(first, first + stage_steps[name]):
+                last = step
+                # lr: linear warm-up, constant, then a cosine to 10% over the last stage
+                if step < args.warmup:
+                    lr = args.lr * (step + 1) / args.warmup
+                elif name == last_stage:
+                    done = (step - first) / max(1, stage_steps[name])
+                    lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
+                else:
+                    lr = args.lr
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                if not pool:  # draw a few batches and group them by length: less padding
+                    drawn = [make_example(rng, stage, args.max_stream_s) for _ in range(4 * stage.batch_size)]
+                    drawn.sort(key=lambda ex: int(ex.keep.sum()) + len(ex.prompt))
+                    pool = [drawn[i:i + stage.batch_size] for i in range(0, len(drawn), stage.batch_size)]
+                    pool = [pool[i] for i in rng.permutation(len(pool))]
+                batch = pool.pop()
+                logits, targets = batcher.forward(batch)
+                loss = F.cross_entropy(logits, targets)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                smooth = loss.item() if smooth is None else 0.98 * smooth + 0.02 * loss.item()
+                letters = first_answer_hits(tokenizer, batch, logits, targets, letters_only=True)
+                letter_rate = 0.95 * letter_rate + 0.05 * (float(np.mean(letters)) if letters else letter_rate)
+                record = {"step": step + 1, "stage": name, "loss": round(loss.item(), 4),
+                          "loss_ema": round(smooth, 4), "letter_acc_ema": round(letter_rate, 3), "lr": round(lr, 6),
+                          "elapsed_s": round(time.perf_counter() - started, 1)}
+                if (step + 1) % args.eval_every == 0:
+                    model.eval()
+                    record["val_first_token_acc"] = first_token_accuracy(batcher, val, MAIN.batch_size)
+                    model.train()
+                    curve.append({k: record[k] for k in ("step", "stage", "loss_ema", "letter_acc_ema", "elapsed_s")}
+                                 | {"val_acc": record["val_first_token_acc"]["all"]})
+                    print(json.dumps(record), flush=True)
+                log.write(json.dumps(record) + "\n")
+            step = last + 1
+            stage_log.append({"stage": name, "steps": step - first, "elapsed_s": round(time.perf_counter() - started, 1)})
+            print(json.dumps(stage_log[-1]), flush=True)
+    model.eval()
+    record["val_first_token_acc"] = first_token_accuracy(batcher, val, MAIN.batch_size)
+    training = {"command": "python scripts/train_micro.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                "seed": args.seed, "stages": stage_log,
+                "lr": args.lr, "init_std": args.init_std,
+                "max_stream_s": args.max_stream_s, "threads": args.threads, "torch": torch.__version__,
+                "wall_s": round(time.perf_counter() - started, 1), "curve": curve,
+                "final_val_first_token_acc": record.get("val_first_token_acc")}
+    digest = save_micro(model, tokenizer, args.out, training)
+    print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
