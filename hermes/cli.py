@@ -255,23 +255,39 @@ def cmd_run(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from hermes.pipelines.session import Question
-    from hermes.pipelines.synthetic import write_synthetic_video
+    """A synthetic 40 s stream, a question of each family, answered by the trained micro model offline."""
+    from hermes.datasets.synthetic_bench import write_demo
+    from hermes.models.micro import MICRO_NAME
+    from hermes.pipelines.session import OPTION_LETTERS, Question
 
     folder = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="hermes-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    video = write_synthetic_video(folder / "demo.mp4", duration_s=8.0, fps=10.0)
-    print(f"wrote a synthetic 8 s video: {video}", file=sys.stderr)
+    video, planned = write_demo(folder)
+    print(f"wrote a synthetic 40 s stream of coloured shapes: {video}", file=sys.stderr)
+    print(f"model: {MICRO_NAME} (trained on CPU on such streams; see benchmarks/MICRO.md)", file=sys.stderr)
     args.source = str(video)
-    args.model, args.memory, args.config = "tiny-llava-onevision", None, None
-    args.set = ["stream.fps=2", "stream.chunk_frames=4", "model.max_new_tokens=12"] + list(args.set or [])
+    args.model, args.config = MICRO_NAME, None
+    if args.memory is None:  # bounded by default, so the demo shows memory at work: 8 frames' worth of tokens
+        args.memory = "hermes-4k"
+        args.set = ["memory.budget=128"] + list(args.set or [])
     cfg = resolve_config(args)
-    questions = [Question("What shapes are on screen?", 2.0),
-                 Question("Which colour appeared first?", 5.0, ("red", "green", "blue")),
-                 Question("What happened at the end?", None)]
-    print("model: tiny-llava-onevision (random weights: answers are noise; this demo checks the pipeline)",
+    questions = [Question(q.question, q.t_s, tuple(q.options)) for q in planned]
+    expected = iter(planned)
+    right = 0
+
+    def show(answer) -> None:
+        nonlocal right
+        q = next(expected)
+        truth = q.answer if q.gt is None else OPTION_LETTERS[q.gt]
+        hit = answer.answer.strip().upper().startswith(truth.upper())
+        right += hit
+        print_answer(answer, args.json)
+        if not args.json:
+            print(f"        expected: {truth}" + (f" ({q.answer})" if q.gt is not None else "")
+                  + ("  [right]" if hit else "  [wrong]"), flush=True)
+
+    stream_answers(args, cfg, questions, progress=False, on_answer=show)
+    print(f"{right}/{len(planned)} answers right (memory: {cfg.memory.policy}, budget {cfg.memory.budget})",
           file=sys.stderr)
-    stream_answers(args, cfg, questions, progress=False, on_answer=lambda answer: print_answer(answer, args.json))
     return 0
 
 
@@ -467,9 +483,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
 
-    demo = sub.add_parser("demo", help="offline demo: a synthetic video and the builtin tiny model")
+    demo = sub.add_parser("demo", help="offline demo: a synthetic stream answered by the trained micro model")
     demo.add_argument("--output", metavar="DIR", help="where to write the demo video (default: a temp dir)")
-    demo.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key")
+    demo.add_argument("--memory", metavar="PRESET",
+                      help="memory preset (full, sliding, uniform, hermes-4k, ...; default: hermes-4k at a "
+                           "128-token budget)")
+    demo.add_argument("--set", action="append", metavar="KEY=VALUE",
+                      help="override one config key (e.g. memory.budget=64 to squeeze the memory)")
     demo.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     demo.add_argument("--json", action="store_true", help="one JSON object per answer on stdout")
     demo.set_defaults(func=cmd_demo)

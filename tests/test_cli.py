@@ -110,11 +110,19 @@ def test_module_entry_point_exits_with_the_code_and_no_traceback(tmp_path):
     assert result.stderr.strip() == f"hermes-video: error: video file not found: {tmp_path / 'nope.mp4'} (check the path)"
 
 
-def test_demo_runs_offline(tmp_path, capsys):
+def test_demo_answers_with_the_trained_micro_model_offline(tmp_path, capsys):
+    """Every planned question is asked and checked against the generator's answer; most come out right."""
+    from hermes.datasets.synthetic_bench import write_demo
+
+    _, planned = write_demo(tmp_path / "expected")
     code, out, err = run_cli(capsys, "demo", "--output", tmp_path)
     assert code == 0, err
     assert (tmp_path / "demo.mp4").is_file()
-    assert out.count("Q: ") == 3
+    assert out.count("Q: ") == len(planned) >= 4
+    assert out.count("expected: ") == len(planned)
+    right = out.count("[right]")
+    assert f"{right}/{len(planned)} answers right" in err
+    assert right >= len(planned) // 2, out
 
 
 def test_info_lists_presets_and_backends(capsys):
