@@ -8,7 +8,7 @@
 #   3. installs hermes from this working tree (`pip install --no-deps --no-build-isolation -e .`), or,
 #      if that fails, links the source folders into /tmp/hermes_pkg and uses PYTHONPATH;
 #   4. runs the sweep on random-weight LLaVA-OV-7B in bf16 (built on the GPU, `--arch llava-ov-7b`),
-#      policies full, sliding, hermes at a 4096-token budget, 16 to 1024 frames, chunks of 16 and 8,
+#      policies full, sliding, hermes, hermes+recall at a 4096-token budget, 16 to 1024 frames, chunks of 16 and 8,
 #      then Qwen2.5-VL-7B the same way if the qwen2_5_vl adapter exists and time is left;
 #   5. writes <arch>.json and <arch>.md per model, targets.md (scripts/check_targets.py on LLaVA-OV-7B),
 #      env.txt and log.txt under $OUT (7 files, within the tool's 8), and prints the tables.
@@ -108,7 +108,7 @@ else
   LENGTHS=${LENGTHS:-16,32,64,128,256,512,1024}; CHUNKS=${CHUNKS:-16,8}; BUDGET=${BUDGET:-4096}
   DECODE_TOKENS=${DECODE_TOKENS:-16}; REPEATS=${REPEATS:-3}; DTYPE=bfloat16
 fi
-POLICIES=${POLICIES:-full,sliding,hermes}
+POLICIES=${POLICIES:-full,sliding,hermes,hermes+recall}  # recall last in each chunk size: cut first when time runs short
 status=0
 for i in "${!MODELS[@]}"; do
   name=${MODELS[$i]%%:*}; model_args=${MODELS[$i]#*:}
