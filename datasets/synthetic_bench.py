@@ -25,8 +25,8 @@ A question at `t_s` is about the frames with index `< t_s` (what a streaming ses
 when it is asked); an object counts as seen once one of its frames is among them.
 
 `write_benchmark` renders the videos (mp4) and `ovo_bench_new.json`, for
-`hermes-video eval ovo-bench --data-root DIR --set stream.fps=1`; training draws streams with
-`random_timeline`, renders them as uint8 arrays with `render_frames` (no video coding) and asks
+`hermes-video eval ovo-bench --data-root DIR --model micro-llava-onevision` (another model: add
+`--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays with `render_frames` (no video coding) and asks
 `make_question` about any subset of frames. Everything is a pure function of the seed.
 """
 
@@ -364,7 +364,7 @@ def write_benchmark(root: str | Path, *, seed: int = 0, num_videos: int = 8, dur
                     per_family: int = 2, size_px: int = FRAME_SIZE_PX) -> Path:
     """Write a synthetic OVO-Bench: `src_videos/synth_NNN.mp4`, `ovo_bench_new.json` and `synthetic_bench.json`.
 
-    `hermes-video eval ovo-bench --data-root ROOT --set stream.fps=1` runs on it. The meta file
+    `hermes-video eval ovo-bench --data-root ROOT --model micro-llava-onevision` runs on it. The meta file
     records the generator's arguments and every timeline, so answers can be checked from it.
 
     Args:
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     root = write_benchmark(args.root, seed=args.seed, num_videos=args.videos, duration_s=args.duration_s,
                            per_family=args.per_family)
-    print(f"wrote {root}; evaluate with: hermes-video eval ovo-bench --data-root {root} --set stream.fps=1")
+    print(f"wrote {root}; evaluate with: hermes-video eval ovo-bench --data-root {root} --model micro-llava-onevision")
     return 0
 
 
