@@ -26,8 +26,8 @@ when it is asked); an object counts as seen once one of its frames is among them
 
 `write_benchmark` renders the videos (mp4) and `ovo_bench_new.json`, for
 `hermes-video eval ovo-bench --data-root DIR --model micro-llava-onevision` (another model: add
-`--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays with `render_frames` (no video coding) and asks
-`make_question` about any subset of frames. Everything is a pure function of the seed.
+`--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays
+with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything is a pure function of the seed.
 """
 
 from __future__ import annotations
