@@ -1,6 +1,6 @@
 """Train the micro LLaVA-OneVision on synthetic streams: CPU, one process, seeded and reproducible.
 
-    python scripts/train_micro.py --out models/weights/micro-llava-ov.safetensors   # ~20 min, 1 thread
+    python scripts/train_micro.py --out models/weights/micro-llava-ov.safetensors   # ~25 min, 1 thread
     python scripts/train_micro.py --out /tmp/short.safetensors --stage-steps 200,300,300  # a shortened run
 
 Each example is one question about one stream of `hermes.datasets.synthetic_bench`, laid out
