@@ -68,7 +68,10 @@ class MemoryConfig:
     position_reserve: int = 1024  # positions kept free for a question and its answer
     sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
     # Levels 2 (host memory) and 3 (disk + FAISS): active with a memory directory or with recall on.
-    compress_threshold: float = 0.3  # evicted tokens scoring at least this (0..1) are kept compressed; the rest dropped
+    # Evicted tokens scoring at least this (0..1) are kept compressed, the rest dropped. 0 keeps them all
+    # (the byte budgets below bound them): scores are min-max normalised over every cached token, so
+    # the tokens a policy evicts score near 0, and at 0.3 a 4K budget kept nearly nothing to recall.
+    compress_threshold: float = 0.0
     dram_bytes: int = 2 * 2**30  # level-2 budget (host memory)
     dram_dtype: str = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
     disk_bytes: int = 20 * 2**30  # level-3 budget (disk)

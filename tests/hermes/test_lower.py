@@ -61,9 +61,9 @@ def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypa
     session.close()
 
 
-def test_default_threshold_keeps_equally_many_tokens_per_layer_and_recall_brings_them_back(tiny_model):
+def test_a_threshold_keeps_equally_many_tokens_per_layer_and_recall_brings_them_back(tiny_model):
     """Scores are normalised per layer: a per-layer threshold alone left layers empty and recall splicing nothing."""
-    memory = tiered(recall=True, compress_threshold=MemoryConfig().compress_threshold, recall_top_k=8)
+    memory = tiered(recall=True, compress_threshold=0.3, recall_top_k=8)
     session = StreamingSession(tiny_model, memory, needle_stream(), chunk_frames=4)
     answer = session.ask("What happened?", at=100.0)
     records = session.lower.store.fetch([rid for rid, _ in session.lower.store.search(session.lower.last_vector, 8)])
