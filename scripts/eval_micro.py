@@ -25,36 +25,27 @@ from pathlib import Path
 
 import torch
 
-from hermes.config import build_config
+from hermes.config import ModelConfig, build_config
 from hermes.datasets import synthetic_bench as sb
-from hermes.datasets.results import SAMPLES_FILE
 from hermes.datasets.runner import run_eval
 from hermes.models.llava_onevision import LlavaOnevisionAdapter
 from hermes.models.micro import MICRO_STREAM_FPS, WEIGHTS_FILE, file_sha256, load_micro, read_training_info
 
 BOUNDED = ("sliding", "uniform", "hermes", "hermes+recall")
+FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family
 
 
 def micro_adapter(weights: Path | None) -> LlavaOnevisionAdapter:
     """The trained micro model as hermes loads it (what the builtin id `micro-llava-onevision` gives)."""
     model, tokenizer = load_micro(path=weights)
     return LlavaOnevisionAdapter("micro-llava-onevision", model, tokenizer, device=torch.device("cpu"),
-                                 dtype=torch.float32, system_prompt=build_config(model="x").model.system_prompt)
+                                 dtype=torch.float32, system_prompt=ModelConfig().system_prompt)
 
 
-def family_accuracy(run_dir: Path) -> dict[str, tuple[int, int]]:
-    """{family: (correct, answered)} from a run's samples (official verdicts; the last line per qid wins)."""
-    samples = {}
-    for line in (run_dir / SAMPLES_FILE).read_text().splitlines():
-        if line.strip():
-            sample = json.loads(line)
-            samples[sample["qid"]] = sample
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for qid, sample in samples.items():
-        family = next(f for f in sb.FAMILIES if f"-{f}-" in qid)
-        totals[family][0] += bool(sample.get("official"))
-        totals[family][1] += 1
-    return {f: (c, n) for f, (c, n) in sorted(totals.items())}
+def family_accuracy(summary: dict) -> dict[str, tuple[int, int]]:
+    """{family: (correct, scored)} from a `run_eval` summary's official per-task counts."""
+    per_task = summary["accuracy"]["official"]["per_task"]
+    return dict(sorted((FAMILY_OF_TASK[task], (cell["correct"], cell["scored"])) for task, cell in per_task.items()))
 
 
 def chance(root: Path) -> dict[str, float]:
@@ -82,13 +73,35 @@ def run_one(adapter, root: Path, out: Path, policy: str, budget: int, chunk_fram
     cfg = build_config(model="micro-llava-onevision", overrides=overrides)
     started = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (run_eval refuses to mix runs)
-    run_eval("ovo-bench", root, cfg, output_dir=out, progress=False, model=adapter)
-    return {"families": family_accuracy(out), "wall_s": round(time.perf_counter() - started, 1)}
+    summary = run_eval("ovo-bench", root, cfg, output_dir=out, progress=False, model=adapter)
+    return {"families": family_accuracy(summary), "wall_s": round(time.perf_counter() - started, 1)}
 
 
-def pct(cell) -> str:
+def share(cell: tuple[int, int]) -> float:
+    """(correct, scored) as a percentage; NaN when nothing was scored."""
     correct, n = cell
-    return f"{100 * correct / n:.0f}" if n else "-"
+    return 100 * correct / n if n else float("nan")
+
+
+def pct(cell: tuple[int, int]) -> str:
+    return f"{share(cell):.0f}" if cell[1] else "-"
+
+
+def overall(result: dict) -> tuple[int, int]:
+    """(correct, scored) over every family of one run."""
+    fam = result["families"]
+    return sum(c for c, _ in fam.values()), sum(n for _, n in fam.values())
+
+
+def compare_table(paths: list[Path], runs: list[dict]) -> str:
+    """Markdown: per run, overall and episodic accuracy (%) of each weights file, side by side."""
+    seeds = [read_training_info(path).get("seed", "?") for path in paths]
+    head = " | ".join(f"{what}, seed {seed}" for what in ("all", "episodic") for seed in seeds)
+    lines = [f"| run | {head} |", "|---" * (1 + 2 * len(paths)) + "|"]
+    for key in runs[0]:
+        cells = [pct(overall(r[key])) for r in runs] + [pct(r[key]["families"].get("episodic", (0, 0))) for r in runs]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
@@ -96,9 +109,8 @@ def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
     lines = ["| memory | " + " | ".join(sb.FAMILIES) + " | all |", "|---" * (len(sb.FAMILIES) + 2) + "|"]
     for label, result in rows:
         fam = result["families"]
-        total = (sum(c for c, _ in fam.values()), sum(n for _, n in fam.values()))
         lines.append(f"| {label} | " + " | ".join(pct(fam.get(f, (0, 0))) for f in sb.FAMILIES)
-                     + f" | {pct(total)} |")
+                     + f" | {pct(overall(result))} |")
     lines.append("| *chance* | " + " | ".join(f"{100 * chance_row.get(f, 0):.0f}" for f in sb.FAMILIES) + " | |")
     return "\n".join(lines)
 
@@ -115,12 +127,11 @@ def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chanc
     fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
     for ax, family in zip(axes, sb.FAMILIES):
         for policy in BOUNDED:
-            ys = [100 * (lambda c: c[0] / c[1] if c[1] else float("nan"))(long_rows[(policy, b)]["families"]
-                                                                            .get(family, (0, 0))) for b in budgets]
+            ys = [share(long_rows[(policy, b)]["families"].get(family, (0, 0))) for b in budgets]
             ax.plot(budgets, ys, marker="o", label=policy)
-        c, n = full_long["families"].get(family, (0, 0))
-        if n:
-            ax.axhline(100 * c / n, color="black", linestyle="--", label="full")
+        full = full_long["families"].get(family, (0, 0))
+        if full[1]:
+            ax.axhline(share(full), color="black", linestyle="--", label="full")
         ax.axhline(100 * chance_row.get(family, 0), color="grey", linestyle=":", label="chance")
         ax.set_xscale("log", base=2)
         ax.set_xticks(budgets, [str(b) for b in budgets])
@@ -146,22 +157,6 @@ def evaluate(adapter, short: Path, long: Path, runs: Path, budgets: list[int], c
                                budget, chunk_frames)
         print(key, results[key], flush=True)
     return results
-
-
-def overall(result: dict) -> tuple[int, int]:
-    fam = result["families"]
-    return sum(c for c, _ in fam.values()), sum(n for _, n in fam.values())
-
-
-def compare_table(paths: list[Path], runs: list[dict]) -> str:
-    """Markdown: per run, overall and episodic accuracy (%) of each weights file, side by side."""
-    seeds = [read_training_info(path).get("seed", "?") for path in paths]
-    head = " | ".join(f"{what}, seed {seed}" for what in ("all", "episodic") for seed in seeds)
-    lines = [f"| run | {head} |", "|---" * (1 + 2 * len(paths)) + "|"]
-    for key in runs[0]:
-        cells = [pct(overall(r[key])) for r in runs] + [pct(r[key]["families"].get("episodic", (0, 0))) for r in runs]
-        lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
