@@ -18,7 +18,6 @@ cannot silently change what the weights mean. Its sha256 is recorded here and ch
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -58,12 +57,10 @@ def build_micro(seed: int = 0):
 
 
 def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """Hex sha256 of a file's bytes (a weights file is about 1 MB: read whole)."""
+    from hermes.tiers.files import sha256
+
+    return sha256(Path(path).read_bytes())
 
 
 def save_micro(model, tokenizer, path: str | Path, training: dict | None = None) -> str:
