@@ -65,7 +65,7 @@ class FutureFrameError(AssertionError):
     """
 
 
-def _sent_text(prompt: Prompt) -> str:
+def sent_text(prompt: Prompt) -> str:
     """The text sent to the session for a prompt.
 
     The stream's system prompt is fixed when it starts, so a benchmark's per-question system text
@@ -119,7 +119,7 @@ class _VideoRun:
 
     def _ask(self, prompt: Prompt, at_s: float | None):
         """Ask through the session and check the no-future-frames rule."""
-        answer = self.session.ask(_sent_text(prompt), at=at_s, answer_prefix=prompt.answer_prefix or "")
+        answer = self.session.ask(sent_text(prompt), at=at_s, answer_prefix=prompt.answer_prefix or "")
         if at_s is not None and answer.last_frame_t_s is not None and not answer.last_frame_t_s < at_s:
             raise FutureFrameError(f"{self.record.video_id}: question at {at_s:g}s was answered from a frame at "
                                    f"{answer.last_frame_t_s:g}s")

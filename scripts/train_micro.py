@@ -49,6 +49,7 @@ from hermes.config import ModelConfig
 from hermes.datasets import synthetic_bench as sb
 from hermes.datasets.prompts import build_prompt
 from hermes.datasets.records import KIND_COUNT, KIND_MC, Question
+from hermes.datasets.runner import sent_text
 from hermes.models.llava_onevision import LlavaOnevisionAdapter
 from hermes.models.micro import build_micro, save_micro
 from hermes.pipelines.frames import Frame
@@ -171,8 +172,7 @@ def prompt_text(q: sb.SynthQuestion, style: str) -> tuple[str, str]:
         return format_prompt(q.question, q.options), letter
     kind = KIND_COUNT if q.kind == "counting" else KIND_MC
     record = Question(q.question, q.options, q.answer, q.gt, q.t_s, q.task, {}, "train", {"kind": kind})
-    prompt = build_prompt("ovo-bench", record)
-    return (prompt.system + prompt.user if prompt.system else prompt.user), letter  # as the eval runner sends it
+    return sent_text(build_prompt("ovo-bench", record)), letter  # as the eval runner sends it
 
 
 def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind: str | None = None,
