@@ -404,7 +404,6 @@ def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tu
     rng = np.random.default_rng([seed, 10**6])  # apart from any benchmark video's stream
     timeline = random_timeline(rng, duration_s)
     path = Path(folder) / "demo.mp4"
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_mp4(path, render_frames(timeline), 1.0, (FRAME_SIZE_PX, FRAME_SIZE_PX))
     return path, plan_questions(rng, timeline, per_family=1)
 

@@ -163,7 +163,10 @@ def run_live_source(args, cfg, source, questions, on_answer) -> str:
     if session.encoded_t_s and source.live:  # a resumed live stream: its clock continues after the saved one
         offset_s = session.encoded_t_s[-1] + 1e-3
         live_clock = clock
-        clock = lambda: live_clock() + offset_s  # noqa: E731
+
+        def clock() -> float:
+            return live_clock() + offset_s
+
         frames = (dataclasses.replace(f, t_s=f.t_s + offset_s) for f in source)
     inbox = QuestionInbox(sys.stdin, clock) if args.interactive else None
     if inbox is not None:
@@ -187,7 +190,6 @@ def memory_dir_options(args) -> dict:
 
 
 def cmd_memory_inspect(args) -> int:
-
     store = open_memory_dir(args.directory)
     try:
         report = store.inspect(max_records=args.records)
@@ -429,10 +431,11 @@ def cmd_info(args) -> int:
 
 
 def add_config_options(p: argparse.ArgumentParser) -> None:
+    from hermes.config import preset_names  # YAML only: --help stays instant
+
     p.add_argument("--model", help="auto (the default: smolvlm2-500m without CUDA, llava-onevision-7b with it), "
-                                   "a preset (" + ", ".join(__import__("hermes.config", fromlist=["preset_names"])
-                                                            .preset_names("models"))
-                                   + "), a hub id like org/name, or a local checkpoint directory")
+                                   f"a preset ({', '.join(preset_names('models'))}), a hub id like org/name, "
+                                   "or a local checkpoint directory")
     p.add_argument("--memory", help="memory preset from configs/memory (default: full)")
     p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",

@@ -214,12 +214,11 @@ class LowerLevels:
 
     def _layer_tokens(self, tokens, delta: int):
         keys = tokens.keys
+        positions = tokens.positions if tokens.positions.dim() == 2 else tokens.positions[None]  # (A, m)
         if delta and tokens.num_tokens:
-            pos = tokens.positions if tokens.positions.dim() == 2 else tokens.positions[None]
-            d = torch.full_like(pos, delta)
+            d = torch.full_like(positions, delta)
             keys = rotate_keys(keys, (d[0] if self.spec.kind == "1d" else d).to(keys.device), self.spec,
-                               positions=(pos[0] if self.spec.kind == "1d" else pos).to(keys.device))
-        positions = tokens.positions if tokens.positions.dim() == 2 else tokens.positions[None]
+                               positions=(positions[0] if self.spec.kind == "1d" else positions).to(keys.device))
         return keys, tokens.values, positions + delta, tokens.scores.float().cpu(), tokens.frame_index
 
     # ---- lifecycle -----------------------------------------------------------------------------------
