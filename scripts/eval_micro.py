@@ -29,7 +29,9 @@ from hermes.config import ModelConfig, build_config
 from hermes.datasets import synthetic_bench as sb
 from hermes.datasets.runner import run_eval
 from hermes.models.llava_onevision import LlavaOnevisionAdapter
-from hermes.models.micro import MICRO_STREAM_FPS, WEIGHTS_FILE, file_sha256, load_micro, read_training_info
+from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, file_sha256, load_micro,
+                                 read_training_info)
+from hermes.pipelines.bench import resolve_policies
 
 BOUNDED = ("sliding", "uniform", "hermes", "hermes+recall")
 FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family
@@ -38,7 +40,7 @@ FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}
 def micro_adapter(weights: Path | None) -> LlavaOnevisionAdapter:
     """The trained micro model as hermes loads it (what the builtin id `micro-llava-onevision` gives)."""
     model, tokenizer = load_micro(path=weights)
-    return LlavaOnevisionAdapter("micro-llava-onevision", model, tokenizer, device=torch.device("cpu"),
+    return LlavaOnevisionAdapter(MICRO_NAME, model, tokenizer, device=torch.device("cpu"),
                                  dtype=torch.float32, system_prompt=ModelConfig().system_prompt)
 
 
@@ -65,12 +67,14 @@ def chance(root: Path) -> dict[str, float]:
 
 
 def run_one(adapter, root: Path, out: Path, policy: str, budget: int, chunk_frames: int) -> dict:
-    """One `run_eval` over the benchmark at `root`; returns per-family (correct, answered) and wall time."""
-    recall = policy.endswith("+recall")  # hermes, plus recall of evicted records from levels 2-3 per question
-    overrides = [f"memory.policy={policy.removesuffix('+recall')}", f"memory.recall={recall}",
-                 f"memory.budget={budget}", f"stream.fps={MICRO_STREAM_FPS}",
-                 f"stream.chunk_frames={chunk_frames}", "model.max_new_tokens=4", "model.device=cpu"]
-    cfg = build_config(model="micro-llava-onevision", overrides=overrides)
+    """One `run_eval` over the benchmark at `root`; returns per-family (correct, answered) and wall time.
+
+    `policy` is a bench policy spec: `hermes+recall` is `hermes` with `memory.recall` on.
+    """
+    overrides = [f"stream.fps={MICRO_STREAM_FPS}", f"stream.chunk_frames={chunk_frames}", "model.max_new_tokens=4",
+                 "model.device=cpu"]
+    cfg = build_config(model=MICRO_NAME, overrides=overrides)
+    cfg.memory = resolve_policies(policy, cfg.memory, budget)[0].memory
     started = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (run_eval refuses to mix runs)
     summary = run_eval("ovo-bench", root, cfg, output_dir=out, progress=False, model=adapter)
