@@ -28,14 +28,24 @@ def crash_record(record_id: int):
                             embed_dim=16).compress("int8")
 
 
+def _say(line: str) -> None:
+    """One line in one write(2): a kill can't leave half of it in the pipe.
+
+    `print` writes the text and the newline separately when Python runs unbuffered
+    (PYTHONUNBUFFERED=1, as on CI), and a SIGKILL between the two once left "1783" glued to the
+    server's next "done" line. A pipe write under PIPE_BUF bytes is atomic.
+    """
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
+
+
 def write_forever(directory: str, capacity: int, segment: int) -> None:
     store = DiskStore(directory, capacity, FINGERPRINT, segment_bytes=segment)
-    print("ready", flush=True)
+    _say("ready")
     rid = store.next_id
     while True:
         store.add(crash_record(rid))
         store.flush()
-        print(rid, flush=True)
+        _say(str(rid))
         rid += 1
 
 
