@@ -503,7 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(memory)
     add_bench_model_options(memory)
     memory.add_argument("--policies", default="full,hermes",
-                        help="comma-separated policies, `name+flag` for a memory flag on (default: full,hermes)")
+                        help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
+                             "sliding+recall (default: full,hermes)")
     memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
     memory.add_argument("--budget", type=int, default=512, help="visual tokens per layer for bounded policies")
     memory.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk")
@@ -527,7 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dtype", help="weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32")
     sweep.add_argument("--policies", default="full,sliding,hermes,hermes+recall",
                        help="comma-separated policies; `name+flag` turns a boolean memory setting on "
-                            "(skipped with a note if this build has no such key) (default: %(default)s)")
+                            "(skipped with a note if this build has no such key); `recall-only` is sliding+recall "
+                            "(default: %(default)s)")
     sweep.add_argument("--lengths", default="16,32,64,128,256,512,1024",
                        help="stream lengths in frames, measured on one stream per policy (default: %(default)s)")
     sweep.add_argument("--chunk-frames", dest="chunk_sizes", default="8,16",

@@ -6,6 +6,8 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
 - `full`: everything (no eviction; the reference for equivalence tests);
 - `sliding`: the first `sink_tokens` visual tokens plus the most recent ones (StreamingLLM);
 - `uniform`: evenly spaced frames over everything seen;
+- (`recall-only`, ReKV-style, is not a policy of its own but `sliding` with `memory.recall` on: with no
+  scores, every evicted token goes to levels 2-3 and questions search them; preset `recall-only`);
 - `hermes`: the paper's per-layer importance (DESIGN §3): recency in shallow layers, the model's
   own attention from pseudo-queries in deep layers, a depth-weighted mix in between, smoothed from
   deep to shallow by token identity, accumulated over time; long-term layers fold what they evict
@@ -298,5 +300,7 @@ def build_policy(cfg: MemoryConfig, model) -> MemoryPolicy:
         ConfigError: unknown policy name or invalid settings.
     """
     if cfg.policy not in POLICIES:
-        raise ConfigError(f"unknown memory policy {cfg.policy!r}; available: {', '.join(POLICIES)}")
+        hint = " (recall-only is a preset, --memory recall-only: sliding with memory.recall on)" \
+            if cfg.policy == "recall-only" else ""
+        raise ConfigError(f"unknown memory policy {cfg.policy!r}; available: {', '.join(POLICIES)}{hint}")
     return POLICIES[cfg.policy](cfg, model)

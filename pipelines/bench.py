@@ -93,11 +93,16 @@ class PolicySpec:
     note: str = ""
 
 
+# Baselines that are a policy plus a flag, under the name DESIGN §3 and the memory presets give them.
+POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style: recency window, everything evicted findable
+
+
 def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) -> list[PolicySpec]:
     """Turn "full,sliding,hermes,hermes+recall" into memory configs on top of `base` at `budget`.
 
     Args:
-        specs: comma-separated (or listed) `policy[+flag...]` names.
+        specs: comma-separated (or listed) `policy[+flag...]` names, or an alias of one
+            (`POLICY_ALIASES`: `recall-only` is `sliding+recall`), which keeps its own label.
         base: the resolved memory settings every policy shares.
         budget: visual tokens per layer for bounded policies.
 
@@ -113,7 +118,7 @@ def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) ->
         raise UsageError("--policies needs at least one policy, e.g. full,sliding,hermes")
     out = []
     for label in names:
-        policy, *flags = label.split("+")
+        policy, *flags = POLICY_ALIASES.get(label, label).split("+")
         memory, note = dataclasses.replace(base, policy=policy, budget=budget), ""
         for flag in flags:
             value = getattr(memory, flag, None)

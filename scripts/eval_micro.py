@@ -7,7 +7,7 @@ Two benchmarks are generated (`hermes.datasets.synthetic_bench`, OVO-Bench forma
 - short: 20 s streams (as long as the clips the model was trained on), answered with `full` memory (the
   model's ceiling: every frame in memory), and with the bounded policies at 128 tokens (8 frames);
 - long: 180 s streams under tight budgets (64-256 visual tokens per layer = 4-16 frames of 16 tokens),
-  answered by `full`, `sliding`, `uniform` and `hermes`.
+  answered by `full`, `sliding`, `uniform`, `recall-only`, `hermes` and `hermes+recall`.
 Each (policy, budget) is one `run_eval("ovo-bench", ...)`: the official streaming protocol, prompts
 and scorer of `hermes-video eval ovo-bench`, with the micro model passed in. Accuracy is the
 official verdict per question family (read from each run's samples.jsonl; the family is in the qid).
@@ -33,7 +33,7 @@ from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, fil
                                  read_training_info)
 from hermes.pipelines.bench import resolve_policies
 
-BOUNDED = ("sliding", "uniform", "hermes", "hermes+recall")
+BOUNDED = ("sliding", "uniform", "recall-only", "hermes", "hermes+recall")
 FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family
 
 
@@ -69,7 +69,8 @@ def chance(root: Path) -> dict[str, float]:
 def run_one(adapter, root: Path, out: Path, policy: str, budget: int, chunk_frames: int) -> dict:
     """One `run_eval` over the benchmark at `root`; returns per-family (correct, answered) and wall time.
 
-    `policy` is a bench policy spec: `hermes+recall` is `hermes` with `memory.recall` on.
+    `policy` is a bench policy spec: `hermes+recall` is `hermes` with `memory.recall` on, `recall-only`
+    is `sliding` with it on.
     """
     overrides = [f"stream.fps={MICRO_STREAM_FPS}", f"stream.chunk_frames={chunk_frames}", "model.max_new_tokens=4",
                  "model.device=cpu"]
@@ -230,7 +231,9 @@ short = {short_s} s ({n_short} questions), long = {long_s} s ({n_long} questions
 16 visual tokens per frame. Each row is one `run_eval("ovo-bench", ...)` (official streaming protocol,
 prompts and scorer). Numbers are accuracy in %, per question family; budgets are visual tokens per
 layer (64 = 4 frames). `hermes+recall` is `hermes` with `memory.recall=true`: evicted tokens go to
-levels 2-3 and each question brings back the records nearest to it before answering. *Chance* is
+levels 2-3 and each question brings back the records nearest to it before answering; `recall-only`
+(ReKV-style) is `sliding` with recall on: a recent window in device memory, every evicted token
+findable, no importance scores. *Chance* is
 1/6 for the colour questions and, for counting, always answering the benchmark's commonest count.
 The model was trained with at most 20 frames (320 visual tokens) in memory: `full` on long streams
 (180 frames) is outside what it has seen. What the numbers say: README, "The micro model and the

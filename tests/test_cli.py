@@ -58,6 +58,15 @@ def test_bounded_memory_preset_from_the_command_line(video, capsys):
     assert answer["frames_seen"] == 30
 
 
+def test_the_recall_only_preset_answers_from_a_window_plus_what_it_recalls(video, capsys):
+    code, out, err = run_cli(capsys, "run", video, *TINY, "--fps", "5", "--memory", "recall-only",
+                             "--set", "memory.budget=300", "--ask", "q", "--json")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert 0 < answer["memory"]["hbm_tokens"] - 300 < 40  # level 1 holds the sliding window only
+    assert answer["recall"]["records"] >= 1 and answer["recall"]["tokens"] > 0  # every evicted token is findable
+
+
 @pytest.mark.parametrize("make, argv_extra, code, message", [
     (lambda d: d / "missing.mp4", [], 3, "video file not found"),
     (lambda d: vf.write_text_as_mp4(d / "notes.mp4"), [], 3, "not a readable video"),

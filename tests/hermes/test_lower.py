@@ -39,7 +39,8 @@ def needle_stream(n: int = 24, needle=(8, 12)) -> list[Frame]:
             for i, f in enumerate(frames)]
 
 
-def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypatch, tmp_path):
+@pytest.mark.parametrize("policy", ["hermes", "sliding"])  # sliding + recall is the `recall-only` baseline
+def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypatch, tmp_path, policy):
     """Controlled test embedding (query by example): a random model's text and vision do not align, so the
     question's search vector is the content of the needle frame's own last-layer keys."""
     frames = needle_stream()
@@ -50,7 +51,8 @@ def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypa
     spec = RotarySpec.from_text_config(tiny_model.text_config)
     needle_vector = content_vector(keys[0][:, visual], probe.cache.positions[-1][:, visual], spec)
 
-    session = StreamingSession(tiny_model, tiered(recall=True), frames, chunk_frames=4, memory_dir=tmp_path)
+    session = StreamingSession(tiny_model, tiered(policy=policy, recall=True), frames, chunk_frames=4,
+                               memory_dir=tmp_path)
     monkeypatch.setattr(type(session.lower), "question_vector", lambda self, cache, embeds: needle_vector)
     answer = session.ask("What was red?", at=100.0)
     hits = session.lower.store.search(needle_vector, 2)

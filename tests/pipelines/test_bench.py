@@ -127,6 +127,12 @@ def test_policies_are_data():
     assert specs[3].memory is None and "memory.nope is not a known config key yet" in specs[3].note
 
 
+def test_recall_only_is_sliding_with_recall_under_its_own_label():
+    (spec,) = resolve_policies("recall-only", MemoryConfig(), budget=64)
+    assert spec.label == "recall-only"
+    assert (spec.memory.policy, spec.memory.recall, spec.memory.budget) == ("sliding", True, 64)
+
+
 def test_forced_length_decoding_restores_stop_tokens(tiny_model):
     eos = set(tiny_model.eos_token_ids)
     with pytest.raises(RuntimeError), forced_length_decoding(tiny_model):
