@@ -258,6 +258,7 @@ def cmd_run(args) -> int:
 
 def cmd_demo(args) -> int:
     """A synthetic 40 s stream, a question of each family, answered by the trained micro model offline."""
+    from hermes.datasets.parsing import parse_strict
     from hermes.datasets.synthetic_bench import write_demo
     from hermes.models.micro import MICRO_NAME
     from hermes.pipelines.session import OPTION_LETTERS, Question
@@ -280,7 +281,9 @@ def cmd_demo(args) -> int:
         nonlocal right
         q = next(expected)
         truth = q.answer if q.gt is None else OPTION_LETTERS[q.gt]
-        hit = answer.answer.strip().upper().startswith(truth.upper())
+        # the benchmark's strict rule: the option letter (optionally with its text), or exactly the count
+        hit = parse_strict(answer.answer, q.options) == q.gt if q.gt is not None \
+            else answer.answer.strip().rstrip(".") == q.answer
         right += hit
         print_answer(answer, args.json)
         if not args.json:
