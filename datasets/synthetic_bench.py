@@ -318,9 +318,9 @@ def plan_questions(rng: np.random.Generator, timeline: Timeline, per_family: int
                 questions.append(q)
                 return
 
+    steady = [i + 1 for i in range(d - 1) if timeline.on_screen(i) is not None
+              and timeline.on_screen(i) is timeline.on_screen(i + 1)]  # on screen for two frames
     for j in range(per_family):
-        steady = [i + 1 for i in range(d - 1) if timeline.on_screen(i) is not None
-                  and timeline.on_screen(i) is timeline.on_screen(i + 1)]  # on screen for two frames
         i = int(rng.choice(steady))
         questions.append(make_question(rng, timeline, timeline.frames_before(i + 0.5), "realtime_colour", i + 0.5))
         ask(("episodic_first", "episodic_before")[j % 2], d // 2, older_than_s=0.15 * d)
