@@ -340,9 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     stage_log = []
     with open(log_path, "w") as log:
         for name, stage in STAGES.items():
-            pool, smooth, letter_rate, first, last = [], None, 0.0, step, step - 1
+            pool, smooth, letter_rate, first = [], None, 0.0, step
             for step in range(first, first + stage_steps[name]):
-                last = step
                 # lr: linear warm-up, constant, then a cosine to 10% over the last stage
                 if step < args.warmup:
                     lr = args.lr * (step + 1) / args.warmup
@@ -379,17 +378,17 @@ def main(argv: list[str] | None = None) -> int:
                                  | {"val_acc": record["val_first_token_acc"]["all"]})
                     print(json.dumps(record), flush=True)
                 log.write(json.dumps(record) + "\n")
-            step = last + 1
+            step = first + stage_steps[name]
             stage_log.append({"stage": name, "steps": step - first, "elapsed_s": round(time.perf_counter() - started, 1)})
             print(json.dumps(stage_log[-1]), flush=True)
     model.eval()
-    record["val_first_token_acc"] = first_token_accuracy(batcher, val, MAIN.batch_size)
+    final_acc = first_token_accuracy(batcher, val, MAIN.batch_size)
     training = {"command": "python scripts/train_micro.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "seed": args.seed, "stages": stage_log,
                 "lr": args.lr, "init_std": args.init_std,
                 "max_stream_s": args.max_stream_s, "threads": args.threads, "torch": torch.__version__,
                 "wall_s": round(time.perf_counter() - started, 1), "curve": curve,
-                "final_val_first_token_acc": record.get("val_first_token_acc")}
+                "final_val_first_token_acc": final_acc}
     digest = save_micro(model, tokenizer, args.out, training)
     print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)
     return 0
