@@ -110,7 +110,7 @@ def compare_table(paths: list[Path], runs: list[dict]) -> str:
 
 
 def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
-    """Markdown: one row per run, accuracy % per family and overall (answered questions in brackets)."""
+    """Markdown: one row per run, accuracy % per family and overall."""
     lines = ["| memory | " + " | ".join(sb.FAMILIES) + " | all |", "|---" * (len(sb.FAMILIES) + 2) + "|"]
     for label, result in rows:
         fam = result["families"]
