@@ -27,7 +27,7 @@ import time
 import torch
 
 from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache
-from hermes.config import MemoryConfig
+from hermes.config import MemoryConfig, preset_names
 from hermes.errors import ConfigError
 from hermes.positions import GridStep, Run, compact
 from hermes.probe import probe_attention
@@ -300,7 +300,8 @@ def build_policy(cfg: MemoryConfig, model) -> MemoryPolicy:
         ConfigError: unknown policy name or invalid settings.
     """
     if cfg.policy not in POLICIES:
-        hint = " (recall-only is a preset, --memory recall-only: sliding with memory.recall on)" \
-            if cfg.policy == "recall-only" else ""
+        # a preset name given as a policy (`memory.policy=recall-only`, `=hermes-4k`): point to --memory
+        hint = f" ({cfg.policy} is a memory preset, not a policy: use --memory {cfg.policy})" \
+            if cfg.policy in preset_names("memory") else ""
         raise ConfigError(f"unknown memory policy {cfg.policy!r}; available: {', '.join(POLICIES)}{hint}")
     return POLICIES[cfg.policy](cfg, model)

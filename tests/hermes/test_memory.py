@@ -176,7 +176,8 @@ def test_eager_reindexing_keeps_positions_consecutive(tiny_model):
 @pytest.mark.parametrize("bad, message", [
     (dict(policy="hermes", budget=0), "budget must be at least 1"),
     (dict(policy="lru"), "unknown memory policy 'lru'"),
-    (dict(policy="recall-only"), "recall-only is a preset, --memory recall-only: sliding with memory.recall on"),
+    (dict(policy="recall-only"), "recall-only is a memory preset, not a policy: use --memory recall-only"),
+    (dict(policy="hermes-4k"), "hermes-4k is a memory preset, not a policy: use --memory hermes-4k"),
     (dict(policy="hermes", reindex="sometimes"), "reindex must be 'lazy' or 'eager'"),
 ])
 def test_bad_memory_settings_are_config_errors(tiny_model, bad, message):
