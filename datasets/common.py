@@ -9,18 +9,137 @@ part lives here so that every benchmark fails the same way, with the same one-li
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hermes.errors import SourceError, UsageError
 
-from .records import VideoRecord
+from .records import VideoRecord, normalize_options
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".npy", ".gif")
+T = TypeVar("T")
+# Off inside `annotations_only()`: loaders then read annotation files without any video on disk.
+_REQUIRE_VIDEOS: contextvars.ContextVar[bool] = contextvars.ContextVar("require_videos", default=True)
+
+
+@contextlib.contextmanager
+def annotations_only() -> Iterator[None]:
+    """Within this block loaders do not require any video on disk (`eval check`, load reports)."""
+    token = _REQUIRE_VIDEOS.set(False)
+    try:
+        yield
+    finally:
+        _REQUIRE_VIDEOS.reset(token)
+# How many flagged / excluded items a summary lists one by one (all of them are counted).
+LISTED_ISSUES = 200
+
+
+@dataclass
+class DataIssues:
+    """What a loader found wrong in an official file, and what it did about it (DESIGN §7).
+
+    The rule: a malformed field that scoring does not need (LVBench `time_reference`, a padded
+    option) is kept and *flagged*; one that scoring needs (the answer, the options, the time a
+    streaming question is asked) *excludes* that question from the denominator, with a reason;
+    only an unreadable file is an error. Both lists name the file and the record.
+
+    Attributes:
+        flagged: {"where", "field", "value", "reason"} for each kept oddity.
+        excluded: {"where", "reason"} for each question (or entry) left out.
+    """
+
+    flagged: list[dict] = field(default_factory=list)
+    excluded: list[dict] = field(default_factory=list)
+
+    def flag(self, where: str, field_name: str, value: Any, reason: str) -> None:
+        """Record a malformed field that is kept (scoring does not need it)."""
+        self.flagged.append({"where": where, "field": field_name, "value": _short(value), "reason": reason})
+
+    def exclude(self, where: str, reason: str) -> None:
+        """Record a question (or a whole entry) left out of the denominator."""
+        self.excluded.append({"where": where, "reason": reason})
+
+    def guard(self, where: str, build: Callable[[], T]) -> T | None:
+        """Run `build()`; a UsageError (a malformed field scoring needs) excludes it instead.
+
+        Returns:
+            What `build` returned, or None when it was excluded.
+        """
+        try:
+            return build()
+        except UsageError as exc:
+            self.exclude(where, str(exc))
+            return None
+
+    def to_json(self) -> dict:
+        """Counts by reason and the first LISTED_ISSUES items of each kind, for summary.json."""
+        def by_reason(items):
+            counts: dict[str, int] = {}
+            for item in items:
+                key = item.get("field") or item["reason"].split(":")[0][:80]
+                counts[key] = counts.get(key, 0) + 1
+            return counts
+
+        return {"flagged": len(self.flagged), "excluded": len(self.excluded),
+                "flagged_by_field": by_reason(self.flagged), "excluded_by_reason": by_reason(self.excluded),
+                "flagged_items": self.flagged[:LISTED_ISSUES], "excluded_items": self.excluded[:LISTED_ISSUES]}
+
+
+class Loaded(list):
+    """The records a loader returns (a plain list), with the `DataIssues` met while reading them."""
+
+    issues: DataIssues
+
+    def __init__(self, records: Iterable[VideoRecord] = (), issues: DataIssues | None = None) -> None:
+        super().__init__(records)
+        self.issues = issues if issues is not None else DataIssues()
+
+
+def _short(value: Any) -> Any:
+    """A value as a summary shows it: long texts cut to 120 characters."""
+    text = value if isinstance(value, (int, float, bool)) or value is None else str(value)
+    return text[:117] + "..." if isinstance(text, str) and len(text) > 120 else text
+
+
+def clean_options(raw: Sequence[Any], where: str, issues: DataIssues, expected: int | None = None) -> list[str]:
+    """A question's candidates as the prompt shows them, with junk flagged.
+
+    Padded candidates are stripped; empty ones are dropped when the others carry their letters
+    in order ("A. x", "", "B. y": the letters in the text are what the official prompt shows and
+    the answer names), kept otherwise; a count other than the template's is kept. Each case is
+    flagged; none is fatal.
+
+    Args:
+        raw: The options as the file gives them.
+        where: File and record, for the flag.
+        issues: Where flags go.
+        expected: How many options the official template shows (None: any number).
+
+    Returns:
+        The option texts, letter prefixes removed (see `records.normalize_options`).
+    """
+    texts = [str(o) for o in raw]
+    if any(t != t.strip() for t in texts if t.strip()):
+        issues.flag(where, "options", _short(texts), "padded candidate stripped")
+    options = normalize_options(texts)
+    if any(not t.strip() for t in texts):
+        kept = [t for t in texts if t.strip()]
+        lettered = normalize_options(kept)
+        if kept and lettered != [t.strip() for t in kept]:  # the others are lettered A, B, ... in order
+            options = lettered
+            issues.flag(where, "options", _short(texts), "empty candidate dropped (the others carry their letters)")
+        else:
+            issues.flag(where, "options", _short(texts), "empty candidate kept")
+    if expected is not None and len(options) != expected:
+        issues.flag(where, "options", len(options), f"{len(options)} candidates where the template shows {expected}")
+    return options
 
 
 def check_root(data_root: str | os.PathLike, benchmark: str) -> Path:
@@ -293,7 +412,8 @@ def finish(
     tasks: str | Iterable[str] | None = None,
     limit: int | None = None,
     known: Iterable[str] | None = None,
-) -> list[VideoRecord]:
+    issues: DataIssues | None = None,
+) -> Loaded:
     """Apply the `tasks` filter and `limit`, and check the result is usable.
 
     A question is kept when its task or one of its group labels (`Question.labels`) was
@@ -307,9 +427,10 @@ def finish(
         limit: Keep at most this many videos; None keeps all.
         known: Every valid task/group name when the benchmark defines them up front;
             otherwise the names found in the data are the valid ones.
+        issues: What the loader flagged and excluded (attached to the result).
 
     Returns:
-        The selected records.
+        The selected records (a list) with `.issues`.
 
     Raises:
         UsageError: On an unknown task name, a bad limit, or an empty selection.
@@ -327,15 +448,19 @@ def finish(
         records = [r for r in records if r.questions]
     if limit is not None:
         records = records[:limit]
+    if not records and issues is not None and issues.excluded:
+        first = issues.excluded[0]
+        raise UsageError(f"{benchmark}: all {len(issues.excluded)} malformed questions were excluded and none is "
+                         f"left; first: {first['where']}: {first['reason']}")
     if not records:
         raise UsageError(f"{benchmark}: no questions selected; check --data-root and the task names")
-    if not any(r.available for r in records):
+    if _REQUIRE_VIDEOS.get() and not any(r.available for r in records):
         raise SourceError(
             f"{benchmark}: none of the {len(records)} videos was found under the data root "
             f"(first: {records[0].video_id}); "
             "download the videos or fix --data-root"
         )
-    return records
+    return Loaded(records, issues)
 
 
 def missing_videos(records: Iterable[VideoRecord]) -> list[str]:

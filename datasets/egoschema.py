@@ -68,25 +68,23 @@ def load(
         entries = [{"q_uid": uid, **entry} for uid, entry in entries.items()]
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records = []
+    issues = common.DataIssues()
     for number, entry in enumerate(entries):
         where = f"{questions_path.name} entry {number}"
-        uid = str(common.require(entry, "q_uid", where))
-        if selection == "subset" and uid not in answers:
+        uid = issues.guard(where, lambda: str(common.require(entry, "q_uid", where)))
+        if uid is None or (selection == "subset" and uid not in answers):
             continue
-        records.append(
-            VideoRecord(
-                video_id=uid,
-                video_path=finder.find(f"{uid}.mp4"),
-                duration=None,
-                questions=[_question(entry, uid, answers.get(uid), where)],
-            )
-        )
-    return common.finish(records, "egoschema", None, limit)
+        question = issues.guard(f"{where} (q_uid {uid})", lambda: _question(entry, uid, answers.get(uid), where, issues))
+        if question is not None:
+            records.append(VideoRecord(video_id=uid, video_path=finder.find(f"{uid}.mp4"), duration=None,
+                                       questions=[question]))
+    return common.finish(records, "egoschema", None, limit, issues=issues)
 
 
-def _question(entry: dict, uid: str, answer, where: str) -> Question:
+def _question(entry: dict, uid: str, answer, where: str, issues: common.DataIssues) -> Question:
     """One EgoSchema question; `answer` is the public index or None."""
-    options = normalize_options([common.require(entry, f"option {i}", where) for i in range(NUM_OPTIONS)])
+    options = common.clean_options([common.require(entry, f"option {i}", where) for i in range(NUM_OPTIONS)],
+                                   where, issues)
     if answer is not None and not is_option_index(answer, NUM_OPTIONS):
         raise UsageError(f"egoschema: answer for {uid} must be 0-{NUM_OPTIONS - 1}, found {answer!r}")
     return Question(

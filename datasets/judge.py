@@ -34,10 +34,12 @@ from typing import Protocol
 
 from hermes.errors import ModelError, UsageError
 
+# Exactly as ReKV's eval_open_ended.py sends it: its string pieces join without newlines around
+# "------" and after "##INSTRUCTIONS: " (Video-ChatGPT's original has them; ReKV's numbers do not).
 JUDGE_SYSTEM = (
     "You are an intelligent chatbot designed for evaluating the correctness of generative outputs for "
     "question-answer pairs. Your task is to compare the predicted answer with the correct answer and determine if "
-    "they match meaningfully. Here's how you can accomplish the task:\n------\n##INSTRUCTIONS: \n"
+    "they match meaningfully. Here's how you can accomplish the task:------##INSTRUCTIONS: "
     "- Focus on the meaningful match between the predicted answer and the correct answer.\n"
     "- Consider synonyms or paraphrases as valid matches.\n"
     "- Evaluate the correctness of the prediction compared to the answer."

@@ -15,6 +15,10 @@ here); `question_type` is a list, and the official scorer counts a question towa
 type it lists, so all of them are group labels (`meta["question_types"]`); `time_reference`
 is a "MM:SS-MM:SS" span (parsed to seconds in `meta["time_reference_s"]`). Videos are
 `videos/<key>.mp4` (the official download script's output).
+
+Junk in the real file: some `time_reference` spans end before they start ("116:50-108:00") or
+read "08:17-None". The field is metadata (the official scorer never reads it), so such a
+question is kept with `time_reference_s` None and the value flagged, never fatal.
 """
 
 from __future__ import annotations
@@ -55,35 +59,47 @@ def load(
     path = common.find_file(root, ANNOTATION_CANDIDATES, "LVBench video_info.meta.jsonl")
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records = []
+    issues = common.DataIssues()
     for number, video in enumerate(common.read_jsonl(path)):
         where = f"{path.name} line {number + 1}"
-        key = str(common.require(video, "key", where))
+        entry = issues.guard(where, lambda: (str(common.require(video, "key", where)),
+                                             common.require(video, "qa", where)))
+        if entry is None:
+            continue
+        key, qas = entry
         minutes = common.optional_number((video.get("video_info") or {}).get("duration_minutes"))
-        qas = common.require(video, "qa", where)
+        questions = [issues.guard(f"{where} (key {key}) qa {i} uid {qa.get('uid') if isinstance(qa, dict) else None}",
+                                  lambda qa=qa, i=i: _question(qa, key, f"{where} qa {i}", issues))
+                     for i, qa in enumerate(qas)]
         records.append(
             VideoRecord(
                 video_id=key,
                 video_path=finder.find(f"{key}.mp4"),
                 duration=None if minutes is None else minutes * 60,
-                questions=[_question(qa, key, f"{where} qa {i}") for i, qa in enumerate(qas)],
+                questions=[q for q in questions if q is not None],
             )
         )
-    return common.finish(records, "lvbench", tasks, limit)
+    return common.finish([r for r in records if r.questions], "lvbench", tasks, limit, issues=issues)
 
 
-def _question(qa: dict, key: str, where: str) -> Question:
+def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> Question:
     """One LVBench question, options split out of its text."""
     question, options = split_inline_options(str(common.require(qa, "question", where)))
     gt_index = resolve_gt_index(common.require(qa, "answer", where), options)
     if gt_index is None:
         raise UsageError(f"lvbench: answer {qa['answer']!r} names none of the {len(options)} options in {where}")
+    common.clean_options(options, where, issues, expected=4)
     types = common.require(qa, "question_type", where)
     types = [types] if isinstance(types, str) else [str(t) for t in types]
     if not types:
         raise UsageError(f"lvbench: expected at least one question_type in {where}")
     meta = {"kind": KIND_MC, "groups": tuple(types[1:]), "question_types": types}
     if qa.get("time_reference"):
-        meta["time_reference_s"] = parse_span(qa["time_reference"])
+        try:
+            meta["time_reference_s"] = parse_span(qa["time_reference"])
+        except UsageError as exc:  # metadata only: kept, flagged
+            meta["time_reference_s"] = None
+            issues.flag(f"{where} uid {qa.get('uid')}", "time_reference", qa["time_reference"], str(exc))
     return Question(
         question=question,
         options=options,

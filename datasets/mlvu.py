@@ -8,8 +8,9 @@ the JSON file's stem, and the same file name occurs in several folders (with dif
 content), so a video is always looked up in its own task's folder first.
 
 Odd cases handled: a few items list the correct text twice among the candidates; the
-official `candidates.index`-style resolution (first occurrence) is kept and the question is
-flagged `meta["ambiguous_gold"]`. The generation tasks (8_sub_scene, 9_summary) have no
+official template (`choice_bench.py` `qa_template`: a loop over the candidates without a
+break) takes the *last* match as gold, and so does this loader, flagging the question
+(`meta["ambiguous_gold"]` and the load summary). The generation tasks (8_sub_scene, 9_summary) have no
 candidates; they load as open-ended questions only when asked for by name, since the
 standard M-Avg score covers the seven multiple-choice tasks.
 """
@@ -65,6 +66,7 @@ def load(
     root = common.check_root(data_root, "mlvu")
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records: list[VideoRecord] = []
+    issues = common.DataIssues()
     for name, path in common.task_files(root, "mlvu", tasks, TASK_FILES, TASK_BY_STEM, default=MC_TASKS):
         stem = ALL_TASKS[name]
         folders = [root / f / stem for f in VIDEO_FOLDERS]
@@ -72,8 +74,10 @@ def load(
         items = common.read_json(path, expect=list)
         for number, item in enumerate(items):
             where = f"{path.name} item {number}"
-            video = str(common.require(item, "video", where))
-            by_video.setdefault(video, []).append(_question(item, name, f"mlvu-{stem}-{number}", where))
+            built = issues.guard(where, lambda: (str(common.require(item, "video", where)),
+                                                 _question(item, name, f"mlvu-{stem}-{number}", where, issues)))
+            if built is not None:
+                by_video.setdefault(built[0], []).append(built[1])
         for video, questions in by_video.items():
             records.append(
                 VideoRecord(
@@ -85,21 +89,29 @@ def load(
             )
     if not records:
         raise UsageError(f"mlvu: expected task files like {root / 'json' / '1_plotQA.json'}, found none")
-    return common.finish(records, "mlvu", None, limit)
+    return common.finish(records, "mlvu", None, limit, issues=issues)
 
 
-def _question(item: dict, task: str, qid: str, where: str) -> Question:
+def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIssues) -> Question:
     """One MLVU item; multiple choice when it has candidates, open-ended otherwise."""
     question = str(common.require(item, "question", where))
     answer = common.require(item, "answer", where)
     if task in GENERATION_TASKS or not item.get("candidates"):
         return Question(question, [], str(answer), None, None, task, item, qid, {"kind": KIND_OPEN})
-    options = normalize_options(item["candidates"])
-    gt_index = resolve_gt_index(answer, options, prefer_text=True)
-    meta = {"kind": KIND_MC, "ambiguous_gold": gt_index is not None and options.count(options[gt_index]) > 1}
+    options = common.clean_options(item["candidates"], where, issues)
+    # The official template compares the raw candidate with the answer in a loop without a
+    # break: the last equal candidate is gold.
+    raw = [str(c) for c in item["candidates"]]
+    matches = [i for i, c in enumerate(raw) if c == str(answer)]
+    gt_index = matches[-1] if matches and len(raw) == len(options) else resolve_gt_index(answer, options,
+                                                                                        prefer_text=True)
+    meta = {"kind": KIND_MC, "ambiguous_gold": len(matches) > 1}
+    if len(matches) > 1:
+        issues.flag(where, "candidates", answer, f"the answer is listed {len(matches)} times; the last is gold, "
+                                                 "as the official template takes it")
     if gt_index is None:
-        # Refuse to guess: the question stays, unlabelled, and metrics report it as such.
-        meta["gt_error"] = f"answer {answer!r} is none of the candidates"
+        # Scoring needs a reference: excluded from the denominator, with the reason.
+        raise UsageError(f"mlvu: answer {answer!r} is none of the candidates in {where}")
     return Question(
         question=question,
         options=options,

@@ -77,19 +77,22 @@ def load(
     path = common.find_file(root, ANNOTATION_CANDIDATES, "OVO-Bench annotations ovo_bench_new.json")
     entries = common.read_json(path, expect=list)
     by_video: dict[str, list[Question]] = {}
+    issues = common.DataIssues()
     for number, entry in enumerate(entries):
-        where = f"{path.name} entry {number}"
-        video = str(common.require(entry, "video", where))
-        by_video.setdefault(video, []).extend(_questions(entry, where))
+        where = f"{path.name} entry {number} (id {entry.get('id') if isinstance(entry, dict) else None})"
+        built = issues.guard(where, lambda: (str(common.require(entry, "video", where)),
+                                             _questions(entry, where, issues)))
+        if built is not None:
+            by_video.setdefault(built[0], []).extend(built[1])
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records = [
         VideoRecord(video_id=video, video_path=finder.find(video), duration=None, questions=questions)
         for video, questions in by_video.items()
     ]
-    return common.finish(records, "ovo-bench", tasks, limit, known)
+    return common.finish(records, "ovo-bench", tasks, limit, known, issues=issues)
 
 
-def _questions(entry: dict, where: str) -> list[Question]:
+def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[Question]:
     """Turn one annotation entry into its question(s): one, or one per forward probe."""
     task = str(common.require(entry, "task", where))
     if task not in CATEGORY_OF:
@@ -101,7 +104,7 @@ def _questions(entry: dict, where: str) -> list[Question]:
         if not isinstance(probes, list) or not probes:
             raise UsageError(f"expected a non-empty 'test_info' list in {where}")
         return [_probe(entry, task, probe, i, f"{qid}-{i}", meta, where) for i, probe in enumerate(probes)]
-    options = normalize_options(common.require(entry, "options", where))
+    options = common.clean_options(common.require(entry, "options", where), where, issues)
     gt = common.require(entry, "gt", where)
     if not is_option_index(gt, len(options)):
         raise UsageError(f"expected 'gt' to index one of {len(options)} options in {where}, found {gt!r}")

@@ -74,7 +74,10 @@ def parse_strict(reply: str | None, options: Sequence[str]) -> int | None:
     return index if text.strip().casefold().rstrip(".") == options[index].strip().casefold().rstrip(".") else None
 
 
-def parse_official(reply: str | None, options: Sequence[str], benchmark: str) -> int | None:
+PARSER_VARIANTS = {"egoschema": ("current", "legacy")}
+
+
+def parse_official(reply: str | None, options: Sequence[str], benchmark: str, variant: str | None = None) -> int | None:
     """The option a reply names, by the benchmark's official extraction rule.
 
     Rules (official source in brackets):
@@ -84,15 +87,19 @@ def parse_official(reply: str | None, options: Sequence[str], benchmark: str) ->
       then the first capital A-D anywhere.
     * longvideobench [lmms-eval parse_multi_choice_response]: the same over A-E; the official
       code guesses at random when nothing is found, here that is None (counted wrong).
-    * mlvu [MLVU choice_bench.py check_ans]: the reply cut at its first ")" must be the letter
-      ("B) cat" -> B; "(B) cat" is not an answer).
+    * mlvu [MLVU choice_bench.py check_ans]: the character just before the reply's first ")"
+      ("B) cat" -> B, "(B) cat" -> B); without a ")" the whole reply must be the letter.
     * mvbench [Ask-Anything mvbench.ipynb check_ans]: "(" is prepended (the answer prompt ends
       with "(") and the first word, stripped of "(", ")" and ".", must be the letter, any case.
     * streamingbench [count.py]: the reply's first character.
     * lvbench [LVBench answer_util.polish_answer]: text before the first ")", after a "(",
       first word, first character.
-    * egoschema [lmms-eval egoschema_process_results_generation]: the reply equals an option
-      ("A. text."), its text, or its letter.
+    * egoschema [lmms-eval egoschema_process_results_generation, since late 2024]: the MMMU
+      multiple-choice parse ("(B)", "B ", "B." anywhere; else, for replies over five words, an
+      option's text; several candidates: the one whose last occurrence comes first). The
+      official code guesses at random when nothing is found; here that is None. `variant=
+      "legacy"` is the mid-2024 rule: the reply equals an option ("A. text."), its text, or
+      its letter.
     * ovo-bench [OVO-Bench OVOBenchScore]: the official scorer credits a reply that contains
       the correct letter; as an index, the first option letter found. Yes/no probes: "Y"/"N",
       else the first of "Yes"/"No" found.
@@ -102,6 +109,8 @@ def parse_official(reply: str | None, options: Sequence[str], benchmark: str) ->
         reply: The model's reply (for MVBench/MLVU, the continuation after "Best option:(").
         options: The question's options.
         benchmark: Benchmark name.
+        variant: An older official rule where the benchmark's scorer changed (PARSER_VARIANTS);
+            None: the current one.
 
     Returns:
         The option index, or None.
@@ -117,8 +126,8 @@ def parse_official(reply: str | None, options: Sequence[str], benchmark: str) ->
         match = re.search(f"[{letters}]", s)
         return None if match is None else _index(match.group(0), options)
     if name == "mlvu":
-        s = text.strip()
-        return _index(s[: s.index(")")] if ")" in s else s, options)
+        s = text  # check_ans does not strip
+        return _index(s[s.index(")") - 1: s.index(")")] if ")" in s else s, options)
     if name == "mvbench":
         first = ("(" + text.strip().split("\n")[0]).split(" ")[0]
         return _index(first.replace(".", "").replace("(", "").replace(")", "").upper(), options)
@@ -127,7 +136,7 @@ def parse_official(reply: str | None, options: Sequence[str], benchmark: str) ->
     if name == "lvbench":
         return _index(_polish_lvbench(text), options)
     if name == "egoschema":
-        return _egoschema(text.strip(), options)
+        return _egoschema(text.strip(), options) if variant == "legacy" else _mmmu(text, options)
     if name == "ovo-bench":
         return _ovo_index(text, options)
     return None  # rvs: open-ended
@@ -151,6 +160,30 @@ def _egoschema(pred: str, options: Sequence[str]) -> int | None:
     return next((i for i in range(len(options)) if pred in (LETTERS[i], LETTERS[i] + ".")), None)
 
 
+def _mmmu(response: str, options: Sequence[str]) -> int | None:
+    """lmms-eval's parse_multi_choice_response (after MMMU's eval_utils), step for step."""
+    letters = LETTERS[: len(options)]
+    for char in (",", ".", "!", "?", ";", ":", "'"):
+        response = response.strip(char)
+    response = f" {response} "  # spaces avoid partial matches
+    candidates = [f"({c})" for c in letters if f"({c})" in response]
+    candidates += [f"{c} " for c in letters if f"{c} " in response]
+    candidates += [f"{c}." for c in letters if f"{c}." in response]
+    by_letter = True
+    if not candidates and len(response.split()) > 5:
+        candidates = [c for c, text in zip(letters, options) if text.strip().lower() in response.lower()]
+        by_letter = False
+    if not candidates:
+        return None  # the official code picks a letter at random here
+    if len(candidates) > 1:
+        ends = [response.rfind(c) if by_letter else response.lower().rfind(options[letters.index(c)].strip().lower())
+                for c in candidates]
+        chosen = candidates[ends.index(min(ends))]
+    else:
+        chosen = candidates[0]
+    return _index(chosen.replace("(", "").replace(")", "").replace(".", "").strip(), options)
+
+
 def _ovo_index(reply: str, options: Sequence[str]) -> int | None:
     """OVO-Bench as an index: yes/no probes by word, otherwise the first option letter seen."""
     if list(options) == ["No", "Yes"]:
@@ -162,7 +195,7 @@ def _ovo_index(reply: str, options: Sequence[str]) -> int | None:
     return min(found)[1] if found else None
 
 
-def official_correct(reply: str | None, question: Question, benchmark: str) -> bool | None:
+def official_correct(reply: str | None, question: Question, benchmark: str, variant: str | None = None) -> bool | None:
     """Whether the official scorer would count the reply correct.
 
     Args:
@@ -198,7 +231,7 @@ def official_correct(reply: str | None, question: Question, benchmark: str) -> b
         pred = ("(" + text.strip().split("\n")[0]).lower().split(" ")[0]
         gt = f"({question.gt_letter.lower()})"
         return pred.replace(".", "") in gt or gt in pred
-    return parse_official(text, question.options, benchmark) == question.gt_index
+    return parse_official(text, question.options, benchmark, variant) == question.gt_index
 
 
 def strict_correct(reply: str | None, question: Question) -> bool | None:
@@ -220,7 +253,8 @@ def strict_correct(reply: str | None, question: Question) -> bool | None:
     return parse_strict(reply, question.options) == question.gt_index
 
 
-def score_reply(question: Question, reply: str | None, benchmark: str, answered_at_s: float | None = None) -> dict:
+def score_reply(question: Question, reply: str | None, benchmark: str, answered_at_s: float | None = None,
+                variant: str | None = None) -> dict:
     """Everything a per-sample result records about one reply.
 
     Args:
@@ -228,6 +262,7 @@ def score_reply(question: Question, reply: str | None, benchmark: str, answered_
         reply: The model's reply (None when it produced none).
         benchmark: Benchmark name.
         answered_at_s: For proactive output, when the model spoke (None: it never did).
+        variant: The official parser's variant (see `parse_official`).
 
     Returns:
         {"parsed_official", "parsed_strict", "official", "strict"} and, for proactive
@@ -236,9 +271,9 @@ def score_reply(question: Question, reply: str | None, benchmark: str, answered_
     """
     has_options = question.kind in (KIND_MC, KIND_YESNO)
     result = {
-        "parsed_official": parse_official(reply, question.options, benchmark) if has_options else None,
+        "parsed_official": parse_official(reply, question.options, benchmark, variant) if has_options else None,
         "parsed_strict": parse_strict(reply, question.options) if question.kind == KIND_MC else None,
-        "official": official_correct(reply, question, benchmark),
+        "official": official_correct(reply, question, benchmark, variant),
         "strict": strict_correct(reply, question),
     }
     if question.kind == KIND_PROACTIVE:

@@ -113,7 +113,8 @@ MLVU_SYSTEM = (
     "Carefully watch this video and pay attention to every detail. Based on your observations, select the best "
     "option that accurately addresses the question.\n"
 )
-BEST_OPTION_PREFIX = "Best option:("
+BEST_OPTION_PREFIX = "Best option:("  # MVBench
+MLVU_OPTION_PREFIX = "Best Option: ("  # MLVU choice_bench.py: capital O and a space
 
 # --- Video-MME: MME-Benchmarks/Video-MME README evaluation prompt (frames only); the same
 # text as lmms-eval tasks/videomme/utils.py with post_prompt "The best answer is:".
@@ -191,14 +192,14 @@ def _rvs(q: Question, previous, stage) -> Prompt:
     return Prompt(q.question)
 
 
-def _best_option(system: str):
+def _best_option(system: str, prefix: str = BEST_OPTION_PREFIX):
     """MVBench / MLVU: "Question: ...\\nOptions:\\n(A) ..." and the "Best option:(" prefix."""
 
     def build(q: Question, previous, stage) -> Prompt:
         if q.kind == KIND_OPEN:
             return Prompt(q.question)  # MLVU generation tasks: the question alone
         body = f"Question: {q.question}\nOptions:\n" + "\n".join(lettered(q.options, "({letter}) {text}"))
-        return Prompt(body + "\nOnly give the best option.", system=system, answer_prefix=BEST_OPTION_PREFIX)
+        return Prompt(body + "\nOnly give the best option.", system=system, answer_prefix=prefix)
 
     return build
 
@@ -230,7 +231,7 @@ _BUILDERS = {
     "streamingbench": _streamingbench,
     "rvs": _rvs,
     "mvbench": _best_option(MVBENCH_SYSTEM),
-    "mlvu": _best_option(MLVU_SYSTEM),
+    "mlvu": _best_option(MLVU_SYSTEM, MLVU_OPTION_PREFIX),
     "videomme": _videomme,
     "longvideobench": _letter_directly("\n"),
     "egoschema": _letter_directly(""),

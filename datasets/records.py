@@ -129,7 +129,7 @@ def sort_questions(questions: Sequence[Question]) -> list[Question]:
 _SPAN_SEPARATOR = re.compile(r"\s*,\s*|\s+-\s+|(?<=\d)-(?=\d)")
 
 
-def parse_timestamp(value: Any) -> float:
+def parse_timestamp(value: Any, carry: bool = False) -> float:
     """Parse one point in time to seconds.
 
     Accepts numbers (215, 54.2), numeric strings ("54.2"), and clock stamps with one to three
@@ -138,6 +138,9 @@ def parse_timestamp(value: Any) -> float:
 
     Args:
         value: The stamp as found in a benchmark file.
+        carry: Read every field as a count of its unit, whatever its size, as StreamingBench's
+            official scripts do (`sum(int(x) * 60 ** i ...)`): "00:12450" is 12,450 s. Off, a
+            minutes/seconds field of 60 or more is an error.
 
     Returns:
         Seconds, as a non-negative float.
@@ -162,8 +165,8 @@ def parse_timestamp(value: Any) -> float:
         numbers = [float(f) for f in fields]
     except ValueError:
         raise UsageError(f"expected a timestamp like H:MM:SS or seconds, found {text!r}") from None
-    # Only the leading field may exceed 59: "75" seconds is fine, "1:75" is a typo.
-    if any(n >= 60 or n < 0 for n in numbers[1:]):
+    # Only the leading field may exceed 59: "75" seconds is fine, "1:75" is a typo (unless `carry`).
+    if any(n < 0 or (n >= 60 and not carry) for n in numbers[1:]):
         raise UsageError(f"expected minutes and seconds below 60 in {text!r}")
     seconds = 0.0
     for n in numbers:

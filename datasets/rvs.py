@@ -72,44 +72,62 @@ def load(
     if not paths:
         raise UsageError(f"rvs: expected {SUBSETS['ego'][0]} or {SUBSETS['movie'][0]} under {root}, found neither")
     records = []
+    issues = common.DataIssues()
     for name, path in paths.items():
         finder = common.VideoFinder(root, (str(path.parent.relative_to(root)), f"{name}/videos", "videos", "."))
         for number, video in enumerate(common.read_json(path, expect=list)):
-            records.append(_record(video, name, finder, f"{path.name} entry {number}"))
-    return common.finish(records, f"rvs-{subset}" if subset else "rvs", tasks, limit, known=SUBSETS)
+            where = f"{path.name} entry {number}"
+            record = issues.guard(where, lambda: _record(video, name, finder, where, issues))
+            if record is not None and record.questions:
+                records.append(record)
+    return common.finish(records, f"rvs-{subset}" if subset else "rvs", tasks, limit, known=SUBSETS, issues=issues)
 
 
-def _record(video: dict, subset: str, finder: common.VideoFinder, where: str) -> VideoRecord:
+def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
+            issues: common.DataIssues) -> VideoRecord:
     """One RVS video with its conversations as questions."""
     video_id = str(common.require(video, "video_id", where))
     found = finder.find(str(common.require(video, "video_path", where)))
     duration = video.get("duration")
+    try:
+        duration = None if duration is None else parse_timestamp(duration)
+    except UsageError as exc:  # metadata only
+        issues.flag(where, "duration", duration, str(exc))
+        duration = None
     questions = []
     for i, turn in enumerate(common.require(video, "conversations", where)):
-        turn_where = f"{where} conversation {i}"
-        start = parse_timestamp(common.require(turn, "start_time", turn_where))
-        end = parse_timestamp(common.require(turn, "end_time", turn_where))
-        questions.append(
-            Question(
-                question=str(common.require(turn, "question", turn_where)),
-                options=[],
-                answer=str(common.require(turn, "answer", turn_where)),
-                gt_index=None,
-                # Asked once the span it refers to has been streamed.
-                t_s=end,
-                task=subset,
-                raw=turn,
-                qid=f"rvs-{subset}-{video_id}-{i}",
-                meta={"kind": KIND_OPEN, "start_s": start},
-            )
-        )
+        turn_where = f"{where} (video {video_id}) conversation {i}"
+        question = issues.guard(turn_where, lambda: _turn(turn, subset, video_id, i, turn_where, issues))
+        if question is not None:
+            questions.append(question)
     is_npy = found is not None and found.suffix.casefold() == ".npy"
     return VideoRecord(
         video_id=video_id,
         video_path=found,
-        duration=None if duration is None else parse_timestamp(duration),
+        duration=duration,
         questions=questions,
         frame_fps=NPY_FPS if is_npy else None,
+    )
+
+
+def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str, issues: common.DataIssues) -> Question:
+    """One RVS conversation turn: asked at its `end_time` (needed); `start_time` is metadata."""
+    end = parse_timestamp(common.require(turn, "end_time", turn_where))
+    try:
+        start = parse_timestamp(turn.get("start_time"))
+    except UsageError as exc:
+        start = None
+        issues.flag(turn_where, "start_time", turn.get("start_time"), str(exc))
+    return Question(
+        question=str(common.require(turn, "question", turn_where)),
+        options=[],
+        answer=str(common.require(turn, "answer", turn_where)),
+        gt_index=None,
+        t_s=end,  # asked once the span it refers to has been streamed
+        task=subset,
+        raw=turn,
+        qid=f"rvs-{subset}-{video_id}-{i}",
+        meta={"kind": KIND_OPEN, "start_s": start},
     )
 
 

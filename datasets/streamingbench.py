@@ -15,6 +15,11 @@ Source format: THUNLP-MT/StreamingBench `src/data/questions_{real,omni,sqa,proac
   questions have no options; they carry `ground_truth_time_stamp` and `ground_truth_output`,
   and are scored correct when the model speaks within 2 s of that time (see metrics.py).
 
+Junk in the real files: a few time stamps are irregular ("00:12450", "00:00:8"); the official
+scripts read every field as a count of its unit (`sum(int(x) * 60 ** i)`), so "00:12450" is
+12,450 s, and so does this loader (flagging the value). `questions_omni.json` has empty or
+padded candidates and 5-7 options in a few questions: kept as given, flagged.
+
 Videos are looked up relative to the data root, then in `videos/`, `<subset>/` and
 `<subset>/videos/` (the official README unzips each subset into `data/<subset>/`).
 """
@@ -84,19 +89,34 @@ def load(
         raise UsageError(f"streamingbench: expected {expected} under {root}, found none; download the annotations")
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records: list[VideoRecord] = []
+    issues = common.DataIssues()
     for subset, path in files.items():
         by_video: dict[str, list[Question]] = {}
+        seen: dict[str, int] = {}  # questions of each video read so far, excluded ones included
         for number, segment in enumerate(_segments(path, subset)):
             where = f"{path.name} segment {number}"
-            video = str(common.require(segment, "video_path", where))
+            entry = issues.guard(where, lambda: (str(common.require(segment, "video_path", where)),
+                                                 common.require(segment, "questions", where)))
+            if entry is None:
+                continue
+            video, entries = entry
             questions = by_video.setdefault(video, [])
-            for entry in common.require(segment, "questions", where):
-                stem = Path(video).stem
-                questions.append(_question(entry, subset, f"sb-{subset}-{stem}-{len(questions)}", where))
+            stem = Path(video).stem
+            for i, item in enumerate(entries):
+                # a qid counts every question of its video in file order, so that an excluded
+                # question never renames the ones after it
+                qid = f"sb-{subset}-{stem}-{seen.get(video, 0)}"
+                seen[video] = seen.get(video, 0) + 1
+                q_where = f"{where} question {i} (video {stem})"
+                built = issues.guard(q_where, lambda: _question(item, subset, qid, q_where, issues))
+                if built is not None:
+                    questions.append(built)
         for video, questions in by_video.items():
+            if not questions:
+                continue
             found = finder.find(video, extra_folders=(root / subset, root / subset / "videos"))
             records.append(VideoRecord(video_id=Path(video).stem, video_path=found, duration=None, questions=questions))
-    return common.finish(records, "streamingbench", tasks, limit, known=SUBSET_FILES)
+    return common.finish(records, "streamingbench", tasks, limit, known=SUBSET_FILES, issues=issues)
 
 
 def _segments(path: Path, subset: str) -> list[dict]:
@@ -110,10 +130,20 @@ def _segments(path: Path, subset: str) -> list[dict]:
     return segments
 
 
-def _question(entry: dict, subset: str, qid: str, where: str) -> Question:
+def official_seconds(value, where: str, field_name: str, issues: common.DataIssues) -> float:
+    """A StreamingBench time stamp read as the official scripts read it; irregular ones flagged."""
+    try:
+        return parse_timestamp(value)
+    except UsageError:
+        seconds = parse_timestamp(value, carry=True)  # still an error when not numbers at all
+        issues.flag(where, field_name, value, f"irregular time stamp read as {seconds:g} s, as the official scripts do")
+        return seconds
+
+
+def _question(entry: dict, subset: str, qid: str, where: str, issues: common.DataIssues) -> Question:
     """One StreamingBench question in unified form."""
     task = str(common.require(entry, "task_type", where))
-    t_s = parse_timestamp(common.require(entry, "time_stamp", where))
+    t_s = official_seconds(common.require(entry, "time_stamp", where), where, "time_stamp", issues)
     meta = {"groups": (subset,), "subset": subset}
     if subset == "proactive":
         return Question(
@@ -128,10 +158,11 @@ def _question(entry: dict, subset: str, qid: str, where: str) -> Question:
             meta={
                 **meta,
                 "kind": KIND_PROACTIVE,
-                "gt_time_s": parse_timestamp(common.require(entry, "ground_truth_time_stamp", where)),
+                "gt_time_s": official_seconds(common.require(entry, "ground_truth_time_stamp", where), where,
+                                              "ground_truth_time_stamp", issues),
             },
         )
-    options = normalize_options(common.require(entry, "options", where))
+    options = common.clean_options(common.require(entry, "options", where), where, issues, expected=4)
     gt_index = resolve_gt_index(common.require(entry, "answer", where), options)
     if gt_index is None:
         raise UsageError(f"answer {entry['answer']!r} names none of the {len(options)} options in {where}")

@@ -55,15 +55,17 @@ def load(
     rows = _read_rows(root)
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     by_video: dict[str, list[Question]] = {}
+    issues = common.DataIssues()
     for number, row in enumerate(rows):
-        where = f"Video-MME row {number}"
-        video = str(common.require(row, "videoID", where))
-        by_video.setdefault(video, []).append(_question(row, where))
+        where = f"Video-MME row {number} (question_id {row.get('question_id') if isinstance(row, dict) else None})"
+        built = issues.guard(where, lambda: (str(common.require(row, "videoID", where)), _question(row, where, issues)))
+        if built is not None:
+            by_video.setdefault(built[0], []).append(built[1])
     records = [
         VideoRecord(video_id=video, video_path=finder.find(f"{video}.mp4"), duration=None, questions=questions)
         for video, questions in by_video.items()
     ]
-    return common.finish(records, "videomme", tasks, limit, known=DURATIONS)
+    return common.finish(records, "videomme", tasks, limit, known=DURATIONS, issues=issues)
 
 
 def _read_rows(root: Path) -> list[dict]:
@@ -123,9 +125,9 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) else value
 
 
-def _question(row: dict, where: str) -> Question:
+def _question(row: dict, where: str, issues: common.DataIssues) -> Question:
     """One Video-MME row in unified form."""
-    options = normalize_options(common.require(row, "options", where))
+    options = common.clean_options(common.require(row, "options", where), where, issues, expected=4)
     gt_index = resolve_gt_index(common.require(row, "answer", where), options)
     if gt_index is None:
         raise UsageError(f"videomme: answer {row['answer']!r} names none of the options in {where}")

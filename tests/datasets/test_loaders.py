@@ -271,7 +271,7 @@ def test_mlvu_task_folders_duplicate_gold_and_generation():
             [("mlvu-1_plotQA-0", "plotQA", None, 0, "Yellow"), ("mlvu-1_plotQA-1", "plotQA", None, 1, "A book")],
         ),
         # Same file name in another task folder is a different video.
-        ("4_count/movie101_66.mp4", "video/4_count/movie101_66.mp4", [("mlvu-4_count-0", "count", None, 1, "Three")]),
+        ("4_count/movie101_66.mp4", "video/4_count/movie101_66.mp4", [("mlvu-4_count-0", "count", None, 2, "Three")]),  # last match is gold, as official
     ]
     assert records[1].questions[0].meta["ambiguous_gold"] is True
     assert records[0].duration == 246.0

@@ -16,16 +16,16 @@ OFFICIAL = {
     # Prefix removal, then the first capital A-D anywhere.
     "videomme": [1, 1, 1, 1, None, None],
     "longvideobench": [1, 1, 1, 1, None, None],
-    # Text before the first ")" must be the letter itself.
-    "mlvu": [1, None, None, None, None, None],
+    # check_ans: the character just before the first ")"; without one, the whole reply.
+    "mlvu": [1, 1, None, None, None, None],
     # "(" + reply, first word, brackets and dots removed, any case.
     "mvbench": [1, 1, None, None, 1, None],
     # The first character, as count.py compares it ("Best..." starts with B).
     "streamingbench": [1, None, None, 1, None, None],
     # polish_answer: before ")", after "(", first word, first character.
     "lvbench": [1, 1, None, 1, None, None],
-    # The reply must equal "B. cat.", "cat." or "B".
-    "egoschema": [1, None, None, None, None, None],
+    # MMMU-style (lmms-eval since late 2024): "(B)", "B " or "B." anywhere in " reply ".
+    "egoschema": [1, 1, 1, 1, None, None],
     # The first option letter appearing anywhere.
     "ovo-bench": [1, 1, 1, 1, None, None],
     # Open-ended: nothing to parse.
@@ -36,6 +36,24 @@ OFFICIAL = {
 @pytest.mark.parametrize("benchmark", sorted(OFFICIAL))
 def test_parse_official(benchmark):
     assert [parse_official(reply, OPTIONS, benchmark) for reply in REPLIES] == OFFICIAL[benchmark]
+
+
+def test_egoschema_legacy_variant_needs_an_exact_reply():
+    # mid-2024 lmms-eval: the reply must equal "B. cat.", "cat." or "B"
+    assert [parse_official(r, OPTIONS, "egoschema", "legacy") for r in REPLIES] == [1, None, None, None, None, None]
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("I think the answer is (C), not (B).", 2),  # several candidates: the one whose last occurrence comes first
+        ("The man is clearly chasing the little mouse around", 2),  # over five words, no letter: option text
+        ("mouse", None),  # option text in a short reply is not read
+        ("E.", None),  # not one of the four letters
+    ],
+)
+def test_egoschema_current_mmmu_parse(reply, expected):
+    assert parse_official(reply, OPTIONS, "egoschema") == expected
 
 
 def test_parse_strict_on_the_crafted_replies():
@@ -65,9 +83,10 @@ def test_parse_strict_forms(reply, expected):
 
 def test_official_extras():
     assert parse_official("B) cat", OPTIONS, "mlvu") == 1
-    assert parse_official("cat.", OPTIONS, "egoschema") == 1
-    assert parse_official("B. cat.", OPTIONS, "egoschema") == 1
-    assert parse_official("cat", OPTIONS, "egoschema") is None
+    assert parse_official("cat.", OPTIONS, "egoschema", "legacy") == 1
+    assert parse_official("B. cat.", OPTIONS, "egoschema", "legacy") == 1
+    assert parse_official("cat", OPTIONS, "egoschema", "legacy") is None
+    assert parse_official("cat.", OPTIONS, "egoschema") is None  # current: a short reply's text is not read
     assert parse_official("The best answer is E", OPTIONS + ["fish"], "longvideobench") == 4
     assert parse_official("The best answer is E", OPTIONS + ["fish"], "videomme") is None  # A-D only
     # Video-MME's official prefix list never removes "Best option:" (two missing commas), so
