@@ -15,12 +15,16 @@ Aggregations (`metric` names used by the registry):
   (backward / realtime / forward) is the mean of its tasks; overall the mean of categories.
 * streamingbench -- per task and per subset file, overall micro; proactive output also
   reports `time_accuracy` (answered within ±2 s, count.py).
-* videomme -- per task and per duration bucket (short / medium / long), overall micro.
+* videomme -- per task and per duration bucket (short / medium / long), overall micro; also
+  `overall_extracted`, the official eval_your_results.py definition (correct / replies with
+  an extractable letter), named in `official_definition`.
 * mlvu -- per task, overall micro and M-Avg (mean of the task accuracies).
 * longvideobench -- per question category and per duration group, overall micro.
 * lvbench -- per question type, a question counting toward every type it lists
   (compute_accuracy.py), overall micro.
-* judge -- open-ended (RVS): share judged correct and mean judge score, when a judge ran.
+* judge -- open-ended (RVS): share judged correct over every question (ours), and ReKV's
+  eval_open_ended.py definitions, the official ones: `rekv_accuracy` = yes / (yes + no) over
+  judged replies and `rekv_mean_score`, the mean integer score over them.
 """
 
 from __future__ import annotations
@@ -145,8 +149,18 @@ def summarize(
     elif metric == "mlvu":
         summary["m_avg"] = _mean(t["accuracy"] for t in per_task.values())
     elif metric == "judge":
-        scores = [results[q.qid].get("judge_score") for q in labelled if q.qid in results]
-        summary["mean_score"] = _mean(float(s) for s in scores if s is not None)
+        judged = [results[q.qid] for q in labelled if q.qid in results and results[q.qid].get(key) is not None]
+        scores = [r.get("judge_score") for r in judged if r.get("judge_score") is not None]
+        summary["mean_score"] = _mean(float(s) for s in scores)
+        summary["rekv_accuracy"] = sum(1 for r in judged if r[key]) / len(judged) if judged else None
+        summary["rekv_mean_score"] = _mean(float(int(s)) for s in scores)  # ReKV casts the score to int
+        summary["official_definition"] = "rekv_accuracy"
+    elif metric == "videomme":
+        parsed = "parsed_official" if key == "official" else "parsed_strict"
+        extracted = [results[q.qid] for q in labelled if q.qid in results and results[q.qid].get(parsed) is not None]
+        summary["overall_extracted"] = sum(1 for r in extracted if r.get(key)) / len(extracted) if extracted else None
+        summary["extracted"] = len(extracted)
+        summary["official_definition"] = "overall_extracted"
     if metric == "streamingbench":
         _proactive_timing(summary, labelled, results)
     return summary

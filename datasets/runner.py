@@ -13,7 +13,17 @@ Protocols (DESIGN §7; the registry says which a benchmark uses):
 * offline (Video-MME, MVBench, EgoSchema, MLVU, LongVideoBench, LVBench): the whole video (or
   the MVBench window) is encoded, then every question is asked.
 
-Prompts come from `prompts.build_prompt` and are sent verbatim (options included in the text,
+Protocol variants (`protocol=`, recorded in the summary): "official" (the default: what
+published numbers used) and "strict" (only frames before the question, one continuing stream).
+They differ where the official pipelines differ from the streaming rule:
+
+* OVO-Bench official feeds the clip [0, ceil(t)]: a question at t is answered from the frames
+  up to and including ceil(t) (the stream still continues; frames never go back).
+* StreamingBench official ("main" setting) answers each question from a fresh session over
+  the last CONTEXT_S seconds, [t - 60, t); a proactive question gets a fresh session fed from
+  the question time onwards and is polled on it.
+
+Elsewhere both variants are the same. Prompts come from `prompts.build_prompt` and are sent verbatim (options included in the text,
 none passed to the session). Replies are scored by `parsing.score_reply` (official and strict),
 open-ended replies by a `judge.Judge` when one is configured. Results go to `results.SampleLog`
 as they are produced; `summary.json` and `report.md` are written at the end.
@@ -27,9 +37,11 @@ counted in the summary (`resume.replay_mismatches`).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import json
+import math
 import re
 import sys
 import time
@@ -39,7 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hermes.config import HermesConfig
-from hermes.errors import SourceError
+from hermes.errors import SourceError, UsageError
 
 from . import registry
 from .judge import Judge, JudgeConfig, build_judge
@@ -50,12 +62,18 @@ from .record_frames import open_record_frames
 from .records import KIND_OPEN, KIND_PROACTIVE, Question, VideoRecord
 from .report import write_report
 from .results import SUMMARY_FILE, SampleLog, write_atomic
-from .summary import accuracy, cost_figures, coverage, environment
+from .shards import Shard, select_shard
+from .summary import accuracy, cost_figures, coverage, environment, input_settings
 
 # StreamingBench proactive polling (StreamingBenchProactive.py): first poll one second after the
 # question, then every second, until this long after the ground-truth time.
 POLL_INTERVAL_S = 1.0
 POLL_AFTER_GT_S = 4.0
+# StreamingBench's official main setting: seconds of video before the question each answer sees.
+CONTEXT_S = 60.0
+PROTOCOL_VARIANTS = ("official", "strict")
+# OVO-Bench official: frames up to and including ceil(t); this much past it stays out.
+_INCLUSIVE_S = 1e-6
 
 
 class FutureFrameError(AssertionError):
@@ -96,29 +114,57 @@ class _VideoRun:
             SourceError: The video cannot be read (open or mid-stream).
             FutureFrameError: An answer saw frames after its question.
         """
+        if self.ctx.windowed:
+            self._windowed()
+            return
+        with self._open(0.0):
+            if self.ctx.protocol == registry.STREAMING:
+                self._streaming()
+            else:
+                self.session.advance()
+                for i in range(len(self.record.questions)):
+                    self._finish(i, self._ask(self._prompt(i), None))
+
+    @contextlib.contextmanager
+    def _open(self, start_s: float):
+        """A fresh session over the video's frames from `start_s` on (closed on exit)."""
         from hermes.pipelines.session import StreamingSession
 
         cfg = self.ctx.cfg
         with open_record_frames(self.record, cfg.stream.fps, cfg.stream.backend) as source:
-            self.session = StreamingSession(self.ctx.model, cfg.memory, source.frames,
-                                            chunk_frames=cfg.stream.chunk_frames,
+            frames = source.frames if start_s <= 0 else (f for f in source.frames if f.t_s >= start_s)
+            self.session = StreamingSession(self.ctx.model, cfg.memory, frames, chunk_frames=cfg.stream.chunk_frames,
                                             max_new_tokens=cfg.model.max_new_tokens)
+            self.frames_seen = 0
             try:
-                if self.ctx.protocol == registry.STREAMING:
-                    self._streaming()
-                else:
-                    self.session.advance()
-                    for i in range(len(self.record.questions)):
-                        self._finish(i, self._ask(self._prompt(i), None))
+                yield self.session
             finally:
                 self.session.close()
+
+    def _windowed(self) -> None:
+        """StreamingBench official: each question on a fresh session over [t - CONTEXT_S, t);
+        proactive ones from their question time on; untimed ones over the whole video."""
+        questions = self.record.questions
+        for i, q in enumerate(questions):
+            if q.t_s is None:
+                with self._open(0.0):
+                    self.session.advance()
+                    self._finish(i, self._ask(self._prompt(i), None))
+            elif q.kind == KIND_PROACTIVE:
+                with self._open(q.t_s):
+                    self._poll(i, q)
+            else:
+                with self._open(max(0.0, q.t_s - CONTEXT_S)):
+                    self._finish(i, self._ask(self._prompt(i), q.t_s))
 
     def _prompt(self, index: int, stage: str = "answer") -> Prompt:
         questions = self.record.questions
         return build_prompt(self.ctx.name, questions[index], previous=questions[:index], stage=stage)
 
     def _ask(self, prompt: Prompt, at_s: float | None):
-        """Ask through the session and check the no-future-frames rule."""
+        """Ask through the session and check the no-future-frames rule (of the protocol variant)."""
+        if at_s is not None and self.ctx.inclusive_ceil:
+            at_s = math.ceil(at_s) + _INCLUSIVE_S  # OVO-Bench official: the clip [0, ceil(t)]
         answer = self.session.ask(sent_text(prompt), at=at_s, answer_prefix=prompt.answer_prefix or "")
         if at_s is not None and answer.last_frame_t_s is not None and not answer.last_frame_t_s < at_s:
             raise FutureFrameError(f"{self.record.video_id}: question at {at_s:g}s was answered from a frame at "
@@ -147,23 +193,38 @@ class _VideoRun:
         polls: dict[int, list[dict]] = {}
         while events:
             at_s, _, i, poll = heapq.heappop(events)
-            q = questions[i]
             if not poll:
                 self._finish(i, self._ask(self._prompt(i), at_s))
                 continue
-            check = self._ask(self._prompt(i, stage="poll"), at_s)
-            polls.setdefault(i, []).append({"at_s": at_s, "reply": check.answer, "frames_seen": check.frames_seen,
-                                            "last_frame_t_s": check.last_frame_t_s})
-            if "yes" in check.answer.strip().lower():
-                self._finish(i, self._ask(self._prompt(i), at_s), answered_at_s=at_s, polls=polls[i])
-            elif (next_at := q.t_s + (poll + 1) * POLL_INTERVAL_S) <= q.meta.get("gt_time_s", q.t_s) + POLL_AFTER_GT_S:
+            next_at = self._poll_once(i, questions[i], at_s, poll, polls.setdefault(i, []))
+            if next_at is not None:
                 heapq.heappush(events, (next_at, next(order), i, poll + 1))
-            else:
-                self._finish(i, check, answered_at_s=None, polls=polls[i])  # never said "yes"
         if untimed:
             self.session.advance()
             for i in untimed:
                 self._finish(i, self._ask(self._prompt(i), None))
+
+    def _poll_once(self, i: int, q: Question, at_s: float, poll: int, history: list[dict]) -> float | None:
+        """One proactive poll ("is it the right time?"); returns the next poll's time, or None when done."""
+        check = self._ask(self._prompt(i, stage="poll"), at_s)
+        history.append({"at_s": at_s, "reply": check.answer, "frames_seen": check.frames_seen,
+                        "last_frame_t_s": check.last_frame_t_s})
+        if "yes" in check.answer.strip().lower():
+            self._finish(i, self._ask(self._prompt(i), at_s), answered_at_s=at_s, polls=history)
+            return None
+        next_at = q.t_s + (poll + 1) * POLL_INTERVAL_S
+        if next_at <= q.meta.get("gt_time_s", q.t_s) + POLL_AFTER_GT_S:
+            return next_at
+        self._finish(i, check, answered_at_s=None, polls=history)  # never said "yes"
+        return None
+
+    def _poll(self, i: int, q: Question) -> None:
+        """Every poll of one proactive question on the current session."""
+        history: list[dict] = []
+        at_s, poll = q.t_s + POLL_INTERVAL_S, 1
+        while at_s is not None:
+            at_s = self._poll_once(i, q, at_s, poll, history)
+            poll += 1
 
     def _finish(self, index: int, answer, answered_at_s: float | None = None, polls: list | None = None) -> None:
         """Score and record the answer to question `index` (or compare it, for one recorded before)."""
@@ -181,7 +242,8 @@ class _VideoRun:
             "question": q.question, "options": q.options, "reference": q.answer, "gt_index": q.gt_index,
             "t_s": q.t_s, "prompt": {"system": prompt.system, "user": prompt.user,
                                      "answer_prefix": prompt.answer_prefix},
-            "reply": reply, **score_reply(q, reply, self.ctx.name, answered_at_s=answered_at_s),
+            "reply": reply, **score_reply(q, reply, self.ctx.name, answered_at_s=answered_at_s,
+                                          variant=self.ctx.parser_variant),
             "at_s": answer.at_s, "frames_seen": answer.frames_seen, "last_frame_t_s": answer.last_frame_t_s,
             "ttft_ms": round(answer.ttft_ms, 3), "latency_ms": round(answer.latency_ms, 3), "memory": answer.memory,
         }
@@ -199,10 +261,14 @@ class _Run:
     """State shared by the videos of one run."""
 
     def __init__(self, name: str, protocol: str, cfg: HermesConfig, model, judge: Judge | None, log: SampleLog,
-                 bar) -> None:
+                 bar, variant: str = "official", parser_variant: str | None = None) -> None:
         self.name, self.protocol, self.cfg = name, protocol, cfg
         self.model, self.judge, self.log, self.bar = model, judge, log, bar
         self.replay_mismatches = 0
+        self.variant, self.parser_variant = variant, parser_variant
+        official = variant == "official" and protocol == registry.STREAMING
+        self.inclusive_ceil = official and name == "ovo-bench"  # the clip [0, ceil(t)]
+        self.windowed = official and name == "streamingbench"  # [t - 60 s, t), proactive from t
 
     def judge_sample(self, q: Question, sample: dict) -> None:
         """Add the judge's verdict to an open-ended sample (when a judge is configured)."""
@@ -234,7 +300,8 @@ def default_output_dir(benchmark: str, cfg: HermesConfig) -> Path:
 def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None = None,
              tasks: str | Sequence[str] | None = None, output_dir, resume: bool = False,
              strict_videos: bool = False, progress: bool = True, model=None,
-             judge: Judge | JudgeConfig | None = None) -> dict:
+             judge: Judge | JudgeConfig | None = None, protocol: str = "official",
+             parser_variant: str | None = None, shard: Shard | None = None) -> dict:
     """Evaluate one benchmark end to end and write its results.
 
     Args:
@@ -251,43 +318,63 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         model: A loaded adapter to use instead of loading `cfg.model` (tests, notebooks).
         judge: A judge, or the config of one, for open-ended questions; None leaves them
             unscored (replies are still recorded; rerun with `resume` and a judge to score).
+        protocol: "official" (what published numbers used; see the module docstring) or
+            "strict" (only frames before the question).
+        parser_variant: An older official parser where one exists (parsing.PARSER_VARIANTS).
+        shard: Run only this shard's videos (`--shard i/n`); merge shards with `eval merge`.
 
     Returns:
         The summary dict also written to `summary.json`.
 
     Raises:
-        UsageError: Bad benchmark, tasks, limit, data root or output folder.
+        UsageError: Bad benchmark, tasks, limit, data root, output folder or variant.
         SourceError: No selected video on disk, or (strict_videos) the first missing/unreadable one.
         ModelError: The model or judge cannot be loaded or reached.
         FutureFrameError: An answer saw frames after its question (a bug).
     """
+    from .parsing import PARSER_VARIANTS
+
     started = time.perf_counter()
     name = registry.canonical_name(benchmark)
     spec = registry.get_benchmark(name)
-    records = spec.loader(data_root, tasks=tasks, limit=limit)
+    if protocol not in PROTOCOL_VARIANTS:
+        raise UsageError(f"expected --protocol official or strict, found {protocol!r}")
+    if parser_variant is not None and parser_variant not in PARSER_VARIANTS.get(registry.family(name), ()):
+        known = ", ".join(f"{b}: {'/'.join(v)}" for b, v in PARSER_VARIANTS.items())
+        raise UsageError(f"{name} has no parser variant {parser_variant!r} (variants: {known})")
+    loaded = spec.loader(data_root, tasks=tasks, limit=limit)
+    issues = getattr(loaded, "issues", None)
+    records = select_shard(list(loaded), shard)
     missing = [r.video_id for r in records if not r.available]
     if strict_videos and missing:
         raise SourceError(f"{name}: video {missing[0]} is not under {data_root} ({len(missing)} of {len(records)} "
                           "selected videos missing); download it or drop --strict-videos")
     if isinstance(judge, JudgeConfig):
         judge = build_judge(judge)
-    manifest = {"benchmark": name, "model": cfg.model.name if model is None else model.name, "config": cfg.to_dict()}
+    model_name = cfg.model.name if model is None else model.name
+    manifest = {"benchmark": name, "model": model_name, "config": cfg.to_dict(), "protocol": protocol,
+                "parser_variant": parser_variant, "shard": None if shard is None else str(shard)}
     # The output folder is checked before the model loads: a wrong --output fails in a second.
     with SampleLog.open(output_dir, manifest, resume) as log:
-        if model is None:
+        todo = [q for r in records if r.available for q in r.questions if q.qid not in log.samples]
+        rejudge = judge is not None and any(
+            "judge_raw" not in log.samples[q.qid] for r in records for q in r.questions
+            if q.qid in log.samples and q.kind == KIND_OPEN and q.answer is not None)
+        if model is None and todo:  # nothing left to answer: no model to load (a finished --resume)
             from hermes.models.loading import load_model
 
             model = load_model(cfg.model)
-        todo = [q for r in records if r.available for q in r.questions if q.qid not in log.samples]
         bar = None
         if progress and sys.stderr.isatty() and todo:
             from tqdm import tqdm
 
             bar = tqdm(total=len(todo), unit="question", desc=name)
-        ctx = _Run(name, spec.protocol, cfg, model, judge, log, bar)
+        ctx = _Run(name, spec.protocol, cfg, model, judge, log, bar, protocol, parser_variant)
+        ctx.model_name = model.name if model is not None else model_name
         unreadable = []
         try:
-            _rejudge(ctx, records)
+            if rejudge:
+                _rejudge(ctx, records)
             for record in records:
                 if not record.available or all(q.qid in log.samples for q in record.questions):
                     continue
@@ -301,7 +388,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
             if bar is not None:
                 bar.close()
         videos = {"expected": len(records), "missing": missing, "unreadable": unreadable}
-        summary = _summary(ctx, spec, records, videos, time.perf_counter() - started)
+        summary = _summary(ctx, spec, records, videos, time.perf_counter() - started, issues, tasks, shard)
     folder = Path(output_dir).expanduser()
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     write_atomic(folder / SUMMARY_FILE, text)
@@ -323,7 +410,8 @@ def _rejudge(ctx: _Run, records: Sequence[VideoRecord]) -> None:
             ctx.log.append(updated)  # the last line of a qid wins
 
 
-def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall_s: float) -> dict:
+def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall_s: float, issues=None,
+             tasks=None, shard: Shard | None = None) -> dict:
     """Everything summary.json holds."""
     questions = questions_of(records)
     selected = {q.qid for q in questions}
@@ -341,8 +429,12 @@ def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall
         notes.append(f"{ctx.replay_mismatches} replayed answers differ from the recorded ones (non-deterministic "
                      "kernels?); the recorded ones are kept")
     return {
-        "benchmark": ctx.name, "protocol": ctx.protocol, "metric": spec.metric, "model": ctx.model.name,
+        "benchmark": ctx.name, "protocol": ctx.protocol, "protocol_variant": ctx.variant,
+        "parser_variant": ctx.parser_variant, "metric": spec.metric, "model": ctx.model_name,
+        # what every number here was measured with: fps, pixels per frame, judge, subset
+        "settings": input_settings(ctx.cfg, ctx.model, ctx.judge, tasks, ctx.variant, shard),
         "accuracy": accuracy(spec.metric, questions, results),
+        "data_issues": issues.to_json() if issues is not None else None,
         "coverage": coverage(questions, results, videos),
         "cost": cost_figures(samples),
         "judge": ctx.judge.describe() if ctx.judge is not None else None,

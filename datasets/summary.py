@@ -138,3 +138,25 @@ def environment() -> dict:
     The command line is not recorded: it can hold a judge URL with credentials.
     """
     return {"versions": versions(), "git": git_state()}
+
+
+def input_settings(cfg, model, judge, tasks, variant: str, shard) -> dict:
+    """What every reported number was measured with (input resolution alone moves
+    StreamingBench by about 4 points in peers' reports), for summary.json and report.md.
+
+    Returns:
+        {"fps", "pixels_per_frame", "frame_size", "tokens_per_frame", "judge", "subset",
+        "protocol_variant", "shard"}; a value the model does not state is None.
+    """
+    side = getattr(model, "image_size", None)
+    frame_size = getattr(model, "frame_size", None) or ((side, side) if isinstance(side, int) else None)
+    return {
+        "fps": cfg.stream.fps,
+        "pixels_per_frame": frame_size[0] * frame_size[1] if frame_size else None,
+        "frame_size": list(frame_size) if frame_size else None,
+        "tokens_per_frame": getattr(model, "tokens_per_frame", None) or None,
+        "judge": None if judge is None else f"{judge.describe()['kind']}:{judge.describe()['model']}",
+        "subset": tasks or "all",
+        "protocol_variant": variant,
+        "shard": None if shard is None else str(shard),
+    }
