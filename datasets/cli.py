@@ -31,8 +31,19 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
                     "(one line per question, appended as it goes), summary.json, report.md.")
     p.add_argument("benchmark", metavar="BENCHMARK",
                    help="ovo-bench, streamingbench, rvs-ego, rvs-movie, videomme, mvbench, egoschema, mlvu, "
-                        "longvideobench, lvbench")
-    p.add_argument("--data-root", required=True, metavar="DIR", help="the benchmark's folder (annotations, videos)")
+                        "longvideobench, lvbench; or 'merge' (join --shard runs: eval merge PART... --output DIR "
+                        "--data-root DIR) or 'check' (load the annotations only: eval check BENCHMARK --data-root DIR)")
+    p.add_argument("parts", nargs="*", metavar="PART",
+                   help="merge: the shard runs' results folders; check: the benchmark to check")
+    p.add_argument("--data-root", metavar="DIR", help="the benchmark's folder (annotations, videos); required")
+    p.add_argument("--protocol", choices=("official", "strict"), default="official",
+                   help="official (default): as the published numbers were made (OVO-Bench clip [0, ceil(t)], "
+                        "StreamingBench 60 s context); strict: only frames before the question, one stream")
+    p.add_argument("--parser-variant", metavar="NAME",
+                   help="an older official answer parser: 'legacy' for egoschema (lmms-eval mid-2024 exact match)")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run only shard I of N (every N-th video from the I-th; 'auto': torchrun's RANK/WORLD_SIZE); "
+                        "join the parts with eval merge")
     p.add_argument("--model", help="model preset, hub id, local directory or builtin tiny-*")
     p.add_argument("--memory", help="memory preset from configs/memory (default: full)")
     p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections")
@@ -95,6 +106,33 @@ def _headline(summary: dict, output: str) -> str:
             f"questions answered{missing}{unreadable})\nresults: {output}/summary.json, {output}/report.md")
 
 
+def _check(args) -> int:
+    """`eval check BENCHMARK --data-root DIR`: load the annotations (no video needed, no model) and
+    print how many questions they yield, and what was flagged or excluded, with reasons."""
+    from hermes.errors import UsageError
+
+    from . import registry
+    from .common import annotations_only
+
+    if len(args.parts) != 1:
+        raise UsageError("eval check BENCHMARK --data-root DIR: name one benchmark")
+    name = registry.canonical_name(args.parts[0])
+    with annotations_only():
+        records = registry.get_benchmark(name).loader(args.data_root, tasks=",".join(args.tasks) if args.tasks else None)
+    issues = records.issues.to_json()
+    report = {"benchmark": name, "videos": len(records), "questions": sum(len(r.questions) for r in records),
+              "videos_on_disk": sum(1 for r in records if r.available), **issues}
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    print(f"{name}: {report['questions']} questions on {report['videos']} videos ({report['videos_on_disk']} on "
+          f"disk); {issues['flagged']} flagged, {issues['excluded']} excluded")
+    for kind in ("flagged", "excluded"):
+        for item in issues[f"{kind}_items"][:20]:
+            print(f"  {kind}: {item['where']}: {item.get('field', '')} {item['reason']}".replace("  ", " ", 1))
+    return 0
+
+
 def cmd_eval(args) -> int:
     """Run `eval` from parsed arguments.
 
@@ -106,8 +144,23 @@ def cmd_eval(args) -> int:
         HermesError: Usage/config (exit 2), source (3) or model/judge (4) errors.
     """
     from hermes.config import build_config
+    from hermes.errors import UsageError
 
     from .runner import default_output_dir, run_eval
+    from .shards import merge_shards, parse_shard
+
+    if not args.data_root:
+        raise UsageError("eval needs --data-root DIR (the benchmark's annotations and videos)")
+    if args.benchmark == "merge":
+        if not args.parts or not args.output:
+            raise UsageError("eval merge PART... --output DIR --data-root DIR: give the shard folders and --output")
+        summary = merge_shards(args.parts, args.output, args.data_root)
+        print(json.dumps(summary, ensure_ascii=False) if args.json else _headline(summary, args.output))
+        return 0
+    if args.benchmark == "check":
+        return _check(args)
+    if args.parts:
+        raise UsageError(f"eval {args.benchmark}: unexpected arguments {' '.join(args.parts)}")
 
     overrides = list(args.set or [])
     if args.device:
@@ -115,9 +168,13 @@ def cmd_eval(args) -> int:
     cfg = build_config(model=args.model, memory=args.memory, config_file=args.config, overrides=overrides)
     tasks = ",".join(args.tasks) if args.tasks else None
     output = args.output or str(default_output_dir(args.benchmark, cfg))
+    shard = parse_shard(args.shard) if args.shard else None
+    if shard is not None and not args.output:
+        output = f"{output}-shard{shard.index}of{shard.count}"
     summary = run_eval(args.benchmark, args.data_root, cfg, limit=args.limit, tasks=tasks, output_dir=output,
                        resume=args.resume, strict_videos=args.strict_videos, progress=not args.quiet,
-                       judge=_judge_config(args))
+                       judge=_judge_config(args), protocol=args.protocol, parser_variant=args.parser_variant,
+                       shard=shard)
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
     else:

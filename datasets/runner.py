@@ -301,7 +301,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
              tasks: str | Sequence[str] | None = None, output_dir, resume: bool = False,
              strict_videos: bool = False, progress: bool = True, model=None,
              judge: Judge | JudgeConfig | None = None, protocol: str = "official",
-             parser_variant: str | None = None, shard: Shard | None = None) -> dict:
+             parser_variant: str | None = None, shard: Shard | None = None, answer_missing: bool = True) -> dict:
     """Evaluate one benchmark end to end and write its results.
 
     Args:
@@ -322,6 +322,8 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
             "strict" (only frames before the question).
         parser_variant: An older official parser where one exists (parsing.PARSER_VARIANTS).
         shard: Run only this shard's videos (`--shard i/n`); merge shards with `eval merge`.
+        answer_missing: Off: answer nothing, only summarise the samples already in
+            `output_dir` (what `eval merge` does; unanswered questions count as missing).
 
     Returns:
         The summary dict also written to `summary.json`.
@@ -353,10 +355,11 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         judge = build_judge(judge)
     model_name = cfg.model.name if model is None else model.name
     manifest = {"benchmark": name, "model": model_name, "config": cfg.to_dict(), "protocol": protocol,
-                "parser_variant": parser_variant, "shard": None if shard is None else str(shard)}
+                "parser_variant": parser_variant, "tasks": tasks, "shard": None if shard is None else str(shard)}
     # The output folder is checked before the model loads: a wrong --output fails in a second.
     with SampleLog.open(output_dir, manifest, resume) as log:
         todo = [q for r in records if r.available for q in r.questions if q.qid not in log.samples]
+        todo = todo if answer_missing else []
         rejudge = judge is not None and any(
             "judge_raw" not in log.samples[q.qid] for r in records for q in r.questions
             if q.qid in log.samples and q.kind == KIND_OPEN and q.answer is not None)
@@ -376,7 +379,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
             if rejudge:
                 _rejudge(ctx, records)
             for record in records:
-                if not record.available or all(q.qid in log.samples for q in record.questions):
+                if not todo or not record.available or all(q.qid in log.samples for q in record.questions):
                     continue
                 try:
                     _VideoRun(ctx, record).run()

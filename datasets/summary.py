@@ -155,7 +155,7 @@ def input_settings(cfg, model, judge, tasks, variant: str, shard) -> dict:
         "pixels_per_frame": frame_size[0] * frame_size[1] if frame_size else None,
         "frame_size": list(frame_size) if frame_size else None,
         "tokens_per_frame": getattr(model, "tokens_per_frame", None) or None,
-        "judge": None if judge is None else f"{judge.describe()['kind']}:{judge.describe()['model']}",
+        "judge": None if judge is None else f"{judge.describe()['kind']}:{judge.describe()['model']}",  # see judged_by
         "subset": tasks or "all",
         "protocol_variant": variant,
         "shard": None if shard is None else str(shard),

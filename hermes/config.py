@@ -67,6 +67,8 @@ class MemoryConfig:
     reindex: str = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
     position_reserve: int = 1024  # positions kept free for a question and its answer
     sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
+    recent_frames: int = 4  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
+    recent_fps: float = 1.0  # `recent-frames`: their rate, frames per second, counted back from the newest
     # Levels 2 (host memory) and 3 (disk + FAISS): active with a memory directory or with recall on.
     # Evicted tokens scoring at least this (0..1) are kept compressed, the rest dropped. 0 keeps them all
     # (the byte budgets below bound them): scores are min-max normalised over every cached token, so

@@ -293,12 +293,21 @@ POLICIES: dict[str, type[MemoryPolicy]] = {
 }
 
 
+def _baselines() -> None:
+    """Register the baselines of hermes.baselines (they import this module, so they come last)."""
+    from hermes.baselines.recent_frames import RecentFramesPolicy
+
+    POLICIES["recent-frames"] = RecentFramesPolicy
+
+
 def build_policy(cfg: MemoryConfig, model) -> MemoryPolicy:
     """The policy named by `cfg.policy`, for `model`.
 
     Raises:
         ConfigError: unknown policy name or invalid settings.
     """
+    if "recent-frames" not in POLICIES:
+        _baselines()
     if cfg.policy not in POLICIES:
         # a preset name given as a policy (`memory.policy=recall-only`, `=hermes-4k`): point to --memory
         hint = f" ({cfg.policy} is a memory preset, not a policy: use --memory {cfg.policy})" \

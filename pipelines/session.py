@@ -156,6 +156,10 @@ class StreamingSession:
         """Encode `frames` (one chunk, in time order) into memory."""
         if not frames:
             return
+        if getattr(self.memory, "reencodes", False):  # recent-frames: frames are encoded per question
+            self.memory.keep_frames(frames)
+            self.encoded_t_s.extend(f.t_s for f in frames)
+            return
         start = time.perf_counter()
         chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
         positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
@@ -243,16 +247,18 @@ class StreamingSession:
         prompt = self.model.question_embeds(format_prompt(question, options))
         if answer_prefix:
             prompt = torch.cat([prompt, self.model.embed_text(answer_prefix).to(prompt.dtype)])
-        self.memory.make_room(self.cache, prompt.shape[0] + self.max_new_tokens)
+        # recent-frames answers from a fresh cache of the newest frames (hermes.baselines)
+        cache = self.memory.answer_cache(self.model) if getattr(self.memory, "reencodes", False) else self.cache
+        self.memory.make_room(cache, prompt.shape[0] + self.max_new_tokens)
         self.memory.last_question = question
-        mark = self.cache.mark()
+        mark = cache.mark()
         recall = None
         try:
             if self.recall and self.lower is not None:
-                recall = self.lower.recall(self.cache, prompt)  # an answer-time view: rewound below
-            generation = self.model.generate_greedy(prompt, self.cache, self.max_new_tokens)
+                recall = self.lower.recall(cache, prompt)  # an answer-time view: rewound below
+            generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens)
         finally:
-            self.cache.rewind(mark)
+            cache.rewind(mark)
         return Answer(question=question, answer=generation.text, at_s=at, frames_seen=len(self.encoded_t_s),
                       last_frame_t_s=self.encoded_t_s[-1] if self.encoded_t_s else None,
                       ttft_ms=generation.ttft_ms, latency_ms=generation.latency_ms,
