@@ -63,7 +63,14 @@ def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]
     git = summary["environment"].get("git") or {}
     versions = summary["environment"]["versions"]
     commit = git.get("commit", "unknown")[:12] + (" (dirty)" if git.get("dirty") else "") if git else "unknown"
-    lines += [f"- protocol: {summary['protocol']}, metric: {summary['metric']}",
+    settings = summary.get("settings") or {}
+    lines += [f"- protocol: {summary['protocol']} ({summary.get('protocol_variant', 'strict')}), "
+              f"metric: {summary['metric']}"
+              + (f", parser variant: {summary['parser_variant']}" if summary.get("parser_variant") else ""),
+              f"- every number below: fps {settings.get('fps')}, pixels per frame {settings.get('pixels_per_frame')}"
+              f" ({'x'.join(map(str, settings['frame_size'])) if settings.get('frame_size') else 'not stated'}), "
+              f"judge {settings.get('judge') or ', '.join(summary.get('judged_by') or {}) or 'none'}, "
+              f"subset {settings.get('subset', 'all')}" + (f", shard {settings['shard']}" if settings.get("shard") else ""),
               f"- finished {summary['finished_at']}, wall time {summary['wall_time_s']:.1f} s, git {commit}",
               "- " + ", ".join(f"{k} {versions.get(k)}" for k in ("hermes", "torch", "transformers")), ""]
     rows = [["overall", _pct(official["overall"]), _pct(strict["overall"]) if strict else "-"]]
@@ -71,11 +78,21 @@ def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]
         rows.append(["M-Avg", _pct(official["m_avg"]), _pct(strict["m_avg"]) if strict else "-"])
     if official.get("mean_score") is not None:
         rows.append(["mean judge score (0-5)", f"{official['mean_score']:.2f}", "-"])
+    if "overall_extracted" in official:  # Video-MME's official denominator
+        rows.append([f"over replies with a letter (official; {official['extracted']} replies)",
+                     _pct(official["overall_extracted"]), _pct(strict.get("overall_extracted")) if strict else "-"])
+    if "rekv_accuracy" in official:  # RVS as ReKV scores it
+        rows.append(["ReKV yes/(yes+no) (official)", _pct(official["rekv_accuracy"]), "-"])
+        rows.append(["ReKV mean score (official)", _num(official["rekv_mean_score"], digits=2), "-"])
     lines += ["## Accuracy", ""] + _table(["", "official parser", "strict parser"], rows) + [""]
     lines += _breakdown("Per task", official["per_task"], strict["per_task"] if strict else None)
     if "per_category" in official:
         lines += _breakdown("Per category", official["per_category"], strict["per_category"] if strict else None)
+    if "per_category" in official and summary.get("benchmark") == "ovo-bench":
+        backward = official["per_category"].get("backward", {})
+        lines += ["- memory-dependent subset (OVO backward tracing): " + _pct(backward.get("accuracy")), ""]
     lines += _coverage_lines(summary["coverage"])
+    lines += _issue_lines(summary.get("data_issues"))
     lines += _cost_lines(summary["cost"])
     if plots:
         lines += ["## Plots", ""] + [f"![{name.removesuffix('.png')}]({name})" for name in plots] + [""]
@@ -103,6 +120,20 @@ def _coverage_lines(cov: Mapping) -> list[str]:
     for item in cov["unreadable_videos"][:shown]:
         lines.append(f"- unreadable {item['video_id']}: {item['error']}")
     return lines + [""]
+
+
+def _issue_lines(issues: Mapping | None) -> list[str]:
+    """What the loader flagged (kept) and excluded (out of the denominator) in the annotation files."""
+    if not issues or not (issues["flagged"] or issues["excluded"]):
+        return []
+    lines = ["## Annotation issues", "", f"- flagged (kept, scoring unaffected): {issues['flagged']} "
+             f"{dict(issues['flagged_by_field'])}", f"- excluded from the denominator: {issues['excluded']}"]
+    shown = 20
+    for item in issues["excluded_items"][:shown]:
+        lines.append(f"  - {item['where']}: {item['reason']}")
+    for item in issues["flagged_items"][:shown]:
+        lines.append(f"  - flagged {item['where']}: {item['field']} {item['value']!r}: {item['reason']}")
+    return lines + ["", "summary.json `data_issues` lists them (the first 200 of each kind)."]
 
 
 def _cost_lines(cost: Mapping) -> list[str]:

@@ -307,3 +307,66 @@ def test_cli_eval(ovo_root, tmp_path, capsys):
     assert run_cli(*base, "--strict-videos") == 3  # gone.mp4
     assert run_cli("ovo-bnch", "--data-root", str(ovo_root)) == 2  # unknown benchmark
     assert run_cli(*base, "--tasks", "EMP") == 2  # unknown task
+
+
+def test_ovo_official_protocol_feeds_the_clip_up_to_ceil_t(ovo_root, cfg, tiny_model, tmp_path):
+    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, progress=False)
+    assert summary["protocol_variant"] == "official" and summary["settings"]["protocol_variant"] == "official"
+    assert summary["settings"]["fps"] == FPS and summary["settings"]["pixels_per_frame"] == tiny_model.image_size ** 2
+    for s in read_samples(tmp_path):
+        # frames up to and including ceil(t) (HLD at 3.2 s sees the frame at 4.0 s); never beyond
+        assert s["last_frame_t_s"] == min(math.ceil(s["t_s"]), VIDEO_S - 1 / FPS)
+        assert s["frames_seen"] == min(int(math.ceil(s["t_s"]) * FPS) + 1, int(VIDEO_S * FPS))
+
+
+def test_streamingbench_official_protocol_answers_from_the_last_60_s(cfg, tiny_model, tmp_path):
+    root = tmp_path / "sb"
+    write_synthetic_video(root / "videos" / "long.mp4", duration_s=70.0, fps=1.0, size=(32, 24))
+    segment = {"time": "[0:00:00 - 0:01:10]", "video_path": "./videos/long.mp4", "questions": [
+        {"task_type": "Object Perception", "question": "What?", "time_stamp": "00:00:10", "answer": "A",
+         "options": ["A. x", "B. y", "C. z", "D. w"]},
+        {"task_type": "Object Perception", "question": "What now?", "time_stamp": "00:01:05", "answer": "B",
+         "options": ["A. x", "B. y", "C. z", "D. w"]}]}
+    (root / "questions_real.json").write_text(json.dumps([segment]))
+    one_fps = build_config(model="tiny-llava-onevision", overrides=["stream.fps=1", "stream.chunk_frames=16",
+                                                                    "model.max_new_tokens=2"])
+    for variant, expected in (("official", {10.0: 10, 65.0: 60}), ("strict", {10.0: 10, 65.0: 65})):
+        run_eval("streamingbench", root, one_fps, output_dir=tmp_path / variant, model=tiny_model,
+                 protocol=variant, progress=False)
+        assert {s["t_s"]: s["frames_seen"] for s in read_samples(tmp_path / variant)} == expected
+
+
+def test_shards_merge_to_the_single_run(reference, ovo_root, cfg, tiny_model, tmp_path, monkeypatch):
+    from hermes.datasets.shards import Shard, merge_shards
+
+    parts = []
+    for i in (1, 2):
+        part = tmp_path / f"part{i}"
+        run_eval("ovo-bench", ovo_root, cfg, output_dir=part, model=tiny_model, protocol="strict",
+                 progress=False, shard=Shard(i, 2))
+        parts.append(str(part))
+    shard_videos = [{s["video_id"] for s in read_samples(Path(p))} for p in parts]
+    assert shard_videos == [{"a.mp4"}, {"b.mp4"}]  # every 2nd video from the i-th (gone.mp4 has no samples)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("merge must not load a model")
+
+    monkeypatch.setattr("hermes.models.loading.load_model", no_model)
+    merged = merge_shards(parts, str(tmp_path / "merged"), str(ovo_root))
+    _, whole = reference
+    assert comparable(merged) == comparable(whole)
+    with pytest.raises(UsageError, match="shards 1/2 .. 2/2 once each"):
+        merge_shards(parts[:1], str(tmp_path / "merged2"), str(ovo_root))
+
+
+def test_finished_resume_does_not_load_the_model(reference, ovo_root, cfg, tmp_path, monkeypatch):
+    out, whole = reference
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("nothing is left to run: the model must not load")
+
+    monkeypatch.setattr("hermes.models.loading.load_model", no_model)
+    resumed = run_eval("ovo-bench", ovo_root, cfg, output_dir=copy, resume=True, protocol="strict", progress=False)
+    assert comparable(resumed) == comparable(whole)
