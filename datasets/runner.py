@@ -159,6 +159,8 @@ class _VideoRun:
 
     def _prompt(self, index: int, stage: str = "answer") -> Prompt:
         questions = self.record.questions
+        if self.session is not None and hasattr(self.session.memory, "query_text"):
+            self.session.memory.query_text = questions[index].question  # rekv retrieves with the bare question
         return build_prompt(self.ctx.name, questions[index], previous=questions[:index], stage=stage)
 
     def _ask(self, prompt: Prompt, at_s: float | None):

@@ -296,8 +296,9 @@ POLICIES: dict[str, type[MemoryPolicy]] = {
 def _baselines() -> None:
     """Register the baselines of hermes.baselines (they import this module, so they come last)."""
     from hermes.baselines.recent_frames import RecentFramesPolicy
+    from hermes.baselines.rekv import ReKVPolicy
 
-    POLICIES["recent-frames"] = RecentFramesPolicy
+    POLICIES.update({"recent-frames": RecentFramesPolicy, "rekv": ReKVPolicy})
 
 
 def build_policy(cfg: MemoryConfig, model) -> MemoryPolicy:

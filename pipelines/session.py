@@ -247,8 +247,9 @@ class StreamingSession:
         prompt = self.model.question_embeds(format_prompt(question, options))
         if answer_prefix:
             prompt = torch.cat([prompt, self.model.embed_text(answer_prefix).to(prompt.dtype)])
-        # recent-frames answers from a fresh cache of the newest frames (hermes.baselines)
-        cache = self.memory.answer_cache(self.model) if getattr(self.memory, "reencodes", False) else self.cache
+        # hermes.baselines answer from a cache of their own: recent-frames' fresh one, rekv's retrieved view
+        cache = self.memory.answer_cache(self.model, self.cache, question) \
+            if hasattr(self.memory, "answer_cache") else self.cache
         self.memory.make_room(cache, prompt.shape[0] + self.max_new_tokens)
         self.memory.last_question = question
         mark = cache.mark()

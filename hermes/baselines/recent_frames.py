@@ -7,7 +7,7 @@ question, and nothing of it is reused for the next question. With Qwen2.5-VL-7B 
 on OVO-Bench against HERMES's 59.2, so any claim that memory helps must be made beside it.
 
 Hooks: the session asks `reencodes` (hand frames to `keep_frames` instead of encoding them) and
-`answer_cache(model)` (the cache a question is answered from).
+`answer_cache(model, cache, question)` (the cache a question is answered from).
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ class RecentFramesPolicy(MemoryPolicy):
         """Take the frames of a chunk instead of encoding them (`Frame`s, in time order)."""
         self.frames.extend(frames)
 
-    def answer_cache(self, model) -> HermesCache:
-        """A fresh cache: the prefix, then the last frames encoded in one chunk."""
+    def answer_cache(self, model, cache: HermesCache, question: str) -> HermesCache:
+        """A fresh cache: the prefix, then the last frames encoded in one chunk (`cache`, the
+        stream's, holds only the prefix; `question` is not needed)."""
         cache = model.new_cache()
         model.encode_prefix(cache)
         frames = list(self.frames)

@@ -1,0 +1,256 @@
+"""`rekv`: ReKV's own retrieval (Di et al., ICLR 2025; github.com/Becomebright/ReKV), beside our
+`recall-only` approximation (sliding + FAISS recall), so that our recall is compared with the real thing.
+
+What ReKV does, read from its code (`model/attention/kv_cache_manager.py`, `rekv_attention.py`,
+`model/llava_onevision_rekv.py`, `video_qa/base.py`):
+
+* ingest: sliding-window attention. Each frame attends to the init tokens (the system prompt) and
+  the last `n_local` tokens (default 15000); every frame's KV is kept (offloaded to host memory)
+  as one *block* (block size = tokens per frame, 196 for LLaVA-OneVision).
+* each block's representative key, per layer: the mean over the frame's tokens of its keys
+  *before* RoPE, the grouped KV heads repeated to the query heads, flattened to (H * D).
+* a question is first run alone (the bare question text, no template) to retrieve: in every layer
+  its tokens' queries before RoPE, averaged over the tokens, score every block by a dot product
+  (fp32); the top `retrieve_size` blocks (64) are taken, in time order (all of them when fewer).
+  Each layer retrieves its own blocks, from the hidden states of layers below that attended to
+  their own retrieved blocks. The retrieval pass's own KV is not kept.
+* the answer is prefilled on init + the retrieved blocks, packed back to back (RoPE by position in
+  that view), then decoded.
+
+Here: the working cache (level 1) is the window: the prefix plus the newest whole frames within
+`memory.budget` tokens (15000 in the `rekv` preset); frames that leave it are kept on the host with
+their keys un-rotated and their representative keys, as ReKV keeps its blocks. A question runs the
+retrieval pass with `rekv_attention` as every layer's attention (it picks that layer's blocks, and
+attends over prefix + blocks + question at packed positions, as ReKV's pass does); the answer is
+then generated on a fresh view holding the prefix and each layer's blocks at packed positions.
+`memory.recall_top_k` is ReKV's `retrieve_size` (64 in the preset).
+
+Documented differences: the window holds whole frames (ReKV's is token-exact, so a frame at its
+edge may be half visible); window positions are the stream's (relative distances, which are all
+RoPE sees, are the same) and InfLLM's fixed angle between queries and init tokens once the
+window is full is not reproduced; 1-D RoPE models only (ReKV has no M-RoPE version).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import AttentionInterface
+
+from hermes.cache import KIND_PREFIX, KIND_VISUAL, HermesCache
+from hermes.config import MemoryConfig
+from hermes.errors import ConfigError
+from hermes.memory import MemoryPolicy
+from hermes.rope import rotate_at, rotate_keys
+
+REKV_ATTENTION = "hermes_rekv"
+
+
+@dataclass
+class Block:
+    """One frame that left the window: its un-rotated keys and values in every layer, on the host."""
+
+    frame: int
+    keys: torch.Tensor  # (L, Hkv, n, D), before RoPE
+    values: torch.Tensor  # (L, Hkv, n, D)
+    rep: torch.Tensor  # (L, Hq * D) fp32: mean key over the frame's tokens, KV heads repeated
+
+
+def representative(raw_keys: torch.Tensor, groups: int) -> torch.Tensor:
+    """ReKV's block key: mean over tokens of un-rotated keys, KV heads repeated, flattened.
+
+    Args:
+        raw_keys: (L, Hkv, n, D) keys before RoPE.
+        groups: query heads per KV head.
+
+    Returns:
+        (L, Hkv * groups * D) float32.
+    """
+    mean = raw_keys.float().mean(dim=2)  # (L, Hkv, D)
+    return mean.repeat_interleave(groups, dim=1).flatten(1)
+
+
+def top_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k best blocks in time order (all blocks when there are at most k)."""
+    if scores.numel() <= k:
+        return torch.arange(scores.numel())
+    return torch.sort(torch.topk(scores, k).indices).values
+
+
+class _Retrieval:
+    """What one retrieval pass needs per layer, and what it chose."""
+
+    def __init__(self, policy: ReKVPolicy, cache: HermesCache, question_positions: torch.Tensor) -> None:
+        self.policy, self.cache = policy, cache
+        self.question_positions = question_positions  # (Q,) where the question's queries were rotated
+        self.views: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (keys, values, frames)
+
+
+_active: _Retrieval | None = None
+
+
+def rekv_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs):
+    """One layer of ReKV's retrieval pass: choose this layer's blocks with the question's own
+    queries, then attend over prefix + blocks + question at packed positions.
+
+    Args: as transformers' eager attention (query (B, Hq, Q, D) rotated at the question's cache
+    positions; key/value (B, Hkv, T, D) the layer's cache with the question last).
+
+    Returns:
+        (output (B, Q, Hq, D), None).
+    """
+    state = _active
+    layer = module.layer_idx
+    policy, spec = state.policy, state.policy.spec
+    q_len = query.shape[-2]
+    q_pos = state.question_positions.to(query.device)
+    raw_q = rotate_keys(query[0], -q_pos, spec, positions=q_pos)  # (Hq, Q, D) before RoPE
+    q_vec = raw_q.float().mean(dim=1).flatten()  # (Hq * D)
+    keys, values, frames = policy.candidates(state.cache, layer, key.device)  # (Hkv, m, D) raw, per frame
+    reps = policy.candidate_reps(state.cache, layer).to(key.device)  # (F, Hq * D)
+    pick = top_blocks(reps @ q_vec, policy.cfg.recall_top_k).to(key.device)
+    per_frame = keys.shape[1] // reps.shape[0]
+    token_idx = (pick[:, None] * per_frame + torch.arange(per_frame, device=key.device)).flatten()
+    sel_k, sel_v = keys[:, token_idx], values[:, token_idx]
+    prefix_len = int((state.cache.kinds[layer] == KIND_PREFIX).sum())
+    packed = torch.arange(prefix_len, prefix_len + token_idx.numel() + q_len, device=key.device)
+    sel_k = rotate_at(sel_k, packed[: token_idx.numel()], spec)
+    q_rot = rotate_at(raw_q, packed[token_idx.numel():], spec)  # (Hq, Q, D)
+    new_k = key[0, :, -q_len:]
+    new_k = rotate_keys(new_k, packed[token_idx.numel():] - q_pos, spec, positions=q_pos)
+    full_k = torch.cat([key[0, :, :prefix_len], sel_k.to(key.dtype), new_k], dim=1)  # (Hkv, P+m+Q, D)
+    full_v = torch.cat([value[0, :, :prefix_len], sel_v.to(value.dtype), value[0, :, -q_len:]], dim=1)
+    state.views[layer] = (sel_k, sel_v, frames[pick.cpu()])
+    groups = module.num_key_value_groups
+    full_k, full_v = full_k.repeat_interleave(groups, dim=0), full_v.repeat_interleave(groups, dim=0)
+    scores = torch.matmul(q_rot.float(), full_k.float().transpose(1, 2)) * scaling  # (Hq, Q, T)
+    t_len = full_k.shape[1]
+    future = torch.ones(q_len, q_len, dtype=torch.bool, device=query.device).triu(1)
+    scores[..., t_len - q_len:] = scores[..., t_len - q_len:].masked_fill(future, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    output = torch.matmul(weights.to(full_v.dtype), full_v)  # (Hq, Q, D)
+    return output.transpose(0, 1)[None].contiguous().to(query.dtype), None
+
+
+AttentionInterface.register(REKV_ATTENTION, rekv_attention)
+
+
+class ReKVPolicy(MemoryPolicy):
+    """A window of whole frames in device memory, every frame kept on the host, ReKV retrieval per question."""
+
+    name = "rekv"
+    reencodes = False
+    answers_from_view = True
+
+    def __init__(self, cfg: MemoryConfig, model) -> None:
+        super().__init__(cfg, model)
+        if self.spec.kind != "1d":
+            raise ConfigError("memory.policy=rekv needs a 1-D RoPE model (ReKV's retrieval is defined for those); "
+                              f"{getattr(model, 'name', 'this model')} uses M-RoPE")
+        if cfg.budget < 1 or cfg.recall_top_k < 1:
+            raise ConfigError(f"rekv needs memory.budget (window tokens) and memory.recall_top_k (blocks) of at least "
+                              f"1, found {cfg.budget} and {cfg.recall_top_k}")
+        self.blocks: list[Block] = []
+        self.groups = model.text_config.num_attention_heads // model.text_config.num_key_value_heads
+        self.query_text: str | None = None  # the bare question (ReKV retrieves with it); set by the caller
+        self.last_retrieved: list[list[int]] = []  # per layer: the frames the last question retrieved
+
+    # ---- ingest: a window of whole frames; what leaves it becomes a host block ----
+
+    def _raw(self, cache: HermesCache, layer: int, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = cache.layer_tensors()[layer]
+        dev = idx.to(keys.device)
+        pos = cache.positions[layer][0, idx].to(keys.device)
+        raw = rotate_keys(keys[0].index_select(1, dev), -pos, self.spec, positions=pos)
+        return raw, values[0].index_select(1, dev)
+
+    def maintain(self, cache: HermesCache) -> None:
+        start = time.perf_counter()
+        prefix_len = int((cache.kinds[0] == KIND_PREFIX).sum())
+        frames = cache.frame_index[0, prefix_len:]
+        if frames.numel() > self.cfg.budget:
+            order, counts = torch.unique_consecutive(frames, return_counts=True)
+            kept = int((counts.flip(0).cumsum(0) <= self.cfg.budget).sum())  # newest whole frames that fit
+            n_evict = int(counts[: len(order) - kept].sum())
+            for f, n, first in zip(order[: len(order) - kept].tolist(), counts.tolist(),
+                                   (counts.cumsum(0) - counts).tolist()):
+                idx = torch.arange(prefix_len + first, prefix_len + first + n)
+                raw = [self._raw(cache, layer, idx) for layer in range(cache.num_layers)]
+                keys = torch.stack([k for k, _ in raw]).cpu()
+                self.blocks.append(Block(f, keys, torch.stack([v for _, v in raw]).cpu(),
+                                         representative(keys, self.groups)))
+            keep = torch.cat([torch.arange(prefix_len), torch.arange(prefix_len + n_evict, cache.num_tokens)])
+            cache.select_(keep.expand(cache.num_layers, -1))
+        self.last_maintain_ms = (time.perf_counter() - start) * 1e3
+
+    # ---- answer ----
+
+    def _window(self, cache: HermesCache, layer: int):
+        prefix_len = int((cache.kinds[layer] == KIND_PREFIX).sum())
+        # the metadata's length, not the layers': inside the retrieval pass the question's K/V are appended
+        idx = torch.arange(prefix_len, cache.kinds.shape[1])
+        frames = cache.frame_index[layer, prefix_len:]
+        return idx, frames
+
+    def candidates(self, cache: HermesCache, layer: int, device):
+        """Every frame's raw keys and values for one layer (host blocks, then the window), and the frames."""
+        idx, frames = self._window(cache, layer)
+        keys = [b.keys[layer].to(device) for b in self.blocks]
+        values = [b.values[layer].to(device) for b in self.blocks]
+        if idx.numel():
+            k, v = self._raw(cache, layer, idx)
+            keys.append(k)
+            values.append(v)
+        order = [b.frame for b in self.blocks] + torch.unique_consecutive(frames).tolist()
+        sizes = {k.shape[1] for k in keys[:-1]} | ({int(torch.unique_consecutive(frames, return_counts=True)[1][0])}
+                                                   if idx.numel() else set())
+        if len(sizes) > 1:
+            raise ConfigError(f"rekv needs the same number of tokens in every frame (a block), found {sorted(sizes)}")
+        return torch.cat(keys, dim=1), torch.cat(values, dim=1), torch.tensor(order)
+
+    def candidate_reps(self, cache: HermesCache, layer: int) -> torch.Tensor:
+        """(F, Hq * D) representative keys of every frame, in time order."""
+        reps = [b.rep[layer] for b in self.blocks]
+        idx, frames = self._window(cache, layer)
+        if idx.numel():
+            raw, _ = self._raw(cache, layer, idx)  # (Hkv, n, D)
+            for f in torch.unique_consecutive(frames).tolist():
+                mine = (frames == f).nonzero().squeeze(1).to(raw.device)
+                reps.append(representative(raw[None].index_select(2, mine), self.groups)[0].cpu())
+        return torch.stack(reps)
+
+    def answer_cache(self, model, cache: HermesCache, question: str) -> HermesCache:
+        """Run ReKV's retrieval pass for `question` and return the answer view (prefix + each layer's blocks)."""
+        global _active
+        if cache.num_visual_tokens == 0 and not self.blocks:
+            return cache
+        text = self.query_text or question
+        embeds = model.embed_text(text)
+        config = model.text_config
+        previous = config._attn_implementation
+        mark = cache.mark()
+        positions = cache.allocate_positions(embeds.shape[0])
+        _active = _Retrieval(self, cache, positions[0])
+        try:
+            config._attn_implementation = REKV_ATTENTION
+            model.prefill(embeds, positions, cache)
+            views = _active.views
+        finally:
+            config._attn_implementation = previous
+            _active = None
+            cache.rewind(mark)
+        view = model.new_cache()
+        model.encode_prefix(view)
+        prefix_len = view.num_tokens
+        for layer in range(view.num_layers):
+            keys, values, frames = views[layer]
+            m = keys.shape[1]
+            per_frame = m // max(1, frames.numel())
+            view.append_tokens_(layer, keys, values, torch.arange(prefix_len, prefix_len + m)[None], KIND_VISUAL,
+                                frames.repeat_interleave(per_frame))
+        view.finish_append_()
+        view.next_position = prefix_len + int(views[0][0].shape[1])
+        self.last_retrieved = [views[layer][2].tolist() for layer in range(view.num_layers)]
+        return view
