@@ -370,3 +370,12 @@ def test_finished_resume_does_not_load_the_model(reference, ovo_root, cfg, tmp_p
     monkeypatch.setattr("hermes.models.loading.load_model", no_model)
     resumed = run_eval("ovo-bench", ovo_root, cfg, output_dir=copy, resume=True, protocol="strict", progress=False)
     assert comparable(resumed) == comparable(whole)
+
+
+@pytest.mark.parametrize("memory", ["recent-frames", "rekv"])
+def test_baselines_run_a_benchmark_and_keep_the_protocol(memory, ovo_root, tiny_model, tmp_path):
+    cfg = build_config(model="tiny-llava-onevision", memory=memory, overrides=SETTINGS)
+    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict",
+                       progress=False)
+    assert summary["config"]["memory"]["policy"] == memory and summary["coverage"]["questions_answered"] == 7
+    assert all(s["last_frame_t_s"] < s["t_s"] for s in read_samples(tmp_path))
