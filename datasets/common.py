@@ -14,6 +14,7 @@ import contextvars
 import difflib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,8 @@ class DataIssues:
         def by_reason(items):
             counts: dict[str, int] = {}
             for item in items:
-                key = item.get("field") or item["reason"].split(":")[0][:80]
+                # a field name, or the reason with its values and location left out
+                key = item.get("field") or re.sub(r"'[^']*'|\"[^\"]*\"| in \S+\.jsonl?.*$", "...", item["reason"])[:80]
                 counts[key] = counts.get(key, 0) + 1
             return counts
 
