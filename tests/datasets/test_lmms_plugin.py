@@ -68,6 +68,7 @@ def test_with_lmms_eval_installed_model_hermes_resolves_to_the_plugin(tiny_model
     lmm = cls(model="tiny-llava-onevision", memory="sliding", fps=2, loaded_model=tiny_model)
     docs, reqs = requests_for(video, ["What is there?"])
     lmm.task_dict = {"t": {"test": docs}}
-    instances = [Instance(request_type="generate_until", arguments=r.args, idx=0, metadata={"task": "t"})
+    instances = [Instance(request_type="generate_until", arguments=r.args, idx=0,
+                          metadata={"task": "t", "doc_id": 0, "repeats": 1})
                  for r in reqs]
     assert lmm.generate_until(instances) == direct_replies(tiny_model, lmm.cfg, video, ["What is there?"])
