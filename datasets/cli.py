@@ -118,7 +118,8 @@ def _check(args) -> int:
         raise UsageError("eval check BENCHMARK --data-root DIR: name one benchmark")
     name = registry.canonical_name(args.parts[0])
     with annotations_only():
-        records = registry.get_benchmark(name).loader(args.data_root, tasks=",".join(args.tasks) if args.tasks else None)
+        tasks = ",".join(args.tasks) if args.tasks else None
+        records = registry.get_benchmark(name).loader(args.data_root, tasks=tasks)
     issues = records.issues.to_json()
     report = {"benchmark": name, "videos": len(records), "questions": sum(len(r.questions) for r in records),
               "videos_on_disk": sum(1 for r in records if r.available), **issues}

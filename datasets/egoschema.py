@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, is_option_index, normalize_options
+from .records import KIND_MC, Question, VideoRecord, is_option_index
 
 QUESTIONS_CANDIDATES = ("questions.json", "EgoSchema/questions.json")
 ANSWERS_CANDIDATES = ("subset_answers.json", "EgoSchema/subset_answers.json")
@@ -74,7 +74,8 @@ def load(
         uid = issues.guard(where, lambda: str(common.require(entry, "q_uid", where)))
         if uid is None or (selection == "subset" and uid not in answers):
             continue
-        question = issues.guard(f"{where} (q_uid {uid})", lambda: _question(entry, uid, answers.get(uid), where, issues))
+        question = issues.guard(f"{where} (q_uid {uid})",
+                                lambda: _question(entry, uid, answers.get(uid), where, issues))
         if question is not None:
             records.append(VideoRecord(video_id=uid, video_path=finder.find(f"{uid}.mp4"), duration=None,
                                        questions=[question]))

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, KIND_OPEN, Question, VideoRecord, normalize_options, resolve_gt_index
+from .records import KIND_MC, KIND_OPEN, Question, VideoRecord, resolve_gt_index
 
 MC_TASKS = {
     "plotQA": "1_plotQA",

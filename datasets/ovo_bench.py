@@ -33,7 +33,6 @@ from .records import (
     Question,
     VideoRecord,
     is_option_index,
-    normalize_options,
     parse_timestamp,
 )
 

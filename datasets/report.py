@@ -70,7 +70,8 @@ def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]
               f"- every number below: fps {settings.get('fps')}, pixels per frame {settings.get('pixels_per_frame')}"
               f" ({'x'.join(map(str, settings['frame_size'])) if settings.get('frame_size') else 'not stated'}), "
               f"judge {settings.get('judge') or ', '.join(summary.get('judged_by') or {}) or 'none'}, "
-              f"subset {settings.get('subset', 'all')}" + (f", shard {settings['shard']}" if settings.get("shard") else ""),
+              f"subset {settings.get('subset', 'all')}"
+              + (f", shard {settings['shard']}" if settings.get("shard") else ""),
               f"- finished {summary['finished_at']}, wall time {summary['wall_time_s']:.1f} s, git {commit}",
               "- " + ", ".join(f"{k} {versions.get(k)}" for k in ("hermes", "torch", "transformers")), ""]
     rows = [["overall", _pct(official["overall"]), _pct(strict["overall"]) if strict else "-"]]

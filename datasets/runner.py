@@ -23,7 +23,9 @@ They differ where the official pipelines differ from the streaming rule:
   the last CONTEXT_S seconds, [t - 60, t); a proactive question gets a fresh session fed from
   the question time onwards and is polled on it.
 
-Elsewhere both variants are the same. Prompts come from `prompts.build_prompt` and are sent verbatim (options included in the text,
+Elsewhere both variants are the same.
+
+Prompts come from `prompts.build_prompt` and are sent verbatim (options included in the text,
 none passed to the session). Replies are scored by `parsing.score_reply` (official and strict),
 open-ended replies by a `judge.Judge` when one is configured. Results go to `results.SampleLog`
 as they are produced; `summary.json` and `report.md` are written at the end.

@@ -110,7 +110,8 @@ def merge_shards(parts: Sequence[str], output: str, data_root: str, progress: bo
     parsed = [parse_shard(s) for s in shards]
     count = parsed[0].count
     if sorted(p.index for p in parsed) != list(range(1, count + 1)) or any(p.count != count for p in parsed):
-        raise UsageError(f"eval merge: expected shards 1/{count} .. {count}/{count} once each, found {', '.join(shards)}")
+        found = ", ".join(shards)
+        raise UsageError(f"eval merge: expected shards 1/{count} .. {count}/{count} once each, found {found}")
     base = {k: v for k, v in manifests[0].items() if k != "shard"}
     for part, manifest in zip(parts, manifests):
         if {k: v for k, v in manifest.items() if k != "shard"} != base:

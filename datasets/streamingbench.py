@@ -38,7 +38,6 @@ from .records import (
     KIND_PROACTIVE,
     Question,
     VideoRecord,
-    normalize_options,
     parse_timestamp,
     resolve_gt_index,
 )

@@ -22,7 +22,7 @@ from pathlib import Path
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, normalize_options, resolve_gt_index
+from .records import KIND_MC, Question, VideoRecord, resolve_gt_index
 
 DURATIONS = ("short", "medium", "long")
 PARQUET_GLOBS = ("videomme/test-*.parquet", "test-*.parquet", "videomme/*.parquet", "*.parquet")

@@ -78,7 +78,8 @@ def cfg():
 def reference(ovo_root, cfg, tiny_model, tmp_path_factory):
     """One uninterrupted run: (output folder, summary)."""
     out = tmp_path_factory.mktemp("reference")
-    return out, run_eval("ovo-bench", ovo_root, cfg, output_dir=out, model=tiny_model, protocol="strict", progress=False)
+    return out, run_eval("ovo-bench", ovo_root, cfg, output_dir=out, model=tiny_model, protocol="strict",
+                         progress=False)
 
 
 def comparable(summary: dict) -> dict:
@@ -139,7 +140,8 @@ def test_interrupted_run_resumes_to_the_same_results(reference, ovo_root, cfg, t
     with (tmp_path / "samples.jsonl").open("a") as f:
         f.write('{"qid": "ovo-2", "reply": "tor')  # a line torn by the crash
 
-    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict", progress=False,
+    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict",
+                       progress=False,
                        resume=True)
     assert replies(tmp_path) == replies(ref_out)
     assert len(read_samples(tmp_path)) == 7  # every line valid, no qid twice
@@ -151,9 +153,11 @@ def test_interrupted_run_resumes_to_the_same_results(reference, ovo_root, cfg, t
 
 def test_limited_run_then_resume_equals_one_full_run(reference, ovo_root, cfg, tiny_model, tmp_path):
     ref_out, ref_summary = reference
-    first = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict", progress=False, limit=1)
+    first = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict",
+                     progress=False, limit=1)
     assert first["coverage"]["questions_expected"] == 4  # the first video only
-    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict", progress=False,
+    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict",
+                       progress=False,
                        resume=True)
     assert replies(tmp_path) == replies(ref_out)
     assert comparable(summary) == comparable(ref_summary)
@@ -166,12 +170,14 @@ def test_output_folder_guards(reference, ovo_root, cfg, tiny_model):
         run_eval("ovo-bench", ovo_root, cfg, output_dir=out, model=tiny_model, protocol="strict", progress=False)
     other = build_config(model="tiny-llava-onevision", overrides=[*SETTINGS, "stream.fps=1"])
     with pytest.raises(UsageError, match="different config.stream.fps"):
-        run_eval("ovo-bench", ovo_root, other, output_dir=out, model=tiny_model, protocol="strict", progress=False, resume=True)
+        run_eval("ovo-bench", ovo_root, other, output_dir=out, model=tiny_model, protocol="strict",
+                 progress=False, resume=True)
 
 
 def test_strict_videos_fails_on_a_missing_video_in_one_line(ovo_root, cfg, tiny_model, tmp_path):
     with pytest.raises(SourceError) as info:
-        run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict", strict_videos=True)
+        run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict",
+                 strict_videos=True)
     assert "gone.mp4" in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "samples.jsonl").exists()
 
@@ -195,7 +201,8 @@ def test_replies_are_scored_by_the_official_and_the_strict_parser(ovo_root, cfg,
         return next((r for q, r in scripted.items() if q in prompt), "Yes" if "draw" in prompt else "2")
 
     script_replies(monkeypatch, reply_for)
-    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict", progress=False,
+    summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict",
+                       progress=False,
                        tasks="EPM,STU,HLD,SSR,REC")
     verdicts = {s["qid"]: (s["official"], s["strict"]) for s in read_samples(tmp_path)}
     assert verdicts["ovo-1"] == (True, False)  # OVO credits a reply containing the letter; strict does not
@@ -238,7 +245,8 @@ def test_streamingbench_proactive_polls_every_second_until_yes(cfg, tiny_model, 
         return "shape"
 
     script_replies(monkeypatch, reply_for)
-    summary = run_eval("streamingbench", root, cfg, output_dir=tmp_path / "out", model=tiny_model, protocol="strict", progress=False)
+    summary = run_eval("streamingbench", root, cfg, output_dir=tmp_path / "out", model=tiny_model,
+                       protocol="strict", progress=False)
     samples = {s["reference"]: s for s in read_samples(tmp_path / "out")}
     shape, end = samples["shape"], samples["end"]
     assert [p["at_s"] for p in shape["polls"]] == [2.0, 3.0, 4.0]  # from 1 s after the question
@@ -258,7 +266,8 @@ def test_offline_videomme_encodes_whole_videos_and_counts_a_missing_one(cfg, tin
     write_synthetic_video(root / "data" / "fFjv93ACGo8.mp4", duration_s=3.0, fps=4.0, size=(64, 48))
     write_synthetic_video(root / "data" / "tmp.mp4", duration_s=2.0, fps=4.0, size=(64, 48), seed=3)
     (root / "data" / "tmp.mp4").rename(root / "data" / "Zw2sLmmS1NM.MP4")  # the archive's odd extension
-    summary = run_eval("videomme", root, cfg, output_dir=tmp_path / "out", model=tiny_model, protocol="strict", progress=False)
+    summary = run_eval("videomme", root, cfg, output_dir=tmp_path / "out", model=tiny_model, protocol="strict",
+                       progress=False)
     samples = read_samples(tmp_path / "out")
     assert {s["video_id"]: s["frames_seen"] for s in samples} == {"fFjv93ACGo8": 6, "Zw2sLmmS1NM": 4}
     assert all(s["at_s"] is None and s["prompt"]["user"].endswith("The best answer is:") for s in samples)
@@ -278,7 +287,8 @@ def test_offline_mvbench_windows_and_frame_folders(tiny_model, tmp_path):
     for i in range(36):  # 12 s at 3 fps, the official frame rate of these folders
         cv2.imwrite(str(frames / f"{i + 1:05d}.jpg"), make_frame(i / 3, (32, 24))[:, :, ::-1])
     cfg = build_config(model="tiny-llava-onevision", overrides=["stream.fps=1", "model.max_new_tokens=3"])
-    summary = run_eval("mvbench", root, cfg, output_dir=tmp_path / "out", model=tiny_model, protocol="strict", progress=False)
+    summary = run_eval("mvbench", root, cfg, output_dir=tmp_path / "out", model=tiny_model, protocol="strict",
+                       progress=False)
     seen = {s["qid"]: (s["frames_seen"], s["last_frame_t_s"]) for s in read_samples(tmp_path / "out")}
     assert seen["mvbench-action_sequence-0"] == (9, 19.0)  # 11.1 .. 19.6 at 1 fps
     assert seen["mvbench-action_sequence-1"] == (9, 8.0)  # 0 .. 8.5
