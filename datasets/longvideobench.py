@@ -53,17 +53,22 @@ def load(
     by_video: dict[str, list[Question]] = {}
     paths: dict[str, str] = {}
     durations: dict[str, float | None] = {}
+    issues = common.DataIssues()
     for number, item in enumerate(common.read_json(path, expect=list)):
-        where = f"{path.name} item {number}"
-        video_id = str(common.require(item, "video_id", where))
-        paths.setdefault(video_id, str(common.require(item, "video_path", where)))
+        where = f"{path.name} item {number} (id {item.get('id') if isinstance(item, dict) else None})"
+        built = issues.guard(where, lambda: (str(common.require(item, "video_id", where)),
+                                             str(common.require(item, "video_path", where)), _question(item, where)))
+        if built is None:
+            continue
+        video_id, video_path, question = built
+        paths.setdefault(video_id, video_path)
         durations.setdefault(video_id, common.optional_number(item.get("duration")))
-        by_video.setdefault(video_id, []).append(_question(item, where))
+        by_video.setdefault(video_id, []).append(question)
     records = [
         VideoRecord(video_id=v, video_path=finder.find(paths[v]), duration=durations[v], questions=qs)
         for v, qs in by_video.items()
     ]
-    return common.finish(records, "longvideobench", tasks, limit, known=DURATION_GROUPS)
+    return common.finish(records, "longvideobench", tasks, limit, known=DURATION_GROUPS, issues=issues)
 
 
 def _question(item: dict, where: str) -> Question:

@@ -77,14 +77,18 @@ def load(
     root = common.check_root(data_root, "mvbench")
     finder = common.VideoFinder(root, ("video",))
     records: list[VideoRecord] = []
+    issues = common.DataIssues()
     for name, path in common.task_files(root, "mvbench", tasks, TASK_FILES, TASK_BY_KEY, default=TASKS):
         json_name, prefix, data_type, bounded = TASKS[name]
         for number, item in enumerate(common.read_json(path, expect=list)):
-            records.append(_record(item, name, prefix, data_type, bounded, finder, f"{json_name} item {number}"))
+            where = f"{json_name} item {number}"
+            record = issues.guard(where, lambda: _record(item, name, prefix, data_type, bounded, finder, where))
+            if record is not None:
+                records.append(record)
     if not records and not (root / "json").is_dir():
         raise UsageError(f"mvbench: expected {root / 'json'} with the task files, found nothing")
     # `tasks` was applied above by choosing files; finish checks limit and the videos.
-    return common.finish(records, "mvbench", None, limit)
+    return common.finish(records, "mvbench", None, limit, issues=issues)
 
 
 def _record(item: dict, task: str, prefix: str, data_type: str, bounded: bool, finder, where: str) -> VideoRecord:

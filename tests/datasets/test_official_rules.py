@@ -143,3 +143,19 @@ def test_rvs_reports_rekv_accuracy_and_mean_score_beside_ours():
     s = summarize("judge", questions, results)
     assert s["overall"] == 1 / 4
     assert s["rekv_accuracy"] == 1 / 2 and s["rekv_mean_score"] == 2.5 and s["official_definition"] == "rekv_accuracy"
+
+
+def test_longvideobench_out_of_range_choice_excludes_only_that_question(tmp_path):
+    from hermes.datasets import longvideobench
+
+    def item(i, choice):
+        return {"id": f"q{i}", "video_id": "v", "video_path": "v.mp4", "duration": 30, "question": "Which?",
+                "candidates": ["a", "b"], "correct_choice": choice, "question_category": "S2E",
+                "duration_group": 15}
+
+    (tmp_path / "lvb_val.json").write_text(json.dumps([item(0, 1), item(1, 5)]))
+    with annotations_only():
+        records = longvideobench.load(tmp_path)
+    assert [q.qid for q in records[0].questions] == ["lvb-q0"]
+    [excluded] = records.issues.excluded
+    assert "item 1 (id q1)" in excluded["where"] and "out of range" in excluded["reason"]
