@@ -163,9 +163,11 @@ def _ovo(q: Question, previous, stage) -> Prompt:
 
 def _streamingbench_options(q: Question) -> list[str]:
     """Options as the official script shows them: as written when they start with "A.",
-    otherwise (SQA) with "A. " ... added."""
+    otherwise (SQA) with "A. " ... added; only the first four either way, since the official
+    template has four option slots (`PROMPT_TEMPLATE.format(question, *options)` drops the rest,
+    which in the real files are wrapped option texts split into extra items)."""
     raw = [str(o) for o in q.raw.get("options", [])]
-    return raw if raw and raw[0].startswith("A.") else lettered(q.options)
+    return (raw if raw and raw[0].startswith("A.") else lettered(q.options))[:4]
 
 
 def _streamingbench(q: Question, previous, stage) -> Prompt:

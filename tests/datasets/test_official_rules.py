@@ -159,3 +159,14 @@ def test_longvideobench_out_of_range_choice_excludes_only_that_question(tmp_path
     assert [q.qid for q in records[0].questions] == ["lvb-q0"]
     [excluded] = records.issues.excluded
     assert "item 1 (id q1)" in excluded["where"] and "out of range" in excluded["reason"]
+
+
+def test_streamingbench_prompt_shows_the_first_four_items_as_the_official_template_does():
+    from hermes.datasets.prompts import build_prompt
+
+    raw = ["A. cat", "B. dog", "the rest of the dog option", "C. cow", "D. owl"]
+    q = Question("What is it?", ["cat", "dog", "the rest of the dog option", "cow", "owl"], "owl", 4, 3.0, "t",
+                 {"options": raw}, "sb-1", {"kind": KIND_MC, "subset": "real"})
+    user = build_prompt("streamingbench", q).user
+    assert "A. cat\nB. dog\nthe rest of the dog option\nC. cow\n\nThe best option is:" in user
+    assert "D. owl" not in user
