@@ -17,6 +17,7 @@ from collections import deque
 from hermes.cache import KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
+from hermes.baselines import NoLowerLevels
 from hermes.memory import MemoryPolicy
 
 
@@ -45,7 +46,7 @@ def pick_recent(times_s: list[float], count: int, fps: float) -> list[int]:
     return picked[::-1]
 
 
-class RecentFramesPolicy(MemoryPolicy):
+class RecentFramesPolicy(NoLowerLevels, MemoryPolicy):
     """Keeps no KV memory; re-encodes the newest frames for every question."""
 
     name = "recent-frames"

@@ -42,6 +42,7 @@ from transformers import AttentionInterface
 from hermes.cache import KIND_PREFIX, KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
+from hermes.baselines import NoLowerLevels
 from hermes.memory import MemoryPolicy
 from hermes.rope import rotate_at, rotate_keys
 
@@ -137,7 +138,7 @@ def rekv_attention(module, query, key, value, attention_mask, scaling: float, dr
 AttentionInterface.register(REKV_ATTENTION, rekv_attention)
 
 
-class ReKVPolicy(MemoryPolicy):
+class ReKVPolicy(NoLowerLevels, MemoryPolicy):
     """A window of whole frames in device memory, every frame kept on the host, ReKV retrieval per question."""
 
     name = "rekv"

@@ -55,3 +55,9 @@ def test_answer_equals_a_fresh_session_on_the_last_frames_only(tiny_model):
         assert answer.answer == expected.answer
         torch.testing.assert_close(answer.first_token_logits, expected.first_token_logits)
     assert first.frames_seen == 11 and first.last_frame_t_s == 5.0
+
+
+@pytest.mark.parametrize("policy", ["recent-frames", "rekv"])
+def test_baselines_refuse_a_memory_directory_they_would_not_persist(policy, tiny_model, tmp_path):
+    with pytest.raises(ConfigError, match="cannot run with --memory-dir"):
+        StreamingSession(tiny_model, MemoryConfig(policy=policy), frames([0.0]), memory_dir=tmp_path / "mem")
