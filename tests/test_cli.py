@@ -68,15 +68,17 @@ def test_the_recall_only_preset_answers_from_a_window_plus_what_it_recalls(video
 
 
 @pytest.mark.parametrize("make, argv_extra, code, message", [
-    (lambda d: d / "missing.mp4", [], 3, "video file not found"),
-    (lambda d: vf.write_text_as_mp4(d / "notes.mp4"), [], 3, "not a readable video"),
-    (lambda d: vf.write_truncated_video(d / "cut.mp4", 0.6, moov_first=False), [], 3, "truncated"),
-    (lambda d: vf.write_empty_file(d / "empty.mp4"), [], 3, "contains no frames"),
-    (lambda d: vf.write_zero_frame_video(d / "zero.mp4"), [], 3, "contains no frames"),
-    (None, ["--ask", "q", "--at", "-1"], 2, "question time -1s is invalid"),
+    (lambda d: d / "missing.mp4", ["--ask", "q"], 3, "video file not found"),
+    (lambda d: vf.write_text_as_mp4(d / "notes.mp4"), ["--ask", "q"], 3, "not a readable video"),
+    (lambda d: vf.write_truncated_video(d / "cut.mp4", 0.6, moov_first=False), ["--ask", "q"], 3, "truncated"),
+    (lambda d: vf.write_empty_file(d / "empty.mp4"), ["--ask", "q"], 3, "contains no frames"),
+    (lambda d: vf.write_zero_frame_video(d / "zero.mp4"), ["--ask", "q"], 3, "contains no frames"),
+    (None, ["--ask", "q", "--at", "-1"], 2, "--at expects a non-negative number of seconds, found '-1'"),
     (None, ["--ask", "q", "--at", "60"], 2, "past the end of the video (6.00s)"),
-    (None, ["--ask", "q", "--ask", "r", "--at", "1"], 2, "got 2 --ask and 1 --at"),
-    (None, ["--set", "stream.fsp=2"], 2, "unknown config key 'stream.fsp' (did you mean 'fps'?)"),
+    (None, ["--ask", "q", "--at", "1", "--at", "2"], 2, "already has --at 1"),
+    (None, ["--at", "1", "--ask", "q"], 2, "--at 1 comes before any --ask"),
+    (None, ["--ask", "q", "--set", "stream.fsp=2"], 2, "unknown config key 'stream.fsp' (did you mean 'fps'?)"),
+    (None, [], 2, "no question to answer"),
 ])
 def test_bad_input_is_one_line_and_an_exit_code(video, tmp_path, capsys, make, argv_extra, code, message):
     if make is not None:
@@ -113,7 +115,7 @@ def test_malformed_questions_file_names_the_line(video, tmp_path, capsys, line, 
 
 def test_module_entry_point_exits_with_the_code_and_no_traceback(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-m", "hermes", "run", str(tmp_path / "nope.mp4")],
+    result = subprocess.run([sys.executable, "-m", "hermes", "run", str(tmp_path / "nope.mp4"), "--ask", "q"],
                             capture_output=True, text=True, env=env)
     assert result.returncode == 3
     assert result.stderr.strip() == f"hermes-video: error: video file not found: {tmp_path / 'nope.mp4'} (check the path)"
