@@ -329,6 +329,9 @@ def execute_run(args, plan: RunPlan, *, progress: bool, on_answer) -> str | None
             for answer in session.run([Question(q.text, q.at_s, q.options) for q in ordered],
                                       to_end=bool(args.memory_dir)):
                 question = next(pairs)
+                if answer.frames_seen == 0 and answer.at_s is None:
+                    raise SourceError(f"no frames could be read from {source.describe()} (re-download or "
+                                      f"re-encode it)")
                 bar.write(lambda: on_answer(answer, question))
         finally:
             session.close()  # flushes the memory directory, on Ctrl-C too

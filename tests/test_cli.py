@@ -141,3 +141,71 @@ def test_info_lists_presets_and_backends(capsys):
     assert code == 0
     assert "tiny-llava-onevision" in out and "hermes-4k" in out
     assert "video        decord, opencv" in out
+
+
+# ---- a video file over HTTP, from servers with and without Range support ------------------------------
+
+
+def http_handler(directory, ranges: bool):
+    """Python's `SimpleHTTPRequestHandler` (it ignores Range headers), or one that honours
+    `Range: bytes=a-b` with 206 replies, as most web servers do."""
+    import re
+    from http.server import SimpleHTTPRequestHandler
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(directory), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if not (ranges and match):
+                return super().do_GET()
+            data = (directory / self.path.lstrip("/")).read_bytes()
+            start = int(match.group(1))
+            end = int(match.group(2)) if match.group(2) else len(data) - 1
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Length", str(end - start + 1))
+            self.end_headers()
+            self.wfile.write(data[start:end + 1])
+
+    return Handler
+
+
+@pytest.fixture(params=["no-range", "range"])
+def http_video(request, video):
+    """`clip.mp4` (6 s, 10 fps) served on loopback by a server with or without Range support."""
+    import threading
+    from http.server import ThreadingHTTPServer
+    from pathlib import Path
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), http_handler(Path(video).parent, request.param == "range"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{Path(video).name}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_mp4_over_http_is_sampled_at_its_timestamps(http_video, capsys):
+    from hermes.pipelines.sources import open_source
+
+    with open_source(http_video, fps=0.5) as source:
+        times = [round(f.t_s, 3) for f in source]
+    assert times == [0.0, 2.0, 4.0]
+    code, out, err = run_cli(capsys, "run", http_video, *TINY, "--fps", "0.5", "--ask", "q", "--json")
+    assert code == 0, err
+    assert json.loads(out)["frames_seen"] == 3
+
+
+def test_an_unreachable_http_video_is_exit_3(capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, out, err = run_cli(capsys, "run", f"http://user:secret@127.0.0.1:{port}/clip.mp4", *TINY, "--ask", "q")
+    assert code == 3 and f"cannot download http://127.0.0.1:{port}/clip.mp4" in err and "secret" not in err
