@@ -642,8 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         debug = bool(getattr(args, "debug", False)) or debug
         quiet_native_logs(getattr(args, "log_level", None) or "warning")
         if args.command is None:
-            parser.print_help(sys.stderr)
-            return EXIT_USAGE
+            commands = ", ".join(parser._subparsers._group_actions[0].choices)
+            raise UsageError(f"a COMMAND is required: {commands} (see {PROG} --help)")
         return args.func(args)
     except HermesError as exc:
         if debug:

@@ -186,16 +186,19 @@ def prepare_run(args, resolve_config: Callable) -> RunPlan:
     ask_every = None if args.ask_every is None else finite_seconds(args.ask_every, "--ask-every", positive=True)
     reconnect = None if args.reconnect_timeout is None else \
         finite_seconds(args.reconnect_timeout, "--reconnect-timeout", positive=True)
+    if ask_every is not None and not any(q.at_s is None for q in questions):
+        raise UsageError("--ask-every S repeats the --ask questions that have no --at: give --ask TEXT")
     if not questions and not args.interactive and not args.memory_dir:
         raise UsageError("no question to answer: give --ask TEXT [--at S], --questions FILE or --interactive "
                          "(or --memory-dir DIR to only build a memory of the video)")
-    if ask_every is not None and not any(q.at_s is None for q in questions):
-        raise UsageError("--ask-every S repeats the --ask questions that have no --at: give --ask TEXT")
     if args.resume and not args.memory_dir:
         raise UsageError("--resume continues a stream saved in a memory directory: give --memory-dir DIR")
     if args.memory_dir and Path(args.memory_dir).exists() and not Path(args.memory_dir).is_dir():
         raise UsageError(f"--memory-dir expects a directory, found a file: {args.memory_dir}")
     plan = RunPlan(resolve_config(args), questions, ask_every, reconnect)
+    from hermes.models.hub import check_model_name  # presets and paths only: no torch
+
+    check_model_name(plan.cfg.model.name, plan.cfg.model.hub_id)
     ordered = in_answer_order(questions)
     if ordered != questions and ask_every is None:
         plan.notes.append("answers come in time order (questions at the end last), not in the order given; "

@@ -40,6 +40,25 @@ def hub_id_of(model: str) -> str:
     return model
 
 
+def check_model_name(name: str, hub_id: str = "") -> None:
+    """Refuse, before anything loads, a model that is no preset, no local directory and no hub id.
+
+    Raises:
+        ModelError: with the closest preset name and what `--model` takes.
+    """
+    source = hub_id or name
+    parts = source.split("/")
+    if name in preset_names("models") or Path(source).expanduser().is_dir() or \
+            (len(parts) == 2 and all(parts) and not source.startswith((".", "/", "~"))):
+        return
+    from hermes.config import _suggest
+
+    known = preset_names("models")
+    where = "local directory not found" if source.startswith((".", "/", "~")) else "unknown model"
+    raise ModelError(f"{where} {source!r}{_suggest(source, known)}: use a preset ({', '.join(known)}), a hub id "
+                     f"like org/name, or a local checkpoint directory")
+
+
 def pull(model: str, revision: str | None = None, local_dir: str | None = None, progress: bool = True) -> Path:
     """Download a checkpoint (the files `load_model` reads) and return its local directory.
 
