@@ -398,12 +398,11 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     data = _read_mapping(raw, str(path))
-    sections = {f.name for f in dataclasses.fields(HermesConfig)}
-    model_keys = {f.name for f in dataclasses.fields(ModelConfig)} | {"stream", "memory"}
-    if data and not set(data) & sections and set(data) <= model_keys:  # a model preset's own layout
-        return _preset_layer("models", data, path.stem)
-    memory_keys = {f.name for f in dataclasses.fields(MemoryConfig)}
-    if data and not set(data) & sections and set(data) <= memory_keys:  # a memory preset's own layout
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    if "model" not in data and set(data) & model_fields and set(data) <= model_fields | {"stream", "memory"}:
+        return _preset_layer("models", data, path.stem)  # a model preset's own file (configs/models/*.yaml)
+    memory_fields = {f.name for f in dataclasses.fields(MemoryConfig)}
+    if data and set(data) <= memory_fields:  # a memory preset's own file (configs/memory/*.yaml)
         return {"memory": data}
     return data
 

@@ -98,11 +98,20 @@ class ModelEntry:
     on_disk_bytes: int | None  # None: not in the cache; 0 for builtin models
 
 
+def cache_folder() -> Path:
+    """The Hugging Face hub cache, read from the environment now (`HF_HUB_CACHE`, then `HF_HOME/hub`)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
 def cached_repos(cache_dir: str | Path | None = None) -> dict[str, int]:
-    """Model repositories in the Hugging Face cache and their size on disk in bytes."""
+    """Model repositories in the Hugging Face cache (default `cache_folder()`) and their size on disk."""
     from huggingface_hub import scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
+    cache_dir = cache_dir or cache_folder()
     try:
         info = scan_cache_dir(cache_dir)
     except CacheNotFound:
