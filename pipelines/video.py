@@ -284,11 +284,23 @@ class VideoFile(ABC):
             pass
 
 
+def _decord():
+    """decord, with its FFmpeg's console messages (hundreds of lines on a damaged file) off unless
+    logging is at debug level: errors reach the user as one `SourceError` line instead."""
+    import logging
+
+    import decord
+
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        decord.logging.set_level(decord.logging.QUIET)
+    return decord
+
+
 class _DecordVideo(VideoFile):
     """decord reader: PTS of every frame at open, batched decoding of the sampled indices."""
 
     def __init__(self, file: Path):
-        import decord
+        decord = _decord()
 
         try:
             self._reader = decord.VideoReader(str(file), ctx=decord.cpu(0))
@@ -336,8 +348,7 @@ class _DecordVideo(VideoFile):
         )
 
     def _iter_frames(self, fps: float | None, start_s: float, end_s: float) -> Iterator[Frame]:
-        import decord
-
+        decord = _decord()
         indices = sample_indices(
             self._pts_s, fps, start_s, end_s, native_fps=self.info.native_fps
         )

@@ -240,3 +240,17 @@ def test_errors_are_raised_before_torch_is_imported(files, argv, code):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["code"] == code, result.stderr
     assert report["heavy_at_raise"] and report["heavy_at_raise"][0] == [], report
+
+
+def test_decoder_noise_stays_off_stderr(tmp_path):
+    """FFmpeg inside decord prints hundreds of lines on a damaged file; the user sees one (fd-level check)."""
+    pytest.importorskip("av")
+    from tests.pipelines import video_fixtures as vf
+
+    video = vf.write_corrupted_video(tmp_path / "corrupt.mp4")
+    argv = [sys.executable, "-m", "hermes", "run", str(video), *TINY, "--ask", "q"]
+    result = subprocess.run(argv, capture_output=True, text=True, env=offline_env())
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "truncated or corrupt" in result.stderr, result.stderr[:500]
+    debug = subprocess.run(argv + ["--log-level", "debug"], capture_output=True, text=True, env=offline_env())
+    assert debug.returncode == 3 and debug.stderr.count("\n") > 1  # asked for: the decoder's own messages
