@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from hermes import __version__
 from hermes.cli_run import AskAction, AtAction, execute_run, prepare_run
-from hermes.errors import EXIT_INTERNAL, EXIT_USAGE, HermesError, UsageError
+from hermes.errors import EXIT_INTERNAL, HermesError, UsageError
 
 PROG = "hermes-video"
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -359,6 +359,9 @@ class Utf8Lines:
 
     def __iter__(self):
         for number, raw in enumerate(self._stream, start=1):
+            if isinstance(raw, str):  # a text stream (a test's StringIO): already decoded
+                yield raw
+                continue
             try:
                 yield raw.decode("utf-8")
             except UnicodeDecodeError:
