@@ -465,9 +465,10 @@ def add_bench_model_options(p: argparse.ArgumentParser) -> None:
 
 
 BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small model: `bench memory` about "
-               "20 minutes (full and hermes up to 2048 frames; --lengths 64,256 takes about a minute), "
-               "`bench sweep` about an hour (--lengths 16,64 for minutes), `bench tiers` about a minute "
-               "(--records 100000 takes minutes). Progress lines go to stderr (--quiet hides them).")
+               "20 minutes (full and hermes up to 2048 frames; --lengths 64,256 took 1.4 CPU-minutes), `bench sweep` "
+               "longer (four policies at two chunk sizes up to 1024 frames; --lengths 16,64 for a short run), `bench "
+               "tiers` about a minute (--records 100000 takes minutes). Progress lines go to stderr (--quiet hides "
+               "them).")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -548,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = bench_sub.add_parser(
         "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
-                      "lengths, chunk sizes and policies, with ratios against full (about an hour on a CPU)",
+                      "lengths, chunk sizes and policies, with ratios against full (the longest suite)",
         description=BENCH_COSTS)
     add_config_options(sweep, memory_default="full; --policies picks the policies")
     add_bench_model_options(sweep)
