@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -39,11 +41,12 @@ class ModelConfig:
     name: str = "auto"  # preset name, hub id, local directory, builtin tiny-* or micro-*, or "auto" (see auto_model_name)
     family: str = ""  # adapter family; "" = taken from the preset or the checkpoint's config
     hub_id: str = ""  # checkpoint to load; "" = `name` itself
+    revision: str = ""  # hub commit, branch or tag to load (as `hermes-video pull --revision` fetched); "" = main
     device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
-    dtype: str = "auto"  # "auto" (bf16 on cuda, fp32 on cpu), "float32", "bfloat16", "float16"
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on cuda, fp32 on cpu
     max_new_tokens: int = 64  # answer length cap, in tokens
     system_prompt: str = "You are a helpful assistant."
-    attn_implementation: str = "sdpa"  # "sdpa" or "eager"
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     trust_remote_code: bool = False  # never on by default: it runs code from the checkpoint
     seed: int = 0  # seed of builtin tiny random models
 
@@ -52,7 +55,9 @@ class ModelConfig:
 class MemoryConfig:
     """How the KV cache is kept (DESIGN §3, level 1). Defaults are the paper's."""
 
-    policy: str = "full"  # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames)
+    # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames). `run` does not use this
+    # default: without --memory it takes the model's bounded preset (`default_memory_preset`).
+    policy: Literal["full", "hermes", "sliding", "uniform", "recent-frames", "rekv"] = "full"
     budget: int = 4096  # visual tokens kept per layer in device memory (all but `full`)
     bands: tuple[float, ...] = (0.1, 0.6, 0.3)  # sensory / working / long-term fractions of the layers
     recency_k: float = 20.0  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
@@ -64,7 +69,7 @@ class MemoryConfig:
     global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
     condition_on_question: bool = False  # use the last question asked as the global pseudo-query
     summary: bool = True  # long-term layers fold evicted tokens into one summary token
-    reindex: str = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
+    reindex: Literal["lazy", "eager"] = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
     position_reserve: int = 1024  # positions kept free for a question and its answer
     sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
     recent_frames: int = 4  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
@@ -75,7 +80,7 @@ class MemoryConfig:
     # the tokens a policy evicts score near 0, and at 0.3 a 4K budget kept nearly nothing to recall.
     compress_threshold: float = 0.0
     dram_bytes: int = 2 * 2**30  # level-2 budget (host memory)
-    dram_dtype: str = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
+    dram_dtype: Literal["int8", "fp16"] = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
     disk_bytes: int = 20 * 2**30  # level-3 budget (disk)
     summary_anchors: int = 4  # tokens per layer a record keeps when it moves to disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
@@ -90,7 +95,7 @@ class StreamConfig:
     fps: float = 0.5  # frames sampled per second of video (by timestamp)
     chunk_frames: int = 16  # frames encoded in one forward (files)
     live_chunk_frames: int = 4  # frames per forward for live input: smaller, so memory stays current
-    backend: str = "auto"  # video file decoder: "auto", "decord", "opencv"
+    backend: Literal["auto", "decord", "opencv"] = "auto"  # video file decoder
 
 
 @dataclass
@@ -149,21 +154,99 @@ def _suggest(key: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+_NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Check `value` against a field annotation (str, int, float, bool, or a tuple of one of them)."""
-    if typing.get_origin(annotation) is tuple:
+    """Check `value` against a field annotation: str, int, float, bool, a `Literal[...]` of allowed
+    values, or a tuple of one of them. Floats must be finite.
+
+    YAML 1.1 (PyYAML) reads `1e-9` (no dot) as a string: a numeric field takes such a string as the
+    number it spells.
+    """
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, found {value!r}")
         item_type = typing.get_args(annotation)[0]
         return tuple(_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is Literal:
+        allowed = typing.get_args(annotation)
+        if isinstance(value, bool) and {"on", "off"} <= set(allowed):  # YAML 1.1 reads on/off as booleans
+            value = "on" if value else "off"
+        if isinstance(value, bool) or value not in allowed:
+            names = [str(a) for a in allowed]
+            raise ConfigError(f"{where}: expected one of {', '.join(names)}, found {value!r}"
+                              f"{_suggest(str(value), names)}")
+        return value
     target = {"str": str, "int": int, "float": float, "bool": bool}.get(str(annotation), annotation)
+    if target in (int, float) and isinstance(value, str) and _NUMBER_RE.match(value.strip()):
+        number = float(value)
+        value = int(number) if target is int and number.is_integer() and "." not in value else number
     if target is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if target is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, found {value!r}")
     if target is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, target) and not (target is int and isinstance(value, bool)):
         return value
     raise ConfigError(f"{where}: expected {target.__name__}, found {value!r}")
+
+
+# Allowed ranges of numeric keys: (lowest, highest), None for no bound; checked once the whole tree is
+# built. Enumerations need no entry: their `Literal` annotation lists what is allowed.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "model.max_new_tokens": (1, None),
+    "model.seed": (0, None),
+    "memory.budget": (1, None),
+    "memory.bands": (0.0, 1.0),
+    "memory.recency_k": (0.0, None),
+    "memory.w0": (0.0, 1.0),
+    "memory.gamma": (0.0, 1.0),
+    "memory.smoothing": (0.0, 1.0),
+    "memory.accumulate_decay": (0.0, 1.0),
+    "memory.position_reserve": (1, None),
+    "memory.sink_tokens": (0, None),  # 0: a plain recent window (StreamingLLM without sinks)
+    "memory.compress_threshold": (0.0, 1.0),
+    "memory.dram_bytes": (0, None),  # 0: every evicted record goes straight to disk
+    "memory.disk_bytes": (1, None),
+    "memory.summary_anchors": (1, None),
+    "memory.recall_top_k": (1, None),
+    "memory.checkpoint_every": (1, None),
+    "memory.recent_frames": (1, None),
+    "memory.recent_fps": (1e-6, None),
+    "stream.fps": (1e-6, None),
+    "stream.chunk_frames": (1, None),
+    "stream.live_chunk_frames": (1, None),
+}
+
+
+def _check_range(key: str, value: Any) -> None:
+    low, high = RANGES[key]
+    for item in value if isinstance(value, tuple) else (value,):
+        if (low is not None and item < low) or (high is not None and item > high):
+            want = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
+            if low == 1 and high is None and isinstance(item, int):
+                want = "a positive whole number"
+            elif low == 1e-6:
+                want = "a positive number"
+            raise ConfigError(f"{key}: expected {want}, found {item!r}")
+
+
+def validate(cfg: HermesConfig) -> None:
+    """Check the numeric ranges of `RANGES` over the built tree (types were checked on the way in).
+
+    Raises:
+        ConfigError: the first key out of range, naming the key, what is allowed and what was found.
+    """
+    for key in RANGES:
+        section, name = key.split(".")
+        _check_range(key, getattr(getattr(cfg, section), name))
+    if abs(sum(cfg.memory.bands) - 1.0) > 1e-6 or len(cfg.memory.bands) != 3:
+        raise ConfigError(f"memory.bands: expected three fractions summing to 1, found {list(cfg.memory.bands)}")
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.model.device):
+        raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, found {cfg.model.device!r}")
 
 
 def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
@@ -222,6 +305,27 @@ def auto_model_name(device: str = "auto") -> str:
     return AUTO_MODEL_CUDA if cuda else AUTO_MODEL_CPU
 
 
+def default_memory_preset(model_name: str) -> str:
+    """The memory preset `run` (and a future `serve`) uses when none is given: bounded, never `full`.
+
+    A model preset names its own (`memory:` in `configs/models/<name>.yaml`: a HERMES budget the
+    model's positions hold with room for questions); hub ids and local directories get `hermes-4k`,
+    the budget the paper calibrates on LLaVA-OneVision-7B.
+
+    Args:
+        model_name: a model preset name, hub id, local directory or builtin id.
+
+    Returns:
+        A name in `preset_names("memory")`.
+    """
+    if model_name in preset_names("models"):
+        return load_preset("models", model_name).get("memory", DEFAULT_MEMORY)
+    return DEFAULT_MEMORY
+
+
+DEFAULT_MEMORY = "hermes-4k"
+
+
 def build_config(
     model: str | None = None,
     memory: str | None = None,
@@ -230,50 +334,110 @@ def build_config(
 ) -> HermesConfig:
     """Resolve the configuration from presets, a YAML file and `key=value` overrides.
 
-    A model preset may carry a `stream:` section (the frame rate its paper or model card uses); it
-    applies before the file and the overrides. `model.name: auto` (the default) becomes the preset
-    `auto_model_name` picks for the configured device, and the configuration is resolved again
-    with it, so the result names the model actually loaded.
+    A model preset may carry a `stream:` section (the frame rate its paper or model card uses) and a
+    `memory:` default preset; both apply before the file and the overrides. The model is named by,
+    last one winning: the `model.name` default, the file's `model.name`, `model` (`--model`), a
+    `model.name=` override; its preset applies beneath the file and the overrides. `model.name: auto`
+    (the default) becomes the preset `auto_model_name` picks for the configured device, and the
+    configuration is resolved again with it, so the result names the model actually loaded.
+
+    Every value is checked: types (a `Literal` field takes only its listed values), then the ranges
+    of `RANGES`, so a bad value fails here, before anything heavy is imported or loaded.
 
     Args:
         model: model preset name, hub id, local directory, builtin `tiny-*` id or "auto"; None keeps
             the default.
-        memory: memory preset name (`configs/memory/`); None keeps the default.
-        config_file: a YAML file with `model:`, `memory:`, `stream:` sections.
+        memory: memory preset name (`configs/memory/`); None keeps the dataclass default (`full`);
+            `run` passes `default_memory_preset(...)` instead.
+        config_file: a YAML file with `model:`, `memory:`, `stream:` sections; or a preset name
+            (`smolvlm2-500m`, `hermes-6k`), or a model preset's own YAML file (top-level model keys).
         overrides: `section.key=value` strings, applied last.
 
     Returns:
         The resolved, type-checked `HermesConfig`.
 
     Raises:
-        ConfigError: unknown preset or key (with a suggestion), ill-typed value, unreadable file.
+        ConfigError: unknown preset or key (with a suggestion), ill-typed or out-of-range value,
+            unreadable file.
     """
-    cfg = _build_config(model, memory, config_file, overrides)
+    layers = ([("config", _read_config_file(config_file))] if config_file is not None else []) + \
+        [("override", parse_set(item)) for item in overrides or []]
+    def named(layer: dict[str, Any]) -> str | None:
+        section = layer.get("model")
+        return section.get("name") if isinstance(section, dict) else None
+
+    # the file may name a model, --model overrides it, a `model.name=` override wins over both
+    name = next((named(layer) for kind, layer in layers if kind == "config" and named(layer)), ModelConfig.name)
+    name = model if model is not None else name
+    for kind, layer in layers:
+        if kind == "override" and named(layer) is not None:
+            name = named(layer)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"model.name: expected a model name, found {name!r}")
+    cfg = _build_config(name, memory, layers)
     if cfg.model.name == AUTO_MODEL:  # resolved after the file and overrides: they may set the device
-        name = auto_model_name(cfg.model.device)
-        cfg = _build_config(name, memory, config_file, overrides)
-        cfg.model.name = name
+        concrete = auto_model_name(cfg.model.device)
+        cfg = _build_config(concrete, memory, layers)
+        cfg.model.name = concrete
     return cfg
 
 
-def _build_config(model, memory, config_file, overrides) -> HermesConfig:
+def _read_config_file(config_file: str | Path) -> dict[str, Any]:
+    """The layers of `--config`: a YAML file of sections, a model preset's file, or a preset name."""
+    path = Path(config_file)
+    text = str(config_file)
+    if not path.exists():
+        for kind, section in (("models", "model"), ("memory", "memory")):
+            if text in preset_names(kind):
+                return _preset_layer(kind, load_preset(kind, text), text)
+        names = preset_names("models") + preset_names("memory")
+        raise ConfigError(f"config file not found: {path}{_suggest(text, names)}; --config takes a YAML file "
+                          f"or a preset name ({', '.join(names)})")
+    if path.is_dir():
+        raise ConfigError(f"--config expects a YAML file, found a directory: {path}")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; expected a YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    data = _read_mapping(raw, str(path))
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    if "model" not in data and set(data) & model_fields and set(data) <= model_fields | {"stream", "memory"}:
+        return _preset_layer("models", data, path.stem)  # a model preset's own file (configs/models/*.yaml)
+    memory_fields = {f.name for f in dataclasses.fields(MemoryConfig)}
+    if data and set(data) <= memory_fields:  # a memory preset's own file (configs/memory/*.yaml)
+        return {"memory": data}
+    return data
+
+
+def _preset_layer(kind: str, preset: dict[str, Any], name: str) -> dict[str, Any]:
+    """A model or memory preset as a layer of sections; a model preset also names its model."""
+    if kind == "memory":
+        return {"memory": preset}
+    preset = dict(preset)
+    stream = preset.pop("stream", None)
+    preset.pop("memory", None)  # its default memory preset: applied by the caller (`default_memory_preset`)
+    layer: dict[str, Any] = {"model": {"name": name, **preset}}
+    if stream is not None:
+        layer["stream"] = stream
+    return layer
+
+
+def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[str, Any]]]) -> HermesConfig:
     cfg = HermesConfig()
     if memory is not None:
         _apply(cfg.memory, load_preset("memory", memory), "memory")
-    name = model if model is not None else cfg.model.name
     if name in preset_names("models"):
         preset = load_preset("models", name)
         stream = preset.pop("stream", None)
+        preset.pop("memory", None)  # the default memory preset: `default_memory_preset`, not a model key
         _apply(cfg.model, preset, "model")
         if stream is not None:
             _apply(cfg, {"stream": stream}, "")
     # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
+    for _, layer in layers:
+        _apply(cfg, layer, "")
     cfg.model.name = name
-    if config_file is not None:
-        path = Path(config_file)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        _apply(cfg, _read_mapping(path.read_text(), str(path)), "")
-    for item in overrides or []:
-        _apply(cfg, parse_set(item), "")
+    validate(cfg)
     return cfg

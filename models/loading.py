@@ -80,19 +80,28 @@ def _family_of(model_dir: Path) -> str:
     return model_type
 
 
-def _snapshot(hub_id: str) -> Path:
-    """Local directory of a hub checkpoint (downloading it unless HF_HUB_OFFLINE=1)."""
+def _snapshot(hub_id: str, name: str, revision: str = "") -> Path:
+    """Local directory of a hub checkpoint (downloading it unless HF_HUB_OFFLINE=1).
+
+    Raises:
+        ModelError: not in the cache while offline, or the download failed; the message names the
+            command that fixes it (`hermes-video pull NAME`, online) or a local directory.
+    """
     from huggingface_hub import snapshot_download
 
+    from hermes.models.hub import ALLOW_PATTERNS
+
     try:
-        return Path(snapshot_download(hub_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model",
-                                                              "*.jinja"]))
+        return Path(snapshot_download(hub_id, revision=revision or None, allow_patterns=ALLOW_PATTERNS))
     except Exception as exc:  # the hub raises many types; all mean "cannot get this checkpoint"
-        offline = " (HF_HUB_OFFLINE is set and it is not in the local cache)" if os.environ.get("HF_HUB_OFFLINE") else ""
-        raise ModelError(
-            f"cannot load model {hub_id!r}{offline}: {type(exc).__name__}; check the id, your network, or pass a "
-            f"local directory"
-        ) from None
+        pin = f" --revision {revision}" if revision else ""
+        if os.environ.get("HF_HUB_OFFLINE"):
+            raise ModelError(f"model {hub_id!r} is not on this machine (HF_HUB_OFFLINE is set): run "
+                             f"`hermes-video pull {name}{pin}` while online, or pass --model DIR (a local "
+                             f"checkpoint directory)") from None
+        raise ModelError(f"cannot download model {hub_id!r}: {type(exc).__name__}; check the id and your network, "
+                         f"or run `hermes-video pull {name}{pin}` where the hub is reachable and copy the cache "
+                         f"(or pass --model DIR)") from None
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -137,7 +146,7 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
     if Path(source).is_dir():
         model_dir = Path(source)
     elif _looks_like_hub_id(source):
-        model_dir = _snapshot(source)
+        model_dir = _snapshot(source, cfg.name, cfg.revision)
     else:
         known = preset_names("models")
         close = difflib.get_close_matches(source, known, n=1, cutoff=0.5)

@@ -217,7 +217,7 @@ def checkpointed_stream(n_frames: int, checkpoints: list[int], chunk_frames: int
 
 def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_frames: int = 16,
                    decode_tokens: int = 16, repeats: int = 3, frame_px: int = 448,
-                   seed: int = 0) -> tuple[list[StreamRow], str | None]:
+                   seed: int = 0, progress: bool = False) -> tuple[list[StreamRow], str | None]:
     """Stream random frames under one policy and measure it at every checkpoint length.
 
     Args:
@@ -229,6 +229,7 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
         repeats: questions per checkpoint; medians are reported.
         frame_px: side of the square synthetic frames.
         seed: frame content seed.
+        progress: a line on stderr at every checkpoint (frames so far, seconds since the stream began).
 
     Returns:
         (rows, note): one row per checkpoint reached, and why the stream stopped early (None if it did
@@ -244,6 +245,7 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
     frames = synthetic_frames(max(checkpoints), side_px=frame_px, seed=seed)
     chunks: list[ChunkTiming] = []
     rows, note, seen, window = [], None, 0, 0  # window: first chunk since the previous checkpoint
+    began = time.perf_counter()
     try:
         for size, checkpoint in checkpointed_stream(max(checkpoints), checkpoints, chunk_frames):
             chunk = [next(frames) for _ in range(size)]
@@ -259,6 +261,9 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
                 rows.append(_checkpoint_row(session, policy, chunks[window:], seen, chunk_frames, decode_tokens,
                                             repeats))
                 window = len(chunks)
+                if progress:
+                    print(f"    {policy.label}: {seen}/{max(checkpoints)} frames "
+                          f"({time.perf_counter() - began:.1f} s)", file=sys.stderr, flush=True)
     except (ConfigError, OutOfMemory) as exc:
         note = f"{policy.label} at chunks of {chunk_frames}: stopped after {seen} frames ({type(exc).__name__}: " \
                f"{str(exc).splitlines()[0]})"
@@ -344,7 +349,8 @@ def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes
         for policy in runnable:
             start = time.perf_counter()
             measured, note = measure_stream(model, policy, lengths, chunk_frames=chunk_frames,
-                                            decode_tokens=decode_tokens, repeats=repeats, frame_px=frame_px)
+                                            decode_tokens=decode_tokens, repeats=repeats, frame_px=frame_px,
+                                            progress=progress)
             rows += measured
             if note:
                 notes.append(note)

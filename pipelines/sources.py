@@ -7,7 +7,7 @@ manager. What a spec means:
 - an int or a digit string (``0``, ``"1"``): a webcam index (live);
 - ``rtsp://``, ``rtsps://``, ``rtmp://``, ``rtmps://``, ``http(s)://`` URLs: a live network stream,
   except an http(s) URL whose path ends in a media extension (``.mp4`` ...), which is a file
-  served over HTTP and is read in order, without drops or reconnects;
+  served over HTTP: downloaded to a temporary file, then read as a file (timestamps, every frame);
 - a directory: an image sequence at ``fps`` frames per second (default 1.0);
 - an existing file (or ``file://`` URL): the video-file reader of `hermes.pipelines.video`.
 
@@ -211,7 +211,7 @@ _LIVE_OPTIONS = {
     "maxsize", "policy", "open_timeout_s", "read_timeout_s", "reconnect_timeout_s",
     "backoff_initial_s", "backoff_max_s", "rtsp_transport", "analyze_duration_s",
 }
-_HTTP_FILE_OPTIONS = {"maxsize", "policy", "open_timeout_s", "read_timeout_s", "analyze_duration_s"}
+_HTTP_FILE_OPTIONS = {"backend", "open_timeout_s"}
 _VIDEO_OPTIONS = {"backend", "start_s", "end_s"}
 _IMAGE_OPTIONS: set[str] = set()
 
@@ -275,10 +275,12 @@ def open_source(spec: str | int | os.PathLike, *, fps: float | None = None,
             text = unquote(urlsplit(text).path)
         elif scheme in ("http", "https") and \
                 PurePosixPath(urlsplit(text).path).suffix.lower() in MEDIA_EXTENSIONS:
-            from hermes.pipelines.live import LiveSource
+            from hermes.pipelines.video import open_http_video  # downloaded, then read as a file
 
             _check_options(options, _HTTP_FILE_OPTIONS, "video-over-HTTP")
-            return LiveSource(text, fps=fps, live=False, **options)
+            video = open_http_video(text, backend=options.get("backend", "auto"),
+                                    timeout_s=options.get("open_timeout_s", 30.0))
+            return VideoFileSource(video, text, fps=fps)
         else:
             from hermes.pipelines.live import LiveSource
 

@@ -150,6 +150,63 @@ def open_video(path: str | os.PathLike, backend: str = "auto") -> VideoFile:
     return _DecordVideo(file) if backend == "decord" else _OpenCVVideo(file)
 
 
+def open_http_video(url: str, backend: str = "auto", timeout_s: float = 30.0) -> VideoFile:
+    """Open a video file served over HTTP(S): downloaded whole into a temporary folder, then read
+    like a local file, so frames are sampled by their timestamps whether or not the server supports
+    Range requests (OpenCV reading the URL itself got 0 frames without Range, shifted times with
+    it). The folder is removed when the video is closed.
+
+    Args:
+        url: an http(s) URL; `user:password@` in it becomes a Basic authorisation header.
+        backend: as for `open_video`.
+        timeout_s: connection and read timeout.
+
+    Raises:
+        SourceError: unreachable server, an HTTP error status, a download cut short, or a file that
+            is not a readable video; no message contains credentials.
+    """
+    import base64
+    import shutil
+    import tempfile
+    import urllib.error
+    import urllib.request
+    from pathlib import PurePosixPath
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    from hermes.pipelines.sources import redact_url
+
+    parts = urlsplit(url)
+    headers = {"User-Agent": "hermes-video"}
+    if parts.username is not None:
+        secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(secret).decode()
+        host = parts.hostname + (f":{parts.port}" if parts.port else "")
+        url = urlunsplit(parts._replace(netloc=host))
+    shown = redact_url(url)
+    folder = Path(tempfile.mkdtemp(prefix="hermes-http-"))
+    target = folder / (PurePosixPath(parts.path).name or "video.mp4")
+    try:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as reply:
+                expected = reply.headers.get("Content-Length")
+                with target.open("wb") as out:
+                    shutil.copyfileobj(reply, out, 1 << 20)
+        except urllib.error.HTTPError as exc:
+            raise SourceError(f"cannot download {shown}: HTTP {exc.code} {exc.reason} (check the URL)") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise SourceError(f"cannot download {shown}: {redact_url(reason)} (is the server up?)") from None
+        got = target.stat().st_size
+        if expected is not None and expected.isdigit() and got < int(expected):
+            raise SourceError(f"download of {shown} stopped after {got} of {expected} bytes; try again")
+        video = open_video(target, backend=backend)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    video._download_dir = folder
+    return video
+
+
 class VideoFile(ABC):
     """An open video file. Use `.info` for metadata and `.frames()` to read."""
 
@@ -202,11 +259,17 @@ class VideoFile(ABC):
 
     _closed = False
 
+    _download_dir: Path | None = None  # the temporary folder of a video downloaded over HTTP
+
     def close(self) -> None:
-        """Release the file; further `frames()` calls raise."""
+        """Release the file (and delete it if it was downloaded); further `frames()` calls raise."""
         if not self._closed:
             self._closed = True
             self._release()
+            if self._download_dir is not None:
+                import shutil
+
+                shutil.rmtree(self._download_dir, ignore_errors=True)
 
     def __enter__(self) -> VideoFile:
         return self
@@ -221,11 +284,23 @@ class VideoFile(ABC):
             pass
 
 
+def _decord():
+    """decord, with its FFmpeg's console messages (hundreds of lines on a damaged file) off unless
+    logging is at debug level: errors reach the user as one `SourceError` line instead."""
+    import logging
+
+    import decord
+
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        decord.logging.set_level(decord.logging.QUIET)
+    return decord
+
+
 class _DecordVideo(VideoFile):
     """decord reader: PTS of every frame at open, batched decoding of the sampled indices."""
 
     def __init__(self, file: Path):
-        import decord
+        decord = _decord()
 
         try:
             self._reader = decord.VideoReader(str(file), ctx=decord.cpu(0))
@@ -273,8 +348,7 @@ class _DecordVideo(VideoFile):
         )
 
     def _iter_frames(self, fps: float | None, start_s: float, end_s: float) -> Iterator[Frame]:
-        import decord
-
+        decord = _decord()
         indices = sample_indices(
             self._pts_s, fps, start_s, end_s, native_fps=self.info.native_fps
         )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue G, performance at real model sizes: the `bench sweep` suite on one GPU machine, in one call.
+# Performance at real model sizes: the `bench sweep` suite on one GPU machine, in one call.
 #
 # What it does, in order (no network is needed or used):
 #   1. reports what the image has: python3, torch and its CUDA device, transformers;
@@ -130,7 +130,7 @@ for i in "${!MODELS[@]}"; do
     say "$name: exit code $rc (124/130: time limit; the files hold what was measured)"; status=$rc
     [ -f "$OUT/$name.md" ] && cat "$OUT/$name.md"
   fi
-  # Issue G's targets are set for LLaVA-OV-7B (the first model); the verdict does not change the exit code
+  # The targets (benchmarks/RESULTS.md) are set for LLaVA-OV-7B (the first model); the verdict does not change the exit code
   if [ "$i" -eq 0 ] && [ -f "$OUT/$name.json" ]; then
     "$PY" scripts/check_targets.py "$OUT/$name.json" --policy hermes --chunk 16 | tee "$OUT/targets.md"
   fi

@@ -12,12 +12,30 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """The wheel, and what the build printed (verbose, so setuptools' warnings show)."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out), str(ROOT)], check=True, capture_output=True)
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
+                             "-w", str(out), str(ROOT)], check=True, capture_output=True, text=True)
     (path,) = out.glob("hermes_video-*.whl")
-    return path
+    return path, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return built[0]
+
+
+def test_the_build_does_not_warn_and_the_metadata_is_complete(built):
+    path, log = built
+    assert "BuildBackendWarning" not in log and "absent from the `packages`" not in log, log[-2000:]
+    with zipfile.ZipFile(path) as z:
+        (metadata,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        text = z.read(metadata).decode()
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist())
+    assert "License-Expression: Apache-2.0" in text and "Author: " in text
+    assert "Classifier: Programming Language :: Python :: 3" in text and "Project-URL: " in text
+    assert (ROOT / "LICENSE").read_text().startswith("                                 Apache License")
 
 
 def test_wheel_holds_only_the_hermes_package(wheel):

@@ -88,7 +88,7 @@ def test_unknown_model_id_is_a_model_error():
 
 
 def test_hub_id_not_available_offline_is_a_model_error():
-    with pytest.raises(ModelError, match="cannot load model 'nobody/no-such-model'"):
+    with pytest.raises(ModelError, match="model 'nobody/no-such-model' is not on this machine.*hermes-video pull nobody/no-such-model"):
         load_model(ModelConfig(name="nobody/no-such-model"))
 
 

@@ -1,0 +1,149 @@
+"""Getting checkpoints onto the machine: `hermes-video pull MODEL` and `hermes-video models`.
+
+Both work without torch: `pull` is huggingface_hub's `snapshot_download` (resumable, with a progress
+bar, into the Hugging Face cache or `--local-dir`), `models` lists the presets and what the cache
+(`HF_HUB_CACHE`, default `~/.cache/huggingface/hub`) holds. After a pull, `HF_HUB_OFFLINE=1` runs
+load from the cache without the network.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes.config import load_preset, preset_names
+from hermes.errors import ModelError
+
+# What a checkpoint needs to load: configs, weights, tokenizer and processor files, chat templates.
+ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
+
+
+def hub_id_of(model: str) -> str:
+    """The hub id a preset name stands for (`smolvlm2-500m` -> `HuggingFaceTB/...`), or `model` itself.
+
+    Raises:
+        ModelError: a preset without a checkpoint (builtin), or a name that is neither a preset
+            nor `org/name`.
+    """
+    if model in preset_names("models"):
+        hub_id = load_preset("models", model).get("hub_id", "")
+        if not hub_id:
+            raise ModelError(f"{model!r} is builtin (shipped with the package): there is nothing to pull")
+        return hub_id
+    parts = model.split("/")
+    if len(parts) != 2 or not all(parts):
+        from hermes.config import _suggest
+
+        raise ModelError(f"unknown model {model!r}{_suggest(model, preset_names('models'))}: pull takes a preset "
+                         f"(see `hermes-video models`) or a hub id like org/name")
+    return model
+
+
+def check_model_name(name: str, hub_id: str = "") -> None:
+    """Refuse, before anything loads, a model that is no preset, no local directory and no hub id.
+
+    Raises:
+        ModelError: with the closest preset name and what `--model` takes.
+    """
+    source = hub_id or name
+    parts = source.split("/")
+    if name in preset_names("models") or Path(source).expanduser().is_dir() or \
+            (len(parts) == 2 and all(parts) and not source.startswith((".", "/", "~"))):
+        return
+    from hermes.config import _suggest
+
+    known = preset_names("models")
+    where = "local directory not found" if source.startswith((".", "/", "~")) else "unknown model"
+    raise ModelError(f"{where} {source!r}{_suggest(source, known)}: use a preset ({', '.join(known)}), a hub id "
+                     f"like org/name, or a local checkpoint directory")
+
+
+def pull(model: str, revision: str | None = None, local_dir: str | None = None, progress: bool = True) -> Path:
+    """Download a checkpoint (the files `load_model` reads) and return its local directory.
+
+    Args:
+        model: a model preset name or a hub id.
+        revision: a commit hash, branch or tag to pin; None is the default branch.
+        local_dir: a plain folder to download into (then `--model DIR` loads it); None is the cache.
+        progress: show huggingface_hub's progress bars.
+
+    Raises:
+        ModelError: unknown name, no network (or HF_HUB_OFFLINE set), unknown revision, or any other
+            failed download, in one line.
+    """
+    hub_id = hub_id_of(model)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    (enable_progress_bars if progress else disable_progress_bars)()
+    try:
+        path = snapshot_download(hub_id, revision=revision, local_dir=local_dir, allow_patterns=ALLOW_PATTERNS)
+    except Exception as exc:  # the hub raises many types (HTTP, offline, not found): all one line here
+        detail = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        offline = " HF_HUB_OFFLINE is set: unset it to download;" if os.environ.get("HF_HUB_OFFLINE") else ""
+        raise ModelError(f"cannot download {hub_id!r}{f' at revision {revision!r}' if revision else ''}: "
+                         f"{type(exc).__name__}{f' ({detail})' if detail else ''};{offline} check the id, "
+                         f"the revision and your network") from None
+    return Path(path)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One row of `hermes-video models`."""
+
+    name: str  # preset name, or the hub id of a cached checkpoint no preset names
+    hub_id: str  # "" for builtin models
+    family: str
+    on_disk_bytes: int | None  # None: not in the cache; 0 for builtin models
+
+
+def cache_folder() -> Path:
+    """The Hugging Face hub cache, read from the environment now (`HF_HUB_CACHE`, then `HF_HOME/hub`)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached_repos(cache_dir: str | Path | None = None) -> dict[str, int]:
+    """Model repositories in the Hugging Face cache (default `cache_folder()`) and their size on disk."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    cache_dir = cache_dir or cache_folder()
+    try:
+        info = scan_cache_dir(cache_dir)
+    except CacheNotFound:
+        return {}
+    return {repo.repo_id: repo.size_on_disk for repo in info.repos if repo.repo_type == "model"}
+
+
+def list_models(cache_dir: str | Path | None = None) -> list[ModelEntry]:
+    """Every model preset (builtin ones first), then cached checkpoints that no preset names."""
+    cached = cached_repos(cache_dir)
+    entries = []
+    for name in preset_names("models"):
+        preset = load_preset("models", name)
+        hub_id = preset.get("hub_id", "")
+        size = 0 if not hub_id else cached.pop(hub_id, None)
+        entries.append(ModelEntry(name, hub_id, preset.get("family", ""), size))
+    entries.sort(key=lambda e: (e.hub_id != "", e.name))
+    entries += [ModelEntry(hub_id, hub_id, "", size) for hub_id, size in sorted(cached.items())]
+    return entries
+
+
+def format_models(entries: list[ModelEntry]) -> str:
+    """The `models` table: name, family, checkpoint, where it is."""
+    rows = [("MODEL", "FAMILY", "CHECKPOINT", "ON DISK")]
+    for e in entries:
+        if not e.hub_id:
+            where = "builtin"
+        elif e.on_disk_bytes is None:
+            where = f"no: hermes-video pull {e.name}"
+        else:
+            where = f"yes, {e.on_disk_bytes / 2**30:.2f} GiB" if e.on_disk_bytes >= 2**27 else \
+                f"yes, {e.on_disk_bytes / 2**20:.1f} MiB"
+        rows.append((e.name, e.family or "-", e.hub_id or "-", where))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)

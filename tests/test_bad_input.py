@@ -1,0 +1,256 @@
+"""Bad input to every subcommand and flag: one line on stderr, the documented exit code (2 usage or
+config, 3 source, 4 model), no traceback, never "internal error"; and usage, file and config errors
+are raised before torch is imported (checked in a fresh interpreter at the moment of the raise)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermes.cli import main
+from hermes.pipelines.synthetic import write_synthetic_video
+
+TINY = ["--model", "tiny-llava-onevision", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Paths the table refers to by name: a real video, a folder, a plain file, non-UTF-8 bytes."""
+    root = tmp_path_factory.mktemp("bad")
+    paths = {
+        "video": write_synthetic_video(root / "clip.mp4", duration_s=4.0, fps=5.0),
+        "dir": root / "folder",
+        "file": root / "plain.txt",
+        "latin1": root / "latin1.jsonl",
+        "badkey": root / "badkey.jsonl",
+        "yaml_dir": root / "yaml_dir",
+        "bad_yaml": root / "bad.yaml",
+        "latin1_yaml": root / "latin1.yaml",
+        "mp4_dir": root / "dir.mp4",
+        "missing": root / "missing.mp4",
+        "nowhere": root / "no" / "such" / "folder" / "out.json",
+    }
+    paths["dir"].mkdir()
+    paths["yaml_dir"].mkdir()
+    paths["mp4_dir"].mkdir()
+    paths["file"].write_text("not a directory\n")
+    paths["latin1"].write_bytes('{"question": "caf\xe9?"}\n'.encode("latin-1"))
+    paths["badkey"].write_text('{"question": "what?", "at": 2}\n')
+    paths["bad_yaml"].write_text("memory: [unclosed\n")
+    paths["latin1_yaml"].write_bytes("memory:\n  global_query: caf\xe9\n".encode("latin-1"))
+    return paths
+
+
+R = ["run", "{video}", *TINY, "--ask", "q"]  # a run that would succeed, for flags to spoil
+
+CASES = [
+    # (argv, exit code, text the one line must hold)
+    # ---- top level and argparse
+    ([], 2, "a COMMAND is required"),
+    (["bogus"], 2, "invalid choice: 'bogus'"),
+    (["--log-level", "loud", "info"], 2, "invalid choice: 'loud'"),
+    (["run"], 2, "the following arguments are required: source"),
+    (["run", "{video}", "--frobnicate"], 2, "unrecognized arguments: --frobnicate"),
+    (["run", "\udcff\udcfe.mp4", "--ask", "q"], 2, "is not UTF-8 text"),
+    # ---- run: SOURCE
+    (["run", "", "--ask", "q"], 2, "SOURCE is empty"),
+    (["run", "{missing}", "--ask", "q"], 3, "video file not found"),
+    (["run", "{file}", "--ask", "q"], 3, "not a readable video"),
+    (["run", "{mp4_dir}", *TINY, "--ask", "q"], 3, "no images"),
+    (["run", "ftp://host/clip.mp4", *TINY, "--ask", "q"], 3, "unsupported source scheme 'ftp'"),
+    # ---- run: questions
+    (["run", "{video}", *TINY], 2, "no question to answer"),
+    (["run", "{video}", *TINY, "--at", "1", "--ask", "q"], 2, "--at 1 comes before any --ask"),
+    ([*R, "--at", "1", "--at", "2"], 2, "already has --at 1"),
+    ([*R, "--at", "nan"], 2, "--at expects a non-negative number of seconds, found 'nan'"),
+    ([*R, "--at", "-2"], 2, "--at expects a non-negative number of seconds"),
+    ([*R, "--at", "soon"], 2, "--at expects a number of seconds, found 'soon'"),
+    ([*R, "--at", "99"], 2, "past the end of the video"),
+    ([*R, "--questions", "{dir}"], 2, "--questions expects a JSONL file, found a directory"),
+    ([*R, "--questions", "{missing}"], 2, "questions file not found"),
+    ([*R, "--questions", "{latin1}"], 2, "latin1.jsonl:1: not UTF-8 text"),
+    ([*R, "--questions", "{badkey}"], 2, "unknown key 'at' (did you mean 'at_s'?)"),
+    ([*R, "--ask", "word " * 1500], 2, "more than the 1024 positions kept for a question"),
+    (["run", "{video}", *TINY, "--ask-every", "2"], 2, "--ask-every S repeats the --ask questions"),
+    # ---- run: numeric flags (sugar for config keys) and time flags
+    ([*R, "--fps", "0"], 2, "stream.fps: expected a positive number, found 0"),
+    ([*R, "--fps", "-1"], 2, "stream.fps: expected a positive number"),
+    ([*R, "--fps", "nan"], 2, "stream.fps: expected float, found 'nan'"),
+    ([*R, "--fps", ".inf"], 2, "stream.fps: expected a finite number"),
+    ([*R, "--chunk-frames", "0"], 2, "stream.chunk_frames: expected a positive whole number"),
+    ([*R, "--chunk-frames", "1.5"], 2, "stream.chunk_frames: expected int, found 1.5"),
+    ([*R, "--max-new-tokens", "0"], 2, "model.max_new_tokens: expected a positive whole number"),
+    ([*R, "--max-new-tokens", "-3"], 2, "model.max_new_tokens: expected a positive whole number"),
+    ([*R, "--ask-every", "0"], 2, "--ask-every expects a positive number of seconds"),
+    ([*R, "--ask-every", "inf"], 2, "--ask-every expects a positive number of seconds"),
+    ([*R, "--reconnect-timeout", "-1"], 2, "--reconnect-timeout expects a positive number"),
+    ([*R, "--device", "gpu"], 2, "model.device: expected auto, cpu, cuda or cuda:N, found 'gpu'"),
+    # ---- run: configuration (enumerations come from the dataclasses' Literal types)
+    ([*R, "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of int8, fp16, found 'int4'"),
+    ([*R, "--set", "memory.policy=hermse"], 2, "expected one of full, hermes, sliding, uniform, found 'hermse' "
+                                              "(did you mean 'hermes'?)"),
+    ([*R, "--set", "memory.reindex=fast"], 2, "memory.reindex: expected one of lazy, eager"),
+    ([*R, "--set", "stream.backend=ffmpeg"], 2, "stream.backend: expected one of auto, decord, opencv"),
+    ([*R, "--set", "model.dtype=int3"], 2, "model.dtype: expected one of auto"),
+    ([*R, "--set", "model.attn_implementation=flash"], 2, "model.attn_implementation: expected one of sdpa, eager"),
+    ([*R, "--set", "memory.budget=0"], 2, "memory.budget: expected a positive whole number, found 0"),
+    ([*R, "--set", "memory.budget=-5"], 2, "memory.budget: expected a positive whole number"),
+    ([*R, "--set", "memory.recall_top_k=0"], 2, "memory.recall_top_k: expected a positive whole number"),
+    ([*R, "--set", "memory.sink_tokens=-1"], 2, "memory.sink_tokens: expected at least 0"),
+    ([*R, "--set", "memory.checkpoint_every=0"], 2, "memory.checkpoint_every: expected a positive whole number"),
+    ([*R, "--set", "memory.disk_bytes=0"], 2, "memory.disk_bytes: expected a positive whole number"),
+    ([*R, "--set", "memory.dram_bytes=-1"], 2, "memory.dram_bytes: expected at least 0"),
+    ([*R, "--set", "memory.w0=1.5"], 2, "memory.w0: expected between 0 and 1, found 1.5"),
+    ([*R, "--set", "memory.recency_k=.nan"], 2, "memory.recency_k: expected a finite number"),
+    ([*R, "--set", "memory.bands=[0.5, 0.6, 0.3]"], 2, "memory.bands: expected three fractions summing to 1"),
+    ([*R, "--set", "memory.budget=40000"], 2, "does not fit the 32768 positions"),
+    ([*R, "--set", "memory.budgit=4"], 2, "unknown config key 'memory.budgit' (did you mean 'budget'?)"),
+    ([*R, "--set", "budget"], 2, "--set expects key=value"),
+    ([*R, "--memory", "hermes-5k"], 2, "unknown memory preset 'hermes-5k'"),
+    ([*R, "--config", "{missing}"], 2, "config file not found"),
+    ([*R, "--config", "{yaml_dir}"], 2, "--config expects a YAML file, found a directory"),
+    ([*R, "--config", "{bad_yaml}"], 2, "not valid YAML"),
+    ([*R, "--config", "{latin1_yaml}"], 2, "not UTF-8 text"),
+    ([*R, "--config", "smolvlm2-50m"], 2, "did you mean 'smolvlm2-500m'?"),
+    ([*R, "--memory-dir", "{file}"], 2, "--memory-dir expects a directory, found a file"),
+    ([*R, "--resume"], 2, "--resume continues a stream saved in a memory directory"),
+    # ---- run: model (exit 4), refused before anything loads
+    (["run", "{video}", "--model", "llava-onevison-7b", "--ask", "q"], 4,
+     "unknown model 'llava-onevison-7b' (did you mean 'llava-onevision-7b'?)"),
+    (["run", "{video}", "--model", "./no/such/checkpoint", "--ask", "q"], 4, "local directory not found"),
+    # ---- demo
+    (["demo", "--output", "{file}"], 2, "--output expects a directory, found a file"),
+    (["demo", "--memory", "nope"], 2, "unknown memory preset 'nope'"),
+    (["demo", "--set", "memory.budget=0"], 2, "memory.budget: expected a positive whole number"),
+    (["demo", "--set", "stream.fps=0"], 2, "stream.fps: expected a positive number"),
+    (["demo", "--device", "gpu"], 2, "model.device: expected auto, cpu, cuda or cuda:N"),
+    # ---- bench memory / sweep / tiers: checked before a model is built or anything measured
+    (["bench"], 2, "the following arguments are required: SUITE"),
+    (["bench", "memory", "--lengths", "0,64"], 2, "--lengths expects positive integers"),
+    (["bench", "memory", "--lengths", "a"], 2, "--lengths expects comma-separated integers"),
+    (["bench", "memory", "--budget", "0"], 2, "memory.budget: expected a positive whole number"),
+    (["bench", "memory", "--budget", "x"], 2, "argument --budget: invalid int value: 'x'"),
+    (["bench", "memory", "--chunk-frames", "0"], 2, "--chunk-frames expects a positive whole number"),
+    (["bench", "memory", "--output", "{dir}"], 2, "--output expects a file, found a directory"),
+    (["bench", "memory", "--output", "{nowhere}"], 2, "does not exist (create it first)"),
+    (["bench", "memory", "--arch", "gpt-9"], 2, "argument --arch: invalid choice: 'gpt-9'"),
+    (["bench", "memory", "--arch", "cpu-small", "--model", "tiny-llava-onevision"], 2, "not both"),
+    (["bench", "memory", "--num-layers", "0"], 2, "--num-layers expects a positive whole number"),
+    (["bench", "memory", "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of"),
+    (["bench", "sweep", "--decode-tokens", "0"], 2, "must be at least 1"),
+    (["bench", "sweep", "--repeats", "0"], 2, "must be at least 1"),
+    (["bench", "sweep", "--chunk-frames", "8,x"], 2, "--chunk-frames expects comma-separated integers"),
+    (["bench", "sweep", "--markdown", "{dir}"], 2, "--markdown expects a file, found a directory"),
+    (["bench", "sweep", "--dtype", "int4"], 2, "model.dtype: expected one of"),
+    (["bench", "tiers", "--records", "0"], 2, "--records expects positive integers"),
+    (["bench", "tiers", "--write-mib", "0"], 2, "--write-mib expects a positive whole number"),
+    (["bench", "tiers", "--output", "{dir}"], 2, "--output expects a file, found a directory"),
+    # ---- eval (its own checks live in hermes.datasets.cli)
+    (["eval"], 2, "the following arguments are required"),
+    (["eval", "ovo-bench"], 2, "the following arguments are required: --data-root"),
+    # ---- memory inspect / verify
+    (["memory"], 2, "the following arguments are required: ACTION"),
+    (["memory", "inspect", "{dir}"], 2, "is not a memory directory"),
+    (["memory", "verify", "{file}"], 2, "is not a memory directory"),
+    (["memory", "inspect", "{dir}", "--records", "0"], 2, "expected a positive whole number, found '0'"),
+    # ---- pull / models / info
+    (["pull"], 2, "the following arguments are required: MODEL"),
+    (["pull", "smolvlm-500m"], 4, "unknown model 'smolvlm-500m' (did you mean"),
+    (["pull", "tiny-llava-onevision"], 4, "is builtin"),
+    (["pull", "org/model", "--local-dir", "{file}"], 2, "--local-dir expects a directory, found a file"),
+    (["models", "--bogus"], 2, "unrecognized arguments: --bogus"),
+    (["info", "--bogus"], 2, "unrecognized arguments: --bogus"),
+]
+
+
+def fill(argv, files) -> list[str]:
+    return [a.format(**files) if "{" in a else a for a in argv]
+
+
+@pytest.mark.parametrize("argv, code, message", CASES, ids=[" ".join(c[0])[:60] for c in CASES])
+def test_bad_input_is_one_line_and_its_exit_code(files, capsys, argv, code, message):
+    got = main(fill(argv, files))
+    out, err = capsys.readouterr()
+    assert got == code, err
+    assert message in err, err
+    assert err.count("\n") == 1 and err.startswith("hermes-video: error: "), err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_yaml_1_1_exponents_are_numbers_not_strings():
+    """PyYAML reads `1e-9` (no dot) as a string; a numeric key takes it as the number it spells."""
+    from hermes.config import build_config
+
+    cfg = build_config(model="tiny-llava-onevision", overrides=["memory.recency_k=1e-9", "memory.budget=2e3"])
+    assert cfg.memory.recency_k == 1e-9 and cfg.memory.budget == 2000
+
+
+def test_non_utf8_typed_questions_are_exit_2(files, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "hermes", "run", str(files["video"]), *TINY, "--interactive"],
+                            input=b"what is there?\n\xff\xfe\n", capture_output=True, env=offline_env())
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert "standard input line 2 is not UTF-8 text" in err and "Traceback" not in err
+
+
+def offline_env() -> dict:
+    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+
+# What the subprocess runs: `main(argv)`, recording at each HermesError whether torch or transformers
+# had been imported at that moment.
+PROBE = """
+import json, sys
+import hermes.errors as errors
+seen = []
+init = errors.HermesError.__init__
+def record(self, *args):
+    seen.append(sorted(m for m in ("torch", "transformers") if m in sys.modules))
+    init(self, *args)
+errors.HermesError.__init__ = record
+from hermes.cli import main
+code = main(json.loads(sys.argv[1]))
+print(json.dumps({"code": code, "heavy_at_raise": seen}))
+"""
+
+EARLY = [
+    (["run", "{missing}", "--ask", "q"], 3),
+    (["run", "", "--ask", "q"], 2),
+    (["run", "{video}", "--ask", "q", "--fps", "0"], 2),
+    (["run", "{video}", "--ask", "q", "--ask", "r", "--at", "-1"], 2),
+    (["run", "{video}", "--ask", "q", "--set", "memory.dram_dtype=int4"], 2),
+    (["run", "{video}", "--ask", "q", "--memory", "hermes-5k"], 2),
+    (["run", "{video}", "--ask", "q", "--config", "{missing}"], 2),
+    (["run", "{video}", "--questions", "{badkey}"], 2),
+    (["run", "{video}"], 2),
+    (["run", "{video}", "--ask", "q", "--model", "llava-onevison-7b"], 4),
+    (["demo", "--output", "{file}"], 2),
+    (["bench", "memory", "--output", "{dir}"], 2),
+    (["bench", "sweep", "--set", "memory.budget=0"], 2),
+]
+
+
+@pytest.mark.parametrize("argv, code", EARLY, ids=[" ".join(c[0])[:50] for c in EARLY])
+def test_errors_are_raised_before_torch_is_imported(files, argv, code):
+    result = subprocess.run([sys.executable, "-c", PROBE, json.dumps(fill(argv, files))],
+                            capture_output=True, text=True, env=offline_env(), cwd=Path(__file__).parents[1])
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["code"] == code, result.stderr
+    assert report["heavy_at_raise"] and report["heavy_at_raise"][0] == [], report
+
+
+def test_decoder_noise_stays_off_stderr(tmp_path):
+    """FFmpeg inside decord prints hundreds of lines on a damaged file; the user sees one (fd-level check)."""
+    pytest.importorskip("av")
+    from tests.pipelines import video_fixtures as vf
+
+    video = vf.write_corrupted_video(tmp_path / "corrupt.mp4")
+    argv = [sys.executable, "-m", "hermes", "run", str(video), *TINY, "--ask", "q"]
+    result = subprocess.run(argv, capture_output=True, text=True, env=offline_env())
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "truncated or corrupt" in result.stderr, result.stderr[:500]
+    debug = subprocess.run(argv + ["--log-level", "debug"], capture_output=True, text=True, env=offline_env())
+    assert debug.returncode == 3 and debug.stderr.count("\n") > 1  # asked for: the decoder's own messages
