@@ -144,9 +144,11 @@ def stream_answers(args, cfg, questions, *, progress: bool, on_answer) -> str | 
 def run_live_source(args, cfg, source, questions, on_answer) -> str:
     """A camera or stream, or a recording played back in real time, with typed or periodic questions."""
     from hermes.models.loading import load_model
-    from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, run_live
+    from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, check_live_memory, run_live
     from hermes.pipelines.session import StreamingSession
 
+    explicit = bool(args.memory or args.config or any(s.startswith("memory.policy") for s in args.set or []))
+    cfg.memory = check_live_memory(cfg.memory, source.live, explicit)
     timed = [q for q in questions if q.at_s is not None]
     untimed = [q.text for q in questions if q.at_s is None]
     if args.ask_every is not None and args.ask_every <= 0:
