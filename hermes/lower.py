@@ -34,7 +34,7 @@ from hermes.config import MemoryConfig
 from hermes.probe import probe_queries
 from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
-from hermes.tiers.fingerprint import make_fingerprint
+from hermes.tiers.fingerprint import make_fingerprint, weights_digest
 from hermes.tiers.records import Record
 from hermes.tiers.summarise import summarise
 
@@ -55,12 +55,13 @@ class RecallStats:
 
 
 def fingerprint_for(model, cfg: MemoryConfig) -> dict:
-    """What a memory directory must match: the model's cache geometry and the record format."""
+    """What a memory directory must match: the model's cache geometry and weights, and the record format."""
     spec = RotarySpec.from_text_config(model.text_config)
     text = model.text_config
     return make_fingerprint(model.name, model.family, text.num_hidden_layers, text.num_key_value_heads,
                             spec.head_dim, rope=spec.kind,
-                            memory={"dram_dtype": cfg.dram_dtype, "summary_anchors": cfg.summary_anchors})
+                            memory={"dram_dtype": cfg.dram_dtype, "summary_anchors": cfg.summary_anchors},
+                            weights=weights_digest(model))
 
 
 def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotarySpec, groups: int = 1) -> torch.Tensor:
