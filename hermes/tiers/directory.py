@@ -48,12 +48,24 @@ import torch
 from hermes.tiers import checkpoint
 from hermes.tiers.disk import DiskStore
 from hermes.tiers.dram import DramStore
-from hermes.tiers.errors import MemoryDamagedError, MemoryDirError, RecordCorruptError, storage_error
+from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.index import INDEX_META, normalise, open_index
 from hermes.tiers.recovery import quarantined_files
 from hermes.tiers.repair import WAL
 from hermes.tiers.prefetch import Prefetcher
 from hermes.tiers.records import Record, compress, default_embedding
+
+
+def checkpoint_claims(path: Path) -> dict[str, int]:
+    """How far the checkpoints saw each store's manifest reach: ``{"disk_next_id", "dram_next_id"}`` (max)."""
+    out: dict[str, int] = {}
+    for info_path in sorted((path / checkpoint.CHECKPOINTS).glob("*.json")):
+        claims = ((checkpoint.read_info(info_path) or {}).get("meta") or {}).get("store")
+        if isinstance(claims, dict):  # a damaged checkpoint is reported by its own checksum check
+            for key in ("disk_next_id", "dram_next_id"):
+                if isinstance(claims.get(key), int):
+                    out[key] = max(out.get(key, 0), claims[key])
+    return out
 
 
 class MemoryDirectory:
@@ -90,21 +102,19 @@ class MemoryDirectory:
         self.summarise_fn = summarise_fn
         self.dram_dtype = dram_dtype
         self.wal: DiskStore | None = None
+        claims = checkpoint_claims(self.path)  # checked by each store before it cuts anything
         self.disk = DiskStore(self.path, disk_bytes, fingerprint, segment_bytes=segment_bytes, readonly=readonly,
-                              prepare=self._prepare, on_drop=self._on_drop, on_commit=self._on_disk_commit)
+                              prepare=self._prepare, on_drop=self._on_drop, on_commit=self._on_disk_commit,
+                              min_next_id=claims.get("disk_next_id", 0))
         self.skipped: list[str] = []  # corrupt records left out of an answer, with why
         try:
             if not readonly or (self.path / WAL).is_dir():
                 # one record per log segment, so a record leaving DRAM frees its file at once
                 self.wal = DiskStore(self.path / WAL, 1 << 62, self.disk.fingerprint, segment_bytes=1,
-                                     readonly=readonly)
+                                     readonly=readonly, min_next_id=claims.get("dram_next_id", 0))
             self.checkpoint_notes = [] if readonly else [f"checkpoints/{n}: left by an interrupted save; deleted"
                                                          for n in checkpoint.clean(self.path)]
-            self.store_problems = self._check_claims()
-            if self.store_problems and not readonly:
-                raise MemoryDamagedError(
-                    f"memory directory {self.path} is damaged ({self.store_problems[0]}); nothing was changed: see "
-                    f"`hermes-video memory verify {self.path}`, then `hermes-video memory repair {self.path}`")
+            self.store_problems = [f"{WAL}/: {p}" for p in self.wal.open_problems] if self.wal is not None else []
             self.index, self.index_state, self.index_problems = open_index(
                 self.path, self.disk.ids(), self._embedding_from_disk, persist=not readonly, binding=self._binding)
         except OSError as exc:
@@ -141,22 +151,6 @@ class MemoryDirectory:
                 continue
             with self._lock:
                 self.dram.add(record)  # over the budget, the least valuable move on to disk as usual
-
-    def _check_claims(self) -> list[str]:
-        """Damage: a checkpoint that saw more records committed than the stores' manifests now name."""
-        problems = []
-        for path in sorted((self.path / checkpoint.CHECKPOINTS).glob("*.json")):
-            info = checkpoint.read_info(path) or {}
-            claims = (info.get("meta") or {}).get("store") or {}
-            if not isinstance(claims, dict):
-                continue  # a damaged checkpoint: its own checksum check reports it
-            for key, store in (("disk_next_id", self.disk), ("dram_next_id", self.wal)):
-                have = store.recorded_next_id if store is not None else 0
-                if int(claims.get(key, 0)) > have:
-                    where = "manifest.jsonl" if store is self.disk else f"{WAL}/manifest.jsonl"
-                    problems.append(f"checkpoint {path.stem!r} saw records up to id {int(claims[key]) - 1} "
-                                    f"committed, but {where} ends before id {have} (lines were cut)")
-        return problems
 
     def _binding(self, ids: list[int]) -> str:
         """Digest of the records behind `ids`: their ids and the checksums of their bytes."""
@@ -422,7 +416,7 @@ class MemoryDirectory:
             ``"note: "``.
         """
         report = self.disk.verify()
-        problems = list(report.problems) + list(self.index_problems) + list(self.store_problems)
+        problems = list(report.problems) + list(self.index_problems)
         notes = list(report.notes) + self.checkpoint_notes
         if self.wal is not None:
             wal_report = self.wal.verify()

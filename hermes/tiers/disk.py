@@ -116,6 +116,7 @@ class DiskStore:
             segments, or records too large to store).
         record_overhead_bytes: Bytes counted per live record beyond its own (the index's share).
         on_commit: Called on the writer thread with the ids of each group once it is durable.
+        min_next_id: How far a checkpoint saw the manifest reach (`hermes.tiers.recovery.recover`).
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use by another
@@ -127,7 +128,7 @@ class DiskStore:
                  segment_bytes: int | None = None, queue_size: int = 32, readonly: bool = False,
                  prepare: Callable[[Record], Record] | None = None,
                  on_drop: Callable[[list[int]], None] | None = None, record_overhead_bytes: int = 0,
-                 on_commit: Callable[[list[int]], None] | None = None) -> None:
+                 on_commit: Callable[[list[int]], None] | None = None, min_next_id: int = 0) -> None:
         self.directory = Path(directory)
         self.capacity_bytes = int(capacity_bytes)
         self.segment_bytes = int(segment_bytes or min(max(self.capacity_bytes // 16, 64 << 10), 256 << 20))
@@ -152,7 +153,7 @@ class DiskStore:
             self.fingerprint = check_or_create(self.directory, fingerprint, create=not readonly)
             if not readonly:
                 (self.directory / SEGMENTS).mkdir(exist_ok=True)
-            self._open_manifest()
+            self._open_manifest(min_next_id)
         except OSError as exc:
             self._release_lock()
             raise storage_error(self.directory, "opening", exc) from exc
@@ -197,10 +198,10 @@ class DiskStore:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
 
-    def _open_manifest(self) -> None:
+    def _open_manifest(self, min_next_id: int = 0) -> None:
         """Recover the store's state from its files (cutting crash leftovers unless read-only)."""
         fix = not self.readonly
-        state = recover(self.directory, fix)
+        state = recover(self.directory, fix, min_next_id)
         self.open_problems += state.problems
         self.open_notes += state.notes
         self._entries: dict[int, Entry] = state.entries

@@ -77,27 +77,27 @@ class Quarantine:
             fsync_dir(self.root.parent)
         return self.folder
 
-    def move(self, path: Path) -> str:
+    def move(self, path: Path, prefix: str = "") -> str:
         """Rename a whole file into quarantine (durably); returns where it went, relative."""
-        target = self._ready() / path.name
+        target = self._ready() / (prefix + path.name)
         os.replace(path, target)
         fsync_dir(target.parent)
         fsync_dir(path.parent)
         return self._note(target)
 
-    def copy(self, path: Path) -> str:
+    def copy(self, path: Path, prefix: str = "") -> str:
         """Copy a whole file into quarantine (durably) and leave it in place."""
-        target = self._ready() / path.name
+        target = self._ready() / (prefix + path.name)
         shutil.copyfile(path, target)
         with open(target, "rb+") as f:
             os.fsync(f.fileno())
         fsync_dir(target.parent)
         return self._note(target)
 
-    def cut(self, path: Path, keep: int) -> str:
+    def cut(self, path: Path, keep: int, prefix: str = "") -> str:
         """Truncate `path` to `keep` bytes after saving the bytes beyond it as ``<name>.tail``."""
         size = path.stat().st_size
-        target = self._ready() / f"{path.name}.tail"
+        target = self._ready() / f"{prefix}{path.name}.tail"
         write_bytes_atomic(target, read_exact(path, keep, size - keep))
         os.truncate(path, keep)
         with open(path, "rb+") as f:
@@ -121,12 +121,14 @@ def _number(name: str) -> int | None:
     return int(stem) if stem.isdigit() else None
 
 
-def recover(directory: Path, fix: bool) -> Recovered:
+def recover(directory: Path, fix: bool, min_next_id: int = 0) -> Recovered:
     """Replay the manifest, check it against the segment files, cut crash leftovers, find damage.
 
     Args:
         directory: The store's directory.
         fix: Cut crash leftovers into quarantine, and refuse damage (False: report only).
+        min_next_id: How far a checkpoint saw this manifest reach: a manifest ending before it has
+            lost committed lines (damage, even where the segments alone would look like a crash).
 
     Returns:
         The recovered state.
@@ -139,6 +141,9 @@ def recover(directory: Path, fix: bool) -> Recovered:
     state = replay(data, MANIFEST)
     problems, notes, actions = list(state.problems), [], []
     files = {p.name: p.stat().st_size for p in segdir.glob(f"*{SUFFIX}")} if segdir.exists() else {}
+    if state.next_id < min_next_id:
+        problems.append(f"a checkpoint saw records up to id {min_next_id - 1} committed, but {MANIFEST} ends "
+                        f"before id {state.next_id} (lines were cut)")
     if not path.exists() and any(files.values()):
         problems.append(f"{MANIFEST} is missing but {len(files)} segment file(s) hold records")
 

@@ -45,13 +45,19 @@ class RepairReport:
     unfixable: list[str] = field(default_factory=list)
 
 
-def scan_segment(data: bytes) -> tuple[list[tuple[int, int, object]], int]:
+def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list[tuple[int, int, object]], int]:
     """The records a segment's bytes hold, from its start, and where the readable part ends.
 
+    Args:
+        data: The segment file.
+        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are
+            stepped over (reported as a record None) instead of ending the scan.
+
     Returns:
-        ``([(offset, length, record)], end)``: `end` is the byte after the last record that parsed.
+        ``([(offset, length, record or None)], end)``: `end` is the byte after the last record read.
     """
     found, pos = [], 0
+    known = known or {}
     while pos + 8 <= len(data):
         n = int.from_bytes(data[pos:pos + 8], "little")
         try:
@@ -59,9 +65,13 @@ def scan_segment(data: bytes) -> tuple[list[tuple[int, int, object]], int]:
             length = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
                                  default=0)
             if pos + length > len(data):
-                break
+                raise ValueError("runs past the end")
             record = from_safetensors(data[pos:pos + length])
         except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            if pos in known and pos + known[pos] <= len(data):
+                found.append((pos, known[pos], None))
+                pos += known[pos]
+                continue
             break
         found.append((pos, length, record))
         pos += length
@@ -71,28 +81,45 @@ def scan_segment(data: bytes) -> tuple[list[tuple[int, int, object]], int]:
 def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, label: str) -> int:
     """Rebuild one store's manifest from its segments; returns the next record id it implies."""
     segdir, path = directory / SEGMENTS, directory / MANIFEST
+    prefix = label.replace("/", "-")  # quarantine names: dram-manifest.jsonl beside manifest.jsonl
     old = replay(path.read_bytes()) if path.exists() else replay(b"")
     # segments the old manifest emptied on purpose (a drop line, or every record deleted)
     dropped = {s for s in old.segments_named if s in old.extents and not old.by_segment.get(s)}
     entries: list[Entry] = []
     seen: set[int] = set()
+    corrupt: set[int] = set()
     next_id = old.next_id
     for seg in sorted(segdir.glob(f"*{SUFFIX}")) if segdir.exists() else []:
         if seg.name in dropped:
             report.actions.append(f"{label}{SEGMENTS}/{seg.name}: dropped by the manifest; moved to "
-                                  f"{quarantine.move(seg)}")
+                                  f"{quarantine.move(seg, prefix)}")
             continue
         data = seg.read_bytes()
-        found, end = scan_segment(data)
+        named = {e.offset: e for e in old.entries.values() if e.segment == seg.name}
+        found, end = scan_segment(data, {off: e.length for off, e in named.items()})
         for offset, length, record in found:
             digest = sha256(data[offset:offset + length])
+            if record is None:  # unparseable where the old manifest names a record: keep the line, delete it
+                entry = named[offset]
+                corrupt.add(entry.record_id)
+                bad = directory / f"record-{entry.record_id}{SUFFIX}"
+                write_bytes_atomic(bad, data[offset:offset + length])
+                report.actions.append(f"{label}record {entry.record_id}: unreadable; left out, its bytes copied to "
+                                      f"{quarantine.move(bad, prefix)}")
+                entries.append(entry)
+                seen.add(entry.record_id)
+                continue
             known = old.entries.get(record.record_id)
             next_id = max(next_id, record.record_id + 1)
             if known is not None and (known.segment, known.offset) == (seg.name, offset) and known.sha256 != digest:
+                corrupt.add(record.record_id)
                 bad = directory / f"record-{record.record_id}{SUFFIX}"
                 write_bytes_atomic(bad, data[offset:offset + length])
                 report.actions.append(f"{label}record {record.record_id}: fails its checksum; left out, its bytes "
-                                      f"copied to {quarantine.move(bad)}")
+                                      f"copied to {quarantine.move(bad, prefix)}")
+                # named and then deleted, so the segment stays fully described; its bytes are in quarantine
+                entries.append(Entry.of(record, seg.name, offset, length, digest))
+                seen.add(record.record_id)
                 continue
             if record.record_id in seen:
                 continue
@@ -100,12 +127,12 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
             entries.append(Entry.of(record, seg.name, offset, length, digest))
         if end < len(data):
             report.actions.append(f"{label}{SEGMENTS}/{seg.name}: {len(data) - end} unreadable bytes after its "
-                                  f"last record; moved to {quarantine.cut(seg, end)}")
-    deleted = set()
+                                  f"last record; moved to {quarantine.cut(seg, end, prefix)}")
+    deleted = set(corrupt)
     if old.has_header and not old.problems:  # an intact manifest's del lines stay in force
-        deleted = {e.record_id for e in entries if e.record_id not in old.entries
-                   and e.offset + e.length <= old.extents.get(e.segment, -1)}
-    missing = sorted(set(old.entries) - {e.record_id for e in entries})
+        deleted |= {e.record_id for e in entries if e.record_id not in old.entries
+                    and e.offset + e.length <= old.extents.get(e.segment, -1)}
+    missing = sorted(set(old.entries) - {e.record_id for e in entries} - corrupt)
     for rid in missing:
         report.unfixable.append(f"{label}record {rid}: named by the manifest but its bytes are gone; "
                                 f"left out")
@@ -113,14 +140,14 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
     if deleted:
         body += del_line(sorted(deleted))
     if path.exists():
-        report.actions.append(f"{label}{MANIFEST}: old copy moved to {quarantine.copy(path)}")
+        report.actions.append(f"{label}{MANIFEST}: old copy moved to {quarantine.copy(path, prefix)}")
     write_bytes_atomic(path, body)
     kept = len(entries) - len(deleted)
     report.actions.append(f"{label}{MANIFEST}: rebuilt from the segments with {kept} record(s)")
     report.records[label.rstrip("/ ") or "disk"] = kept
     tmp = directory / (MANIFEST + ".tmp")
     if tmp.exists():
-        report.actions.append(f"{label}{tmp.name}: moved to {quarantine.move(tmp)}")
+        report.actions.append(f"{label}{tmp.name}: moved to {quarantine.move(tmp, prefix)}")
     return next_id
 
 
