@@ -85,6 +85,7 @@ class MemoryDirectory:
         segment_bytes: Disk segment size (default: see `DiskStore`).
         prefetch_bytes: Prefetch cache budget.
         readonly: Inspect or verify only: no writes, no repairs, no lock.
+        durable_dram: Keep level 2's write-ahead log (off only for a throw-away directory).
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use.
@@ -93,7 +94,8 @@ class MemoryDirectory:
     def __init__(self, path: str | Path, fingerprint: dict | None, dram_bytes: int, disk_bytes: int, *,
                  dram_dtype: str = "int8", disk_dtype: str = "int8",
                  summarise_fn: Callable[[Record], Record] | None = None, pin_memory: bool = True,
-                 segment_bytes: int | None = None, prefetch_bytes: int = 64 << 20, readonly: bool = False) -> None:
+                 segment_bytes: int | None = None, prefetch_bytes: int = 64 << 20, readonly: bool = False,
+                 durable_dram: bool = True) -> None:
         if fingerprint is None and not readonly:
             raise ValueError("a fingerprint is required to open a memory directory for writing")
         self.path = Path(path)
@@ -108,7 +110,7 @@ class MemoryDirectory:
                               min_next_id=claims.get("disk_next_id", 0))
         self.skipped: list[str] = []  # corrupt records left out of an answer, with why
         try:
-            if not readonly or (self.path / WAL).is_dir():
+            if (durable_dram and not readonly) or (self.path / WAL).is_dir():
                 # one record per log segment, so a record leaving DRAM frees its file at once
                 self.wal = DiskStore(self.path / WAL, 1 << 62, self.disk.fingerprint, segment_bytes=1,
                                      readonly=readonly, min_next_id=claims.get("dram_next_id", 0))
