@@ -25,13 +25,16 @@ lowered so that host memory spills to disk).
 import os
 import signal
 import sys
-import traceback
+from pathlib import Path
 
 import numpy as np
 import torch
 
 torch.set_num_threads(1)
 torch.set_num_interop_threads(1)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fork_server import serve  # noqa: E402
 
 from hermes.config import MemoryConfig, ModelConfig  # noqa: E402
 from hermes.models.loading import load_model  # noqa: E402
@@ -100,25 +103,11 @@ def main() -> None:
     directory = sys.argv[1]
     model = load_model(ModelConfig(name="tiny-llava-onevision"))
     weights_digest(model)  # hashed once here, not in every child
-    for line in sys.stdin:
-        parts = line.split()
-        if not parts or parts[0] != "go":
-            break
-        mode, n, dram = parts[1], int(parts[2]), int(parts[3])
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                stream(model, directory, mode, n, dram)
-            except BaseException:  # shown on the test's stderr; the exit status tells the test
-                traceback.print_exc()
-                code = 2
-            os._exit(code)
-        print(f"pid {pid}", flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(f"done {status}", flush=True)
+    def child(args: list[str]) -> int:
+        stream(model, directory, args[0], int(args[1]), int(args[2]))
+        return 0
 
+    serve("go", child)
 
 if __name__ == "__main__":
     main()
