@@ -9,6 +9,7 @@ prints ``pid <pid>``; when the child ends it prints ``done <wait status>``. SIGI
 Python behaviour in the children (the server itself ignores it).
 """
 
+import importlib.util
 import os
 import signal
 import sys
@@ -18,9 +19,11 @@ import torch
 
 torch.set_num_threads(1)
 torch.set_num_interop_threads(1)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fork_server import serve  # noqa: E402
+# by path: with tests/ on sys.path, tests/hermes would shadow the hermes package
+_spec = importlib.util.spec_from_file_location("fork_server", Path(__file__).resolve().parents[1] / "fork_server.py")
+_fork_server = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fork_server)
+serve = _fork_server.serve
 
 import hermes.cli  # noqa: E402
 from hermes.config import ModelConfig  # noqa: E402

@@ -22,6 +22,7 @@ level-1 budget is small so that a short stream evicts, and DRAM_BYTES, default 2
 lowered so that host memory spills to disk).
 """
 
+import importlib.util
 import os
 import signal
 import sys
@@ -32,9 +33,11 @@ import torch
 
 torch.set_num_threads(1)
 torch.set_num_interop_threads(1)
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from fork_server import serve  # noqa: E402
+# by path: with tests/ on sys.path, tests/hermes would shadow the hermes package
+_spec = importlib.util.spec_from_file_location("fork_server", Path(__file__).resolve().parents[2] / "fork_server.py")
+_fork_server = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fork_server)
+serve = _fork_server.serve
 
 from hermes.config import MemoryConfig, ModelConfig  # noqa: E402
 from hermes.models.loading import load_model  # noqa: E402
