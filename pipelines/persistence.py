@@ -43,7 +43,8 @@ def check_invariants(session) -> None:
         if getattr(cache, name).shape[-1] != length:
             problems.append(f"metadata {name!r} has {getattr(cache, name).shape[-1]} entries, not {length}")
     if length and int(cache.frame_index.max()) >= max(len(session.encoded_t_s), 1):
-        problems.append(f"a token of frame {int(cache.frame_index.max())}, but {len(session.encoded_t_s)} frames encoded")
+        problems.append(f"a token of frame {int(cache.frame_index.max())}, but {len(session.encoded_t_s)} frames "
+                        f"encoded")
     if problems:
         raise InvariantError(f"not checkpointing a working cache that fails its invariants ({'; '.join(problems)}); "
                              f"the last checkpoint stands")

@@ -223,11 +223,13 @@ class MemoryDirectory:
         if record.record_id in self.dram or record.record_id in self.disk:
             raise ValueError(f"record {record.record_id} is already in {self.path}")
         self.disk.note_id(record.record_id)
+        if self.wal is not None:
+            # level 2's write-ahead log, written on the log's thread; queued before DRAM can pass the
+            # record on to disk, so the log's removal (after the disk commit) always comes after it
+            record = compress(record, self.dram_dtype)
+            self.wal.add(record, prepare=False)
         with self._lock:  # a record DRAM evicts is on its way to disk before fetch can look for it
             self.dram.add(record)
-            stored = self.dram.peek(record.record_id)  # its compressed host copy, None if it went on to disk
-        if self.wal is not None and stored is not None:  # level 2's write-ahead log, written on the log's thread
-            self.wal.add(stored, prepare=False)
 
     def barrier(self) -> None:
         """Wait until every record added so far is durable (in the level-2 log or on disk).
@@ -431,7 +433,8 @@ class MemoryDirectory:
                             f"{len(on_disk - indexed)} of its records")
         problems += checkpoint.verify_checkpoints(self.path)
         counts = self.counts()
-        if counts["disk_segments"] < counts["disk_manifest"] or counts["dram_log_segments"] < counts["dram_log_manifest"]:
+        if (counts["disk_segments"] < counts["disk_manifest"]
+                or counts["dram_log_segments"] < counts["dram_log_manifest"]):
             problems.append(f"the segments hold fewer readable records than the manifests name: {counts}")
         if self.index_state not in ("loaded", "empty"):  # on open it did not match the manifest
             notes.append(f"index {self.index_state} on open" + (" (in memory only: read-only)" if self.readonly else ""))

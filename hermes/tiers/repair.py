@@ -26,7 +26,7 @@ from pathlib import Path
 from hermes.tiers import checkpoint
 from hermes.tiers.codec import from_safetensors
 from hermes.tiers.errors import MemoryDirError, storage_error
-from hermes.tiers.files import lock_directory, read_exact, sha256, write_bytes_atomic
+from hermes.tiers.files import lock_directory, sha256, write_bytes_atomic
 from hermes.tiers.fingerprint import FINGERPRINT
 from hermes.tiers.index import INDEX, INDEX_META
 from hermes.tiers.manifest import MANIFEST, SEGMENTS, SUFFIX, Entry, del_line, header_line, replay
