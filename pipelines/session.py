@@ -147,6 +147,7 @@ class StreamingSession:
         self._checkpoint_every = memory_cfg.checkpoint_every
         self.stop_requested = False  # set by `request_stop` (signals); honoured between chunks
         self.broken: str | None = None  # why the working cache can no longer be trusted (never checkpointed)
+        self.cut_short = False  # a stop ended `advance` before the time it was asked to reach
         if self._persistent:
             from hermes.pipelines.persistence import has_checkpoint, restore_session
 
@@ -239,10 +240,13 @@ class StreamingSession:
             chunk.append(frame)
             if len(chunk) == self.chunk_frames:
                 if self.stop_requested:  # between chunks: these frames are read again on --resume
+                    self.cut_short = True
                     return
                 self.ingest(chunk)
                 chunk = []
-        if not self.stop_requested:
+        if self.stop_requested:
+            self.cut_short = True
+        else:
             self.ingest(chunk)
 
     # ---- answers -----------------------------------------------------------------------------------
@@ -311,10 +315,12 @@ class StreamingSession:
         questions = list(questions)
         timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
         at_end = [q for q in questions if q.at_s is None]
+        unanswered = 0
         with stop_on_signals(self):
-            for q in timed:
-                answer = self.ask(q.text, q.options, at=q.at_s)
-                if self.stop_requested:  # stopped before reaching q's moment: not answered from too little
+            for i, q in enumerate(timed):
+                answer = None if self.stop_requested else self.ask(q.text, q.options, at=q.at_s)
+                if answer is None or self.cut_short:  # the stream stopped before q's moment: not answered
+                    unanswered = len(timed) - i
                     break
                 yield answer
             if (to_end or at_end or not timed) and not self.stop_requested:
@@ -322,8 +328,9 @@ class StreamingSession:
             for q in at_end:  # asked of the stream as it stands, stopped or not
                 yield self.ask(q.text, q.options)
         if self.stop_requested:
-            log.warning("stopped on request after %d frames (%.1f s of stream); --resume continues",
-                        len(self.encoded_t_s), self.encoded_t_s[-1] if self.encoded_t_s else 0.0)
+            log.warning("stopped on request after %d frames (%.1f s of stream), %d timed question(s) not reached; "
+                        "--resume continues", len(self.encoded_t_s),
+                        self.encoded_t_s[-1] if self.encoded_t_s else 0.0, unanswered)
         self.close()
 
     def close(self) -> None:
