@@ -170,6 +170,11 @@ def run_live_source(args, cfg, source, questions, on_answer) -> str:
             return live_clock() + offset_s
 
         frames = (dataclasses.replace(f, t_s=f.t_s + offset_s) for f in source)
+    elif session.encoded_t_s:  # a resumed recording: playback goes on from the last frame encoded
+        resumed_s = session.encoded_t_s[-1]
+
+        def clock() -> float:
+            return time.monotonic() - started + resumed_s
     inbox = QuestionInbox(sys.stdin, clock) if args.interactive else None
     if inbox is not None:
         print(f"streaming {source.describe()}: type a question and press Enter (Ctrl-D or Ctrl-C to stop)",

@@ -1,7 +1,10 @@
 """Errors of a persistent memory directory, each one line that names the directory and the fix.
 
 They derive from `hermes.errors.UsageError` (exit code 2): every one of them is fixed by the user
-choosing another ``--memory-dir``, freeing the one in use, or repairing / deleting a damaged one.
+choosing another ``--memory-dir``, freeing the one in use, or repairing a damaged one
+(``hermes-video memory repair DIR``). A directory the operating system will not let us use (disk
+full, read-only, a file where a folder belongs) is a `hermes.errors.StorageError` (exit code 3),
+made by `storage_error`.
 """
 
 from __future__ import annotations
