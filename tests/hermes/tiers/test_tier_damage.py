@@ -235,3 +235,19 @@ def test_the_level2_log_is_repaired_too(made):
     md = _open(made)
     assert sorted(md.dram.ids()) == list(range(DISK, DISK + DRAM))
     md.close(spill_dram=False)
+
+
+def test_weight_files_are_hashed_once_and_again_when_they_change(tmp_path, monkeypatch):
+    from hermes.tiers import fingerprint
+
+    monkeypatch.setenv("HERMES_CACHE_DIR", str(tmp_path / "cache"))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\x01" * 1000)
+    hashed = []
+    real = fingerprint._hash_file
+    monkeypatch.setattr(fingerprint, "_hash_file", lambda p: hashed.append(p) or real(p))
+    first = fingerprint.files_digest([weights])
+    assert fingerprint.files_digest([weights]) == first and len(hashed) == 1  # cached by path, size, mtime
+    weights.write_bytes(b"\x02" * 1000)  # same size, other weights: a new mtime
+    os.utime(weights, ns=(1, 10**18))
+    assert fingerprint.files_digest([weights]) != first and len(hashed) == 2
