@@ -52,46 +52,21 @@ def print_answer(answer, as_json: bool, config: dict | None = None, extra: dict 
 
 
 def cmd_memory_inspect(args) -> int:
-    store = open_memory_dir(args.directory)
-    try:
-        report = store.inspect(max_records=args.records)
-    finally:
-        store.close(spill_dram=False)
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-        return 0
-    for key, value in report.items():
-        if isinstance(value, list):
-            print(f"{key}: {len(value)}")
-            for item in value:
-                print(f"  {json.dumps(item, default=str)}")
-        else:
-            print(f"{key}: {json.dumps(value, default=str)}")
-    return 0
+    from hermes.tiers.commands import inspect_command
+
+    return inspect_command(args.directory, args.records, args.json)
 
 
 def cmd_memory_verify(args) -> int:
-    store = open_memory_dir(args.directory)
-    try:
-        ok, messages = store.verify()
-    finally:
-        store.close(spill_dram=False)
-    for message in messages:
-        print(message)
-    print(f"{args.directory}: {'all checksums hold' if ok else 'problems found'}",
-          file=sys.stdout if ok else sys.stderr)
-    return 0 if ok else 1
+    from hermes.tiers.commands import verify_command
+
+    return verify_command(args.directory)
 
 
-def open_memory_dir(directory: str):
-    """A memory directory opened read-only, or a one-line error."""
-    from hermes.tiers.directory import MemoryDirectory
+def cmd_memory_repair(args) -> int:
+    from hermes.tiers.commands import repair_command
 
-    path = Path(directory)
-    if not (path / "fingerprint.json").is_file():
-        raise UsageError(f"{directory} is not a memory directory (no fingerprint.json); expected what "
-                         f"`hermes-video run ... --memory-dir DIR` writes")
-    return MemoryDirectory(path, None, 0, 0, readonly=True)
+    return repair_command(args.directory)
 
 
 def resolve_config(args, *, default_memory: bool = False):
@@ -575,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_common_options(add_eval_parser(sub))
 
-    memory_cmd = sub.add_parser("memory", help="inspect or verify a memory directory")
+    memory_cmd = sub.add_parser("memory", help="inspect, verify or repair a memory directory")
     add_common_options(memory_cmd)
     memory_sub = memory_cmd.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
     inspect = memory_sub.add_parser("inspect", help="records, time spans, sizes, index state, checkpoints")
@@ -588,6 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("directory", metavar="DIR")
     add_common_options(verify)
     verify.set_defaults(func=cmd_memory_verify)
+    repair = memory_sub.add_parser("repair", help="rebuild the manifest and index from the segments; move what "
+                                   "cannot be kept to DIR/quarantine (nothing is deleted)")
+    repair.add_argument("directory", metavar="DIR")
+    add_common_options(repair)
+    repair.set_defaults(func=cmd_memory_repair)
 
     pull_cmd = sub.add_parser("pull", help="download a model's checkpoint (then it loads offline)")
     pull_cmd.add_argument("model", metavar="MODEL", help="a model preset (see `hermes-video models`) or a hub id")

@@ -295,6 +295,7 @@ def execute_run(args, plan: RunPlan, *, progress: bool, on_answer) -> str | None
     the user gave). Returns why a live run ended, or None for a recording.
     """
     from hermes.models.loading import load_model
+    from hermes.pipelines.interactive import check_live_memory
     from hermes.pipelines.session import Question, StreamingSession
     from hermes.pipelines.sources import open_source
 
@@ -313,6 +314,8 @@ def execute_run(args, plan: RunPlan, *, progress: bool, on_answer) -> str | None
             questions = expand_every(questions, plan.ask_every_s, duration_s)  # as fast as the model
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr, flush=True)
+        chosen = bool(args.memory or args.config or any(s.startswith("memory.policy") for s in args.set or []))
+        cfg.memory = check_live_memory(cfg.memory, source.live, chosen)  # before the model loads
         model = load_model(cfg.model)
         note = check_capacity(model, cfg, duration_s, source.live)
         if note:
@@ -405,6 +408,11 @@ def run_live_source(args, plan: RunPlan, model, source, questions, on_answer) ->
             return live_clock() + offset_s
 
         frames = (dataclasses.replace(f, t_s=f.t_s + offset_s) for f in source)
+    elif session.encoded_t_s and pace:  # a resumed recording: playback goes on from the last frame encoded
+        resumed_s = session.encoded_t_s[-1]
+
+        def clock() -> float:
+            return time.monotonic() - started + resumed_s
     lines = Utf8Lines(getattr(sys.stdin, "buffer", sys.stdin)) if args.interactive else None
     inbox = QuestionInbox(lines, clock) if lines is not None else None
     if inbox is not None:

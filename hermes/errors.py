@@ -36,6 +36,13 @@ class SourceError(HermesError):
     exit_code = EXIT_SOURCE
 
 
+class StorageError(HermesError):
+    """A memory directory that cannot be written or read: disk full, read-only, a file where a folder
+    belongs (exit 3, like a source that cannot be read; nothing already committed is lost)."""
+
+    exit_code = EXIT_SOURCE
+
+
 class ModelError(HermesError):
     """A model that cannot be found, loaded or is not supported."""
 

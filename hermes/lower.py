@@ -34,7 +34,7 @@ from hermes.config import MemoryConfig
 from hermes.probe import probe_queries
 from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
-from hermes.tiers.fingerprint import make_fingerprint
+from hermes.tiers.fingerprint import make_fingerprint, weights_digest
 from hermes.tiers.records import Record
 from hermes.tiers.summarise import summarise
 
@@ -54,13 +54,14 @@ class RecallStats:
         return {"recall_ms": round(self.recall_ms, 3), "records": self.records, "tokens": self.tokens}
 
 
-def fingerprint_for(model, cfg: MemoryConfig) -> dict:
-    """What a memory directory must match: the model's cache geometry and the record format."""
+def fingerprint_for(model, cfg: MemoryConfig, with_weights: bool = True) -> dict:
+    """What a memory directory must match: the model's cache geometry and weights, and the record format."""
     spec = RotarySpec.from_text_config(model.text_config)
     text = model.text_config
     return make_fingerprint(model.name, model.family, text.num_hidden_layers, text.num_key_value_heads,
                             spec.head_dim, rope=spec.kind,
-                            memory={"dram_dtype": cfg.dram_dtype, "summary_anchors": cfg.summary_anchors})
+                            memory={"dram_dtype": cfg.dram_dtype, "summary_anchors": cfg.summary_anchors},
+                            weights=weights_digest(model) if with_weights else None)
 
 
 def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotarySpec, groups: int = 1) -> torch.Tensor:
@@ -99,10 +100,13 @@ class LowerLevels:
         self.frame_times_s = frame_times_s
         self._tmp = None if directory is not None else tempfile.TemporaryDirectory(prefix="hermes-memory-")
         path = Path(directory) if directory is not None else Path(self._tmp.name)
-        self.store = MemoryDirectory(path, fingerprint_for(model, cfg), cfg.dram_bytes, cfg.disk_bytes,
+        # a temporary directory is never reopened: no weights hash (a first hash of large files takes a while)
+        fingerprint = fingerprint_for(model, cfg, with_weights=directory is not None)
+        self.store = MemoryDirectory(path, fingerprint, cfg.dram_bytes, cfg.disk_bytes,
                                      dram_dtype=cfg.dram_dtype,
                                      summarise_fn=functools.partial(summarise, anchors_per_layer=cfg.summary_anchors,
-                                                                    spec=self.spec))
+                                                                    spec=self.spec),
+                                     durable_dram=directory is not None)  # a temporary directory needs no log
         self.epoch = 0  # bumped by every compaction of level-1 positions
         self.last_vector: torch.Tensor | None = None  # the last question's search vector, for prefetching
 

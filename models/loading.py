@@ -172,5 +172,7 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
         raise ModelError(f"cannot load model from {model_dir}: {first_line}") from None
     normalisation = read_normalisation(model_dir)  # None: the family's default
     extra = dict(zip(("mean", "std"), normalisation)) if normalisation else {}
-    return ADAPTERS[family](source, model.to(device), tokenizer, device=device, dtype=dtype,
-                            system_prompt=cfg.system_prompt, **extra)
+    adapter = ADAPTERS[family](source, model.to(device), tokenizer, device=device, dtype=dtype,
+                               system_prompt=cfg.system_prompt, **extra)
+    adapter.weights_dir = model_dir  # memory directories fingerprint these files' hash (hermes.tiers.fingerprint)
+    return adapter

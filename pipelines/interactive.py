@@ -11,22 +11,56 @@ Questions come from three places, all on the stream's clock:
 
 A question stamped t is answered from exactly the frames captured before t: frames still waiting in
 the chunk buffer with `t_s < t` are encoded first, later ones wait for the next chunk. The run ends
-when the source ends, when the typed input closes (Ctrl-D, or the end of a pipe), or on Ctrl-C;
-each ends cleanly with every pending question answered.
+when the source ends, when the typed input closes (Ctrl-D, or the end of a pipe), or on Ctrl-C or
+SIGTERM; each ends cleanly with every pending question answered. A signal only raises a flag
+(`hermes.pipelines.session.stop_on_signals`), honoured between chunks, so the chunk being encoded
+finishes whole and the session can checkpoint. A resumed session skips frames (and scheduled
+questions) at or before the last frame it had encoded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from hermes.errors import UsageError
 from hermes.pipelines.frames import Frame
-from hermes.pipelines.session import Answer, Question, StreamingSession
+from hermes.pipelines.session import Answer, Question, StreamingSession, stop_on_signals
+
+
+def check_live_memory(memory_cfg, live: bool, explicit: bool):
+    """The memory config a live source runs with: never unbounded. Called before the model loads.
+
+    `full` keeps every frame, and a live stream has no end: it would grow until the model's position
+    limit and fail minutes in. Chosen explicitly, it is refused; as the mere default, it is replaced
+    by the bounded `hermes` policy (its default budget), with a note on stderr.
+
+    Args:
+        memory_cfg: the resolved memory config.
+        live: whether the source is live (a camera or stream).
+        explicit: whether the user chose the memory (``--memory``, ``--config``, ``--set memory.*``).
+
+    Returns:
+        The memory config to use.
+
+    Raises:
+        UsageError: `full` chosen explicitly for a live source.
+    """
+    if not live or memory_cfg.policy != "full":
+        return memory_cfg
+    if explicit:
+        raise UsageError("--memory full keeps every frame and a live stream never ends, so it would fail at the "
+                         "model's position limit; choose a bounded preset such as --memory hermes-4k")
+    print(f"note: a live stream needs a bounded memory; using policy hermes with a budget of "
+          f"{memory_cfg.budget} tokens per layer (choose another with --memory)", file=sys.stderr, flush=True)
+    return dataclasses.replace(memory_cfg, policy="hermes")
 
 
 class QuestionInbox:
@@ -138,28 +172,44 @@ def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Calla
             session.ingest(ready)
             on_answer(session.ask(question.text, question.options, at=question.at_s))
 
+    resumed_at = session.encoded_t_s[-1] if session.encoded_t_s else None  # frames up to here are in memory
+
     def collect(t_s: float) -> None:
         if inbox is not None:
             for question in inbox.take():
                 schedule.add(question)
-        answer(schedule.pop_due(t_s))
+        answer([q for q in schedule.pop_due(t_s) if resumed_at is None or q.at_s > resumed_at])
 
     reason = "end of source"
-    try:
-        for frame in frames:
-            if pace and frame.t_s > clock():
-                time.sleep(frame.t_s - clock())
-            collect(frame.t_s)
-            buffer.append(frame)
-            if len(buffer) >= chunk_frames:
-                session.ingest(buffer)
-                buffer = []
-            if inbox is not None and inbox.closed.is_set():
-                reason = "input closed"
-                break
-    except KeyboardInterrupt:
-        reason = "interrupted"
-    now = max(clock(), buffer[-1].t_s + 1e-6 if buffer else 0.0)
-    collect(now)
-    session.ingest(buffer)
+    with stop_on_signals(session, frames):
+        try:
+            for frame in frames:
+                if resumed_at is not None and frame.t_s <= resumed_at:
+                    continue  # a recording played again after --resume: already encoded
+                if pace and frame.t_s > clock():
+                    time.sleep(frame.t_s - clock())
+                if session.stop_requested:
+                    reason = "interrupted"
+                    break
+                collect(frame.t_s)
+                buffer.append(frame)
+                if len(buffer) >= chunk_frames:
+                    session.ingest(buffer)
+                    buffer = []
+                if session.stop_requested:
+                    reason = "interrupted"
+                    break
+                if inbox is not None and inbox.closed.is_set():
+                    reason = "input closed"
+                    break
+            else:
+                if session.stop_requested:
+                    reason = "interrupted"
+        except KeyboardInterrupt:  # a second Ctrl-C: the session may be mid-chunk (then broken)
+            reason = "interrupted"
+            if session.broken:
+                raise
+        now = max(clock(), buffer[-1].t_s + 1e-6 if buffer else 0.0)
+        collect(now)
+        session.ingest(buffer)
     return reason

@@ -12,6 +12,11 @@ kept frames to the consumer through a bounded queue with a named drop policy:
 A lost stream is reopened with exponential backoff (0.5 s doubling, capped at 5 s) until
 ``reconnect_timeout_s`` after the loss; success records one `Gap` (frames are never invented to
 fill it, and a new resolution is accepted), failure makes iteration raise `SourceError`.
+A stall (the stream stays connected but delivers nothing, e.g. a paused RTSP server) is told from
+the arrival gaps: a live frame arriving more than ``stall_s`` after the previous one (default: the
+larger of 1 s and 4 frame intervals at the source's own rate) records a `Gap` too, and the log
+line gives how far the source's own timestamps (PTS) advanced meanwhile. Frames are never
+invented to fill a gap, and the sampler restarts after it.
 URL credentials never reach messages or logs (`redact_url`).
 """
 
@@ -73,7 +78,7 @@ class LiveSource(FrameSource):
                  open_timeout_s: float = 10.0, read_timeout_s: float = 5.0,
                  reconnect_timeout_s: float = 30.0, backoff_initial_s: float = 0.5,
                  backoff_max_s: float = 5.0, rtsp_transport: str = "tcp",
-                 analyze_duration_s: float = 1.0) -> None:
+                 analyze_duration_s: float = 1.0, stall_s: float | None = None) -> None:
         """Open the capture (quickly failing if it cannot) and start the reader thread.
 
         Args:
@@ -92,6 +97,8 @@ class LiveSource(FrameSource):
             rtsp_transport: FFmpeg's ``rtsp_transport`` (``tcp`` or ``udp``) for rtsp URLs.
             analyze_duration_s: how much of a stream FFmpeg probes on open; FFmpeg's default
                 (5 s) costs about 3 s per (re)connect on a live stream.
+            stall_s: an arrival gap longer than this is reported as a `Gap` (a stall); default
+                max(1 s, 4 / the source's frame rate).
 
         Raises:
             SourceError: the capture cannot be opened (refused, unreachable, no such device).
@@ -124,6 +131,7 @@ class LiveSource(FrameSource):
         self.backoff_max_s = max(backoff_max_s, backoff_initial_s)
         self.rtsp_transport = rtsp_transport
         self.analyze_duration_s = analyze_duration_s
+        self.stall_s = stall_s
         self.resolution: tuple[int, int] | None = None  # (width, height) of the last frame
         self._target = target
         self._is_webcam = isinstance(target, int)
@@ -222,6 +230,8 @@ class LiveSource(FrameSource):
     def _read_loop(self) -> None:
         """Read, stamp, sample and queue frames until stopped, ended or lost for good."""
         last_t_s: float | None = None
+        last_arrival: float | None = None
+        last_pts_s: float | None = None
         index = 0
         while not self._stop.is_set():
             ok, bgr = self._read(self._cap)
@@ -243,7 +253,14 @@ class LiveSource(FrameSource):
                 self._cap, bgr, captured_at = reopened
 
             t_s = self._timestamp(self._cap, captured_at, last_t_s, index)
-            last_t_s = t_s
+            pts_s = self._cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
+            if gap_start_t_s is None and self.live and last_arrival is not None \
+                    and captured_at - last_arrival > self._stall_limit_s():
+                gap_start_t_s = last_t_s
+                log.warning("%s stalled: no frame for %.1f s (its own timestamps advanced %.1f s)", self.name,
+                            captured_at - last_arrival,
+                            pts_s - last_pts_s if last_pts_s is not None and pts_s > 0 else float("nan"))
+            last_t_s, last_arrival, last_pts_s = t_s, captured_at, pts_s
             if gap_start_t_s is not None:
                 gap = Gap(gap_start_t_s, t_s)
                 with self._cond:
@@ -264,6 +281,12 @@ class LiveSource(FrameSource):
                 # Frames in between were read (and counted) but are not converted or queued.
                 self._put(Frame(t_s, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), index), captured_at)
             index += 1
+
+    def _stall_limit_s(self) -> float:
+        if self.stall_s is not None:
+            return self.stall_s
+        fps = self._cap.get(cv2.CAP_PROP_FPS) if self._cap is not None else 0.0
+        return max(1.0, 4.0 / fps) if fps and fps > 0 and fps < 1000 else 1.0
 
     def _timestamp(self, cap: cv2.VideoCapture, captured_at: float, last_t_s: float | None,
                    index: int) -> float:
@@ -369,6 +392,10 @@ class LiveSource(FrameSource):
             self._stats.lag_s = lag_s
             self._stats.max_lag_s = max(self._stats.max_lag_s, lag_s)
         return frame
+
+    def request_stop(self) -> None:
+        """Make iteration end soon (safe from a signal handler: it only sets an event)."""
+        self._stop.set()
 
     def now_s(self) -> float | None:
         """Seconds since the stream opened: the clock frames are stamped with (live only)."""

@@ -3,9 +3,14 @@
 Levels 2 and 3 persist by themselves (`hermes.tiers`); what a session adds is level 1 (the working
 cache: keys, values and per-token metadata), where the stream stands (timestamps of the frames
 encoded, next position, next token id, the open M-RoPE block) and the memory policy's running
-scores. They are saved atomically every `memory.checkpoint_every` chunks and when the session
-closes, so a crash loses at most the chunks since the last checkpoint; `restore` rebuilds the
-session exactly as it was saved.
+scores. They are saved atomically after the first chunk, every `memory.checkpoint_every` chunks
+and when the session closes; `restore` rebuilds the session exactly as it was saved. A crash loses
+no evicted memory (levels 2 and 3 are durable by themselves, see `hermes.tiers.directory`); from a
+file, the frames after the last checkpoint are read and encoded again on ``--resume``.
+
+Before anything is written, the cache's invariants are checked (`check_invariants`): every layer
+holds equally many tokens, metadata and tensors agree in length, the tokens' frames are among those
+encoded. A cache that fails is never checkpointed: the previous checkpoint stands.
 """
 
 from __future__ import annotations
@@ -15,14 +20,46 @@ import dataclasses
 import torch
 
 from hermes.cache import METADATA
-from hermes.errors import UsageError
+from hermes.errors import HermesError, UsageError
 from hermes.positions import VideoBlock
 
 CHECKPOINT = "session"
 
 
+class InvariantError(HermesError):
+    """The working cache failed a consistency check; it is not saved (exit code 1: a bug, not input)."""
+
+
+def check_invariants(session) -> None:
+    """Raise `InvariantError` if the working cache is not whole (e.g. a chunk failed half-way)."""
+    cache = session.cache
+    length = cache.kinds.shape[1]
+    problems = []
+    for layer, (keys, values) in enumerate(cache.layer_tensors()):
+        if keys.shape[-2] != length or values.shape[-2] != length:
+            problems.append(f"layer {layer} holds {keys.shape[-2]} keys / {values.shape[-2]} values, metadata {length}")
+            break
+    for name in METADATA:
+        if getattr(cache, name).shape[-1] != length:
+            problems.append(f"metadata {name!r} has {getattr(cache, name).shape[-1]} entries, not {length}")
+    if length and int(cache.frame_index.max()) >= max(len(session.encoded_t_s), 1):
+        problems.append(f"a token of frame {int(cache.frame_index.max())}, but {len(session.encoded_t_s)} frames "
+                        f"encoded")
+    if problems:
+        raise InvariantError(f"not checkpointing a working cache that fails its invariants ({'; '.join(problems)}); "
+                             f"the last checkpoint stands")
+
+
 def save_session(session) -> None:
-    """Write the session's level 1 and stream state to its memory directory."""
+    """Write the session's level 1 and stream state to its memory directory, after checking it.
+
+    The memory directory flushes both record stores first, so the checkpoint claims only what is
+    durable (`hermes.tiers.directory.MemoryDirectory.save_checkpoint`).
+
+    Raises:
+        InvariantError: the cache is not whole; nothing is written.
+    """
+    check_invariants(session)
     cache, lower = session.cache, session.lower
     tensors: dict[str, torch.Tensor] = {}
     for layer, (keys, values) in enumerate(cache.layer_tensors()):
@@ -39,7 +76,6 @@ def save_session(session) -> None:
             "block": dataclasses.asdict(cache.block) if cache.block is not None else None,
             "epoch": lower.epoch, "policy": session.memory.name, "frames": len(session.encoded_t_s)}
     lower.store.save_checkpoint(CHECKPOINT, tensors, meta)
-    lower.store.flush()
 
 
 def has_checkpoint(lower) -> bool:

@@ -9,11 +9,19 @@ Rules the session keeps (DESIGN §2):
   encoded before answering, and the first frame at or after t waits for the next chunk);
 - answering leaves memory as it was: question and answer tokens are rewound out of the cache;
 - frames are encoded in chunks of `chunk_frames`, each chunk one forward of the vision tower and
-  one prefill of the language model.
+  one prefill of the language model;
+- a stop (Ctrl-C, SIGTERM, `request_stop`) is honoured between chunks, never inside one: the stream
+  ends at a consistent point, what was asked is answered, and `close` checkpoints. A chunk that
+  failed half-way (an exception, a forced second Ctrl-C) marks the session broken, and a broken
+  session is never checkpointed (the last good checkpoint stands).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +38,7 @@ from hermes.models.base import VLMAdapter
 from hermes.pipelines.frames import Frame
 
 OPTION_LETTERS = "ABCDEFGHIJ"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,9 @@ class StreamingSession:
             self.memory.lower = self.lower
         self._persistent = memory_dir is not None
         self._checkpoint_every = memory_cfg.checkpoint_every
+        self.stop_requested = False  # set by `request_stop` (signals); honoured between chunks
+        self.broken: str | None = None  # why the working cache can no longer be trusted (never checkpointed)
+        self.cut_short = False  # a stop ended `advance` before the time it was asked to reach
         if self._persistent:
             from hermes.pipelines.persistence import has_checkpoint, restore_session
 
@@ -156,27 +168,50 @@ class StreamingSession:
         """Encode `frames` (one chunk, in time order) into memory."""
         if not frames:
             return
+        if self.broken:
+            raise UsageError(f"the stream cannot continue: {self.broken}")
         if getattr(self.memory, "reencodes", False):  # recent-frames: frames are encoded per question
             self.memory.keep_frames(frames)
             self.encoded_t_s.extend(f.t_s for f in frames)
             return
         start = time.perf_counter()
-        chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
-        positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
-        self.model.prefill(chunk.embeds, positions, self.cache, **chunk.model_kwargs)
-        self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
-        self.encoded_t_s.extend(f.t_s for f in frames)
-        encode_ms = (time.perf_counter() - start) * 1e3
-        self.peak_cache_bytes = max(self.peak_cache_bytes, self.cache.nbytes())
-        self.memory.maintain(self.cache)
+        self.broken = "a chunk's encode was interrupted half-way"  # until this chunk is whole
+        try:
+            chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
+            positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
+            self.model.prefill(chunk.embeds, positions, self.cache, **chunk.model_kwargs)
+            self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
+            self.encoded_t_s.extend(f.t_s for f in frames)
+            encode_ms = (time.perf_counter() - start) * 1e3
+            self.peak_cache_bytes = max(self.peak_cache_bytes, self.cache.nbytes())
+            if self.lower is not None:
+                # the previous chunk's records reach the level-2 log during this chunk's encode; waiting
+                # here (rarely at all) keeps at most one chunk's records short of durable
+                self.lower.store.barrier()
+            self.memory.maintain(self.cache)
+        except BaseException as exc:
+            self.broken = f"a chunk failed half-way ({type(exc).__name__})"
+            raise
+        self.broken = None
         self.chunk_stats.append(ChunkStats(len(frames), encode_ms, self.memory.last_maintain_ms))
         if self._progress is not None:
             self._progress.update(len(frames))
-        if self._persistent and len(self.chunk_stats) % self._checkpoint_every == 0:
+        n = len(self.chunk_stats)
+        if self._persistent and (n == 1 or n % self._checkpoint_every == 0):  # the first one early
             self.checkpoint()
 
+    def request_stop(self) -> None:
+        """Ask the stream to stop at the next chunk boundary (safe from a signal handler)."""
+        self.stop_requested = True
+
     def checkpoint(self) -> None:
-        """Save level 1 and the stream position to the memory directory (no-op without one)."""
+        """Save level 1 and the stream position to the memory directory (no-op without one).
+
+        Raises:
+            UsageError: the session is broken (a chunk failed half-way): its cache is never saved.
+        """
+        if self.broken:
+            raise UsageError(f"not checkpointing: {self.broken}; the last checkpoint stands")
         if self._persistent:
             from hermes.pipelines.persistence import save_session
 
@@ -208,9 +243,15 @@ class StreamingSession:
                 break
             chunk.append(frame)
             if len(chunk) == self.chunk_frames:
+                if self.stop_requested:  # between chunks: these frames are read again on --resume
+                    self.cut_short = True
+                    return
                 self.ingest(chunk)
                 chunk = []
-        self.ingest(chunk)
+        if self.stop_requested:
+            self.cut_short = True
+        else:
+            self.ingest(chunk)
 
     # ---- answers -----------------------------------------------------------------------------------
 
@@ -281,12 +322,22 @@ class StreamingSession:
         questions = list(questions)
         timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
         at_end = [q for q in questions if q.at_s is None]
-        for q in timed:
-            yield self.ask(q.text, q.options, at=q.at_s)
-        if to_end or at_end or not timed:
-            self.advance()
-        for q in at_end:
-            yield self.ask(q.text, q.options)
+        unanswered = 0
+        with stop_on_signals(self):
+            for i, q in enumerate(timed):
+                answer = None if self.stop_requested else self.ask(q.text, q.options, at=q.at_s)
+                if answer is None or self.cut_short:  # the stream stopped before q's moment: not answered
+                    unanswered = len(timed) - i
+                    break
+                yield answer
+            if (to_end or at_end or not timed) and not self.stop_requested:
+                self.advance()
+            for q in at_end:  # asked of the stream as it stands, stopped or not
+                yield self.ask(q.text, q.options)
+        if self.stop_requested:
+            log.warning("stopped on request after %d frames (%.1f s of stream), %d timed question(s) not reached; "
+                        "--resume continues", len(self.encoded_t_s),
+                        self.encoded_t_s[-1] if self.encoded_t_s else 0.0, unanswered)
         self.close()
 
     def close(self) -> None:
@@ -295,7 +346,45 @@ class StreamingSession:
             self._progress.close()
             self._progress = None
         if self.lower is not None:
-            self.checkpoint()
-            self.lower.close()
-            self.lower = self.memory.lower = None
-            self._persistent = False
+            try:
+                if self._persistent and not self.broken:
+                    self.lower.store.drain()  # host memory to disk before the final checkpoint claims it
+                    self.checkpoint()
+                elif self._persistent:
+                    log.warning("not checkpointing: %s; the last checkpoint stands (--resume continues from it)",
+                                self.broken)
+            finally:
+                lower, self.lower = self.lower, None
+                self.memory.lower = None
+                self._persistent = False
+                lower.close()
+
+@contextlib.contextmanager
+def stop_on_signals(session: StreamingSession, source=None):
+    """While active, Ctrl-C and SIGTERM ask `session` (and `source`) to stop between chunks.
+
+    A second signal raises KeyboardInterrupt at once (a forced stop: the chunk in flight marks the
+    session broken, so its cache is not checkpointed). Outside the main thread this does nothing
+    (signals are delivered to the main thread only).
+
+    Args:
+        session: the session to stop.
+        source: optionally, a live source with ``request_stop()``, so a wait for frames ends too.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        if session.stop_requested:
+            raise KeyboardInterrupt
+        session.request_stop()
+        if source is not None and hasattr(source, "request_stop"):
+            source.request_stop()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -95,7 +95,7 @@ class SourceStats:
         frames_sampled: frames kept by the target-fps sampler and queued for the consumer.
         frames_dropped: sampled frames discarded because the consumer was too slow.
         frames_taken: frames handed to the consumer.
-        gaps: spans without frames (one per successful reconnect).
+        gaps: spans without frames (one per successful reconnect or detected stall).
         reconnects: successful reconnects.
         lag_s: capture-to-consumer delay of the last frame taken.
         max_lag_s: the largest such delay so far.
@@ -209,7 +209,7 @@ class VideoFileSource(FrameSource):
 
 _LIVE_OPTIONS = {
     "maxsize", "policy", "open_timeout_s", "read_timeout_s", "reconnect_timeout_s",
-    "backoff_initial_s", "backoff_max_s", "rtsp_transport", "analyze_duration_s",
+    "backoff_initial_s", "backoff_max_s", "rtsp_transport", "analyze_duration_s", "stall_s",
 }
 _HTTP_FILE_OPTIONS = {"backend", "open_timeout_s"}
 _VIDEO_OPTIONS = {"backend", "start_s", "end_s"}

@@ -90,7 +90,7 @@ CASES = [
     ([*R, "--device", "gpu"], 2, "model.device: expected auto, cpu, cuda or cuda:N, found 'gpu'"),
     # ---- run: configuration (enumerations come from the dataclasses' Literal types)
     ([*R, "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of int8, fp16, found 'int4'"),
-    ([*R, "--set", "memory.policy=hermse"], 2, "expected one of full, hermes, sliding, uniform, found 'hermse' "
+    ([*R, "--set", "memory.policy=hermse"], 2, "expected one of full, hermes, sliding, uniform, recent-frames, rekv, found 'hermse' "
                                               "(did you mean 'hermes'?)"),
     ([*R, "--set", "memory.reindex=fast"], 2, "memory.reindex: expected one of lazy, eager"),
     ([*R, "--set", "stream.backend=ffmpeg"], 2, "stream.backend: expected one of auto, decord, opencv"),
@@ -150,7 +150,7 @@ CASES = [
     (["bench", "tiers", "--output", "{dir}"], 2, "--output expects a file, found a directory"),
     # ---- eval (its own checks live in hermes.datasets.cli)
     (["eval"], 2, "the following arguments are required"),
-    (["eval", "ovo-bench"], 2, "the following arguments are required: --data-root"),
+    (["eval", "ovo-bench"], 2, "eval needs --data-root DIR"),
     # ---- memory inspect / verify
     (["memory"], 2, "the following arguments are required: ACTION"),
     (["memory", "inspect", "{dir}"], 2, "is not a memory directory"),

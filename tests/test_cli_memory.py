@@ -69,3 +69,76 @@ def test_bench_tiers_reports_recall_search_and_write_rows(capsys, tmp_path):
     assert recall["records"] == 200 and 0 < recall["median_ms"] <= recall["p95_ms"]
     assert all(0 < r["ratio"] for r in rows[2:])
     assert "| recall | 200 |" in capsys.readouterr().out
+
+
+# ---- storage errors (exit 3) and repair from the command line ----------------------------------------
+
+
+def test_a_file_where_the_memory_dir_belongs_exits_3(tmp_path, capsys, memory_dir):
+    _, video = memory_dir
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    capsys.readouterr()
+    assert main(["run", str(video), *TINY, "--memory-dir", str(blocker), "--ask", "q", "--at", "1"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "folder" in err and "internal error" not in err
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 1 MiB tmpfs (root only; skipped where mounting is not allowed)."""
+    import subprocess
+
+    point = tmp_path / "mnt"
+    point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def test_a_full_disk_exits_3_and_keeps_what_was_committed(small_mount, capsys, memory_dir):
+    _, video = memory_dir
+    directory = small_mount / "mem"
+    capsys.readouterr()
+    code = main(["run", str(video), *TINY, "--memory-dir", str(directory), "--ask", "q", "--at", "4.5"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and len(err.splitlines()) == 1 and "disk is full" in err, err
+    assert main(["memory", "verify", str(directory)]) == 0  # what was committed before is intact
+    out = capsys.readouterr().out
+    assert "records: disk_manifest" in out and "all checksums hold" in out
+
+
+def test_a_read_only_memory_dir_exits_3(small_mount, capsys, memory_dir):
+    import subprocess
+
+    _, video = memory_dir
+    (small_mount / "mem").mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], check=True)
+    capsys.readouterr()
+    assert main(["run", str(video), *TINY, "--memory-dir", str(small_mount / "mem"), "--ask", "q", "--at", "1"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "read-only" in err, err
+
+
+def test_a_cut_manifest_is_refused_by_run_and_repaired_by_memory_repair(memory_dir, tmp_path, capsys):
+    import shutil
+
+    directory, video = memory_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(directory, copy)
+    manifest = copy / "manifest.jsonl"
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    manifest.write_bytes(b"".join(lines[:1]))  # the header only: every record line cut
+    capsys.readouterr()
+    assert main(["memory", "verify", str(copy)]) == 1
+    capsys.readouterr()
+    assert main(["run", str(video), *TINY, "--memory-dir", str(copy), "--resume", "--ask", "q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"memory repair {copy}" in err
+    assert main(["memory", "repair", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "rebuilt from the segments" in out and "all checksums hold" in out
+    assert main(["run", str(video), *TINY, "--memory-dir", str(copy), "--resume", "--ask", "q", "--json"]) == 0

@@ -9,12 +9,16 @@ records below level 1 and finds them again:
 - `dram`: `DramStore`, records in host memory under a byte budget, least valuable moved out first;
 - `summarise`: `summarise`, a record shrunk to a few anchor tokens plus a count-weighted mean;
 - `disk`: `DiskStore`, append-only segments plus a JSON-lines manifest (`manifest`), crash-safe,
-  with `recovery` cutting what a crash leaves and `files` the durable-write primitives;
-- `fingerprint`: which model made a memory directory; another model's is refused;
+  with `recovery` cutting what a crash leaves (into quarantine) and refusing damage, and `files`
+  the durable-write primitives and the directory lock;
+- `repair`: ``memory repair``, rebuilding manifests from the self-describing segment records;
+- `commands`: the bodies of ``memory inspect | verify | repair``;
+- `fingerprint`: which model (and weights) made a memory directory; another model's is refused;
 - `index`: `RecordIndex`, a FAISS inner-product index over record embeddings, derived from disk;
 - `prefetch`: `Prefetcher`, loads likely-needed records from disk on a worker thread;
 - `checkpoint`: named, atomic tensor + JSON checkpoints (level 1 and session state);
-- `directory`: `MemoryDirectory`, all of the above behind one object;
+- `directory`: `MemoryDirectory`, all of the above behind one object, with level 2 made durable by a
+  write-ahead log (a second `DiskStore`);
 - `bench`: timings behind ``hermes-video bench tiers``.
 
 Everything works on plain tensors; nothing here knows the model or the level-1 cache.

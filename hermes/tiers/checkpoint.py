@@ -13,7 +13,9 @@ Saving writes the tensor file under a content-derived name (temp, fsync, rename)
 ``<name>.json`` atomically, then deletes the previous tensor file. Before the JSON is replaced the
 old checkpoint is intact (its tensor file has another name); after, the new one is. Tensor files
 no JSON names (a crash between the two steps) are deleted by `clean`. Loading checks the SHA-256
-before the bytes are parsed.
+before the bytes are parsed, and a second SHA-256 over the metadata (canonical JSON), so an edited
+epoch or position is refused like a flipped tensor byte; the way out of either is
+``hermes-video memory repair DIR``, which moves the damaged checkpoint into quarantine.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from hermes.tiers.files import (
 )
 
 CHECKPOINTS = "checkpoints"
-CHECKPOINT_FORMAT = "hermes-checkpoint/1"
+CHECKPOINT_FORMAT = "hermes-checkpoint/2"  # /2: the metadata is checksummed too
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 
 
@@ -72,14 +74,20 @@ def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor]
     data = save_bytes(host)
     digest = sha256(data)
     file = f"{name}.{digest[:16]}.safetensors"
-    old = _read_json(folder / f"{name}.json")
+    old = read_info(folder / f"{name}.json")
     write_bytes_atomic(folder / file, data)
     write_json_atomic(folder / f"{name}.json", {"format": CHECKPOINT_FORMAT, "name": name, "file": file,
                                                 "sha256": digest, "bytes": len(data), "meta": meta_json,
+                                                "meta_sha256": meta_digest(name, file, digest, meta_json),
                                                 "created_unix": time.time()})
     if old and old.get("file") not in (None, file):
         (folder / old["file"]).unlink(missing_ok=True)
         fsync_dir(folder)
+
+
+def meta_digest(name: str, file: str, digest: str, meta: dict[str, Any]) -> str:
+    """SHA-256 binding a checkpoint's metadata to its name and tensor file (canonical JSON)."""
+    return sha256(json.dumps([name, file, digest, meta], sort_keys=True, separators=(",", ":")).encode())
 
 
 def load_checkpoint(directory: Path, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -94,25 +102,34 @@ def load_checkpoint(directory: Path, name: str) -> tuple[dict[str, torch.Tensor]
     """
     _check_name(name)
     folder = directory / CHECKPOINTS
-    info = _read_json(folder / f"{name}.json")
+    info = read_info(folder / f"{name}.json")
     if info is None:
         raise KeyError(f"no checkpoint {name!r} in {directory}")
     path = folder / str(info.get("file", ""))
     try:
         data = read_exact(path, 0, int(info["bytes"]))
-    except (OSError, KeyError, ValueError) as exc:
-        raise MemoryDirError(f"checkpoint {name!r} in {directory} is unreadable ({exc}); start without --resume") from exc
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise MemoryDirError(f"checkpoint {name!r} in {directory} is unreadable ({exc}){_way_out(directory)}") from exc
     if info.get("format") != CHECKPOINT_FORMAT or len(data) != info["bytes"] or sha256(data) != info.get("sha256"):
-        raise MemoryDirError(f"checkpoint {name!r} in {directory} ({path.name}) fails its sha256 checksum; "
-                             "start without --resume or use another --memory-dir")
+        raise MemoryDirError(f"checkpoint {name!r} in {directory} ({path.name}) fails its sha256 checksum"
+                             f"{_way_out(directory)}")
+    if not isinstance(info.get("meta"), dict) or \
+            meta_digest(name, str(info["file"]), str(info["sha256"]), info["meta"]) != info.get("meta_sha256"):
+        raise MemoryDirError(f"checkpoint {name!r} in {directory}: its metadata fails its sha256 checksum (edited "
+                             f"or damaged){_way_out(directory)}")
     return load_bytes(data), info["meta"]
+
+
+def _way_out(directory: Path) -> str:
+    return (f"; `hermes-video memory repair {directory}` moves it to quarantine (the stream then starts afresh), "
+            f"or use another --memory-dir")
 
 
 def list_checkpoints(directory: Path) -> list[dict[str, Any]]:
     """``[{name, bytes, created_unix, meta_keys}]`` of the checkpoints, by name."""
     out = []
     for path in sorted((directory / CHECKPOINTS).glob("*.json")):
-        info = _read_json(path)
+        info = read_info(path)
         if info is not None:
             out.append({"name": info.get("name", path.stem), "bytes": info.get("bytes"),
                         "created_unix": info.get("created_unix"), "meta_keys": sorted(info.get("meta") or {})})
@@ -135,7 +152,7 @@ def clean(directory: Path) -> list[str]:
     folder = directory / CHECKPOINTS
     if not folder.exists():
         return []
-    named = {(_read_json(p) or {}).get("file") for p in folder.glob("*.json")}
+    named = {(read_info(p) or {}).get("file") for p in folder.glob("*.json")}
     removed = [p.name for p in folder.iterdir()
                if p.name.endswith(".tmp") or (p.suffix == ".safetensors" and p.name not in named)]
     for name in removed:
@@ -145,7 +162,7 @@ def clean(directory: Path) -> list[str]:
     return removed
 
 
-def _read_json(path: Path) -> dict | None:
+def read_info(path: Path) -> dict | None:
     try:
         obj = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -17,15 +17,28 @@
 Bounds: DRAM holds at most `dram_bytes` of records. Segments, manifest and the saved index share
 `disk_bytes`: the index is counted as 4 E + 8 bytes per record (its rows and ids); outside the
 budget are checkpoints, ``fingerprint.json``, ``index.json`` and, while the index is being saved,
-its temp file. DRAM is not persistent: `close()` writes what DRAM holds to disk (whole, not
-summarised), but a crash loses it; everything on disk that was committed survives. The index is
+its temp file.
+
+Durability (DESIGN §3). Level 2 is durable through a write-ahead log: every record that enters DRAM
+is also appended, as stored (compressed, not summarised), to ``dram/``, a second `DiskStore` of the
+same crash-safe format, by that store's writer thread (ingest only queues it). A record leaves the
+log only after its level-3 copy is committed (``on_commit``), so at every moment each record is
+durable in one place or the other, or is still in the queue of the chunk in flight; `barrier` waits
+for that queue (the session calls it before evicting the next chunk, by when the write has long
+finished). On open, the log's records are loaded back into DRAM (a record found in both places, a
+crash between the two commits, stays on disk and leaves the log). `drain` moves DRAM to disk whole
+(for `close`, before the final checkpoint). `save_checkpoint` flushes both stores first and records
+in the checkpoint how far each store reached, so a checkpoint never claims records that are not
+durable, and a manifest that later ends before that point is recognised as damage. The index is
 saved on `flush` and `close`; after a crash it is repaired from the manifest on open.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,10 +48,24 @@ import torch
 from hermes.tiers import checkpoint
 from hermes.tiers.disk import DiskStore
 from hermes.tiers.dram import DramStore
-from hermes.tiers.errors import MemoryDirError
+from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.index import INDEX_META, normalise, open_index
+from hermes.tiers.recovery import quarantined_files
+from hermes.tiers.repair import WAL
 from hermes.tiers.prefetch import Prefetcher
 from hermes.tiers.records import Record, compress, default_embedding
+
+
+def checkpoint_claims(path: Path) -> dict[str, int]:
+    """How far the checkpoints saw each store's manifest reach: ``{"disk_next_id", "dram_next_id"}`` (max)."""
+    out: dict[str, int] = {}
+    for info_path in sorted((path / checkpoint.CHECKPOINTS).glob("*.json")):
+        claims = ((checkpoint.read_info(info_path) or {}).get("meta") or {}).get("store")
+        if isinstance(claims, dict):  # a damaged checkpoint is reported by its own checksum check
+            for key in ("disk_next_id", "dram_next_id"):
+                if isinstance(claims.get(key), int):
+                    out[key] = max(out.get(key, 0), claims[key])
+    return out
 
 
 class MemoryDirectory:
@@ -58,6 +85,7 @@ class MemoryDirectory:
         segment_bytes: Disk segment size (default: see `DiskStore`).
         prefetch_bytes: Prefetch cache budget.
         readonly: Inspect or verify only: no writes, no repairs, no lock.
+        durable_dram: Keep level 2's write-ahead log (off only for a throw-away directory).
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use.
@@ -66,28 +94,73 @@ class MemoryDirectory:
     def __init__(self, path: str | Path, fingerprint: dict | None, dram_bytes: int, disk_bytes: int, *,
                  dram_dtype: str = "int8", disk_dtype: str = "int8",
                  summarise_fn: Callable[[Record], Record] | None = None, pin_memory: bool = True,
-                 segment_bytes: int | None = None, prefetch_bytes: int = 64 << 20, readonly: bool = False) -> None:
+                 segment_bytes: int | None = None, prefetch_bytes: int = 64 << 20, readonly: bool = False,
+                 durable_dram: bool = True) -> None:
         if fingerprint is None and not readonly:
             raise ValueError("a fingerprint is required to open a memory directory for writing")
         self.path = Path(path)
         self.readonly = readonly
         self.disk_dtype = disk_dtype
         self.summarise_fn = summarise_fn
+        self.dram_dtype = dram_dtype
+        self.wal: DiskStore | None = None
+        claims = checkpoint_claims(self.path)  # checked by each store before it cuts anything
         self.disk = DiskStore(self.path, disk_bytes, fingerprint, segment_bytes=segment_bytes, readonly=readonly,
-                              prepare=self._prepare, on_drop=self._on_drop)
+                              prepare=self._prepare, on_drop=self._on_drop, on_commit=self._on_disk_commit,
+                              min_next_id=claims.get("disk_next_id", 0))
+        self.skipped: list[str] = []  # corrupt records left out of an answer, with why
         try:
+            if (durable_dram and not readonly) or (self.path / WAL).is_dir():
+                # one record per log segment, so a record leaving DRAM frees its file at once
+                self.wal = DiskStore(self.path / WAL, 1 << 62, self.disk.fingerprint, segment_bytes=1,
+                                     readonly=readonly, min_next_id=claims.get("dram_next_id", 0))
             self.checkpoint_notes = [] if readonly else [f"checkpoints/{n}: left by an interrupted save; deleted"
                                                          for n in checkpoint.clean(self.path)]
+            self.store_problems = [f"{WAL}/: {p}" for p in self.wal.open_problems] if self.wal is not None else []
             self.index, self.index_state, self.index_problems = open_index(
-                self.path, self.disk.ids(), self._embedding_from_disk, persist=not readonly)
+                self.path, self.disk.ids(), self._embedding_from_disk, persist=not readonly, binding=self._binding)
+        except OSError as exc:
+            self._close_stores()
+            raise storage_error(self.path, "opening", exc) from exc
         except BaseException:
-            self.disk.close()
+            self._close_stores()
             raise
         self._account_index()
         self.dram = DramStore(dram_bytes, dram_dtype, pin_memory, spill=self._spill)
         self.prefetcher = Prefetcher(self.disk.load, prefetch_bytes)
         self._lock = threading.RLock()
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
+        if self.wal is not None and not readonly:
+            self._replay_wal()
+
+    def _close_stores(self) -> None:
+        for store in (self.wal, self.disk):
+            if store is not None:
+                store.close()
+
+    def _replay_wal(self) -> None:
+        """Load the log's records back into DRAM (after a crash or a close that kept them)."""
+        both = [rid for rid in self.wal.ids() if rid in self.disk]
+        self.wal.remove(both)  # committed to disk before the crash: the disk copy stands
+        for entry in self.wal.entries():
+            if entry.record_id in both:
+                continue
+            self.disk.note_id(entry.record_id)
+            try:
+                record = self.wal.load(entry.record_id)
+            except RecordCorruptError as exc:  # verify reports it; it stays in the log, never served
+                self.skipped.append(str(exc))
+                continue
+            with self._lock:
+                self.dram.add(record)  # over the budget, the least valuable move on to disk as usual
+
+    def _binding(self, ids: list[int]) -> str:
+        """Digest of the records behind `ids`: their ids and the checksums of their bytes."""
+        sums = {e.record_id: e.sha256 for e in self.disk.entries()}
+        h = hashlib.sha256()
+        for rid in sorted(ids):
+            h.update(f"{rid}:{sums.get(rid, '-')}\n".encode())
+        return h.hexdigest()
 
     # ---- wiring between the levels (callbacks) -------------------------------------------------
 
@@ -101,6 +174,11 @@ class MemoryDirectory:
         self.disk.add(record)
         self.index.add([record.record_id], record.embedding.reshape(1, -1))
         self._account_index()
+
+    def _on_disk_commit(self, ids: list[int]) -> None:
+        """Writer thread: records are durable on disk; their copies may leave the level-2 log."""
+        if self.wal is not None:
+            self.wal.remove(ids)
 
     def _on_drop(self, ids: list[int]) -> None:
         """Writer thread: the disk dropped records; forget them in the index and the prefetch cache."""
@@ -145,26 +223,54 @@ class MemoryDirectory:
         if record.record_id in self.dram or record.record_id in self.disk:
             raise ValueError(f"record {record.record_id} is already in {self.path}")
         self.disk.note_id(record.record_id)
+        if self.wal is not None:
+            # level 2's write-ahead log, written on the log's thread; queued before DRAM can pass the
+            # record on to disk, so the log's removal (after the disk commit) always comes after it
+            record = compress(record, self.dram_dtype)
+            self.wal.add(record, prepare=False)
         with self._lock:  # a record DRAM evicts is on its way to disk before fetch can look for it
             self.dram.add(record)
 
+    def barrier(self) -> None:
+        """Wait until every record added so far is durable (in the level-2 log or on disk).
+
+        Raises:
+            StorageError, MemoryDirError: A write failed.
+        """
+        if self.wal is not None:
+            self.wal.flush()
+        self.disk._raise_if_failed()
+
+    def drain(self) -> None:
+        """Move DRAM's records to disk whole (no summary), commit them, and save the index."""
+        if self.readonly:
+            return
+        for record in self.dram.drain():
+            self.disk.add(record, prepare=False)  # no summary: a restart should lose nothing
+            self.index.add([record.record_id], record.embedding.reshape(1, -1))
+        self.flush()
+
     def flush(self) -> None:
-        """Wait until every record sent to disk is committed, then save the index."""
+        """Wait until every record is committed (log and disk, and the log's removals), save the index."""
         self.disk.flush()
+        if self.wal is not None:
+            self.wal.flush()  # after the disk: its commits queue the log's removals
         if not self.readonly:
-            self.index.save(self.path)
+            try:
+                self.index.save(self.path, self._binding)
+            except OSError as exc:
+                raise storage_error(self.path, "saving the index", exc) from exc
 
     def close(self, spill_dram: bool = True) -> None:
         """Write DRAM's records to disk whole (if `spill_dram`), flush, save the index, release all."""
         try:
-            if spill_dram and not self.readonly:
-                for record in self.dram.drain():
-                    self.disk.add(record, prepare=False)  # no summary: a restart should lose nothing
-                    self.index.add([record.record_id], record.embedding.reshape(1, -1))
-            self.flush()
+            if spill_dram:
+                self.drain()
+            elif not self.readonly:
+                self.flush()
         finally:
             self.prefetcher.close()
-            self.disk.close()
+            self._close_stores()
 
     def __enter__(self) -> MemoryDirectory:
         return self
@@ -199,9 +305,10 @@ class MemoryDirectory:
 
         Looks in DRAM, then the prefetch cache (waiting for a load in flight), then reads the disk.
 
+        A disk record that fails its checksum is left out, with a warning (and noted in `skipped`).
+
         Raises:
             KeyError: An id this directory does not hold.
-            RecordCorruptError: A disk record fails its checksum.
         """
         out = []
         for rid in ids:
@@ -210,9 +317,14 @@ class MemoryDirectory:
                 if stored is None and rid not in self.disk:
                     raise KeyError(f"record {rid} is not in memory directory {self.path}")
             if stored is None:
-                stored, source = self.prefetcher.get(rid), "prefetch"
-            if stored is None:
-                stored, source = self.disk.load(rid), "disk"
+                try:
+                    stored, source = self.prefetcher.get(rid), "prefetch"
+                    if stored is None:
+                        stored, source = self.disk.load(rid), "disk"
+                except RecordCorruptError as exc:  # one damaged record must not fail the question
+                    warnings.warn(f"{exc}; left out of this answer", stacklevel=2)
+                    self.skipped.append(str(exc))
+                    continue
             self.fetched[source] += 1
             out.append(stored.dequantize(device, dtype, non_blocking=non_blocking))
         return out
@@ -220,14 +332,28 @@ class MemoryDirectory:
     # ---- checkpoints -----------------------------------------------------------------------------
 
     def save_checkpoint(self, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        """Save tensors + JSON metadata atomically under `name` (see `hermes.tiers.checkpoint`)."""
+        """Flush both stores, then save tensors + metadata atomically under `name` (`hermes.tiers.checkpoint`).
+
+        The checkpoint records how far each store's manifest reached (``meta["store"]``): everything
+        it claims is durable before it exists, and a manifest later cut short of it is damage.
+        """
         if self.readonly:
             raise MemoryDirError(f"memory directory {self.path} is open read-only")
-        checkpoint.save_checkpoint(self.path, name, tensors, meta)
+        self.flush()
+        claims = {"disk_next_id": self.disk.recorded_next_id, "disk_records": self.disk.num_records,
+                  "dram_next_id": self.wal.recorded_next_id if self.wal is not None else 0,
+                  "dram_records": self.wal.num_records if self.wal is not None else 0}
+        try:
+            checkpoint.save_checkpoint(self.path, name, tensors, {**meta, "store": claims})
+        except OSError as exc:
+            raise storage_error(self.path, f"saving checkpoint {name!r}", exc) from exc
 
     def load_checkpoint(self, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """``(tensors, meta)`` saved under `name`; KeyError if none, MemoryDirError if damaged."""
-        return checkpoint.load_checkpoint(self.path, name)
+        tensors, meta = checkpoint.load_checkpoint(self.path, name)
+        meta = dict(meta)
+        meta.pop("store", None)  # ours (see save_checkpoint), not the caller's
+        return tensors, meta
 
     def checkpoints(self) -> list[dict[str, Any]]:
         return checkpoint.list_checkpoints(self.path)
@@ -258,27 +384,60 @@ class MemoryDirectory:
             "index": {"state": self.index_state, "records": len(self.index), "dim": self.index.dim,
                       "saved": (self.path / INDEX_META).exists()},
             "checkpoints": self.checkpoints(),
-            "problems": self.disk.open_problems + self.index_problems,
-            "notes": self.disk.open_notes + self.checkpoint_notes,
+            "dram_log": {"records": self.wal.num_records if self.wal is not None else 0},
+            "problems": self.disk.open_problems + self.index_problems + self.store_problems,
+            "notes": self.disk.open_notes + self.checkpoint_notes + [f"in quarantine: {f}" for f in
+                                                                     quarantined_files(self.path)],
         }
 
+    def counts(self) -> dict[str, Any]:
+        """Records per source of truth: each store's manifest, its segments, the index, the checkpoints."""
+        from hermes.tiers.repair import scan_segment
+
+        def scanned(store: DiskStore | None) -> int:
+            if store is None:
+                return 0
+            return sum(len(scan_segment(p.read_bytes())[0]) for p in sorted((store.directory / "segments").glob("*")))
+
+        out: dict[str, Any] = {"disk_manifest": self.disk.num_records, "disk_segments": scanned(self.disk),
+                               "dram_log_manifest": self.wal.num_records if self.wal is not None else 0,
+                               "dram_log_segments": scanned(self.wal), "index": len(self.index)}
+        for path in sorted((self.path / checkpoint.CHECKPOINTS).glob("*.json")):
+            claims = ((checkpoint.read_info(path) or {}).get("meta") or {}).get("store") or {}
+            if isinstance(claims, dict) and claims:
+                out[f"checkpoint {path.stem}"] = {"disk": claims.get("disk_records"),
+                                                  "dram_log": claims.get("dram_records")}
+        return out
+
     def verify(self) -> tuple[bool, list[str]]:
-        """Check every record's checksum, the manifest, the index against the manifest, and checkpoints.
+        """Check every checksum (both stores, index binding, checkpoints) and record counts against each other.
 
         Returns:
-            ``(ok, messages)``: ok is False if any record, manifest line or checkpoint is damaged or
-            the index disagrees with the manifest; messages lists the problems, then harmless notes
-            (crash leftovers, a stale saved index), those prefixed ``"note: "``.
+            ``(ok, messages)``: ok is False if any record, manifest line or checkpoint is damaged, the
+            index disagrees with the manifest or was built from other records, or a checkpoint claims
+            records the manifests no longer name; messages lists the problems, then the record counts
+            per source of truth, then harmless notes (crash leftovers, quarantine), those prefixed
+            ``"note: "``.
         """
         report = self.disk.verify()
         problems = list(report.problems) + list(self.index_problems)
+        notes = list(report.notes) + self.checkpoint_notes
+        if self.wal is not None:
+            wal_report = self.wal.verify()
+            problems += [f"{WAL}/: {p}" for p in wal_report.problems]
+            notes += [f"{WAL}/: {n}" for n in wal_report.notes]
         on_disk = set(self.disk.ids())
         indexed = set(self.index.ids().tolist())
         if indexed != on_disk:
             problems.append(f"index holds {len(indexed - on_disk)} ids the manifest lacks and lacks "
                             f"{len(on_disk - indexed)} of its records")
         problems += checkpoint.verify_checkpoints(self.path)
-        notes = list(report.notes) + self.checkpoint_notes
+        counts = self.counts()
+        if (counts["disk_segments"] < counts["disk_manifest"]
+                or counts["dram_log_segments"] < counts["dram_log_manifest"]):
+            problems.append(f"the segments hold fewer readable records than the manifests name: {counts}")
         if self.index_state not in ("loaded", "empty"):  # on open it did not match the manifest
             notes.append(f"index {self.index_state} on open" + (" (in memory only: read-only)" if self.readonly else ""))
-        return not problems, problems + [f"note: {n}" for n in notes]
+        notes += [f"in quarantine (kept, never served): {f}" for f in quarantined_files(self.path)]
+        summary = "records: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+        return not problems, problems + [summary] + [f"note: {n}" for n in notes]

@@ -6,7 +6,8 @@ Layout of a store's directory::
     manifest.jsonl            one JSON line per event: the truth (`hermes.tiers.manifest`)
     segments/000001.safetensors
     segments/000002.safetensors ...
-    lock                      held (flock) by the one process writing
+    lock                      the pid of the one process writing (the flock is on the folder itself)
+    quarantine/<stamp>/       whatever an open cut (torn tails, uncommitted bytes), never deleted
 
 A segment is a concatenation of records; each record's byte range, named by its manifest line, is
 one complete safetensors file (`hermes.tiers.records.to_safetensors`), so no tensor is ever
@@ -27,9 +28,15 @@ fsync the manifest; (2) delete the file and fsync the directory. A crash between
 file no live record uses, deleted on the next open. When dead lines outweigh live ones, the
 manifest is rewritten with only the live ones (temp file, fsync, rename).
 
+Removal. `remove(ids)` (used by the level-2 log) appends a ``del`` line, or drops a segment whose
+records are all gone; both happen on the writer thread after the records' own lines, in order.
+
 Writes happen on a background thread fed by a bounded queue (`add` blocks only when the writer is
 `queue_size` records behind); the writer commits whatever is queued as one group (one fsync pair
-per group, not per record). `flush` waits until everything added is committed.
+per group, not per record). `flush` waits until everything added is committed. ``on_commit`` is
+told the ids of every committed group, on the writer thread, after their lines are durable.
+OS errors (disk full, read-only file system, a file where a folder belongs) become a one-line
+`hermes.errors.StorageError` (exit code 3) naming the directory and the fix.
 """
 
 from __future__ import annotations
@@ -43,12 +50,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes.tiers.codec import encode_record, from_safetensors
-from hermes.tiers.errors import MemoryDirError, RecordCorruptError
+from hermes.errors import StorageError
+from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.files import (
     fsync_dir,
+    lock_directory,
     read_exact,
     sha256,
-    try_lock,
     write_all,
     write_buffers,
 )
@@ -107,40 +115,51 @@ class DiskStore:
         on_drop: Called on the writer thread with the ids of records that left the disk (dropped
             segments, or records too large to store).
         record_overhead_bytes: Bytes counted per live record beyond its own (the index's share).
+        on_commit: Called on the writer thread with the ids of each group once it is durable.
+        min_next_id: How far a checkpoint saw the manifest reach (`hermes.tiers.recovery.recover`).
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use by another
-            process.
+            process; `MemoryDamagedError` for damage that is not a crash's leftover.
+        StorageError: The directory cannot be created, read or written (exit code 3).
     """
 
     def __init__(self, directory: str | Path, capacity_bytes: int, fingerprint: dict | None, *,
                  segment_bytes: int | None = None, queue_size: int = 32, readonly: bool = False,
                  prepare: Callable[[Record], Record] | None = None,
-                 on_drop: Callable[[list[int]], None] | None = None, record_overhead_bytes: int = 0) -> None:
+                 on_drop: Callable[[list[int]], None] | None = None, record_overhead_bytes: int = 0,
+                 on_commit: Callable[[list[int]], None] | None = None, min_next_id: int = 0) -> None:
         self.directory = Path(directory)
         self.capacity_bytes = int(capacity_bytes)
         self.segment_bytes = int(segment_bytes or min(max(self.capacity_bytes // 16, 64 << 10), 256 << 20))
         self.readonly = readonly
         self.record_overhead_bytes = int(record_overhead_bytes)
-        self._prepare, self._on_drop = prepare, on_drop
+        self._prepare, self._on_drop, self._on_commit = prepare, on_drop, on_commit
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
         self.open_problems: list[str] = []  # damage found on open (records lost)
         self.open_notes: list[str] = []  # crash leftovers found (and, unless readonly, repaired) on open
+        self.stale_lock_pid: int | None = None  # pid of a writer that died holding the directory
         if readonly:
-            if not (self.directory / MANIFEST).exists():
+            if not (self.directory / MANIFEST).exists() and not (self.directory / SEGMENTS).is_dir():
                 raise MemoryDirError(f"{self.directory} is not a hermes memory directory (no {MANIFEST})")
         else:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise storage_error(self.directory, "creating the folder", exc) from exc
             self._take_lock()
         try:
             self.fingerprint = check_or_create(self.directory, fingerprint, create=not readonly)
+            if not readonly:
+                (self.directory / SEGMENTS).mkdir(exist_ok=True)
+            self._open_manifest(min_next_id)
+        except OSError as exc:
+            self._release_lock()
+            raise storage_error(self.directory, "opening", exc) from exc
         except BaseException:
             self._release_lock()
             raise
-        if not readonly:
-            (self.directory / SEGMENTS).mkdir(exist_ok=True)
-        self._open_manifest()
         self._pending: dict[int, Record] = {}
         self._group: list[Entry] = []
         self._active: _Active | None = None
@@ -155,20 +174,34 @@ class DiskStore:
     # ---- opening ---------------------------------------------------------------------------------
 
     def _take_lock(self) -> None:
-        self._lock_fd = try_lock(self.directory / LOCK)
+        if not self.directory.is_dir():
+            raise StorageError(f"memory directory {self.directory} is not a folder; use another --memory-dir")
+        try:
+            self._lock_fd, other = lock_directory(self.directory, self.directory / LOCK)
+        except OSError as exc:
+            raise storage_error(self.directory, "locking", exc) from exc
         if self._lock_fd is None:
-            raise MemoryDirError(f"memory directory {self.directory} is in use by another process; "
+            who = f"process {other}" if other is not None else "another process"
+            raise MemoryDirError(f"memory directory {self.directory} is in use by {who}; "
                                  "wait for it to finish or use another --memory-dir")
+        if other is not None:
+            self.stale_lock_pid = other
+            self.open_notes.append(f"{LOCK}: left by process {other}, which stopped without closing the "
+                                   f"directory (a crash); taken over")
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
+            try:
+                (self.directory / LOCK).unlink(missing_ok=True)  # a clean close leaves no pid behind
+            except OSError:
+                pass
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
 
-    def _open_manifest(self) -> None:
+    def _open_manifest(self, min_next_id: int = 0) -> None:
         """Recover the store's state from its files (cutting crash leftovers unless read-only)."""
         fix = not self.readonly
-        state = recover(self.directory, fix)
+        state = recover(self.directory, fix, min_next_id)
         self.open_problems += state.problems
         self.open_notes += state.notes
         self._entries: dict[int, Entry] = state.entries
@@ -180,7 +213,6 @@ class DiskStore:
         self._seg_total = sum(self._seg_sizes.values())
         self._next_segment = state.next_segment
         self._manifest_size = state.manifest_size
-        lost = state.lost
         path = self.directory / MANIFEST
         self._manifest_fd = None
         if not fix:
@@ -189,8 +221,6 @@ class DiskStore:
             self._rewrite_manifest()
             return
         self._manifest_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        if lost:
-            self._append_manifest(del_line(lost))  # make the repair durable
         if self._dead_manifest_bytes() > max(self._live_manifest_bytes(), _COMPACT_MIN_BYTES):
             self._rewrite_manifest()
 
@@ -219,6 +249,16 @@ class DiskStore:
             self._next_id = max(self._next_id, record.record_id + 1)
         self._queue.put(("rec", (record, prepare)))
 
+    def remove(self, ids: list[int]) -> None:
+        """Queue the removal of records (ids not held are ignored); durable once `flush` returns.
+
+        Runs on the writer thread after everything queued before it, so a record added and then
+        removed is never left behind; a segment whose records are all removed is dropped whole.
+        """
+        self._raise_if_failed()
+        if ids:
+            self._queue.put(("rm", list(ids)))
+
     def flush(self) -> None:
         """Wait until every record added so far is committed.
 
@@ -241,11 +281,12 @@ class DiskStore:
                 self._queue.put(("stop", None))
                 self._writer.join()
         finally:
-            for fd in (self._active.fd if self._active else None, self._manifest_fd, self._lock_fd):
+            for fd in (self._active.fd if self._active else None, self._manifest_fd):
                 if fd is not None:
                     os.close(fd)
             self._active = None
-            self._manifest_fd = self._lock_fd = None
+            self._manifest_fd = None
+            self._release_lock()
         self._raise_if_failed()
 
     def __enter__(self) -> DiskStore:
@@ -257,8 +298,10 @@ class DiskStore:
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             err = self._error
-            if isinstance(err, MemoryDirError):
+            if isinstance(err, (MemoryDirError, StorageError)):
                 raise err
+            if isinstance(err, OSError):
+                raise storage_error(self.directory, "writing", err) from err
             raise MemoryDirError(f"writing to memory directory {self.directory} failed: {err}") from err
 
     # ---- public: reading -------------------------------------------------------------------------
@@ -330,6 +373,11 @@ class DiskStore:
             return rid
 
     @property
+    def recorded_next_id(self) -> int:
+        """One more than the largest id the manifest's durable lines name (what a restart will see)."""
+        return self._recorded_next_id
+
+    @property
     def num_records(self) -> int:
         """Committed records."""
         return len(self._entries)
@@ -381,9 +429,13 @@ class DiskStore:
                 except queue.Empty:
                     break
             for kind, payload in batch:
-                if kind == "rec" and self._error is None:
+                if kind in ("rec", "rm") and self._error is None:
                     try:
-                        self._write(*payload)
+                        if kind == "rec":
+                            self._write(*payload)
+                        else:
+                            self._commit()  # the records' own lines come first
+                            self._remove(payload)
                     except BaseException as exc:  # kept and raised to the caller by add/flush/close
                         self._error = exc
             if self._error is None:
@@ -408,9 +460,7 @@ class DiskStore:
         buffers, length = encode_record(stored)
         # the entry as it will be, but for its place: the next segment's name and a 13-digit offset
         # are at least as long as the real ones, so its line length bounds the real line's
-        draft = Entry(record.record_id, f"{self._next_segment:06d}{SUFFIX}", 10**12, length, "0" * 64,
-                      stored.nbytes(), stored.t_start_s, stored.t_end_s, stored.frame_start, stored.frame_end,
-                      stored.value, stored.kind, stored.storage, tuple(stored.num_tokens()))
+        draft = Entry.of(stored, f"{self._next_segment:06d}{SUFFIX}", 10**12, length, "0" * 64)
         need = length + 2 * len(draft.line()) + self.record_overhead_bytes  # its line counts twice, see _bound
         if not self._make_room(need):
             with self._lock:
@@ -432,6 +482,23 @@ class DiskStore:
             self._group.append(entry)
             self._group_lines += len(entry.line())
 
+    def _remove(self, ids: list[int]) -> None:
+        """Forget committed records: drop segments left empty, a ``del`` line for the rest."""
+        with self._lock:
+            gone = [i for i in ids if i in self._entries]
+            segments = {self._entries[i].segment for i in gone}
+            whole = [s for s in segments if self._by_segment.get(s, set()) <= set(gone)]
+            partial = [i for i in gone if self._entries[i].segment not in whole]
+        for name in whole:
+            self._drop_segment(name, notify=False)
+        if partial:
+            self._append_manifest(del_line(partial))
+            with self._lock:
+                for rid in partial:
+                    e = self._entries.pop(rid)
+                    self._by_segment[e.segment].discard(rid)
+                    self._seg_lines[e.segment] -= len(e.line())
+
     def _commit(self) -> None:
         """Make the group durable: fsync its segment, then append and fsync its manifest lines."""
         if not self._group:
@@ -448,7 +515,10 @@ class DiskStore:
                 self._by_segment.setdefault(e.segment, set()).add(e.record_id)
                 self._seg_lines[e.segment] = self._seg_lines.get(e.segment, 0) + len(e.line())  # cached
                 self._pending.pop(e.record_id, None)
+            committed = [e.record_id for e in self._group]
             self._group, self._group_lines = [], 0
+        if self._on_commit:
+            self._on_commit(committed)
 
     def _roll(self) -> None:
         """Commit, then start a new segment file."""
@@ -478,7 +548,7 @@ class DiskStore:
             self._drop_segment(oldest)
         return True
 
-    def _drop_segment(self, name: str) -> None:
+    def _drop_segment(self, name: str, notify: bool = True) -> None:
         """Remove a whole segment: durable ``drop`` line first, then the file."""
         if self._active is not None and self._active.name == name:
             self._commit()  # queued records in it go too, and their lines must precede the drop
@@ -495,7 +565,7 @@ class DiskStore:
         # no directory fsync: if a crash undoes the unlink, the file is an orphan (its records are
         # dropped by the durable line above) and the next open deletes it
         os.unlink(self.directory / SEGMENTS / name)
-        if self._on_drop and ids:
+        if self._on_drop and ids and notify:
             self._on_drop(ids)
         if self._dead_manifest_bytes() > max(self._live_manifest_bytes(), _COMPACT_MIN_BYTES):
             self._rewrite_manifest()

@@ -90,17 +90,41 @@ def sha256(*buffers: bytes | memoryview) -> str:
     return h.hexdigest()
 
 
-def try_lock(path: Path) -> int | None:
-    """Take an exclusive ``flock`` on `path` (created if missing) without waiting.
+def lock_directory(directory: Path, pid_file: Path) -> tuple[int | None, int | None]:
+    """Take an exclusive ``flock`` on the directory itself without waiting, and record our pid.
+
+    The lock lives on the directory's inode, not on a file inside it, so deleting or replacing the
+    pid file cannot let a second writer in; the kernel releases it when the process dies (even by
+    SIGKILL), so no leftover can block a restart.
+
+    Args:
+        directory: The folder to lock (must exist).
+        pid_file: Where the holder's pid is written (for messages only).
 
     Returns:
-        The descriptor holding the lock (closing it releases the lock; so does the process dying,
-        even by SIGKILL), or None if another process holds it.
+        ``(descriptor, stale_pid)`` when taken: closing the descriptor releases the lock;
+        stale_pid is the pid a previous holder left in `pid_file` (it is no longer running the
+        directory), or None. ``(None, holder_pid)`` when another process holds the lock.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
+        return None, read_pid(pid_file)
+    previous = read_pid(pid_file)
+    try:
+        write_bytes_atomic(pid_file, f"{os.getpid()}\n".encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, previous if previous not in (None, os.getpid()) else None
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid written in a lock's pid file, or None if there is none or it is unreadable."""
+    try:
+        text = pid_file.read_text().strip()
+    except (OSError, UnicodeDecodeError):
         return None
-    return fd
+    return int(text) if text.isdigit() else None

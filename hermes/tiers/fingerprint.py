@@ -5,13 +5,24 @@ head size or rotary scheme) cannot attend to them, and different memory settings
 mean something else. A memory directory therefore carries ``fingerprint.json``, written once when
 the directory is created; opening it with a different fingerprint is refused with a one-line
 `MemoryDirError` that says what differs and what to do.
+
+The fingerprint includes a SHA-256 of the model's weights (`weights_digest`): two checkpoints of
+one architecture (a fine-tune, another seed) have the same shapes but make keys the other cannot
+use. Weight files are hashed once per model load and the digest is cached by file identity (path,
+size, modification time) in ``~/.cache/hermes-video/weights-sha256.json`` (``HERMES_CACHE_DIR``
+overrides the folder), so a second run of the same files costs a stat per file; builtin random
+models (``tiny-*``, ``micro-*``) hash their tensors in memory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from hermes.tiers.errors import MemoryDirError
 from hermes.tiers.files import write_json_atomic
@@ -21,7 +32,8 @@ FINGERPRINT = "fingerprint.json"
 
 
 def make_fingerprint(model: str, family: str, num_layers: int, num_kv_heads: int, head_dim: int,
-                     rope: str = "1d", memory: dict[str, Any] | None = None) -> dict[str, Any]:
+                     rope: str = "1d", memory: dict[str, Any] | None = None,
+                     weights: str | None = None) -> dict[str, Any]:
     """The fingerprint of a model and memory configuration, as JSON-able plain values.
 
     Args:
@@ -32,13 +44,79 @@ def make_fingerprint(model: str, family: str, num_layers: int, num_kv_heads: int
         head_dim: Head size.
         rope: Rotary scheme ("1d", "mrope", ...; include the sections if they matter).
         memory: The memory settings records depend on (e.g. storage dtype, summary anchors).
+        weights: `weights_digest` of the model (None: left out, for tests without a model).
 
     Returns:
-        ``{"format", "model", "family", "num_layers", "num_kv_heads", "head_dim", "rope", "memory"}``.
+        ``{"format", "model", "family", "num_layers", "num_kv_heads", "head_dim", "rope", "memory"}``
+        plus ``"weights"`` when given.
     """
-    return normalise({"format": FORMAT, "model": model, "family": family, "num_layers": int(num_layers),
-                      "num_kv_heads": int(num_kv_heads), "head_dim": int(head_dim), "rope": rope,
-                      "memory": dict(memory or {})})
+    out = {"format": FORMAT, "model": model, "family": family, "num_layers": int(num_layers),
+           "num_kv_heads": int(num_kv_heads), "head_dim": int(head_dim), "rope": rope, "memory": dict(memory or {})}
+    if weights is not None:
+        out["weights"] = weights
+    return normalise(out)
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("HERMES_CACHE_DIR") or Path.home() / ".cache" / "hermes-video"
+    return Path(root) / "weights-sha256.json"
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def files_digest(weight_files: list[Path]) -> str:
+    """SHA-256 over the weight files' own SHA-256s, each cached by (path, size, mtime)."""
+    cache_path = _cache_file()
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    h, changed = hashlib.sha256(), False
+    for path in sorted(weight_files, key=lambda p: p.name):
+        st = path.stat()
+        key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        if key not in cache:
+            cache[key], changed = _hash_file(path), True
+        h.update(f"{path.name}:{cache[key]}\n".encode())
+    if changed:
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(cache_path, cache)
+        except OSError:
+            pass  # a read-only home only costs the hash again next time
+    return h.hexdigest()
+
+
+def tensors_digest(module: torch.nn.Module) -> str:
+    """SHA-256 of a module's state (names, dtypes, shapes and bytes), for models built in memory."""
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        flat = t.detach().to("cpu").contiguous().reshape(-1)
+        h.update(f"{name}|{flat.dtype}|{tuple(t.shape)}\n".encode())
+        if flat.numel():
+            h.update(flat.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def weights_digest(adapter) -> str:
+    """``"sha256:<hex>"`` of the adapter's weights, computed once per load (kept on the adapter).
+
+    From the weight files of ``adapter.weights_dir`` (set by `hermes.models.loading.load_model`)
+    when there is one, else from the tensors in memory.
+    """
+    cached = getattr(adapter, "_weights_sha256", None)
+    if cached is None:
+        folder = getattr(adapter, "weights_dir", None)
+        files = [p for p in Path(folder).glob("*") if p.suffix in (".safetensors", ".bin")] if folder else []
+        cached = "sha256:" + (files_digest(files) if files else tensors_digest(adapter.model))
+        adapter._weights_sha256 = cached
+    return cached
 
 
 def normalise(fingerprint: dict[str, Any]) -> dict[str, Any]:

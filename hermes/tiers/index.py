@@ -9,7 +9,9 @@ about a millisecond or two on a CPU, and recall is 1.
 
 The index is *derived*: the manifest and segments are the truth (DESIGN §3). It is saved as
 ``index.faiss`` (FAISS's own serialisation, never pickle) with ``index.json`` beside it (format,
-dimension, count, SHA-256 of ``index.faiss``), and `open_index` checks it against the manifest's
+dimension, count, SHA-256 of ``index.faiss``, and a *binding*: a SHA-256 over the ids it holds and
+the checksums of those records' bytes, so an index copied from another directory, even one with the
+same ids, is recognised as foreign and rebuilt), and `open_index` checks it against the manifest's
 live ids on open: missing, unreadable (checksum) or of another dimension, it is rebuilt from the
 records' embeddings; holding other ids than the manifest (after a crash between a write and the
 next save), it is repaired (stale ids removed, missing ones added). Bytes are checksummed before
@@ -56,6 +58,7 @@ class RecordIndex:
         self.search_threads = search_threads
         self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim)) if dim else None
         self._ids: set[int] = set()  # mirror of the index's ids: membership without a FAISS scan
+        self.binding: str | None = None  # as loaded from index.json
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -132,11 +135,17 @@ class RecordIndex:
 
     # ---- persistence ----------------------------------------------------------------------------
 
-    def save(self, directory: Path) -> None:
-        """Write ``index.faiss`` and ``index.json`` atomically (each: temp, fsync, rename)."""
+    def save(self, directory: Path, binding: Callable[[list[int]], str] | None = None) -> None:
+        """Write ``index.faiss`` and ``index.json`` atomically (each: temp, fsync, rename).
+
+        Args:
+            directory: The memory directory.
+            binding: Maps the held ids to the digest of their records' content (stored, checked on open).
+        """
         with self._lock:
             data = faiss.serialize_index(self._index).tobytes() if self._index is not None else b""
-            meta = {"format": INDEX_FORMAT, "dim": self.dim, "count": len(self), "sha256": sha256(data)}
+            meta = {"format": INDEX_FORMAT, "dim": self.dim, "count": len(self), "sha256": sha256(data),
+                    "binding": binding(self.ids().tolist()) if binding is not None else None}
         write_bytes_atomic(directory / INDEX, data)
         write_json_atomic(directory / INDEX_META, meta)
 
@@ -159,11 +168,13 @@ class RecordIndex:
                 raise ValueError(f"{INDEX} holds another kind, size or count of index than {INDEX_META} says")
             out._index = index
             out._ids = set(out.ids().tolist())
+        out.binding = meta.get("binding")
         return out
 
 
 def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[[int], torch.Tensor | None],
-               persist: bool = True) -> tuple[RecordIndex, str, list[str]]:
+               persist: bool = True, binding: Callable[[list[int]], str] | None = None
+               ) -> tuple[RecordIndex, str, list[str]]:
     """Load the saved index and bring it in line with the manifest's live records.
 
     Args:
@@ -171,10 +182,12 @@ def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[
         live_ids: Ids the manifest says are on disk.
         embedding_of: Reads a record's embedding (None if the record cannot be read).
         persist: Save the index again if it had to be rebuilt or repaired.
+        binding: Digest of the records' content for a list of ids (see `RecordIndex.save`); a saved
+            index whose binding differs was built from other records and is rebuilt.
 
     Returns:
         ``(index, state, problems)``: state is "loaded", "repaired (+a -r)", "rebuilt (reason)"
-        or "empty"; problems name records whose embedding could not be read.
+        or "empty"; problems name records whose embedding could not be read, and a foreign index.
     """
     live = list(live_ids)
     problems: list[str] = []
@@ -184,6 +197,10 @@ def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[
         index, state = RecordIndex(), "rebuilt (missing)" if live else "empty"
     except (ValueError, RuntimeError, KeyError, json.JSONDecodeError) as exc:  # RuntimeError: FAISS parse
         index, state = RecordIndex(), f"rebuilt (unreadable: {exc})"
+    if binding is not None and state == "loaded" and len(index) and index.binding != binding(index.ids().tolist()):
+        problems.append(f"{INDEX} was not built from this directory's records (its binding to their content "
+                        f"does not match); it is never searched: rebuilt from the records")
+        index, state = RecordIndex(), "rebuilt (foreign: not built from these records)"
     have = set(index.ids().tolist())
     extra = have - set(live)
     missing = [rid for rid in live if rid not in have]
@@ -203,5 +220,5 @@ def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[
     if state == "loaded" and (extra or missing):
         state = f"repaired (+{added} -{len(extra)})"
     if persist and state != "loaded":
-        index.save(directory)
+        index.save(directory, binding)
     return index, state, problems

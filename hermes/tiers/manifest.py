@@ -15,9 +15,10 @@
 - ``{"op":"del","ids":[17,18]}``: those records are gone (used when a record's bytes were found
   missing on open).
 
-Replaying the lines in order gives the live records. A line without its ``\\n`` or that does not
-parse, at the end, is a torn tail (a crash while appending): it is cut. An unreadable line followed
-by good ones is damage, reported and skipped.
+Replaying the lines in order gives the live records. Only a last line without its ``\\n`` is a torn
+tail (a crash while appending: every append ends in ``\\n``, so a cut one lacks it); it is cut and
+kept in quarantine. A complete line that does not parse, anywhere, is damage: reported and kept,
+never cut. So is a manifest whose first line is not a header (emptied, replaced, cut from the front).
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ class Entry:
                "frames": [self.frame_start, self.frame_end], "value": self.value, "kind": self.kind,
                "storage": self.storage, "tokens": list(self.tokens)}
         return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+
+    @classmethod
+    def of(cls, record, segment: str, offset: int, length: int, digest: str) -> Entry:
+        """The entry of a stored `Record` (as written) at `offset` of `segment`."""
+        return cls(record.record_id, segment, offset, length, digest, record.nbytes(), record.t_start_s,
+                   record.t_end_s, record.frame_start, record.frame_end, record.value, record.kind, record.storage,
+                   tuple(record.num_tokens()))
 
     @classmethod
     def from_obj(cls, obj: dict) -> Entry:
@@ -116,6 +124,8 @@ class Replay:
     segments_named: set[str] = field(default_factory=set)
     by_segment: dict[str, set[int]] = field(default_factory=dict)  # live ids per segment
     line_bytes: dict[int, int] = field(default_factory=dict)  # manifest line length of each live entry
+    extents: dict[str, int] = field(default_factory=dict)  # per segment: end of the furthest record ever added
+    has_header: bool = False  # whether the first line is a header (every manifest we write starts with one)
 
     @property
     def torn_bytes(self) -> int:
@@ -135,25 +145,27 @@ def replay(data: bytes, name: str = "manifest") -> Replay:
         before it are reported in ``problems`` and skipped.
     """
     out = Replay(size=len(data))
-    pos, lineno, bad = 0, 0, []
+    pos, lineno = 0, 0
     while pos < len(data):
         nl = data.find(b"\n", pos)
-        end = len(data) if nl < 0 else nl + 1
+        if nl < 0:
+            break  # no newline: the append was cut short (torn tail)
+        end = nl + 1
         lineno += 1
-        obj = _parse(data[pos:end]) if nl >= 0 else None  # no newline: the append was cut short
-        if obj is None:
-            bad.append(lineno)
-        else:
-            try:
-                _apply(out, obj, end - pos)
-            except (KeyError, TypeError, ValueError, IndexError):
-                bad.append(lineno)
-                pos = end
-                continue
-            out.good_end = end
-            out.problems.extend(f"{name} line {n} is unreadable; skipped" for n in bad)
-            bad = []
+        obj = _parse(data[pos:end])
+        try:
+            if obj is None:
+                raise ValueError("not a manifest line")
+            _apply(out, obj, end - pos)
+            if lineno == 1 and obj.get("op") == "header":
+                out.has_header = True
+        except (KeyError, TypeError, ValueError, IndexError):
+            out.problems.append(f"{name} line {lineno} is unreadable; skipped")
+        out.good_end = end
         pos = end
+    if data and not out.has_header:
+        out.problems.append(f"{name} does not start with its header line (emptied, replaced or cut from the "
+                            f"front)")
     return out
 
 
@@ -176,6 +188,7 @@ def _apply(out: Replay, obj: dict, length: int) -> None:
         out.line_bytes[entry.record_id] = length
         out.segments_named.add(entry.segment)
         out.by_segment.setdefault(entry.segment, set()).add(entry.record_id)
+        out.extents[entry.segment] = max(out.extents.get(entry.segment, 0), entry.offset + entry.length)
         out.next_id = max(out.next_id, entry.record_id + 1)
     elif op == "drop":
         seg = str(obj["seg"])

@@ -1,30 +1,38 @@
-"""Opening a disk store after a crash: what a crash can leave behind, and how each leftover is cut.
+"""Opening a disk store after a crash: what a crash can leave behind, and what is damage instead.
 
 The writer's order (record bytes, fsync; manifest line, fsync; drop line, fsync, then unlink)
 means a crash can leave only these, none of which loses a committed record:
 
-- a torn manifest tail: a last line without its newline, or not valid JSON (the append was cut);
-  everything after the last good line is truncated;
-- bytes at the end of a segment that no line names (written, never committed): truncated;
-- a segment file no live record uses: created and never committed, or dropped by a durable
-  ``drop`` line whose unlink never happened: deleted;
-- ``manifest.jsonl.tmp``: a compaction that never reached its rename (the old manifest stands):
-  deleted.
+- a torn manifest tail: a last line without its newline (the append was cut);
+- bytes at the end of the *newest* segment that no line names (written, never committed), or a
+  newest segment file no line names at all (created, never committed);
+- a segment file a durable ``drop`` line names whose unlink never happened;
+- ``manifest.jsonl.tmp``: a compaction that never reached its rename (the old manifest stands).
 
-Anything else is damage, not a crash: a line in the middle that does not parse (skipped,
-reported), or a committed record whose bytes are missing (the storage lost them: reported, and
-removed from the manifest with a ``del`` line by the caller). With ``fix=False`` (read-only
-inspection) nothing is changed and the leftovers are only reported.
+Each of these is cut on a writable open, and what is cut is moved into ``quarantine/<stamp>/``
+(reported, never deleted), except a dropped segment, which the store had already decided to delete.
+
+Anything else is damage, not a crash: a manifest missing, emptied or not starting with its header;
+a complete line that does not parse; bytes no line names in a segment older than the newest (the
+manifest is shorter than the segments it describes); a committed record whose bytes are missing.
+Damage is reported (``problems``); a writable open refuses it with `MemoryDamagedError`, whose
+message names ``hermes-video memory repair DIR`` (`hermes.tiers.repair`). With ``fix=False``
+(read-only inspection) nothing is changed and everything is only reported.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes.tiers.files import fsync_dir
+from hermes.tiers.errors import MemoryDamagedError
+from hermes.tiers.files import fsync_dir, read_exact, write_bytes_atomic
 from hermes.tiers.manifest import MANIFEST, SEGMENTS, SUFFIX, Entry, replay
+
+QUARANTINE = "quarantine"
 
 
 @dataclass
@@ -39,9 +47,8 @@ class Recovered:
         next_id: One more than the largest record id the manifest has ever named.
         next_segment: Number for the next segment file (never reusing one the manifest named).
         manifest_size: Manifest bytes (after any cut).
-        lost: Ids of committed records whose bytes are missing (to be deleted from the manifest).
-        problems: Damage found.
-        notes: Crash leftovers found (and cut, with ``fix``).
+        problems: Damage found (a writable open refuses it).
+        notes: Crash leftovers found (and, with ``fix``, cut into quarantine).
     """
 
     entries: dict[int, Entry]
@@ -51,71 +58,157 @@ class Recovered:
     next_id: int
     next_segment: int
     manifest_size: int
-    lost: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
-def recover(directory: Path, fix: bool) -> Recovered:
-    """Replay the manifest, check it against the segment files, and cut crash leftovers.
+class Quarantine:
+    """A fresh ``quarantine/<UTC stamp>-<pid>/`` folder, made on first use, that cut bytes move into."""
+
+    def __init__(self, directory: Path) -> None:
+        self.root = directory / QUARANTINE
+        self.folder = self.root / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+        self.moved: list[str] = []
+
+    def _ready(self) -> Path:
+        if not self.folder.exists():
+            self.folder.mkdir(parents=True)
+            fsync_dir(self.root)
+            fsync_dir(self.root.parent)
+        return self.folder
+
+    def move(self, path: Path, prefix: str = "") -> str:
+        """Rename a whole file into quarantine (durably); returns where it went, relative."""
+        target = self._ready() / (prefix + path.name)
+        os.replace(path, target)
+        fsync_dir(target.parent)
+        fsync_dir(path.parent)
+        return self._note(target)
+
+    def copy(self, path: Path, prefix: str = "") -> str:
+        """Copy a whole file into quarantine (durably) and leave it in place."""
+        target = self._ready() / (prefix + path.name)
+        shutil.copyfile(path, target)
+        with open(target, "rb+") as f:
+            os.fsync(f.fileno())
+        fsync_dir(target.parent)
+        return self._note(target)
+
+    def cut(self, path: Path, keep: int, prefix: str = "") -> str:
+        """Truncate `path` to `keep` bytes after saving the bytes beyond it as ``<name>.tail``."""
+        size = path.stat().st_size
+        target = self._ready() / f"{prefix}{path.name}.tail"
+        write_bytes_atomic(target, read_exact(path, keep, size - keep))
+        os.truncate(path, keep)
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+        return self._note(target)
+
+    def _note(self, target: Path) -> str:
+        rel = str(target.relative_to(self.root.parent))
+        self.moved.append(rel)
+        return rel
+
+
+def quarantined_files(directory: Path) -> list[str]:
+    """Files earlier opens or repairs moved into quarantine, relative to the directory."""
+    root = directory / QUARANTINE
+    return sorted(str(p.relative_to(directory)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def _number(name: str) -> int | None:
+    stem = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else ""
+    return int(stem) if stem.isdigit() else None
+
+
+def recover(directory: Path, fix: bool, min_next_id: int = 0) -> Recovered:
+    """Replay the manifest, check it against the segment files, cut crash leftovers, find damage.
 
     Args:
         directory: The store's directory.
-        fix: Truncate and delete leftovers (False: report only).
+        fix: Cut crash leftovers into quarantine, and refuse damage (False: report only).
+        min_next_id: How far a checkpoint saw this manifest reach: a manifest ending before it has
+            lost committed lines (damage, even where the segments alone would look like a crash).
 
     Returns:
         The recovered state.
+
+    Raises:
+        MemoryDamagedError: With ``fix``, damage was found (nothing was changed).
     """
     path, segdir = directory / MANIFEST, directory / SEGMENTS
     data = path.read_bytes() if path.exists() else b""
     state = replay(data, MANIFEST)
-    problems, notes = list(state.problems), []
+    problems, notes, actions = list(state.problems), [], []
+    files = {p.name: p.stat().st_size for p in segdir.glob(f"*{SUFFIX}")} if segdir.exists() else {}
+    if state.next_id < min_next_id:
+        problems.append(f"a checkpoint saw records up to id {min_next_id - 1} committed, but {MANIFEST} ends "
+                        f"before id {state.next_id} (lines were cut)")
+    if not path.exists() and any(files.values()):
+        problems.append(f"{MANIFEST} is missing but {len(files)} segment file(s) hold records")
 
     def later(what: str) -> str:
         return what if fix else f"{what} on next open"
 
     if state.torn_bytes:
-        notes.append(f"{MANIFEST}: torn tail of {state.torn_bytes} bytes after the last committed line "
-                     f"({later('cut')})")
-        if fix:
-            os.truncate(path, state.good_end)
-    files = {p.name: p.stat().st_size for p in segdir.glob(f"*{SUFFIX}")} if segdir.exists() else {}
+        notes.append(f"{MANIFEST}: torn tail of {state.torn_bytes} bytes after the last complete line "
+                     f"({later('moved to quarantine')})")
+        actions.append(("cut", path, state.good_end))
     lost = [e.record_id for e in state.entries.values() if e.offset + e.length > files.get(e.segment, -1)]
     for rid in lost:
-        e = state.entries.pop(rid)
-        state.by_segment[e.segment].discard(rid)
+        e = state.entries[rid]
         problems.append(f"record {rid}: its bytes in {SEGMENTS}/{e.segment} are missing "
-                        f"({'removed from the manifest' if fix else 'needs repair'})")
+                        f"(the storage lost them)")
     by_segment = {s: ids for s, ids in sorted(state.by_segment.items()) if ids}
+    numbers = [n for n in (_number(x) for x in set(files) | state.segments_named) if n is not None]
+    newest = max((n for n in (_number(x) for x in files) if n is not None), default=None)
+    dropped = {s for s in state.segments_named if s not in by_segment}  # a drop line, or every record deleted
     seg_sizes: dict[str, int] = {}
-    changed = False
     for name, size in sorted(files.items()):
-        ids = by_segment.get(name)
-        if not ids:
-            notes.append(f"{SEGMENTS}/{name}: no committed record uses it ({later('deleted')})")
-            if fix:
-                os.unlink(segdir / name)
-                changed = True
+        extent = state.extents.get(name, 0)
+        is_newest = _number(name) == newest and (newest or 0) >= max(numbers, default=0)
+        if name in dropped:
+            notes.append(f"{SEGMENTS}/{name}: dropped by the manifest, never deleted ({later('deleted')})")
+            actions.append(("unlink", segdir / name, 0))
             continue
-        end = max(state.entries[i].offset + state.entries[i].length for i in ids)
-        if size > end:
-            notes.append(f"{SEGMENTS}/{name}: {size - end} bytes after the last committed record ({later('cut')})")
-            if fix:
-                os.truncate(segdir / name, end)
-                changed = True
-        seg_sizes[name] = end if fix else size
+        if size > extent:
+            what = (f"{SEGMENTS}/{name}: {size - extent} bytes no manifest line names" if extent
+                    else f"{SEGMENTS}/{name}: no manifest line names it ({size} bytes)")
+            if is_newest:  # the segment being written when the process died: an uncommitted group
+                notes.append(f"{what}, written but never committed ({later('moved to quarantine')})")
+                actions.append(("cut", segdir / name, extent) if extent else ("move", segdir / name, 0))
+            else:
+                problems.append(f"{what}: the manifest is shorter than the segments it describes")
+        if name in by_segment:
+            seg_sizes[name] = extent if fix and size > extent else size
     tmp = directory / (MANIFEST + ".tmp")
     if tmp.exists():
-        notes.append(f"{tmp.name}: an unfinished manifest rewrite ({later('deleted')})")
-        if fix:
-            tmp.unlink()
-            changed = True
-    if changed:
-        fsync_dir(segdir)
+        notes.append(f"{tmp.name}: an unfinished manifest rewrite ({later('moved to quarantine')})")
+        actions.append(("move", tmp, 0))
+    if fix and problems:
+        raise MemoryDamagedError(
+            f"memory directory {directory} is damaged ({problems[0]}"
+            f"{f'; and {len(problems) - 1} more' if len(problems) > 1 else ''}); nothing was changed: "
+            f"see `hermes-video memory verify {directory}`, then `hermes-video memory repair {directory}` "
+            f"rebuilds what the segments hold and moves the rest to {QUARANTINE}/")
+    if fix and actions:
+        quarantine = Quarantine(directory)
+        for kind, target, keep in actions:
+            if kind == "cut":
+                quarantine.cut(target, keep)
+            elif kind == "move":
+                quarantine.move(target)
+            else:
+                os.unlink(target)
+        if segdir.exists():
+            fsync_dir(segdir)
         fsync_dir(directory)
-    numbers = [int(n[: -len(SUFFIX)]) for n in set(files) | state.segments_named if n[: -len(SUFFIX)].isdigit()]
+        if quarantine.moved:
+            notes.append(f"moved to quarantine: {', '.join(quarantine.moved)}")
+    for name in by_segment:
+        seg_sizes.setdefault(name, files.get(name, 0))  # a live record's segment that is missing (damage)
     return Recovered(
         entries=state.entries, by_segment=by_segment,
         seg_lines={s: sum(state.line_bytes[i] for i in ids) for s, ids in by_segment.items()},
         seg_sizes=seg_sizes, next_id=state.next_id, next_segment=max(numbers, default=0) + 1,
-        manifest_size=state.good_end if fix else state.size, lost=lost, problems=problems, notes=notes)
+        manifest_size=state.good_end if fix else state.size, problems=problems, notes=notes)

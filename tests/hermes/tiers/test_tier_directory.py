@@ -141,14 +141,17 @@ def test_inspect_and_verify(tmp_path):
     assert info["index"]["records"] == 6 and info["index"]["dim"] == 12
     assert info["checkpoints"][0]["name"] == "session" and info["fingerprint"] == FP
     assert json.dumps(info)  # JSON-able, for `memory inspect --json`
-    assert md.verify() == (True, [])
+    ok, messages = md.verify()  # every source of truth agrees: 6 records in manifest, segments, index, checkpoint
+    assert ok and messages == ["records: disk_manifest 6, disk_segments 6, dram_log_manifest 0, dram_log_segments 0, "
+                               "index 6, checkpoint session {'disk': 6, 'dram_log': 0}"]
     entry = md.disk.entries()[2]
     seg = tmp_path / SEGMENTS / entry.segment
     data = bytearray(seg.read_bytes())
     data[entry.offset + entry.length // 2] ^= 0x10
     seg.write_bytes(bytes(data))
     ok, messages = md.verify()
-    assert not ok and len(messages) == 1 and f"record {entry.record_id} " in messages[0]
+    assert not ok and len(messages) == 2 and f"record {entry.record_id} " in messages[0]
+    assert messages[1].startswith("records: ")
     md.close()
     readonly = MemoryDirectory(tmp_path, None, 0, 1 << 30, readonly=True)  # `memory verify DIR`
     ok, messages = readonly.verify()

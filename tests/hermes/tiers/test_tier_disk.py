@@ -12,8 +12,9 @@ import torch
 from hermes.errors import UsageError
 from hermes.tiers.bench import synthetic_record
 from hermes.tiers.disk import MANIFEST, SEGMENTS, DiskStore
-from hermes.tiers.errors import MemoryDirError, RecordCorruptError
+from hermes.tiers.errors import MemoryDamagedError, MemoryDirError, RecordCorruptError
 from hermes.tiers.fingerprint import make_fingerprint
+from hermes.tiers.repair import repair
 
 FP = make_fingerprint("tiny-test", "llava_onevision", 2, 1, 8, memory={"dram_dtype": "int8"})
 
@@ -137,16 +138,21 @@ def test_orphan_dropped_segment_and_unfinished_compaction_are_cleaned(tmp_path):
         assert store.ids() == [7] and store.next_id == 8
 
 
-def test_record_whose_bytes_vanished_is_reported_and_removed(tmp_path):
+def test_record_whose_bytes_vanished_is_refused_then_repaired_into_quarantine(tmp_path):
     _write(tmp_path, range(3))
     seg = sorted((tmp_path / SEGMENTS).iterdir())[-1]
     entry = DiskStore(tmp_path, 1 << 30, FP, readonly=True).entries()[-1]
     os.truncate(seg, entry.offset + 10)  # storage lost committed bytes: damage, not a torn write
+    before = seg.read_bytes()
+    with pytest.raises(MemoryDamagedError, match="record 2: its bytes .* missing.*memory repair") as err:
+        DiskStore(tmp_path, 1 << 30, FP)
+    assert "\n" not in str(err.value) and seg.read_bytes() == before  # refused, nothing cut
+    report = repair(tmp_path)
+    assert any("record 2" in u for u in report.unfixable) and report.records["disk"] == 2
     with DiskStore(tmp_path, 1 << 30, FP) as store:
-        assert store.ids() == [0, 1]
-        assert len(store.open_problems) == 1 and "record 2" in store.open_problems[0]
-    with DiskStore(tmp_path, 1 << 30, FP) as store:  # the repair was made durable
-        assert store.ids() == [0, 1] and not store.open_problems
+        assert store.ids() == [0, 1] and not store.open_problems and store.verify().ok
+    kept = list((tmp_path / "quarantine").rglob("*.tail"))  # the 10 stray bytes were moved, not deleted
+    assert len(kept) == 1 and kept[0].read_bytes() == before[entry.offset:]
 
 
 def test_fingerprint_mismatch_is_refused_with_a_clear_message(tmp_path):
@@ -172,7 +178,7 @@ def test_foreign_directory_and_second_writer_are_refused(tmp_path):
         DiskStore(tmp_path, 1 << 30, FP)
     fresh = tmp_path / "mem"
     first = DiskStore(fresh, 1 << 30, FP)
-    with pytest.raises(MemoryDirError, match="in use by another process"):
+    with pytest.raises(MemoryDirError, match=f"in use by process {os.getpid()}"):
         DiskStore(fresh, 1 << 30, FP)
     DiskStore(fresh, 1 << 30, FP, readonly=True)  # reading alongside is allowed
     first.close()

@@ -65,7 +65,7 @@ def test_index_is_rebuilt_or_repaired_from_the_segments(tmp_path, damage):
         stale = RecordIndex.load(tmp_path)
         stale.remove([10])
         stale.add([999], np.ones((1, 16), dtype=np.float32))
-        stale.save(tmp_path)
+        stale.save(tmp_path, MemoryDirectory(tmp_path, None, 0, 0, readonly=True)._binding)
     md = MemoryDirectory(tmp_path, FP, dram_bytes=0, disk_bytes=1 << 30)
     expected = {"deleted": "rebuilt (missing)", "stale": "repaired (+1 -1)"}.get(damage, "rebuilt (unreadable")
     assert md.index_state.startswith(expected)

@@ -1,0 +1,77 @@
+"""``hermes-video memory inspect | verify | repair DIR``: the bodies of the three subcommands.
+
+`hermes.cli` only parses the arguments and calls these. Each returns the exit code: inspect 0;
+verify 0 when every checksum holds and every source of truth agrees on the records, else 1; repair
+0 when the directory verifies afterwards, else 1. Errors (not a memory directory, in use, cannot be
+written) raise a `hermes.errors.HermesError` the CLI prints on one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from hermes.errors import UsageError
+from hermes.tiers.directory import MemoryDirectory
+from hermes.tiers.fingerprint import FINGERPRINT
+
+
+def open_readonly(directory: str) -> MemoryDirectory:
+    """A memory directory opened read-only (no lock, no repairs), or a one-line error."""
+    path = Path(directory)
+    if not (path / FINGERPRINT).is_file():
+        raise UsageError(f"{directory} is not a memory directory (no {FINGERPRINT}); expected what "
+                         f"`hermes-video run ... --memory-dir DIR` writes")
+    return MemoryDirectory(path, None, 0, 0, readonly=True)
+
+
+def inspect_command(directory: str, records: int | None, as_json: bool) -> int:
+    """Print what the directory holds (records, time spans, sizes, index state, checkpoints)."""
+    store = open_readonly(directory)
+    try:
+        report = store.inspect(max_records=records)
+    finally:
+        store.close(spill_dram=False)
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    for key, value in report.items():
+        if isinstance(value, list):
+            print(f"{key}: {len(value)}")
+            for item in value:
+                print(f"  {json.dumps(item, default=str)}")
+        else:
+            print(f"{key}: {json.dumps(value, default=str)}")
+    return 0
+
+
+def verify_command(directory: str) -> int:
+    """Check every checksum and the record counts of every source of truth; 0 only when all hold."""
+    store = open_readonly(directory)
+    try:
+        ok, messages = store.verify()
+    finally:
+        store.close(spill_dram=False)
+    for message in messages:
+        print(message)
+    if ok:
+        print(f"{directory}: all checksums hold")
+    else:
+        print(f"{directory}: problems found; `hermes-video memory repair {directory}` rebuilds what can be "
+              f"rebuilt and moves the rest to {directory}/quarantine", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def repair_command(directory: str) -> int:
+    """Repair the directory (`hermes.tiers.repair`), print each step, then verify it."""
+    from hermes.tiers.repair import repair
+
+    open_readonly(directory).close(spill_dram=False)  # the same one-line error for a folder that is not ours
+    report = repair(directory)
+    for line in report.actions:
+        print(line)
+    for line in report.unfixable:
+        print(f"not recoverable: {line}")
+    print(f"records kept: {', '.join(f'{k} {v}' for k, v in report.records.items())}")
+    return verify_command(directory)

@@ -1,0 +1,204 @@
+"""``hermes-video memory repair DIR``: rebuild what a damaged memory directory's files still hold.
+
+A writable open refuses damage that is not a crash's torn tail (`hermes.tiers.recovery`); this is
+the way out. Nothing is deleted: everything replaced or cut is moved (or copied) into
+``quarantine/<stamp>/`` first, and every step is reported.
+
+- The manifest is rebuilt from the segments. Each record in a segment is a complete safetensors
+  file that names its own id, times and frames (`hermes.tiers.codec`), so scanning a segment from
+  its start recovers every record up to the first bytes that do not parse; the bytes after that
+  are cut into quarantine. A record the old manifest names with another checksum (flipped bytes)
+  is left out and its bytes are copied to quarantine; ids the old manifest removed (``del`` lines,
+  dropped segments) stay removed, so nothing dropped on purpose comes back.
+- The FAISS index is moved aside, to be rebuilt from the records on the next open.
+- A checkpoint that fails its checksum, or that claims records the store no longer holds, is moved
+  aside: a later run starts the stream afresh instead of resuming from a state that lies.
+- The host-memory log (``dram/``, a store of the same format) is repaired the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermes.tiers import checkpoint
+from hermes.tiers.codec import from_safetensors
+from hermes.tiers.errors import MemoryDirError, storage_error
+from hermes.tiers.files import lock_directory, sha256, write_bytes_atomic
+from hermes.tiers.fingerprint import FINGERPRINT
+from hermes.tiers.index import INDEX, INDEX_META
+from hermes.tiers.manifest import MANIFEST, SEGMENTS, SUFFIX, Entry, del_line, header_line, replay
+from hermes.tiers.recovery import Quarantine
+
+WAL = "dram"  # the host-memory log's folder inside a memory directory
+LOCK = "lock"
+
+
+@dataclass
+class RepairReport:
+    """What `repair` did: ``actions`` (one line each), the records kept, and what it could not fix."""
+
+    actions: list[str] = field(default_factory=list)
+    records: dict[str, int] = field(default_factory=dict)  # kept per store: {"disk": n, "dram": m}
+    unfixable: list[str] = field(default_factory=list)
+
+
+def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list[tuple[int, int, object]], int]:
+    """The records a segment's bytes hold, from its start, and where the readable part ends.
+
+    Args:
+        data: The segment file.
+        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are
+            stepped over (reported as a record None) instead of ending the scan.
+
+    Returns:
+        ``([(offset, length, record or None)], end)``: `end` is the byte after the last record read.
+    """
+    found, pos = [], 0
+    known = known or {}
+    while pos + 8 <= len(data):
+        n = int.from_bytes(data[pos:pos + 8], "little")
+        try:
+            header = json.loads(data[pos + 8:pos + 8 + n])
+            length = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                                 default=0)
+            if pos + length > len(data):
+                raise ValueError("runs past the end")
+            record = from_safetensors(data[pos:pos + length])
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            if pos in known and pos + known[pos] <= len(data):
+                found.append((pos, known[pos], None))
+                pos += known[pos]
+                continue
+            break
+        found.append((pos, length, record))
+        pos += length
+    return found, pos
+
+
+def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, label: str) -> int:
+    """Rebuild one store's manifest from its segments; returns the next record id it implies."""
+    segdir, path = directory / SEGMENTS, directory / MANIFEST
+    prefix = label.replace("/", "-")  # quarantine names: dram-manifest.jsonl beside manifest.jsonl
+    old = replay(path.read_bytes()) if path.exists() else replay(b"")
+    # segments the old manifest emptied on purpose (a drop line, or every record deleted)
+    dropped = {s for s in old.segments_named if s in old.extents and not old.by_segment.get(s)}
+    entries: list[Entry] = []
+    seen: set[int] = set()
+    corrupt: set[int] = set()
+    next_id = old.next_id
+    for seg in sorted(segdir.glob(f"*{SUFFIX}")) if segdir.exists() else []:
+        if seg.name in dropped:
+            report.actions.append(f"{label}{SEGMENTS}/{seg.name}: dropped by the manifest; moved to "
+                                  f"{quarantine.move(seg, prefix)}")
+            continue
+        data = seg.read_bytes()
+        named = {e.offset: e for e in old.entries.values() if e.segment == seg.name}
+        found, end = scan_segment(data, {off: e.length for off, e in named.items()})
+        for offset, length, record in found:
+            digest = sha256(data[offset:offset + length])
+            if record is None:  # unparseable where the old manifest names a record: keep the line, delete it
+                entry = named[offset]
+                corrupt.add(entry.record_id)
+                bad = directory / f"record-{entry.record_id}{SUFFIX}"
+                write_bytes_atomic(bad, data[offset:offset + length])
+                report.actions.append(f"{label}record {entry.record_id}: unreadable; left out, its bytes copied to "
+                                      f"{quarantine.move(bad, prefix)}")
+                entries.append(entry)
+                seen.add(entry.record_id)
+                continue
+            known = old.entries.get(record.record_id)
+            next_id = max(next_id, record.record_id + 1)
+            if known is not None and (known.segment, known.offset) == (seg.name, offset) and known.sha256 != digest:
+                corrupt.add(record.record_id)
+                bad = directory / f"record-{record.record_id}{SUFFIX}"
+                write_bytes_atomic(bad, data[offset:offset + length])
+                report.actions.append(f"{label}record {record.record_id}: fails its checksum; left out, its bytes "
+                                      f"copied to {quarantine.move(bad, prefix)}")
+                # named and then deleted, so the segment stays fully described; its bytes are in quarantine
+                entries.append(Entry.of(record, seg.name, offset, length, digest))
+                seen.add(record.record_id)
+                continue
+            if record.record_id in seen:
+                continue
+            seen.add(record.record_id)
+            entries.append(Entry.of(record, seg.name, offset, length, digest))
+        if end < len(data):
+            report.actions.append(f"{label}{SEGMENTS}/{seg.name}: {len(data) - end} unreadable bytes after its "
+                                  f"last record; moved to {quarantine.cut(seg, end, prefix)}")
+    deleted = set(corrupt)
+    if old.has_header and not old.problems:  # an intact manifest's del lines stay in force
+        deleted |= {e.record_id for e in entries if e.record_id not in old.entries
+                    and e.offset + e.length <= old.extents.get(e.segment, -1)}
+    missing = sorted(set(old.entries) - {e.record_id for e in entries} - corrupt)
+    for rid in missing:
+        report.unfixable.append(f"{label}record {rid}: named by the manifest but its bytes are gone; "
+                                f"left out")
+    body = header_line(next_id) + b"".join(e.line() for e in entries)
+    if deleted:
+        body += del_line(sorted(deleted))
+    if path.exists():
+        report.actions.append(f"{label}{MANIFEST}: old copy moved to {quarantine.copy(path, prefix)}")
+    write_bytes_atomic(path, body)
+    kept = len(entries) - len(deleted)
+    report.actions.append(f"{label}{MANIFEST}: rebuilt from the segments with {kept} record(s)")
+    report.records[label.rstrip("/ ") or "disk"] = kept
+    tmp = directory / (MANIFEST + ".tmp")
+    if tmp.exists():
+        report.actions.append(f"{label}{tmp.name}: moved to {quarantine.move(tmp, prefix)}")
+    return next_id
+
+
+def repair(directory: str | Path) -> RepairReport:
+    """Repair a memory directory in place (see the module docstring).
+
+    Raises:
+        MemoryDirError: Not a memory directory, or in use by another process.
+        StorageError: The directory cannot be written.
+    """
+    directory = Path(directory)
+    if not (directory / FINGERPRINT).is_file():
+        raise MemoryDirError(f"{directory} is not a memory directory (no {FINGERPRINT}); nothing to repair")
+    try:
+        fd, other = lock_directory(directory, directory / LOCK)
+    except OSError as exc:
+        raise storage_error(directory, "locking", exc) from exc
+    if fd is None:
+        raise MemoryDirError(f"memory directory {directory} is in use by process {other or '?'}; stop it first")
+    report = RepairReport()
+    try:
+        quarantine = Quarantine(directory)
+        next_ids = {"disk": repair_store(directory, quarantine, report, "")}
+        if (directory / WAL / SEGMENTS).is_dir():
+            next_ids["dram"] = repair_store(directory / WAL, quarantine, report, f"{WAL}/")
+        for name in (INDEX, INDEX_META):
+            if (directory / name).exists():
+                report.actions.append(f"{name}: moved to {quarantine.move(directory / name)} (rebuilt from the "
+                                      f"records on the next open)")
+        folder = directory / checkpoint.CHECKPOINTS
+        for info_path in sorted(folder.glob("*.json")) if folder.exists() else []:
+            reason = None
+            try:
+                _, meta = checkpoint.load_checkpoint(directory, info_path.stem)
+                claimed = (meta.get("store") or {})
+                for store, key in (("disk", "disk_next_id"), ("dram", "dram_next_id")):
+                    if int(claimed.get(key, 0)) > next_ids.get(store, 0):
+                        reason = (f"it claims {store} records up to id {int(claimed[key]) - 1}, the store now "
+                                  f"ends before id {next_ids.get(store, 0)}")
+            except (MemoryDirError, KeyError, ValueError, TypeError) as exc:
+                reason = str(exc)
+            if reason is not None:
+                file = (checkpoint.read_info(info_path) or {}).get("file")
+                moved = [quarantine.move(info_path)]
+                if file and (folder / str(file)).exists():
+                    moved.append(quarantine.move(folder / str(file)))
+                report.actions.append(f"checkpoint {info_path.stem!r}: {reason}; moved to {', '.join(moved)} "
+                                      f"(the next run starts the stream afresh)")
+        (directory / LOCK).unlink(missing_ok=True)
+    except OSError as exc:
+        raise storage_error(directory, "repairing", exc) from exc
+    finally:
+        os.close(fd)
+    return report
