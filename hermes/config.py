@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -46,6 +46,9 @@ class ModelConfig:
     attn_implementation: str = "sdpa"  # "sdpa" or "eager"
     trust_remote_code: bool = False  # never on by default: it runs code from the checkpoint
     seed: int = 0  # seed of builtin tiny random models
+    # Greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
+    # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy.
+    repetition_penalty: float = 1.0
 
 
 @dataclass
@@ -56,16 +59,27 @@ class MemoryConfig:
     budget: int = 4096  # visual tokens kept per layer in device memory (all but `full`)
     bands: tuple[float, ...] = (0.1, 0.6, 0.3)  # sensory / working / long-term fractions of the layers
     recency_k: float = 20.0  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
+    recency_k_fall: float = 12.0  # fall of the forgetting rate across the working band, k = recency_k - fall * p (0: one k)
+    recency_unit: Literal["token", "frame"] = "token"  # d counts cache entries ("frame": a frame's tokens tie)
     w0: float = 0.75  # recency weight of the first working layer
     gamma: float = 0.6  # fall of the recency weight across the working band
     smoothing: tuple[float, ...] = (0.1, 0.3, 0.4)  # deep-to-shallow lambda for sensory / working / long-term
-    accumulate_decay: float = 1.0  # running attention = decay * previous + new (1: plain sum)
+    # Attention that selection reads: "none" = this probe's alone (the reference), "sum" = a running
+    # sum over probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe.
+    accumulation: Literal["none", "sum", "ema"] = "none"
+    accumulate_decay: float = 0.5  # `ema` only: weight of the previous value, in [0, 1)
     local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
     global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
     condition_on_question: bool = False  # use the last question asked as the global pseudo-query
     summary: bool = True  # long-term layers fold evicted tokens into one summary token
+    # where the summary token sits: right after the newest kept token (the reference; M-RoPE: max over
+    # the axes + 1 on every axis) or at the count-weighted mean position of what it folds, per axis
+    summary_position: Literal["after_kept", "mean_evicted"] = "after_kept"
     reindex: str = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
     position_reserve: int = 1024  # positions kept free for a question and its answer
+    # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack
+    # every frame as its own block keeping its layout (1-D RoPE: both give consecutive positions)
+    mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
     sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
     # Levels 2 (host memory) and 3 (disk + FAISS): active with a memory directory or with recall on.
     # Evicted tokens scoring at least this (0..1) are kept compressed, the rest dropped. 0 keeps them all
@@ -154,6 +168,11 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a list, found {value!r}")
         item_type = typing.get_args(annotation)[0]
         return tuple(_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
+    if typing.get_origin(annotation) is Literal:
+        if value not in typing.get_args(annotation):
+            choices = ", ".join(repr(c) for c in typing.get_args(annotation))
+            raise ConfigError(f"{where}: expected one of {choices}, found {value!r}")
+        return value
     target = {"str": str, "int": int, "float": float, "bool": bool}.get(str(annotation), annotation)
     if target is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
