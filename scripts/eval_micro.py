@@ -91,8 +91,9 @@ def run_one(adapter, root: Path, out: Path, policy: str, budget: int, chunk_fram
                  "model.device=cpu"]
     cfg = build_config(model=MICRO_NAME, memory=memory, overrides=overrides)
     cfg.memory = dataclasses.replace(resolve_policies(policy, cfg.memory, budget)[0].memory, **(options or {}))
-    summary_path = out / "summary.json"
-    if reuse and summary_path.is_file():
+    summary_path, bench_mark = out / "summary.json", out / "benchmark.sha256"
+    bench_sha = file_sha256(root / sb.ANNOTATION_FILE)
+    if reuse and summary_path.is_file() and bench_mark.is_file() and bench_mark.read_text() == bench_sha:
         summary = json.loads(summary_path.read_text())
         if summary.get("config", {}).get("memory") == json.loads(json.dumps(dataclasses.asdict(cfg.memory))):
             return {"families": family_accuracy(summary), "wall_s": summary.get("wall_time_s"),
@@ -100,6 +101,7 @@ def run_one(adapter, root: Path, out: Path, policy: str, budget: int, chunk_fram
     started = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (run_eval refuses to mix runs)
     summary = run_eval("ovo-bench", root, cfg, output_dir=out, progress=False, model=adapter)
+    bench_mark.write_text(bench_sha)  # which benchmark (annotations) the run answered
     return {"families": family_accuracy(summary), "wall_s": round(time.perf_counter() - started, 1),
             "outcomes": outcomes(out)}
 
@@ -148,7 +150,8 @@ def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chance_row: dict) -> bool:
+def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chance_row: dict,
+         policies: tuple[str, ...] = BOUNDED) -> bool:
     """Accuracy against budget, one panel per family; False when matplotlib is missing."""
     try:
         import matplotlib
@@ -159,7 +162,7 @@ def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chanc
         return False
     fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
     for ax, family in zip(axes, sb.FAMILIES):
-        for policy in BOUNDED:
+        for policy in policies:
             ys = [share(long_rows[(policy, b)]["families"].get(family, (0, 0))) for b in budgets]
             ax.plot(budgets, ys, marker="o", label=policy)
         full = full_long["families"].get(family, (0, 0))
@@ -179,11 +182,11 @@ def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chanc
 
 
 def evaluate(adapter, short: Path, long: Path, runs: Path, budgets: list[int], chunk_frames: int,
-             reuse: bool = False) -> dict:
+             reuse: bool = False, policies: tuple[str, ...] = BOUNDED) -> dict:
     """Every (benchmark, policy, budget) run of one model: {"short/full", "short/<policy>/128", "long/full",
     "long/<policy>/<budget>"} -> per-family results."""
-    grid = [("short", "full", 1)] + [("short", policy, 128) for policy in BOUNDED] + [("long", "full", 1)]
-    grid += [("long", policy, budget) for budget in budgets for policy in BOUNDED]
+    grid = [("short", "full", 1)] + [("short", policy, 128) for policy in policies] + [("long", "full", 1)]
+    grid += [("long", policy, budget) for budget in budgets for policy in policies]
     results = {}
     for bench, policy, budget in grid:
         key = f"{bench}/{policy}" + ("" if policy == "full" else f"/{budget}")
@@ -283,6 +286,16 @@ def column_qids(groups: dict[str, tuple[str, float]], column: str, depth: tuple[
     return out
 
 
+def cell(runs: list[dict[str, bool]], base: list[dict[str, bool]], qids: list[str], label: str) -> str:
+    """"acc [lo, hi]" with (+) / (-) when the paired difference to `hermes` (`base`) excludes 0."""
+    acc, lo, hi = bootstrap(runs, qids)
+    mark = ""
+    if label != "hermes":
+        _, dlo, dhi = bootstrap(runs, qids, base)
+        mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
+    return f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}"
+
+
 def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str], budgets: list[int],
                    variants: list[str]) -> str:
     """Markdown: per set and budget, accuracy [95 % interval] per column, pooled over weights files; a
@@ -296,15 +309,7 @@ def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str
             for label in variants:
                 runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
                 have = set.intersection(*(set(o) for o in runs + base))
-                cells = []
-                for col in OPTION_COLUMNS:
-                    qids = column_qids(groups[name], col, have=have)
-                    acc, lo, hi = bootstrap(runs, qids)
-                    mark = ""
-                    if label != "hermes":
-                        d, dlo, dhi = bootstrap(runs, qids, base)
-                        mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
-                    cells.append(f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}")
+                cells = [cell(runs, base, column_qids(groups[name], col, have=have), label) for col in OPTION_COLUMNS]
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
             n = {col: len(column_qids(groups[name], col)) for col in OPTION_COLUMNS}
             lines += ["", "questions per weights file: " + ", ".join(f"{c} {k}" for c, k in n.items()), ""]
@@ -325,15 +330,7 @@ def depth_table(all_runs: list[dict], groups: dict[str, tuple[str, float]], name
         runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
         base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
         have = set.intersection(*(set(o) for o in runs + base))
-        cells = []
-        for kind, bin_ in cols:
-            qids = column_qids(groups, kind, bin_, have)
-            acc, lo, hi = bootstrap(runs, qids)
-            mark = ""
-            if label != "hermes":
-                _, dlo, dhi = bootstrap(runs, qids, base)
-                mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
-            cells.append(f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}")
+        cells = [cell(runs, base, column_qids(groups, kind, bin_, have), label) for kind, bin_ in cols]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -374,6 +371,17 @@ def admission_table(result: dict[str, list[float]], checkpoints: list[int]) -> s
     return "\n".join(lines)
 
 
+def benchmark(root: Path, **kwargs) -> Path:
+    """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark
+    (its meta file records the same arguments): parallel processes then read it without rewriting it."""
+    meta = root / sb.META_FILE
+    if meta.is_file() and (root / sb.ANNOTATION_FILE).is_file():
+        info = json.loads(meta.read_text())
+        if all(info.get(key) == value for key, value in kwargs.items()):
+            return root
+    return sb.write_benchmark(root, **kwargs)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--weights", type=Path, help="weights file (default: the shipped, checksum-verified one)")
@@ -398,28 +406,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--admission-chunks", default="10,30,100", help="checkpoints of --admission, in chunks")
     p.add_argument("--reuse", action="store_true", help="read finished runs under --work instead of running them again")
     p.add_argument("--no-page", action="store_true", help="only fill the runs (for parallel processes); no page")
+    p.add_argument("--policies", default=",".join(BOUNDED), help="bounded policies of the comparison")
+    p.add_argument("--no-baseline", action="store_true", help="skip the policy comparison runs (with --no-page)")
+    p.add_argument("--note", default="", help="a paragraph for the top of the page (e.g. how the runs were filled)")
+    p.add_argument("--option-sets", default="long,long600", help="sets the option sweep runs on")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     budgets = [int(b) for b in args.budgets.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     checkpoints = [int(c) for c in args.admission_chunks.split(",")]
+    policies = tuple(q for q in args.policies.split(",") if q)
     started = time.perf_counter()
 
-    short = sb.write_benchmark(args.work / "short", seed=args.seed, num_videos=args.videos, duration_s=args.short_s,
+    short = benchmark(args.work / "short", seed=args.seed, num_videos=args.videos, duration_s=args.short_s,
                                per_family=2)
-    long = sb.write_benchmark(args.work / "long", seed=args.seed + 1, num_videos=args.videos,
+    long = benchmark(args.work / "long", seed=args.seed + 1, num_videos=args.videos,
                               duration_s=args.long_s, per_family=4)
     sets = {"long": long}
     if args.options:
-        sets["long600"] = sb.write_benchmark(args.work / "long600", seed=args.seed + 2, num_videos=args.videos_600,
+        sets["long600"] = benchmark(args.work / "long600", seed=args.seed + 2, num_videos=args.videos_600,
                                              duration_s=600, per_family=6)
+        sets = {name: sets[name] for name in args.option_sets.split(",")}
+    if args.no_baseline and not args.no_page:
+        p.error("--no-baseline needs --no-page (the page shows the policy comparison)")
     weights = args.weights or WEIGHTS_FILE
     all_weights = [weights, *args.compare_weights]
     results_per_weights, options_per_weights, admissions = [], [], []
     for path in all_weights:
         adapter = micro_adapter(path)
         runs = args.work / f"runs-{file_sha256(path)[:12]}"
-        results_per_weights.append(evaluate(adapter, short, long, runs, budgets, args.chunk_frames, args.reuse))
+        results_per_weights.append({} if args.no_baseline else
+                                   evaluate(adapter, short, long, runs, budgets, args.chunk_frames, args.reuse,
+                                            policies))
         if args.options:
             options_per_weights.append(evaluate_options(adapter, sets, runs, budgets, args.chunk_frames, variants,
                                                         args.reuse, results_per_weights[-1]))
@@ -430,13 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     results, compared = results_per_weights[0], results_per_weights[1:]
 
     info = read_training_info(weights)
-    short_rows = [("full", results["short/full"])] + [(f"{p} @128", results[f"short/{p}/128"]) for p in BOUNDED]
+    short_rows = [("full", results["short/full"])] + [(f"{p} @128", results[f"short/{p}/128"]) for p in policies]
     rows = [("full (unbounded)", results["long/full"])]
-    rows += [(f"{policy} @{budget}", results[f"long/{policy}/{budget}"]) for budget in budgets for policy in BOUNDED]
-    long_rows = {(policy, budget): results[f"long/{policy}/{budget}"] for budget in budgets for policy in BOUNDED}
+    rows += [(f"{policy} @{budget}", results[f"long/{policy}/{budget}"]) for budget in budgets for policy in policies]
+    long_rows = {(policy, budget): results[f"long/{policy}/{budget}"] for budget in budgets for policy in policies}
     png = args.png or args.md.with_name("micro_accuracy.png")
     args.md.parent.mkdir(parents=True, exist_ok=True)
-    plotted = plot(png, budgets, long_rows, results["long/full"], chance(long))
+    plotted = plot(png, budgets, long_rows, results["long/full"], chance(long), policies)
     n_short = overall(results["short/full"])[1]
     n_long = overall(results["long/full"])[1]
     text = MD_TEMPLATE.format(
@@ -444,8 +462,11 @@ def main(argv: list[str] | None = None) -> int:
         train_s=info.get("wall_s", "?"), eval_cmd="python scripts/eval_micro.py " + " ".join(sys.argv[1:]),
         videos=args.videos, short_s=args.short_s, long_s=args.long_s, n_short=n_short, n_long=n_long,
         seed=args.seed, short_table=table(short_rows, chance(short)), long_table=table(rows, chance(long)),
+        policies=", ".join(f"`{q}`" for q in policies),
         plot=f"![accuracy against budget]({png.name})" if plotted else "(matplotlib not installed: no plot)",
         wall=round(time.perf_counter() - started))
+    if args.note:
+        text = text.replace("\n\nBenchmarks (", f"\n\n{args.note}\n\nBenchmarks (", 1)
     if compared:
         text += COMPARE_TEMPLATE.format(
             commands="\n".join(f"- `{read_training_info(path).get('command', '?')}`" for path in args.compare_weights),
@@ -479,7 +500,8 @@ Benchmarks (`hermes.datasets.synthetic_bench`, OVO-Bench format, seed {seed}): {
 short = {short_s} s ({n_short} questions), long = {long_s} s ({n_long} questions); 1 frame per second,
 16 visual tokens per frame. Each row is one `run_eval("ovo-bench", ...)` (official streaming protocol,
 prompts and scorer). Numbers are accuracy in %, per question family; budgets are visual tokens per
-layer (64 = 4 frames). `hermes+recall` is `hermes` with `memory.recall=true`: evicted tokens go to
+layer (64 = 4 frames). Bounded policies run here: {policies}. `hermes` is the reference's HERMES (the
+defaults). `hermes+recall` is `hermes` with `memory.recall=true`: evicted tokens go to
 levels 2-3 and each question brings back the records nearest to it before answering; `recall-only`
 (ReKV-style) is `sliding` with recall on: a recent window in device memory, every evicted token
 findable, no importance scores. *Chance* is
