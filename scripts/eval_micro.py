@@ -371,6 +371,16 @@ def admission_table(result: dict[str, list[float]], checkpoints: list[int]) -> s
     return "\n".join(lines)
 
 
+def plus_settings() -> str:
+    """The memory settings the `hermes-plus` preset changes from the defaults, as text."""
+    import yaml
+    from hermes.config import load_preset
+
+    preset = {k: v for k, v in load_preset("memory", "hermes-plus").items() if k not in ("policy", "budget")}
+    return ", ".join(f"`{k}: {yaml.safe_dump(v).splitlines()[0]}`" for k, v in preset.items()) or \
+        "nothing (it equals the reference's defaults)"
+
+
 def benchmark(root: Path, **kwargs) -> Path:
     """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark
     (its meta file records the same arguments): parallel processes then read it without rewriting it."""
@@ -477,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = ", ".join(str(read_training_info(path).get("seed", "?")) for path in all_weights)
         text += OPTIONS_TEMPLATE.format(
             seeds=seeds, n_weights=len(all_weights), videos=args.videos, videos_600=args.videos_600,
-            tables=options_tables(merged, groups, list(sets), budgets, variants),
+            tables=options_tables(merged, groups, list(sets), budgets, variants), plus=plus_settings(),
             depth="\n".join(depth_table(merged, groups[name], name, budget, variants)
                             for name in sets for budget in budgets))
     if args.admission:
@@ -546,7 +556,13 @@ seed + 2, 6 questions per family per stream). Weights: seeds {seeds}; every cell
 {n_weights} weights files (each question's verdicts kept together) and gives the accuracy in % with
 its 95 % bootstrap interval over questions (2000 resamples). (+) / (-): the paired difference to
 `hermes` on the same questions has a 95 % interval above / below 0; unmarked differences are within
-noise.
+noise. The micro model has 4 decoder layers, so its working band is one layer (p = 0): the ramp of
+`k` (`recency_k_fall`) cannot act there, and its row equals `hermes`.
+
+How `hermes-plus` is chosen: an alternative joins it when, on both sets and at every budget, it has a
+(+) somewhere and a (-) nowhere (family and depth columns alike), so that no kind of question pays
+for another's gain; of two alternatives of one option the one with more (+) wins. `hermes-plus`
+now sets: {plus}.
 
 {tables}
 
