@@ -381,6 +381,19 @@ def plus_settings() -> str:
         "nothing (it equals the reference's defaults)"
 
 
+def shown_args(argv: list[str]) -> list[str]:
+    """The command line as the page shows it: `--note` and its text left out (the note is on the page)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            out.append(arg)
+    return out
+
+
 def benchmark(root: Path, **kwargs) -> Path:
     """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark
     (its meta file records the same arguments): parallel processes then read it without rewriting it."""
@@ -469,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     n_long = overall(results["long/full"])[1]
     text = MD_TEMPLATE.format(
         weights=Path(weights).name, sha=file_sha256(weights)[:16], train_cmd=info.get("command", "?"),
-        train_s=info.get("wall_s", "?"), eval_cmd="python scripts/eval_micro.py " + " ".join(sys.argv[1:]),
+        train_s=info.get("wall_s", "?"), eval_cmd="python scripts/eval_micro.py " + " ".join(shown_args(sys.argv[1:])),
         videos=args.videos, short_s=args.short_s, long_s=args.long_s, n_short=n_short, n_long=n_long,
         seed=args.seed, short_table=table(short_rows, chance(short)), long_table=table(rows, chance(long)),
         policies=", ".join(f"`{q}`" for q in policies),
