@@ -81,7 +81,7 @@ def capture_topk_scores(module, run):
         rows.append(score.detach().clone())
         return original(score, k, *args, **kwargs)
 
-    module.torch.topk = recording
+    module.torch.topk = recording  # the module's `torch` is torch itself: patched for this call only
     try:
         result = run()
     finally:
@@ -89,7 +89,7 @@ def capture_topk_scores(module, run):
     return result, rows
 
 
-def prune(cls, module, attn: torch.Tensor, visual: int, kv_cache, llava: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def prune(cls, module, attn: torch.Tensor, kv_cache, llava: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores (L, V), keep (L, budget) visual indices) of the reference's `prune_kv_cache_by_attention`."""
     names = ["prune_kv_cache_by_attention", "allocate_budget_by_depth"]
     attrs = dict(device=torch.device("cpu"), visual_start_idx=PREFIX, num_layers=LAYERS,
@@ -114,20 +114,19 @@ def keep_lists(keep: torch.Tensor) -> list[list[int]]:
     return [list(range(PREFIX)) + [PREFIX + i for i in row if i >= 0] for row in keep.tolist()]
 
 
-def one_d(ref: Path) -> dict[str, torch.Tensor]:
+def one_d() -> dict[str, torch.Tensor]:
     import inference.llavaov_hermes as llava_mod
     import inference.qwenvl_hermes as qwen_mod
 
     gen = torch.Generator().manual_seed(1001)
-    visual = 80
-    total = PREFIX + visual
+    total = PREFIX + 80  # visual tokens
     attn = attention_maps(gen, total)
     keys = torch.randn(LAYERS, 1, KV_HEADS, total, HEAD_DIM, generator=gen)
     values = torch.randn(LAYERS, 1, KV_HEADS, total, HEAD_DIM, generator=gen)
     positions = torch.arange(total) + 7 * (torch.arange(total) >= PREFIX)  # a gap after the prefix, as lazy re-indexing leaves
     kv = [(keys[l].clone(), values[l].clone()) for l in range(LAYERS)]
-    qwen_scores, qwen_keep = prune(qwen_mod.QwenVL_Hermes, qwen_mod, attn, visual, kv, llava=False)
-    llava_scores, llava_keep = prune(llava_mod.LlavaOneVision_Hermes, llava_mod, attn, visual, kv, llava=True)
+    qwen_scores, qwen_keep = prune(qwen_mod.QwenVL_Hermes, qwen_mod, attn, kv, llava=False)
+    llava_scores, llava_keep = prune(llava_mod.LlavaOneVision_Hermes, llava_mod, attn, kv, llava=True)
     out = {"attention": attn, "keys": keys, "values": values, "positions": positions,
            "qwen_scores": qwen_scores, "qwen_keep": qwen_keep, "llava_scores": llava_scores, "llava_keep": llava_keep}
     rope = TableRope(HEAD_DIM, THETA)
@@ -162,7 +161,7 @@ def mrope_positions(chunks: int, steps: int, height: int, width: int) -> torch.T
     return torch.cat(parts, dim=1)
 
 
-def mrope(ref: Path) -> dict[str, torch.Tensor]:
+def mrope() -> dict[str, torch.Tensor]:
     import inference.qwenvl_hermes as qwen_mod
     from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLTextConfig
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
@@ -170,12 +169,11 @@ def mrope(ref: Path) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(2002)
     positions = mrope_positions(chunks=3, steps=2, height=4, width=4)  # 3 chunks x 2 steps x 16 tokens
     total = positions.shape[1]
-    visual = total - PREFIX
     attn = attention_maps(gen, total)
     keys = torch.randn(LAYERS, 1, KV_HEADS, total, HEAD_DIM, generator=gen)
     values = torch.randn(LAYERS, 1, KV_HEADS, total, HEAD_DIM, generator=gen)
     kv = [(keys[l].clone(), values[l].clone()) for l in range(LAYERS)]
-    scores, keep = prune(qwen_mod.QwenVL_Hermes, qwen_mod, attn, visual, kv, llava=False)
+    scores, keep = prune(qwen_mod.QwenVL_Hermes, qwen_mod, attn, kv, llava=False)
     out = {"attention": attn, "keys": keys, "values": values, "positions": positions.long(),
            "qwen_scores": scores, "qwen_keep": keep}
     config = Qwen2_5_VLTextConfig(hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS,
@@ -210,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             "transformers": transformers.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
     for name, build in (("reference_1d", one_d), ("reference_mrope", mrope)):
-        tensors = {k: v.contiguous() for k, v in build(args.checkout).items()}
+        tensors = {k: v.contiguous() for k, v in build().items()}
         save_file(tensors, args.out / f"{name}.safetensors", metadata={"settings": json.dumps(meta)})
         print(f"wrote {args.out / name}.safetensors: {', '.join(f'{k} {tuple(v.shape)}' for k, v in tensors.items())}")
     try:
