@@ -49,6 +49,9 @@ class ModelConfig:
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     trust_remote_code: bool = False  # never on by default: it runs code from the checkpoint
     seed: int = 0  # seed of builtin tiny random models
+    # Greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
+    # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy.
+    repetition_penalty: float = 1.0
 
 
 @dataclass
@@ -61,16 +64,27 @@ class MemoryConfig:
     budget: int = 4096  # visual tokens kept per layer in device memory (all but `full`)
     bands: tuple[float, ...] = (0.1, 0.6, 0.3)  # sensory / working / long-term fractions of the layers
     recency_k: float = 20.0  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
+    recency_k_fall: float = 12.0  # fall of the forgetting rate across the working band, k = recency_k - fall * p (0: one k)
+    recency_unit: Literal["token", "frame"] = "token"  # d counts cache entries ("frame": a frame's tokens tie)
     w0: float = 0.75  # recency weight of the first working layer
     gamma: float = 0.6  # fall of the recency weight across the working band
     smoothing: tuple[float, ...] = (0.1, 0.3, 0.4)  # deep-to-shallow lambda for sensory / working / long-term
-    accumulate_decay: float = 1.0  # running attention = decay * previous + new (1: plain sum)
+    # Attention that selection reads: "none" = this probe's alone (the reference), "sum" = a running
+    # sum over probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe.
+    accumulation: Literal["none", "sum", "ema"] = "none"
+    accumulate_decay: float = 0.5  # `ema` only: weight of the previous value, in [0, 1)
     local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
     global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
     condition_on_question: bool = False  # use the last question asked as the global pseudo-query
     summary: bool = True  # long-term layers fold evicted tokens into one summary token
+    # where the summary token sits: right after the newest kept token (the reference; M-RoPE: max over
+    # the axes + 1 on every axis) or at the count-weighted mean position of what it folds, per axis
+    summary_position: Literal["after_kept", "mean_evicted"] = "after_kept"
     reindex: Literal["lazy", "eager"] = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
     position_reserve: int = 1024  # positions kept free for a question and its answer
+    # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack
+    # every frame as its own block keeping its layout (1-D RoPE: both give consecutive positions)
+    mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
     sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
     recent_frames: int = 4  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
     recent_fps: float = 1.0  # `recent-frames`: their rate, frames per second, counted back from the newest
@@ -199,9 +213,11 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "model.max_new_tokens": (1, None),
     "model.seed": (0, None),
+    "model.repetition_penalty": (1e-6, None),
     "memory.budget": (1, None),
     "memory.bands": (0.0, 1.0),
     "memory.recency_k": (0.0, None),
+    "memory.recency_k_fall": (0.0, None),
     "memory.w0": (0.0, 1.0),
     "memory.gamma": (0.0, 1.0),
     "memory.smoothing": (0.0, 1.0),

@@ -8,14 +8,16 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
 - `uniform`: evenly spaced frames over everything seen;
 - (`recall-only`, ReKV-style, is not a policy of its own but `sliding` with `memory.recall` on: with no
   scores, every evicted token goes to levels 2-3 and questions search them; preset `recall-only`);
-- `hermes`: the paper's per-layer importance (DESIGN §3): recency in shallow layers, the model's
-  own attention from pseudo-queries in deep layers, a depth-weighted mix in between, smoothed from
-  deep to shallow by token identity, accumulated over time; long-term layers fold what they evict
-  into one summary token.
+- `hermes`: the paper's per-layer importance, as its reference code computes it (DESIGN §3): recency
+  in shallow layers, the model's own attention from pseudo-queries in deep layers, a depth-weighted
+  mix in between, smoothed from deep to shallow by token identity, selected on the fresh probe;
+  long-term layers fold what they evict into one summary token placed right after the newest kept
+  token. Our own variants are `memory.*` options (recency unit, accumulation, summary position).
 
 Positions: new tokens always take positions after the last one used, so eviction leaves gaps (lazy
 re-indexing). When the next tokens would pass `max_position_embeddings`, every layer's visual keys
-are compacted (consecutive positions for 1-D RoPE; whole frames packed back to back for M-RoPE, see
+are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
+kept coordinates, or whole frames packed back to back, `memory.mrope_compaction`, see
 `hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
 eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
 """
@@ -29,11 +31,11 @@ import torch
 from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache
 from hermes.config import MemoryConfig, preset_names
 from hermes.errors import ConfigError
-from hermes.positions import GridStep, Run, compact
+from hermes.positions import GridStep, Run, compact, compact_per_axis
 from hermes.probe import probe_attention
 from hermes.rope import RotarySpec, rotate_keys
-from hermes.scoring import (combine_layer_scores, fold_summary, layer_bands, recency_scores, select_keep,
-                            smooth_deep_to_shallow, accumulate)
+from hermes.scoring import (accumulate, combine_layer_scores, fold_summary, layer_bands, recency_rates,
+                            recency_scores, select_keep, smooth_deep_to_shallow)
 
 
 class MemoryPolicy:
@@ -49,6 +51,9 @@ class MemoryPolicy:
     def __init__(self, cfg: MemoryConfig, model) -> None:
         if cfg.reindex not in ("lazy", "eager"):
             raise ConfigError(f"memory.reindex must be 'lazy' or 'eager', found {cfg.reindex!r}")
+        if cfg.mrope_compaction not in ("per_axis", "frame_blocks"):
+            raise ConfigError(f"memory.mrope_compaction must be 'per_axis' or 'frame_blocks', "
+                              f"found {cfg.mrope_compaction!r}")
         self.cfg = cfg
         self.model = model
         self.spec = RotarySpec.from_text_config(model.text_config)
@@ -58,7 +63,7 @@ class MemoryPolicy:
 
     def compact(self, cache: HermesCache) -> None:
         """Compact level-1 positions (and tell the lower levels, whose records keep the old ones)."""
-        compact_positions(cache, self.spec)
+        compact_positions(cache, self.spec, self.cfg.mrope_compaction)
         if self.lower is not None:
             self.lower.epoch += 1
 
@@ -110,22 +115,28 @@ def rope_positions(positions: torch.Tensor, spec: RotarySpec) -> torch.Tensor:
     return positions[0] if spec.kind == "1d" else positions
 
 
-def compact_positions(cache: HermesCache, spec: RotarySpec) -> None:
+def compact_positions(cache: HermesCache, spec: RotarySpec, mrope: str = "frame_blocks") -> None:
     """Pack every layer's non-prefix entries back to back after the prefix, in time order.
 
-    1-D RoPE: entries get consecutive positions. M-RoPE: each frame's entries move together and keep
-    their layout per axis (`hermes.positions.compact`), because a frame's tokens form a 2-D grid that
-    the model reads through their relative height/width positions. Keys are re-rotated by the exact
-    fp32 delta; entries already in place are untouched (bit-identical). The open video block is
-    closed: the next chunk starts a new one after the packed entries.
+    1-D RoPE: entries get consecutive positions (either rule). M-RoPE, `mrope`: "per_axis" ranks each
+    axis separately among the kept coordinates (`hermes.positions.compact_per_axis`, the reference's
+    rule and the `hermes` default through `memory.mrope_compaction`); "frame_blocks" moves each
+    frame's entries together keeping their layout per axis (`hermes.positions.compact`), as a fresh
+    one-step block. Keys are re-rotated by the exact fp32 delta; entries already in place are
+    untouched (bit-identical). The open video block is closed: the next chunk starts a new one after
+    the packed entries.
     """
     movable = cache.kinds != KIND_PREFIX  # (L, T)
     prefix = cache.positions[0][:, ~movable[0]]  # (A, P): the prefix is the same in every layer
     origin = int(prefix.max()) + 1 if prefix.numel() else 0
     tokens = torch.arange(cache.positions.shape[-1]).expand_as(movable)
-    groups = cache.frame_index if spec.kind == "mrope" else tokens  # a frame's grid moves as one
-    new_positions = torch.stack([compact(cache.positions[layer], movable[layer], groups[layer], origin)
-                                 for layer in range(cache.num_layers)])  # (L, A, T)
+    if spec.kind == "mrope" and mrope == "per_axis":
+        new_positions = torch.stack([compact_per_axis(cache.positions[layer], movable[layer], origin)
+                                     for layer in range(cache.num_layers)])  # (L, A, T)
+    else:
+        groups = cache.frame_index if spec.kind == "mrope" else tokens  # a frame's grid moves as one
+        new_positions = torch.stack([compact(cache.positions[layer], movable[layer], groups[layer], origin)
+                                     for layer in range(cache.num_layers)])  # (L, A, T)
     for layer, (keys, _) in enumerate(cache.layer_tensors()):
         delta = new_positions[layer] - cache.positions[layer]  # (A, T)
         if bool((delta != 0).any()):
@@ -200,7 +211,11 @@ class UniformPolicy(BudgetPolicy):
 
 
 class HermesPolicy(BudgetPolicy):
-    """The paper's hierarchical importance: per-layer budgets, summary tokens in long-term layers."""
+    """The paper's hierarchical importance: per-layer budgets, summary tokens in long-term layers.
+
+    Defaults reproduce the reference code (DESIGN §3, fidelity rule); `memory.recency_unit`,
+    `memory.recency_k_fall`, `memory.accumulation` and `memory.summary_position` select our variants.
+    """
 
     name = "hermes"
 
@@ -208,13 +223,20 @@ class HermesPolicy(BudgetPolicy):
         super().__init__(cfg, model)
         if len(cfg.bands) != 3 or len(cfg.smoothing) != 3:
             raise ConfigError("memory.bands and memory.smoothing need three values: sensory, working, long-term")
+        for name, choices in (("recency_unit", ("token", "frame")), ("accumulation", ("none", "sum", "ema")),
+                              ("summary_position", ("after_kept", "mean_evicted"))):
+            if getattr(cfg, name) not in choices:
+                raise ConfigError(f"memory.{name} must be one of {', '.join(choices)}, found {getattr(cfg, name)!r}")
+        if cfg.accumulation == "ema" and not 0.0 <= cfg.accumulate_decay < 1.0:
+            raise ConfigError(f"memory.accumulate_decay must be in [0, 1) for ema, found {cfg.accumulate_decay}")
         self.bands = layer_bands(model.num_layers, cfg.bands)
+        self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
         self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
         self._summaries: dict[int, tuple] = {}  # layer -> (key, value, count, position) to write after select
 
     def _attention(self, cache: HermesCache) -> torch.Tensor:
-        """(L, T) running pseudo-query attention per cached entry (probe, then accumulate by id).
+        """(L, T) pseudo-query attention per cached entry: this probe's, or carried across probes by id.
 
         One probe forward carries both pseudo-queries, local then global (one pass over the cache
         instead of two): working layers average both, long-term layers read the global one.
@@ -229,19 +251,28 @@ class HermesPolicy(BudgetPolicy):
             w = weights[layer]  # (Q, T)
             fresh = w[n_local:].mean(0) if band == "longterm" else (w[:n_local].mean(0) + w[n_local:].mean(0)) / 2
             ids = cache.token_ids[layer]
-            running = accumulate(self._running[layer], fresh.cpu(), ids, self.cfg.accumulate_decay)
-            self._running[layer] = (ids, running)
+            running = accumulate(self._running[layer], fresh.cpu(), ids, self.cfg.accumulation,
+                                 self.cfg.accumulate_decay)
+            if self.cfg.accumulation != "none":
+                self._running[layer] = (ids, running)
             rows.append(running)
         return torch.stack(rows)
+
+    def _recency(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
+        """(L, V) recency of each visual entry: by cache index (reference) or by frame."""
+        if self.cfg.recency_unit == "token":
+            num = cache.num_tokens - prefix_len
+            return recency_scores(torch.arange(num).expand(cache.num_layers, num), k=self.rates)
+        frames = cache.frame_index[:, prefix_len:].float()  # (L, V); a summary's -1 counts as oldest
+        newest = frames.max()
+        return recency_scores(frames, newest=newest, k=self.rates,
+                              span=(newest - frames.clamp(min=0).min()).clamp(min=1.0))
 
     def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
         budget = self.cfg.budget
         attention = self._attention(cache)[:, prefix_len:]  # (L, V)
-        frames = cache.frame_index[:, prefix_len:].float()  # (L, V); a summary's -1 counts as oldest
-        newest = frames.max()
-        recency = recency_scores(frames, newest=newest, k=self.cfg.recency_k,
-                                 span=(newest - frames.clamp(min=0).min()).clamp(min=1.0))
-        scores = combine_layer_scores(recency, attention, self.bands, self.cfg.w0, self.cfg.gamma)
+        scores = combine_layer_scores(self._recency(cache, prefix_len), attention, self.bands, self.cfg.w0,
+                                      self.cfg.gamma)
         ids = cache.token_ids[:, prefix_len:]
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing))
         self.last_scores = scores
@@ -257,22 +288,37 @@ class HermesPolicy(BudgetPolicy):
             kept = candidates[select_keep(scores[layer, candidates], budget - 1)]
             folded = torch.ones(scores.shape[1], dtype=torch.bool)
             folded[kept] = False  # evicted tokens and the previous summary
-            self._summaries[layer] = self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1))
+            target = self._summary_position(cache, layer, prefix_len, kept, folded)
+            self._summaries[layer] = (self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1), target),
+                                      target)
             slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in after_select
             keep_rows.append(torch.cat([slot, prefix_len + kept]))
         return torch.stack(keep_rows)
 
-    def _fold(self, cache: HermesCache, layer: int, idx: torch.Tensor):
+    def _summary_position(self, cache: HermesCache, layer: int, prefix_len: int, kept: torch.Tensor,
+                          folded: torch.Tensor) -> torch.Tensor:
+        """(A,) position of a layer's new summary token (`memory.summary_position`).
+
+        "after_kept": one past the largest position the layer keeps, prefix included, on any axis,
+        and that on every axis (the reference). "mean_evicted": the count-weighted mean position of
+        what the summary stands for, per axis.
+        """
+        positions = cache.positions[layer]  # (A, T)
+        if self.cfg.summary_position == "after_kept":
+            kept_positions = torch.cat([positions[:, :prefix_len], positions[:, prefix_len + kept]], dim=1)
+            newest = int(kept_positions.max()) + 1 if kept_positions.numel() else 0
+            return torch.full((positions.shape[0],), newest, dtype=torch.long)
+        idx = prefix_len + folded.nonzero().squeeze(1)
+        counts = cache.counts[layer, idx]
+        return torch.round((positions[:, idx].double() * counts).sum(dim=1) / counts.sum()).long()
+
+    def _fold(self, cache: HermesCache, layer: int, idx: torch.Tensor, target: torch.Tensor):
         keys, values = cache.layer_tensors()[layer]
         dev_idx = idx.to(keys.device)
-        counts = cache.counts[layer, idx]
         positions = cache.positions[layer][:, idx]  # (A, n)
-        # the summary sits at the count-weighted mean position of what it stands for, per axis
-        target = torch.round((positions.double() * counts).sum(dim=1) / counts.sum()).long()  # (A,)
-        summary = fold_summary(keys[0].index_select(-2, dev_idx), values[0].index_select(-2, dev_idx),
-                               counts, rope_positions(positions, self.spec), rope_positions(target, self.spec),
-                               self.spec)
-        return summary, target
+        return fold_summary(keys[0].index_select(-2, dev_idx), values[0].index_select(-2, dev_idx),
+                            cache.counts[layer, idx], rope_positions(positions, self.spec),
+                            rope_positions(target, self.spec), self.spec)
 
     def after_select(self, cache: HermesCache, prefix_len: int) -> None:
         new_ids = cache.new_token_ids(len(self._summaries))
@@ -285,6 +331,8 @@ class HermesPolicy(BudgetPolicy):
             cache.frame_index[layer, prefix_len] = -1
             cache.counts[layer, prefix_len] = int(summary.count)
             cache.token_ids[layer, prefix_len] = new_id
+            # what comes next is placed after the summary, as the reference continues each layer after it
+            cache.next_position = max(cache.next_position, int(target.max()) + 1)
         self._summaries = {}
 
 

@@ -24,7 +24,10 @@ A block stays open across chunks until a `Run` is placed, so a video streamed ch
 same positions as the whole video encoded in one pass. Questions are `Run`s, but the cache rewinds
 them together with the open block, so the block resumes after the answer.
 
-Compacting. `compact` packs the kept entries of one layer back to back after the prefix, in time
+Compacting. Two rules, chosen by `memory.mrope_compaction` (they agree for 1-D RoPE):
+`compact_per_axis` (the reference's, the default) ranks each axis separately among the kept
+coordinates, so kept frames of one block keep sharing their height/width grid and their temporal
+positions close up. `compact` packs the kept entries of one layer back to back after the prefix, in time
 order. Entries move in *groups* (one token for 1-D RoPE; one frame for M-RoPE, whose tokens carry a
 2-D layout): each group keeps its internal layout per axis (offsets from the group's per-axis
 minimum) and is re-anchored at the packing cursor on every axis, like a fresh block. So 1-D
@@ -180,4 +183,28 @@ def compact(positions: torch.Tensor, movable: torch.Tensor, group: torch.Tensor,
     starts = torch.empty(num_groups, dtype=torch.long)
     starts[order] = origin + torch.cumsum(width[order], 0) - width[order]
     out[:, idx] = local + starts[inv]
+    return out
+
+
+def compact_per_axis(positions: torch.Tensor, movable: torch.Tensor, origin: int) -> torch.Tensor:
+    """New positions for one layer: each axis ranked separately among the movable entries' coordinates.
+
+    The reference's M-RoPE rule: on every axis, the distinct values the movable entries hold are
+    replaced by their rank, counted from `origin` (entries sharing a value keep sharing it). Frames
+    1, 3 and 4 of a block kept whole get temporal positions origin, origin + 1, origin + 2 and keep
+    a shared height/width grid. For 1-D RoPE with distinct positions this is consecutive packing.
+
+    Args:
+        positions: (A, T) int64 current positions.
+        movable: (T,) bool, True for entries that may move (everything but the prefix).
+        origin: first position the packed entries may use (after the prefix).
+
+    Returns:
+        (A, T) int64 new positions; entries that are not movable keep theirs.
+    """
+    out = positions.clone()
+    idx = movable.nonzero().squeeze(1)  # (M,)
+    for axis in range(positions.shape[0]):
+        _, rank = torch.unique(positions[axis, idx], sorted=True, return_inverse=True)
+        out[axis, idx] = origin + rank
     return out

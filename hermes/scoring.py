@@ -2,30 +2,31 @@
 
 The method is that of HERMES (arXiv 2601.14724, §3.1-3.2 and App. "Configuration of Cross-Layer
 Memory Smoothing" / "Algorithm of Summary Tokens"), with the details the paper leaves open pinned
-to its reference code (haowei-freesky/HERMES, ``inference/llavaov_online_official.py``):
+to its reference code (haowei-freesky/HERMES at 8d699b1, ``inference/qwenvl_hermes.py``, whose
+constants are the paper's; golden tests in ``tests/hermes/test_golden.py`` hold us to it):
 
 - Layer bands (§4.1, "10% shallow, 60% middle and 30% deep"): the first working layer is
   ``floor(0.1 L)`` and the first long-term layer ``floor(0.7 L)`` (reference code, ``int(...)``).
-- Recency (§3.1 Eq. 1): ``R_i = exp(-k * d_i)``. The paper sets ``d_i = T - 1 - i`` on the cache
-  index and leaves k open; the reference code divides by ``T - 1`` (so ``d`` is in [0, 1]) and uses
-  ``k = 20``. `recency_scores` does that normalisation over whatever time axis it is given.
-- Working-band mix (§3.1 Eqs. 3-4): ``w_l = w0 - gamma * (l - l_short) / (l_long - l_short)`` with
-  ``w0 = 0.75, gamma = 0.6``, ``l_short`` = first working layer, ``l_long`` = first long-term
-  layer (so the weight runs from 0.75 down to just above 0.15); score ``(1 - w) A + w R`` with A,
-  R min-max normalised. Sensory layers are the case ``w = 1`` (recency only), long-term ``w = 0``
+- Recency (§3.1 Eq. 1): ``R_i = exp(-k * d_i)``, ``d_i = (T - 1 - i) / (T - 1)`` on the index of
+  the token among the layer's T visual entries (so ``d`` is in [0, 1]). ``k = 20`` in sensory
+  layers; across the working band the rate falls, ``k = 20 - 12 p`` (`recency_rates`).
+- Working-band mix (§3.1 Eqs. 3-4): ``w_l = w0 - gamma * p`` with ``p = (l - l_short) / (l_long -
+  l_short)``, ``w0 = 0.75, gamma = 0.6``, ``l_short`` = first working layer, ``l_long`` = first
+  long-term layer; score ``(1 - w) A + w R`` with A, R min-max normalised (denominator ``max - min +
+  1e-6``, as the reference). Sensory layers are the case ``w = 1`` (recency only), long-term ``w = 0``
   (attention only).
 - Cross-layer smoothing (§3.2 Eq. 5, App. config): ``S~_l = (1 - lambda_l) S_l + lambda_l S~_{l+1}``,
   applied from the deepest layer up, with lambda chosen by the band of the layer being updated
   (sensory 0.1, working 0.3, long-term 0.4). The deeper term is the already smoothed score (the
   reference code updates in place from deep to shallow, so signals propagate over several layers).
-  Tokens are matched by id, not by cache index; a token absent from the deeper layer (evicted
-  there) contributes 0 from that layer.
-- Accumulation: the paper scores one probe; DESIGN §3 makes importance a running quantity. The
-  reference code keeps a running sum of raw attention per cached token; `accumulate` does that,
-  with an optional decay.
+  Tokens are matched by id, not by cache index (a fix: after the first eviction the reference's
+  indices no longer line up across layers); a token absent from the deeper layer contributes 0.
+- Accumulation: the reference selects on the fresh probe; `accumulate` offers a running sum or an
+  EMA as options (a running sum freezes long-term layers on old content).
 - Summary token (App. Algorithm "Summary Tokens"): evicted values are averaged; evicted keys are
   first re-rotated to the summary position, then averaged. Here both means are weighted by how many
-  original tokens each entry stands for, so an existing summary folds in with its count.
+  original tokens each entry stands for, so an existing summary folds in with its count (a fix: the
+  reference's plain mean lets one summary of thousands weigh as one token).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from hermes.rope import RotarySpec, rotate_between
 BANDS = ("sensory", "working", "longterm")
 DEFAULT_FRACTIONS = (0.1, 0.6, 0.3)
 DEFAULT_K = 20.0
+DEFAULT_K_FALL = 12.0  # k = 20 - 12 p across the working band (reference, Qwen file)
+MINMAX_EPS = 1e-6  # the reference's min-max denominator guard, (x - min) / (max - min + 1e-6)
 DEFAULT_W0 = 0.75
 DEFAULT_GAMMA = 0.6
 DEFAULT_LAMBDAS = (0.1, 0.3, 0.4)  # sensory, working, long-term
@@ -87,13 +90,29 @@ def _band_index(bands: Sequence[str]) -> list[int]:
         raise ValueError(f"unknown band in {list(bands)}; expected names from {BANDS}") from exc
 
 
+def working_progress(bands: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each layer's band index and its position p in the working band.
+
+    ``p = (l - l_short) / (l_long - l_short)``, where ``l_short`` is the first working layer and
+    ``l_long`` the first long-term layer (L if there is none): 0 at the first working layer, just
+    below 1 at the last (the reference's ``progress``).
+
+    Returns:
+        ``(band (L,) int64, p (L,) float32)``; p is meaningful for working layers only.
+    """
+    idx = _band_index(bands)
+    num = len(idx)
+    working = [i for i, b in enumerate(idx) if b == 1]
+    l_short = working[0] if working else 0
+    l_long = next((i for i, b in enumerate(idx) if b == 2), num)
+    layers = torch.arange(num, dtype=torch.float32)
+    return torch.tensor(idx, dtype=torch.long), (layers - l_short) / max(l_long - l_short, 1)
+
+
 def working_mix_weights(
     bands: Sequence[str], w0: float = DEFAULT_W0, gamma: float = DEFAULT_GAMMA
 ) -> torch.Tensor:
-    """Recency weight w_l of every layer: 1 in sensory, 0 in long-term, linear in the working band.
-
-    ``w_l = w0 - gamma * (l - l_short) / (l_long - l_short)`` for working layers, where ``l_short``
-    is the first working layer and ``l_long`` the first long-term layer (L if there is none).
+    """Recency weight w_l of every layer: 1 in sensory, 0 in long-term, ``w0 - gamma * p`` in the working band.
 
     Args:
         bands: Band name per layer (from `layer_bands`).
@@ -103,21 +122,29 @@ def working_mix_weights(
     Returns:
         ``(L,)`` float32 recency weights.
     """
-    idx = _band_index(bands)
-    num = len(idx)
-    working = [i for i, b in enumerate(idx) if b == 1]
-    l_short = working[0] if working else 0
-    l_long = next((i for i, b in enumerate(idx) if b == 2), num)
-    layers = torch.arange(num, dtype=torch.float32)
-    ramp = w0 - gamma * (layers - l_short) / max(l_long - l_short, 1)
-    band = torch.tensor(idx, dtype=torch.long)
-    return torch.where(band == 0, torch.ones(num), torch.where(band == 2, torch.zeros(num), ramp))
+    band, p = working_progress(bands)
+    num = len(band)
+    return torch.where(band == 0, torch.ones(num), torch.where(band == 2, torch.zeros(num), w0 - gamma * p))
+
+
+def recency_rates(bands: Sequence[str], k: float = DEFAULT_K, fall: float = DEFAULT_K_FALL) -> torch.Tensor:
+    """Forgetting rate k_l of every layer: ``k`` in sensory layers, ``k - fall * p`` in the working band.
+
+    The reference ramps the rate across the working band (``k = 20 - 12 p``), so deeper working
+    layers forget more slowly; ``fall = 0`` gives every layer the same rate. Long-term layers do not
+    read recency (weight 0); they get ``k`` too.
+
+    Returns:
+        ``(L,)`` float32 rates.
+    """
+    band, p = working_progress(bands)
+    return torch.where(band == 1, k - fall * p, torch.full_like(p, k))
 
 
 def recency_scores(
     time: torch.Tensor,
     newest: torch.Tensor | float | None = None,
-    k: float = DEFAULT_K,
+    k: float | torch.Tensor = DEFAULT_K,
     span: torch.Tensor | float | None = None,
 ) -> torch.Tensor:
     """Exponential forgetting curve ``exp(-k * d)`` with d the normalised distance from the newest.
@@ -131,7 +158,7 @@ def recency_scores(
     Args:
         time: ``(..., T)`` time coordinate of each token (cache index, position or frame index).
         newest: Time of the newest token, broadcastable to ``(..., 1)``; default: row maximum.
-        k: Forgetting rate.
+        k: Forgetting rate, a float or a tensor broadcastable to ``(..., 1)`` (one rate per row).
         span: Distance that maps to ``d = 1``; default: ``newest - row minimum`` (at least 1).
 
     Returns:
@@ -147,16 +174,18 @@ def recency_scores(
     if span is None:
         span = (new - t.amin(dim=-1, keepdim=True)).clamp(min=1.0)
     d = ((new - t) / span).clamp(min=0.0)
-    return torch.exp(-k * d)
+    return torch.exp(-torch.as_tensor(k, dtype=torch.float32, device=t.device) * d)
 
 
-def minmax(x: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
+def minmax(x: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
     """Min-max normalise to [0, 1] along ``dim``; a constant (or empty) slice becomes zeros, never NaN.
 
     Args:
         x: Scores of any shape.
         dim: Dimension to normalise over.
         mask: Optional bool tensor like ``x``; only True entries count for min/max, False ones are 0.
+        eps: Added to the range in the denominator (the reference adds 1e-6), so the maximum maps
+            to just below 1 and a tiny range is damped rather than blown up.
 
     Returns:
         Float32 tensor like ``x``.
@@ -171,7 +200,7 @@ def minmax(x: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) -> 
         hi = torch.where(mask, x, torch.full_like(x, -math.inf)).amax(dim=dim, keepdim=True)
     rng = hi - lo
     ok = torch.isfinite(rng) & (rng > 0)
-    out = torch.where(ok, (x - lo) / torch.where(ok, rng, torch.ones_like(rng)), torch.zeros_like(x))
+    out = torch.where(ok, (x - lo) / (torch.where(ok, rng, torch.ones_like(rng)) + eps), torch.zeros_like(x))
     return out if mask is None else torch.where(mask, out, torch.zeros_like(out))
 
 
@@ -183,7 +212,7 @@ def combine_layer_scores(
     gamma: float = DEFAULT_GAMMA,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-layer importance ``(1 - w_l) * minmax(A_l) + w_l * minmax(R_l)``.
+    """Per-layer importance ``(1 - w_l) * minmax(A_l) + w_l * minmax(R_l)`` (min-max with the reference's 1e-6).
 
     Args:
         recency: ``(L, T)`` recency scores (from `recency_scores`).
@@ -205,7 +234,7 @@ def combine_layer_scores(
             f"(L, T) with L = {len(bands)}"
         )
     w = working_mix_weights(bands, w0, gamma).to(recency.device).unsqueeze(1)  # (L, 1)
-    return (1.0 - w) * minmax(attention, mask=mask) + w * minmax(recency, mask=mask)
+    return (1.0 - w) * minmax(attention, mask=mask, eps=MINMAX_EPS) + w * minmax(recency, mask=mask, eps=MINMAX_EPS)
 
 
 def _lookup(ids: torch.Tensor, ref_ids: torch.Tensor, ref_vals: torch.Tensor) -> torch.Tensor:
@@ -263,32 +292,47 @@ def smooth_deep_to_shallow(
     return out
 
 
+ACCUMULATIONS = ("none", "sum", "ema")
+
+
 def accumulate(
     prev: tuple[torch.Tensor, torch.Tensor] | None,
     new_scores: torch.Tensor,
     ids: torch.Tensor,
-    decay: float = 1.0,
+    mode: str = "sum",
+    decay: float = 0.5,
 ) -> torch.Tensor:
-    """Running importance: ``acc = decay * acc_prev[same id] + new`` (0 for tokens seen first now).
+    """Importance carried across probes, matched by token id.
 
-    Intended for the raw pseudo-query attention of each layer, before min-max normalisation (the
-    reference code sums raw attention per cached token). ``decay = 1`` is that plain sum; ``decay <
-    1`` forgets old probes geometrically.
+    ``none``: this probe's scores (the reference selects on the fresh probe). ``sum``: ``acc_prev +
+    new``, 0 before a token's first probe; old tokens' sums only grow, so over a long stream they
+    crowd out new content. ``ema``: ``decay * acc_prev + (1 - decay) * new``, a token starting at its
+    first probe's value; steady attention then scores the same for old and new tokens.
 
     Args:
         prev: ``(prev_ids (N,), prev_scores (..., N))`` from the last call, or None at the start.
         new_scores: ``(..., T)`` this probe's scores for the tokens ``ids``.
         ids: ``(T,)`` int64 ids of the currently cached tokens (unique).
-        decay: Factor applied to the previous running value.
+        mode: One of `ACCUMULATIONS`.
+        decay: ``ema`` only: weight of the previous value.
 
     Returns:
-        ``(..., T)`` float32 running scores aligned with ``ids``; tokens no longer cached drop out.
+        ``(..., T)`` float32 scores aligned with ``ids``; tokens no longer cached drop out.
+
+    Raises:
+        ValueError: Unknown mode.
     """
+    if mode not in ACCUMULATIONS:
+        raise ValueError(f"accumulation must be one of {ACCUMULATIONS}, got {mode!r}")
     new = new_scores.float()
-    if prev is None:
+    if prev is None or mode == "none":
         return new.clone()
     prev_ids, prev_scores = prev
-    return decay * _lookup(ids, prev_ids, prev_scores.float()) + new
+    if mode == "sum":
+        return _lookup(ids, prev_ids, prev_scores.float()) + new
+    seen = torch.isin(ids, prev_ids)
+    old = _lookup(ids, prev_ids, prev_scores.float())
+    return torch.where(seen, decay * old + (1.0 - decay) * new, new)
 
 
 def select_keep(scores: torch.Tensor, budget: int) -> torch.Tensor:

@@ -58,6 +58,27 @@ class Generation:
     latency_ms: float  # question prefill until the last answer token
 
 
+def penalize_repeats(logits: torch.Tensor, ids: list[int], penalty: float) -> torch.Tensor:
+    """Logits with every token of `ids` made less likely: positive logits divided by `penalty`, negative
+    ones multiplied (CTRL's rule, as HERMES' reference decoder and transformers apply it).
+
+    Args:
+        logits: (V,) float32 logits of the next token.
+        ids: the answer's tokens so far.
+        penalty: 1.0 leaves the logits as they are.
+
+    Returns:
+        (V,) logits (a new tensor when anything changed).
+    """
+    if penalty == 1.0 or not ids:
+        return logits
+    seen = torch.tensor(sorted(set(ids)), device=logits.device)
+    picked = logits[seen]
+    out = logits.clone()
+    out[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return out
+
+
 class VLMAdapter(ABC):
     """One vision-language model family, as hermes needs to see it.
 
@@ -70,10 +91,13 @@ class VLMAdapter(ABC):
         tokens_per_frame: visual tokens one frame becomes in the cache (where that depends on the
             frame size: at the size last encoded, per frame of a grid step).
         eos_token_ids: token ids that end an answer.
+        repetition_penalty: greedy decoding's penalty on tokens already in the answer (1.0: none;
+            `model.repetition_penalty`, set by the loader).
     """
 
     family: str = ""
     tokens_per_frame: int = 0
+    repetition_penalty: float = 1.0
 
     def __init__(self, name: str, model, tokenizer, device: torch.device, dtype: torch.dtype,
                  system_prompt: str) -> None:
@@ -244,7 +268,7 @@ class VLMAdapter(ABC):
         start = time.perf_counter()
         hidden = self.prefill(prompt_embeds, cache.allocate_positions(prompt_embeds.shape[0]), cache)
         first_logits = self.logits(hidden[-1:])[0]
-        next_id = int(first_logits.argmax())
+        next_id = int(first_logits.argmax())  # nothing to penalise before the first token
         ttft_ms = (time.perf_counter() - start) * 1e3
         ids: list[int] = []
         for _ in range(max_new_tokens):
@@ -254,7 +278,7 @@ class VLMAdapter(ABC):
             if len(ids) == max_new_tokens:
                 break
             hidden = self.prefill(self.embed_ids([next_id]), cache.allocate_positions(1), cache)
-            next_id = int(self.logits(hidden[-1:])[0].argmax())
+            next_id = int(penalize_repeats(self.logits(hidden[-1:])[0], ids, self.repetition_penalty).argmax())
         latency_ms = (time.perf_counter() - start) * 1e3
         text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
         return Generation(text, ids, first_logits, ttft_ms, latency_ms)

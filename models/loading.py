@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from hermes.config import AUTO_MODEL, ModelConfig, auto_model_name, load_preset, preset_names
-from hermes.errors import ModelError
+from hermes.errors import ConfigError, ModelError
 from hermes.models.base import VLMAdapter
 from hermes.models.llava_onevision import LlavaOnevisionAdapter
 from hermes.models.micro import MICRO_NAME, load_micro
@@ -133,7 +133,14 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
     Raises:
         ModelError: unknown id, unsupported architecture, unavailable device, or a failed load.
     """
-    cfg = resolve_auto(cfg)
+    if cfg.repetition_penalty <= 0:
+        raise ConfigError(f"model.repetition_penalty must be positive, found {cfg.repetition_penalty}")
+    adapter = _load(resolve_auto(cfg))
+    adapter.repetition_penalty = cfg.repetition_penalty
+    return adapter
+
+
+def _load(cfg: ModelConfig) -> VLMAdapter:
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     if cfg.name in BUILTIN_MODELS:

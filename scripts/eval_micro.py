@@ -3,26 +3,37 @@
     python scripts/eval_micro.py                                   # writes benchmarks/MICRO.md + PNG
     python scripts/eval_micro.py --weights /tmp/other.safetensors --videos 4 --md /tmp/M.md   # quick
 
-Two benchmarks are generated (`hermes.datasets.synthetic_bench`, OVO-Bench format):
+Benchmarks are generated (`hermes.datasets.synthetic_bench`, OVO-Bench format):
 - short: 20 s streams (as long as the clips the model was trained on), answered with `full` memory (the
   model's ceiling: every frame in memory), and with the bounded policies at 128 tokens (8 frames);
 - long: 180 s streams under tight budgets (64-256 visual tokens per layer = 4-16 frames of 16 tokens),
-  answered by `full`, `sliding`, `uniform`, `recall-only`, `hermes` and `hermes+recall`.
+  answered by `full`, `sliding`, `uniform`, `recall-only`, `hermes` and `hermes+recall`;
+- with `--options`: the `hermes` memory options (each alternative to the reference's choice, our
+  former combination and the `hermes-plus` preset) on the long set and on a 600 s set, at every
+  budget, with 95 % bootstrap intervals over questions and paired intervals of each difference to
+  the default; episodic questions split into "first" and "just before X" by how long ago the
+  object was on screen. `--admission` adds the share of the newest chunk that long-term layers hold
+  after 10, 30 and 100 chunks, per accumulation setting.
 Each (policy, budget) is one `run_eval("ovo-bench", ...)`: the official streaming protocol, prompts
 and scorer of `hermes-video eval ovo-bench`, with the micro model passed in. Accuracy is the
 official verdict per question family (read from each run's samples.jsonl; the family is in the qid).
+Runs are kept under `--work` per weights file; `--reuse` reads a finished run instead of repeating it
+(so several processes can fill the runs, and a last call assembles the page).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import re
 import shutil
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from hermes.config import ModelConfig, build_config
@@ -66,20 +77,39 @@ def chance(root: Path) -> dict[str, float]:
     return out
 
 
-def run_one(adapter, root: Path, out: Path, policy: str, budget: int, chunk_frames: int) -> dict:
-    """One `run_eval` over the benchmark at `root`; returns per-family (correct, answered) and wall time.
+def run_one(adapter, root: Path, out: Path, policy: str, budget: int, chunk_frames: int, *, memory: str | None = None,
+            options: dict | None = None, reuse: bool = False) -> dict:
+    """One `run_eval` over the benchmark at `root`; returns per-family (correct, answered), wall time and
+    each question's verdict.
 
     `policy` is a bench policy spec: `hermes+recall` is `hermes` with `memory.recall` on, `recall-only`
-    is `sliding` with it on.
+    is `sliding` with it on. `memory` names a memory preset to start from (e.g. `hermes-plus`), `options`
+    are memory settings applied last. With `reuse`, a finished run in `out` with the same configuration
+    is read instead of run again.
     """
     overrides = [f"stream.fps={MICRO_STREAM_FPS}", f"stream.chunk_frames={chunk_frames}", "model.max_new_tokens=4",
                  "model.device=cpu"]
-    cfg = build_config(model=MICRO_NAME, overrides=overrides)
-    cfg.memory = resolve_policies(policy, cfg.memory, budget)[0].memory
+    cfg = build_config(model=MICRO_NAME, memory=memory, overrides=overrides)
+    cfg.memory = dataclasses.replace(resolve_policies(policy, cfg.memory, budget)[0].memory, **(options or {}))
+    summary_path, bench_mark = out / "summary.json", out / "benchmark.sha256"
+    bench_sha = file_sha256(root / sb.ANNOTATION_FILE)
+    if reuse and summary_path.is_file() and bench_mark.is_file() and bench_mark.read_text() == bench_sha:
+        summary = json.loads(summary_path.read_text())
+        if summary.get("config", {}).get("memory") == json.loads(json.dumps(dataclasses.asdict(cfg.memory))):
+            return {"families": family_accuracy(summary), "wall_s": summary.get("wall_time_s"),
+                    "outcomes": outcomes(out)}
     started = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (run_eval refuses to mix runs)
     summary = run_eval("ovo-bench", root, cfg, output_dir=out, progress=False, model=adapter)
-    return {"families": family_accuracy(summary), "wall_s": round(time.perf_counter() - started, 1)}
+    bench_mark.write_text(bench_sha)  # which benchmark (annotations) the run answered
+    return {"families": family_accuracy(summary), "wall_s": round(time.perf_counter() - started, 1),
+            "outcomes": outcomes(out)}
+
+
+def outcomes(out: Path) -> dict[str, bool]:
+    """{qid: official verdict} of one run, from its samples.jsonl (a counting probe is its own question)."""
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    return {s["qid"]: bool(s["official"]) for s in map(json.loads, lines) if s.get("official") is not None}
 
 
 def share(cell: tuple[int, int]) -> float:
@@ -120,7 +150,8 @@ def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chance_row: dict) -> bool:
+def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chance_row: dict,
+         policies: tuple[str, ...] = BOUNDED) -> bool:
     """Accuracy against budget, one panel per family; False when matplotlib is missing."""
     try:
         import matplotlib
@@ -131,7 +162,7 @@ def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chanc
         return False
     fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
     for ax, family in zip(axes, sb.FAMILIES):
-        for policy in BOUNDED:
+        for policy in policies:
             ys = [share(long_rows[(policy, b)]["families"].get(family, (0, 0))) for b in budgets]
             ax.plot(budgets, ys, marker="o", label=policy)
         full = full_long["families"].get(family, (0, 0))
@@ -150,18 +181,228 @@ def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chanc
     return True
 
 
-def evaluate(adapter, short: Path, long: Path, runs: Path, budgets: list[int], chunk_frames: int) -> dict:
+def evaluate(adapter, short: Path, long: Path, runs: Path, budgets: list[int], chunk_frames: int,
+             reuse: bool = False, policies: tuple[str, ...] = BOUNDED) -> dict:
     """Every (benchmark, policy, budget) run of one model: {"short/full", "short/<policy>/128", "long/full",
     "long/<policy>/<budget>"} -> per-family results."""
-    grid = [("short", "full", 1)] + [("short", policy, 128) for policy in BOUNDED] + [("long", "full", 1)]
-    grid += [("long", policy, budget) for budget in budgets for policy in BOUNDED]
+    grid = [("short", "full", 1)] + [("short", policy, 128) for policy in policies] + [("long", "full", 1)]
+    grid += [("long", policy, budget) for budget in budgets for policy in policies]
     results = {}
     for bench, policy, budget in grid:
         key = f"{bench}/{policy}" + ("" if policy == "full" else f"/{budget}")
-        results[key] = run_one(adapter, short if bench == "short" else long, runs / key.replace("/", "-"), policy,
-                               budget, chunk_frames)
-        print(key, results[key], flush=True)
+        results[key] = run_one(adapter, short if bench == "short" else long, run_dir(runs, key), policy,
+                               budget, chunk_frames, reuse=reuse)
+        print(key, results[key]["families"], results[key]["wall_s"], flush=True)
     return results
+
+
+# ---- memory options (issue #13) -------------------------------------------------------------------
+
+FORMER = {"recency_unit": "frame", "recency_k_fall": 0.0, "summary_position": "mean_evicted", "accumulation": "sum"}
+# label -> (memory settings on top of the defaults, memory preset to start from)
+VARIANTS: dict[str, tuple[dict, str | None]] = {
+    "hermes": ({}, None),  # the reference's choices: the defaults
+    "recency_unit=frame": ({"recency_unit": "frame"}, None),
+    "recency_k_fall=0": ({"recency_k_fall": 0.0}, None),
+    "summary_position=mean_evicted": ({"summary_position": "mean_evicted"}, None),
+    "accumulation=sum": ({"accumulation": "sum"}, None),
+    "accumulation=ema": ({"accumulation": "ema", "accumulate_decay": 0.5}, None),
+    "former (all four)": (FORMER, None),
+    "hermes-plus": ({}, "hermes-plus"),
+}
+OPTION_COLUMNS = ("realtime", "episodic_first", "episodic_before", "counting", "ordering", "all")
+DEPTH_BINS = ((0.0, 1 / 3), (1 / 3, 2 / 3), (2 / 3, 1.01))  # how long ago, as a share of the stream
+
+
+def run_dir(runs: Path, key: str) -> Path:
+    return runs / re.sub(r"[^A-Za-z0-9_.+-]+", "_", key.replace("/", "-")).strip("_")
+
+
+def evaluate_options(adapter, sets: dict[str, Path], runs: Path, budgets: list[int], chunk_frames: int,
+                     variants: list[str], reuse: bool, done: dict | None = None) -> dict:
+    """{"<set>/<variant>/<budget>": result} for every memory variant of `hermes` on every set and budget
+    (runs already in `done`, such as the baseline page's `long/hermes/<budget>`, are taken from it)."""
+    results = {}
+    for name, root in sets.items():
+        for budget in budgets:
+            for label in variants:
+                options, preset = VARIANTS[label]
+                key = f"{name}/{label}/{budget}"
+                if done and key in done:
+                    results[key] = done[key]
+                    continue
+                results[key] = run_one(adapter, root, run_dir(runs, key), "hermes", budget, chunk_frames,
+                                       memory=preset, options=options, reuse=reuse)
+                print(key, results[key]["families"], results[key]["wall_s"], flush=True)
+    return results
+
+
+def question_groups(root: Path) -> dict[str, tuple[str, float]]:
+    """{qid: (column, depth)}: the family (episodic split into first / before) and, for episodic questions,
+    how long before the question the object asked about left the screen, as a share of the stream."""
+    entries = json.loads((root / sb.ANNOTATION_FILE).read_text())
+    meta = json.loads((root / sb.META_FILE).read_text())
+    groups: dict[str, tuple[str, float]] = {}
+    for e in entries:
+        if e["family"] != "episodic":
+            if e["task"] == "REC":
+                for i, _ in enumerate(e["test_info"]):
+                    groups[f"ovo-{e['id']}-{i}"] = ("counting", float("nan"))
+            else:
+                groups[f"ovo-{e['id']}"] = (e["family"], float("nan"))
+            continue
+        seen = [a for a in meta["timelines"][e["video"]] if a["start_s"] < e["realtime"]]
+        if e["kind"] == "episodic_first":
+            target = seen[0]
+        else:
+            name = re.search(r"just before the (.+)\?$", e["question"]).group(1)
+            target = seen[[f"{a['colour']} {a['shape']}" for a in seen].index(name) - 1]
+        groups[f"ovo-{e['id']}"] = (e["kind"], (e["realtime"] - target["end_s"]) / meta["duration_s"])
+    return groups
+
+
+def bootstrap(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None = None,
+              n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """(accuracy %, 2.5 %, 97.5 % percentiles) over questions resampled with replacement, the seeds' verdicts
+    on a question kept together; with `base`, the same for the paired difference (runs - base)."""
+    if not qids:
+        return float("nan"), float("nan"), float("nan")
+    m = np.array([[r[q] for q in qids] for r in runs], dtype=float)  # (seeds, Q)
+    if base is not None:
+        m = m - np.array([[r[q] for q in qids] for r in base], dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(qids), (n, len(qids)))
+    draws = m[:, idx].mean(axis=(0, 2))  # (n,)
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return 100 * m.mean(), 100 * lo, 100 * hi
+
+
+def column_qids(groups: dict[str, tuple[str, float]], column: str, depth: tuple[float, float] | None = None,
+                have: set[str] | None = None) -> list[str]:
+    out = []
+    for qid, (col, d) in sorted(groups.items()):
+        if (column == "all" or col == column) and (depth is None or depth[0] <= d < depth[1]):
+            if have is None or qid in have:
+                out.append(qid)
+    return out
+
+
+def cell(runs: list[dict[str, bool]], base: list[dict[str, bool]], qids: list[str], label: str) -> str:
+    """"acc [lo, hi]" with (+) / (-) when the paired difference to `hermes` (`base`) excludes 0."""
+    acc, lo, hi = bootstrap(runs, qids)
+    mark = ""
+    if label != "hermes":
+        _, dlo, dhi = bootstrap(runs, qids, base)
+        mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
+    return f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}"
+
+
+def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str], budgets: list[int],
+                   variants: list[str]) -> str:
+    """Markdown: per set and budget, accuracy [95 % interval] per column, pooled over weights files; a
+    difference to `hermes` whose paired interval excludes 0 is marked (+) or (-)."""
+    parts = []
+    for name in sets:
+        for budget in budgets:
+            base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
+            lines = [f"**{name}, budget {budget}**", "", "| variant | " + " | ".join(OPTION_COLUMNS) + " |",
+                     "|---" * (len(OPTION_COLUMNS) + 1) + "|"]
+            for label in variants:
+                runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
+                have = set.intersection(*(set(o) for o in runs + base))
+                cells = [cell(runs, base, column_qids(groups[name], col, have=have), label) for col in OPTION_COLUMNS]
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            n = {col: len(column_qids(groups[name], col)) for col in OPTION_COLUMNS}
+            lines += ["", "questions per weights file: " + ", ".join(f"{c} {k}" for c, k in n.items()), ""]
+            parts.append("\n".join(lines))
+    return "\n".join(parts)
+
+
+def depth_table(all_runs: list[dict], groups: dict[str, tuple[str, float]], name: str, budget: int,
+                variants: list[str]) -> str:
+    """Markdown: episodic accuracy [95 % interval] by kind and by how long ago the object was on screen."""
+    cols = [(kind, bin_) for kind in ("episodic_first", "episodic_before") for bin_ in DEPTH_BINS]
+    cols = [c for c in cols if column_qids(groups, c[0], c[1])]
+    head = " | ".join(f"{k.split('_')[1]} {lo:.2f}-{min(hi, 1):.2f} (n={len(column_qids(groups, k, (lo, hi)))})"
+                      for k, (lo, hi) in cols)
+    lines = [f"**{name}, budget {budget}: episodic by depth** (depth = time since the object left the screen, "
+             "share of the stream)", "", f"| variant | {head} |", "|---" * (len(cols) + 1) + "|"]
+    for label in variants:
+        runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
+        base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
+        have = set.intersection(*(set(o) for o in runs + base))
+        cells = [cell(runs, base, column_qids(groups, kind, bin_, have), label) for kind, bin_ in cols]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def admission(adapter, checkpoints: list[int], budget: int, chunk_frames: int, seed: int) -> dict[str, list[float]]:
+    """{accumulation: [share of the newest chunk's visual tokens held by long-term layers after each checkpoint]}
+    on one synthetic stream (the micro model's own attention), per accumulation setting."""
+    from hermes.config import MemoryConfig
+    from hermes.pipelines.frames import Frame
+    from hermes.pipelines.session import StreamingSession
+
+    timeline = sb.random_timeline(np.random.default_rng([seed, 7]), max(checkpoints) * chunk_frames)
+    out = {}
+    for label, options in (("none", {}), ("sum", {"accumulation": "sum"}),
+                           ("ema 0.5", {"accumulation": "ema", "accumulate_decay": 0.5}),
+                           ("ema 0.9", {"accumulation": "ema", "accumulate_decay": 0.9})):
+        session = StreamingSession(adapter, MemoryConfig(policy="hermes", budget=budget, **options), (),
+                                   chunk_frames=chunk_frames)
+        longterm = [i for i, band in enumerate(session.memory.bands) if band == "longterm"]
+        shares = []
+        for chunk in range(max(checkpoints)):
+            frames = [Frame(float(i), sb.render_frame(timeline, i), i)
+                      for i in range(chunk * chunk_frames, (chunk + 1) * chunk_frames)]
+            session.ingest(frames)
+            if chunk + 1 in checkpoints:
+                newest = session.cache.frame_index[longterm] >= chunk * chunk_frames  # (layers, T)
+                per_chunk = chunk_frames * adapter.tokens_per_frame
+                shares.append(float(newest.sum(dim=1).float().mean()) / per_chunk)
+        out[label] = shares
+        print("admission", label, shares, flush=True)
+    return out
+
+
+def admission_table(result: dict[str, list[float]], checkpoints: list[int]) -> str:
+    lines = ["| accumulation | " + " | ".join(f"after {c} chunks" for c in checkpoints) + " |",
+             "|---" * (len(checkpoints) + 1) + "|"]
+    lines += [f"| {label} | " + " | ".join(f"{100 * v:.1f} %" for v in shares) + " |" for label, shares in result.items()]
+    return "\n".join(lines)
+
+
+def plus_settings() -> str:
+    """The memory settings the `hermes-plus` preset changes from the defaults, as text."""
+    import yaml
+    from hermes.config import load_preset
+
+    preset = {k: v for k, v in load_preset("memory", "hermes-plus").items() if k not in ("policy", "budget")}
+    return ", ".join(f"`{k}: {yaml.safe_dump(v).splitlines()[0]}`" for k, v in preset.items()) or \
+        "nothing (it equals the reference's defaults)"
+
+
+def shown_args(argv: list[str]) -> list[str]:
+    """The command line as the page shows it: `--note` and its text left out (the note is on the page)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            out.append(arg)
+    return out
+
+
+def benchmark(root: Path, **kwargs) -> Path:
+    """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark
+    (its meta file records the same arguments): parallel processes then read it without rewriting it."""
+    meta = root / sb.META_FILE
+    if meta.is_file() and (root / sb.ANNOTATION_FILE).is_file():
+        info = json.loads(meta.read_text())
+        if all(info.get(key) == value for key, value in kwargs.items()):
+            return root
+    return sb.write_benchmark(root, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", type=Path, help="weights file (default: the shipped, checksum-verified one)")
     p.add_argument("--compare-weights", type=Path, nargs="+", default=[],
                    help="more weights files (e.g. trained with other seeds): their accuracy is tabled beside the "
-                        "first's, to show what training noise does")
+                        "first's, to show what training noise does; option tables pool all of them")
     p.add_argument("--work", type=Path, default=Path("/tmp/hermes-micro-eval"), help="benchmarks and run outputs")
     p.add_argument("--seed", type=int, default=1000, help="benchmark seed (training never draws from it)")
     p.add_argument("--videos", type=int, default=32, help="streams per benchmark")
@@ -180,43 +421,95 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--md", type=Path, default=Path("benchmarks/MICRO.md"))
     p.add_argument("--png", type=Path, help="plot (default: next to --md, micro_accuracy.png)")
+    p.add_argument("--options", action="store_true", help="also sweep the hermes memory options (long and 600 s sets)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="option variants to run (labels of VARIANTS)")
+    p.add_argument("--videos-600", type=int, default=16, help="streams of the 600 s set")
+    p.add_argument("--admission", action="store_true",
+                   help="also measure what long-term layers admit after 10, 30, 100 chunks")
+    p.add_argument("--admission-chunks", default="10,30,100", help="checkpoints of --admission, in chunks")
+    p.add_argument("--reuse", action="store_true", help="read finished runs under --work instead of running them again")
+    p.add_argument("--no-page", action="store_true", help="only fill the runs (for parallel processes); no page")
+    p.add_argument("--policies", default=",".join(BOUNDED), help="bounded policies of the comparison")
+    p.add_argument("--no-baseline", action="store_true", help="skip the policy comparison runs (with --no-page)")
+    p.add_argument("--note", default="", help="a paragraph for the top of the page (e.g. how the runs were filled)")
+    p.add_argument("--option-sets", default="long,long600", help="sets the option sweep runs on")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     budgets = [int(b) for b in args.budgets.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    checkpoints = [int(c) for c in args.admission_chunks.split(",")]
+    policies = tuple(q for q in args.policies.split(",") if q)
     started = time.perf_counter()
 
-    short = sb.write_benchmark(args.work / "short", seed=args.seed, num_videos=args.videos, duration_s=args.short_s,
+    short = benchmark(args.work / "short", seed=args.seed, num_videos=args.videos, duration_s=args.short_s,
                                per_family=2)
-    long = sb.write_benchmark(args.work / "long", seed=args.seed + 1, num_videos=args.videos,
-                              duration_s=args.long_s, per_family=3)
-    results = evaluate(micro_adapter(args.weights), short, long, args.work / "runs", budgets, args.chunk_frames)
-    compared = [evaluate(micro_adapter(path), short, long, args.work / f"runs-compare-{i}", budgets, args.chunk_frames)
-                for i, path in enumerate(args.compare_weights)]
-
+    long = benchmark(args.work / "long", seed=args.seed + 1, num_videos=args.videos,
+                              duration_s=args.long_s, per_family=4)
+    sets = {"long": long}
+    if args.options:
+        sets["long600"] = benchmark(args.work / "long600", seed=args.seed + 2, num_videos=args.videos_600,
+                                             duration_s=600, per_family=6)
+        sets = {name: sets[name] for name in args.option_sets.split(",")}
+    if args.no_baseline and not args.no_page:
+        p.error("--no-baseline needs --no-page (the page shows the policy comparison)")
     weights = args.weights or WEIGHTS_FILE
+    all_weights = [weights, *args.compare_weights]
+    results_per_weights, options_per_weights, admissions = [], [], []
+    for path in all_weights:
+        adapter = micro_adapter(path)
+        runs = args.work / f"runs-{file_sha256(path)[:12]}"
+        results_per_weights.append({} if args.no_baseline else
+                                   evaluate(adapter, short, long, runs, budgets, args.chunk_frames, args.reuse,
+                                            policies))
+        if args.options:
+            options_per_weights.append(evaluate_options(adapter, sets, runs, budgets, args.chunk_frames, variants,
+                                                        args.reuse, results_per_weights[-1]))
+        if args.admission:
+            admissions.append(admission(adapter, checkpoints, 128, args.chunk_frames, args.seed))
+    if args.no_page:
+        return 0
+    results, compared = results_per_weights[0], results_per_weights[1:]
+
     info = read_training_info(weights)
-    short_rows = [("full", results["short/full"])] + [(f"{p} @128", results[f"short/{p}/128"]) for p in BOUNDED]
+    short_rows = [("full", results["short/full"])] + [(f"{p} @128", results[f"short/{p}/128"]) for p in policies]
     rows = [("full (unbounded)", results["long/full"])]
-    rows += [(f"{policy} @{budget}", results[f"long/{policy}/{budget}"]) for budget in budgets for policy in BOUNDED]
-    long_rows = {(policy, budget): results[f"long/{policy}/{budget}"] for budget in budgets for policy in BOUNDED}
+    rows += [(f"{policy} @{budget}", results[f"long/{policy}/{budget}"]) for budget in budgets for policy in policies]
+    long_rows = {(policy, budget): results[f"long/{policy}/{budget}"] for budget in budgets for policy in policies}
     png = args.png or args.md.with_name("micro_accuracy.png")
     args.md.parent.mkdir(parents=True, exist_ok=True)
-    plotted = plot(png, budgets, long_rows, results["long/full"], chance(long))
+    plotted = plot(png, budgets, long_rows, results["long/full"], chance(long), policies)
     n_short = overall(results["short/full"])[1]
     n_long = overall(results["long/full"])[1]
     text = MD_TEMPLATE.format(
         weights=Path(weights).name, sha=file_sha256(weights)[:16], train_cmd=info.get("command", "?"),
-        train_s=info.get("wall_s", "?"), eval_cmd="python scripts/eval_micro.py " + " ".join(sys.argv[1:]),
+        train_s=info.get("wall_s", "?"), eval_cmd="python scripts/eval_micro.py " + " ".join(shown_args(sys.argv[1:])),
         videos=args.videos, short_s=args.short_s, long_s=args.long_s, n_short=n_short, n_long=n_long,
         seed=args.seed, short_table=table(short_rows, chance(short)), long_table=table(rows, chance(long)),
+        policies=", ".join(f"`{q}`" for q in policies),
         plot=f"![accuracy against budget]({png.name})" if plotted else "(matplotlib not installed: no plot)",
         wall=round(time.perf_counter() - started))
+    if args.note:
+        text = text.replace("\n\nBenchmarks (", f"\n\n{args.note}\n\nBenchmarks (", 1)
     if compared:
         text += COMPARE_TEMPLATE.format(
             commands="\n".join(f"- `{read_training_info(path).get('command', '?')}`" for path in args.compare_weights),
-            table=compare_table([weights, *args.compare_weights], [results, *compared]))
+            table=compare_table(all_weights, [results, *compared]))
+    if args.options:
+        merged = [{**r, **o} for r, o in zip(results_per_weights, options_per_weights)]
+        groups = {name: question_groups(root) for name, root in sets.items()}
+        seeds = ", ".join(str(read_training_info(path).get("seed", "?")) for path in all_weights)
+        text += OPTIONS_TEMPLATE.format(
+            seeds=seeds, n_weights=len(all_weights), videos=args.videos, videos_600=args.videos_600,
+            tables=options_tables(merged, groups, list(sets), budgets, variants), plus=plus_settings(),
+            depth="\n".join(depth_table(merged, groups[name], name, budget, variants)
+                            for name in sets for budget in budgets))
+    if args.admission:
+        for path, result in zip(all_weights, admissions):
+            text += ADMISSION_TEMPLATE.format(seed=read_training_info(path).get("seed", "?"),
+                                              table=admission_table(result, checkpoints))
     args.md.write_text(text)
-    (args.work / "results.json").write_text(json.dumps({"results": results, "compared": compared}, indent=1))
+    (args.work / "results.json").write_text(json.dumps({"results": results_per_weights, "options": options_per_weights,
+                                                        "admission": admissions}, indent=1))
     print(f"wrote {args.md}" + (f" and {png}" if plotted else ""))
     return 0
 
@@ -230,7 +523,8 @@ Benchmarks (`hermes.datasets.synthetic_bench`, OVO-Bench format, seed {seed}): {
 short = {short_s} s ({n_short} questions), long = {long_s} s ({n_long} questions); 1 frame per second,
 16 visual tokens per frame. Each row is one `run_eval("ovo-bench", ...)` (official streaming protocol,
 prompts and scorer). Numbers are accuracy in %, per question family; budgets are visual tokens per
-layer (64 = 4 frames). `hermes+recall` is `hermes` with `memory.recall=true`: evicted tokens go to
+layer (64 = 4 frames). Bounded policies run here: {policies}. `hermes` is the reference's HERMES (the
+defaults). `hermes+recall` is `hermes` with `memory.recall=true`: evicted tokens go to
 levels 2-3 and each question brings back the records nearest to it before answering; `recall-only`
 (ReKV-style) is `sliding` with recall on: a recent window in device memory, every evicted token
 findable, no importance scores. *Chance* is
@@ -258,6 +552,43 @@ Accuracy (%) of every run above, overall and on episodic questions, with the shi
 with weights trained by the same recipe and other seeds, on the same benchmarks:
 
 {commands}
+
+{table}
+"""
+
+
+OPTIONS_TEMPLATE = """
+## Memory options of `hermes`
+
+Each row is `hermes` with one memory option changed from the reference's choice (the default), our
+former combination (all four of: recency_unit=frame, recency_k_fall=0, summary_position=mean_evicted,
+accumulation=sum), and the `hermes-plus` preset. `memory.mrope_compaction` is not swept: the micro
+model uses 1-D RoPE, where both rules give consecutive positions (the golden tests cover M-RoPE).
+Sets: `long` = the 180 s set above ({videos} streams), `long600` = 600 s streams ({videos_600} streams,
+seed + 2, 6 questions per family per stream). Weights: seeds {seeds}; every cell pools the
+{n_weights} weights files (each question's verdicts kept together) and gives the accuracy in % with
+its 95 % bootstrap interval over questions (2000 resamples). (+) / (-): the paired difference to
+`hermes` on the same questions has a 95 % interval above / below 0; unmarked differences are within
+noise. The micro model has 4 decoder layers, so its working band is one layer (p = 0): the ramp of
+`k` (`recency_k_fall`) cannot act there, and its row equals `hermes`.
+
+How `hermes-plus` is chosen: an alternative joins it when, on both sets and at every budget, it has a
+(+) somewhere and a (-) nowhere (family and depth columns alike), so that no kind of question pays
+for another's gain; of two alternatives of one option the one with more (+) wins. `hermes-plus`
+now sets: {plus}.
+
+{tables}
+
+{depth}
+"""
+
+
+ADMISSION_TEMPLATE = """
+## What long-term layers admit over time (weights seed {seed})
+
+Share of the newest chunk's visual tokens that the long-term layers hold (mean over those layers),
+after the given numbers of chunks of 16 frames of one synthetic stream, `hermes` at budget 128, with each
+accumulation setting (the micro model's own pseudo-query attention):
 
 {table}
 """

@@ -74,12 +74,14 @@ def test_bench_tiers_reports_recall_search_and_write_rows(capsys, tmp_path):
 # ---- storage errors (exit 3) and repair from the command line ----------------------------------------
 
 
-def test_a_file_where_the_memory_dir_belongs_exits_3(tmp_path, capsys, memory_dir):
+def test_a_file_where_the_memory_dirs_folder_belongs_exits_3(tmp_path, capsys, memory_dir):
+    # --memory-dir naming a file is a usage error (exit 2, checked up front: tests/test_bad_input.py);
+    # a file standing where one of its parent folders must be created is found only by the store: storage.
     _, video = memory_dir
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("x")
     capsys.readouterr()
-    assert main(["run", str(video), *TINY, "--memory-dir", str(blocker), "--ask", "q", "--at", "1"]) == 3
+    assert main(["run", str(video), *TINY, "--memory-dir", str(blocker / "stream"), "--ask", "q", "--at", "1"]) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "folder" in err and "internal error" not in err
 

@@ -92,3 +92,15 @@ def test_parse_set_reads_yaml_scalars():
     assert parse_set("a.b=3") == {"a": {"b": 3}}
     assert parse_set("a=true") == {"a": True}
     assert parse_set("a=hello world") == {"a": "hello world"}
+
+
+def test_memory_options_default_to_the_reference_and_take_only_their_choices():
+    cfg = build_config(memory="hermes-4k").memory
+    assert (cfg.recency_unit, cfg.recency_k_fall, cfg.accumulation, cfg.summary_position, cfg.mrope_compaction) == \
+        ("token", 12.0, "none", "after_kept", "per_axis")
+    cfg = build_config(overrides=["memory.recency_unit=frame", "memory.accumulation=ema",
+                                  "memory.summary_position=mean_evicted", "memory.mrope_compaction=frame_blocks"])
+    assert (cfg.memory.recency_unit, cfg.memory.accumulation) == ("frame", "ema")
+    with pytest.raises(ConfigError, match="memory.accumulation: expected one of 'none', 'sum', 'ema', found 'max'"):
+        build_config(overrides=["memory.accumulation=max"])
+    assert build_config(memory="hermes-plus").memory.policy == "hermes"

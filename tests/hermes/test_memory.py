@@ -54,12 +54,38 @@ def test_hermes_with_a_budget_larger_than_the_stream_equals_full(tiny_model):
     assert full.answer == hermes.answer
 
 
-def test_sensory_layer_keeps_the_newest_frames(tiny_model):
+def test_sensory_layer_keeps_the_newest_frame_and_smoothing_lifts_a_few_older_tokens(tiny_model):
+    """Recency by token index (the reference): within the newest frames recency falls steeply, so the
+    sensory layer keeps the whole newest frame, and deep attention (smoothing, lambda 0.1) lets some
+    older tokens displace the tail of the frame before it."""
     session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=2 * TPF),
                                random_frames(20, size=(16, 16)), chunk_frames=4)
     session.advance()
     p = prefix_len(session)
-    assert set(session.cache.frame_index[0, p:].tolist()) == {18, 19}
+    ids, frames = session.cache.token_ids[0, p:], session.cache.frame_index[0, p:]
+    newest_id = int(ids.max())
+    window = set(range(newest_id - TPF - 40 + 1, newest_id + 1))  # frame 19 and the last 40 tokens of frame 18
+    assert window <= set(ids.tolist())
+    assert int((frames < 18).sum()) > 0
+
+
+def test_with_equal_attention_every_layer_keeps_exactly_the_newest_tokens(tiny_model, monkeypatch):
+    """Constant attention normalises to 0: scores are recency alone, decreasing with index distance."""
+    import hermes.memory
+
+    monkeypatch.setattr(hermes.memory, "probe_attention", lambda model, cache, embeds: [
+        torch.full((embeds.shape[0], cache.num_tokens), 0.01) for _ in range(cache.num_layers)])
+    session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=2 * TPF),
+                               random_frames(20, size=(16, 16)), chunk_frames=4)
+    session.advance()
+    p = prefix_len(session)
+    newest = session.cache.token_ids[0, -2 * TPF:]  # ids are consecutive within a chunk, in token order
+    assert torch.equal(newest, torch.arange(int(newest[0]), int(newest[0]) + 2 * TPF))
+    assert session.cache.frame_index[0, -2 * TPF:].tolist() == [18] * TPF + [19] * TPF
+    for layer in range(2):  # sensory and working
+        assert torch.equal(session.cache.token_ids[layer, p:], newest)
+    for layer in (2, 3):  # long-term: a summary slot, then the newest budget - 1 tokens (ties go to newer)
+        assert torch.equal(session.cache.token_ids[layer, p + 1:], newest[1:])
 
 
 def test_sliding_keeps_sinks_and_the_recent_window(tiny_model):

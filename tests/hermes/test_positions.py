@@ -2,7 +2,7 @@
 
 import torch
 
-from hermes.positions import GridStep, Run, compact, place
+from hermes.positions import GridStep, Run, compact, compact_per_axis, grid_positions, place
 
 
 def test_runs_take_consecutive_positions_on_every_axis():
@@ -50,3 +50,23 @@ def test_mrope_compaction_keeps_each_group_layout_and_packs_groups():
     assert out.tolist() == [[0, 1, 1, 1, 1, 3, 3, 3, 3],
                             [0, 1, 1, 2, 2, 3, 3, 4, 4],
                             [0, 1, 2, 1, 2, 3, 4, 3, 4]]
+
+
+def test_per_axis_compaction_ranks_each_axis_among_the_kept_coordinates():
+    """Frames 1, 3 and 4 of one block (4x4 grids, 4 temporal positions per step) kept whole, after a
+    13-token prefix: the reference's rule gives t = 13, 14, 15 and one shared h/w grid at 13..16;
+    packing frames as blocks gives each its own grid, t = 13, 17, 21."""
+    start, prefix = 30, 13
+    frames = [grid_positions(start, 4 * k, 4, 4) for k in (1, 3, 4)]
+    positions = torch.cat([torch.arange(prefix).expand(3, prefix)] + frames, dim=1)  # (3, T)
+    movable = torch.arange(positions.shape[1]) >= prefix
+    group = torch.cat([torch.full((prefix,), -1)] + [torch.full((16,), k) for k in (1, 3, 4)])
+    per_axis = compact_per_axis(positions, movable, prefix)
+    assert torch.equal(per_axis[:, :prefix], positions[:, :prefix])
+    t, h, w = per_axis[:, prefix:].reshape(3, 3, 16)  # (axis, frame, token)
+    assert [sorted(set(row.tolist())) for row in t] == [[13], [14], [15]]
+    assert all(torch.equal(h[k], h[0]) and torch.equal(w[k], w[0]) for k in range(3))
+    assert sorted(set(h[0].tolist())) == [13, 14, 15, 16]
+    blocks = compact(positions, movable, group, prefix)
+    assert [int(blocks[0, prefix + 16 * k]) for k in range(3)] == [13, 17, 21]
+    assert not torch.equal(blocks[1, prefix:prefix + 16], blocks[1, prefix + 16:prefix + 32])  # h shifted

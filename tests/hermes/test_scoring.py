@@ -16,11 +16,13 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbe
 from hermes.rope import RotarySpec
 from hermes.scoring import (
     BANDS,
+    MINMAX_EPS,
     accumulate,
     combine_layer_scores,
     fold_summary,
     layer_bands,
     minmax,
+    recency_rates,
     recency_scores,
     select_keep,
     smooth_deep_to_shallow,
@@ -123,7 +125,7 @@ def test_sensory_layers_keep_exactly_the_newest_tokens():
     scores = combine_layer_scores(recency, attention, bands)
     sensory = [i for i, b in enumerate(bands) if b == "sensory"]
     assert sensory == [0]
-    assert torch.equal(scores[0], minmax(recency[0]))  # attention has no say at all
+    assert torch.equal(scores[0], minmax(recency[0], eps=MINMAX_EPS))  # attention has no say at all
     assert select_keep(scores[0], budget).tolist() == list(range(tokens - budget, tokens))
     # with frame indices as time, whole newest frames survive; the tie inside the oldest kept
     # frame goes to its newer tokens
@@ -179,13 +181,43 @@ def test_deep_attention_rescues_a_token_in_a_working_layer():
 
 def test_accumulate_by_id():
     prev = (torch.tensor([5, 6, 7]), torch.tensor([1.0, 2.0, 3.0]))
-    acc = accumulate(prev, torch.tensor([10.0, 10.0, 10.0]), torch.tensor([6, 7, 8]), decay=0.5)
-    assert acc.tolist() == [11.0, 11.5, 10.0]  # id 5 left the cache, id 8 is new
-    assert accumulate(None, torch.tensor([1.0, 2.0]), torch.tensor([0, 1])).tolist() == [1.0, 2.0]
-    # rows that share the ids (e.g. several probes) accumulate together; plain sum by default
+    new, ids = torch.tensor([10.0, 10.0, 10.0]), torch.tensor([6, 7, 8])  # id 5 left the cache, id 8 is new
+    assert accumulate(prev, new, ids, "none").tolist() == [10.0, 10.0, 10.0]  # the fresh probe alone
+    assert accumulate(prev, new, ids, "sum").tolist() == [12.0, 13.0, 10.0]
+    # ema: 0.5 * old + 0.5 * new for tokens seen before; a new token starts at its first value
+    assert accumulate(prev, new, ids, "ema", decay=0.5).tolist() == [6.0, 6.5, 10.0]
+    assert accumulate(None, torch.tensor([1.0, 2.0]), torch.tensor([0, 1]), "sum").tolist() == [1.0, 2.0]
+    # rows that share the ids (e.g. several probes) accumulate together
     prev = (torch.tensor([3, 1]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
-    acc = accumulate(prev, torch.ones(2, 3), torch.tensor([1, 2, 3]))
+    acc = accumulate(prev, torch.ones(2, 3), torch.tensor([1, 2, 3]), "sum")
     assert acc.tolist() == [[3.0, 1.0, 2.0], [5.0, 1.0, 4.0]]
+    with pytest.raises(ValueError, match="accumulation must be one of"):
+        accumulate(prev, torch.ones(2, 3), torch.tensor([1, 2, 3]), "max")
+
+
+def test_steady_attention_keeps_old_and_new_tokens_level_under_ema_but_not_under_a_sum():
+    """Every probe gives every token the same attention: a sum ranks tokens by age, an EMA does not."""
+    running = {"sum": None, "ema": None}
+    ids = torch.arange(0)
+    for chunk in range(10):
+        ids = torch.cat([ids, torch.arange(chunk * 4, chunk * 4 + 4)])
+        for mode in running:
+            acc = accumulate(running[mode], torch.full((ids.numel(),), 0.25), ids, mode, decay=0.8)
+            running[mode] = (ids, acc)
+    assert running["sum"][1][0] == pytest.approx(2.5) and running["sum"][1][-1] == pytest.approx(0.25)
+    assert torch.allclose(running["ema"][1], torch.full((40,), 0.25))
+
+
+def test_forgetting_rate_ramps_across_the_working_band():
+    bands = layer_bands(10)  # sensory 0, working 1-6, long-term 7-9: p = (l - 1) / 6
+    rates = recency_rates(bands)
+    expect = [20.0] + [20.0 - 12.0 * (l - 1) / 6 for l in range(1, 7)] + [20.0] * 3
+    assert rates.tolist() == pytest.approx(expect)
+    assert recency_rates(bands, k=20.0, fall=0.0).tolist() == [20.0] * 10  # one rate everywhere
+    # per-layer rates broadcast over rows: a deeper working layer forgets more slowly
+    rec = recency_scores(torch.arange(5).expand(10, 5), k=rates.unsqueeze(1))
+    assert rec[6, 0] > rec[1, 0] and rec[1, 0] == pytest.approx(math.exp(-20.0))
+    assert rec[6, 0].item() == pytest.approx(math.exp(-(20.0 - 12.0 * 5 / 6)))
 
 
 def test_select_keep_is_top_budget_in_time_order():
