@@ -99,7 +99,10 @@ class MemoryConfig:
     summary_anchors: int = 4  # tokens per layer a record keeps when it moves to disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
     recall_top_k: int = 4  # records recalled per question
-    checkpoint_every: int = 8  # chunks between checkpoints of level 1 in a memory directory
+    checkpoint_every: int = 8  # chunks between checkpoints of level 1 in a memory directory (a file: the
+    # frames after the last checkpoint are re-encoded on --resume)
+    live_checkpoint_every: int = 1  # the same for a live source, whose frames cannot be read again: 1 loses
+    # at most the chunk in flight on a crash; more trades level-1 durability for fewer checkpoint writes
 
 
 @dataclass
@@ -230,6 +233,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "memory.summary_anchors": (1, None),
     "memory.recall_top_k": (1, None),
     "memory.checkpoint_every": (1, None),
+    "memory.live_checkpoint_every": (1, None),
     "memory.recent_frames": (1, None),
     "memory.recent_fps": (1e-6, None),
     "stream.fps": (1e-6, None),

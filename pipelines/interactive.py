@@ -36,7 +36,8 @@ from hermes.pipelines.session import Answer, Question, StreamingSession, stop_on
 
 
 def check_live_memory(memory_cfg, live: bool, explicit: bool):
-    """The memory config a live source runs with: never unbounded. Called before the model loads.
+    """The memory config a live source runs with: never unbounded, checkpointed at the live rate
+    (`memory.live_checkpoint_every`, default every chunk). Called before the model loads.
 
     `full` keeps every frame, and a live stream has no end: it would grow until the model's position
     limit and fail minutes in. Chosen explicitly, it is refused; as the mere default, it is replaced
@@ -53,6 +54,8 @@ def check_live_memory(memory_cfg, live: bool, explicit: bool):
     Raises:
         UsageError: `full` chosen explicitly for a live source.
     """
+    if live:  # its frames cannot be read again on --resume: checkpoint level 1 at the live rate
+        memory_cfg = dataclasses.replace(memory_cfg, checkpoint_every=memory_cfg.live_checkpoint_every)
     if not live or memory_cfg.policy != "full":
         return memory_cfg
     if explicit:

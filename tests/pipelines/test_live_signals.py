@@ -188,3 +188,19 @@ def test_ctrl_c_at_random_moments_exits_0_and_resumes(tmp_path, mjpeg_server):  
                 server.kill()
     print(f"\nCtrl-C campaign: {len(codes)} trials, exit codes {sorted(set(codes))}, last frames_seen {last_seen}")
     assert codes == [0] * TRIALS
+
+
+def test_a_live_source_checkpoints_level_1_after_every_chunk(tiny_model, tmp_path):
+    # A file's frames after the last checkpoint are re-encoded on --resume; a live source's cannot be read
+    # again, so its level 1 is saved after every chunk: a SIGKILL then loses at most the chunk in flight.
+    live_cfg = check_live_memory(MemoryConfig(policy="hermes", budget=64), live=True, explicit=True)
+    file_cfg = check_live_memory(MemoryConfig(policy="hermes", budget=64), live=False, explicit=True)
+    assert (live_cfg.checkpoint_every, file_cfg.checkpoint_every) == (1, 8)
+    session = StreamingSession(tiny_model, live_cfg, (), chunk_frames=4, memory_dir=tmp_path / "mem")
+    frames = random_frames(20)
+    saved = []
+    for start in range(0, 20, 4):
+        session.ingest(frames[start:start + 4])
+        saved.append(_saved_frames(tmp_path / "mem"))  # what a kill right now would resume from
+    assert saved == [4, 8, 12, 16, 20]
+    session.close()
