@@ -1,7 +1,6 @@
 """Every family with every memory policy: bounded, equal layers, positions in range, questions leave no trace."""
 
 import json
-import time
 
 import pytest
 import torch
@@ -40,11 +39,12 @@ def test_every_family_is_supported_and_has_a_tiny_model():
 
 
 @pytest.mark.parametrize("name", TINY_FAMILIES)
-def test_tiny_models_build_in_under_a_second(name):
+def test_tiny_models_stay_tiny(name):
+    # What keeps every test that builds one cheap is its size, not a stopwatch (no wall-clock bounds on a
+    # shared CI machine): each tiny model has about 0.3 M parameters.
     _, build, _ = TINY_BUILDERS[name]
-    start = time.perf_counter()
-    build(seed=1)
-    assert time.perf_counter() - start < 1.0
+    model, _ = build(seed=1)
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
