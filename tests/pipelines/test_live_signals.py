@@ -158,11 +158,11 @@ def test_ctrl_c_at_random_moments_exits_0_and_resumes(tmp_path, mjpeg_server):  
             server.stdin.write(" ".join(["run", str(out), *[json.dumps(a) for a in argv]]) + "\n")
             server.stdin.flush()
             pid = int(server.stdout.readline().split()[1])
-            deadline = time.monotonic() + 60
-            while not _answers(out.with_suffix(".out")) and time.monotonic() < deadline:
+            hang_guard = time.monotonic() + 600  # not a speed bound: only a run that never answers stops it
+            while not _answers(out.with_suffix(".out")) and time.monotonic() < hang_guard:
                 time.sleep(0.05)  # the stream is running once the first answer is out
             answers = _answers(out.with_suffix(".out"))
-            assert answers, f"trial {trial}: no answer within 60 s: {out.with_suffix('.err').read_text()[-2000:]}"
+            assert answers, f"trial {trial}: no answer within 600 s: {out.with_suffix('.err').read_text()[-2000:]}"
             assert answers[0]["frames_seen"] >= last_seen, f"trial {trial} did not resume: {answers[0]}"
             time.sleep(rng.uniform(0.0, 2.0))
             os.kill(pid, signal.SIGTERM if trial % 4 == 3 else signal.SIGINT)

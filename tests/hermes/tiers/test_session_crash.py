@@ -91,10 +91,8 @@ def test_sigkill_campaign_loses_nothing_beyond_the_chunk_in_flight(tmp_path):
     committed: set[int] = set()
     kills, lost, figures = 0, set(), []
     server = _Server(directory)
-    deadline = time.monotonic() + 240
     try:
         for k, (mode, _) in enumerate(trials):
-            assert time.monotonic() < deadline, f"only {k} trials ran within the time bound"
             dram = DEFAULT_DRAM if k % 2 == 0 else SMALL_DRAM
             n = {"random": 0, "checkpoint": rng.randint(1, 3), "manifest": rng.randint(2, 12),
                  "close": rng.randint(1, 4)}[mode]
