@@ -321,6 +321,7 @@ class HermesPolicy(BudgetPolicy):
                             rope_positions(target, self.spec), self.spec)
 
     def after_select(self, cache: HermesCache, prefix_len: int) -> None:
+        before = cache.next_position
         new_ids = cache.new_token_ids(len(self._summaries))
         for (layer, (summary, target)), new_id in zip(self._summaries.items(), new_ids):
             keys, values = cache.layer_tensors()[layer]
@@ -333,6 +334,8 @@ class HermesPolicy(BudgetPolicy):
             cache.token_ids[layer, prefix_len] = new_id
             # what comes next is placed after the summary, as the reference continues each layer after it
             cache.next_position = max(cache.next_position, int(target.max()) + 1)
+        if cache.next_position != before:  # M-RoPE: the next frames open a new block after the summary,
+            cache.block = None  # not one inside the old block that would place them below it
         self._summaries = {}
 
 

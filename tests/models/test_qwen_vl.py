@@ -175,3 +175,30 @@ def test_compaction_moves_keys_exactly_to_their_new_3d_positions():
     session.ingest(random_frames(2, size=SQUARE, seed=1))
     assert int(cache.positions[0, :, -16:].min()) == int(after.max()) + 1
     assert torch.isfinite(session.ask("And now?").first_token_logits).all()
+
+
+def test_frames_after_a_summary_token_are_placed_after_it(monkeypatch):
+    # The long-term layers' summary sits right after the newest kept token (max over the three axes + 1,
+    # on every axis); a chunk streamed after it must start later on the temporal axis too, not inside
+    # the old video block below it. Checked as each chunk arrives, before maintenance refolds.
+    from hermes.cache import KIND_SUMMARY
+    from hermes.config import MemoryConfig
+
+    adapter = tiny("tiny-qwen2-vl")
+    session = StreamingSession(adapter, MemoryConfig(policy="hermes", budget=24), (), chunk_frames=2)
+    maintain = type(session.memory).maintain
+    gaps = []
+
+    def checked_maintain(self, cache):
+        for layer in range(cache.positions.shape[0]):
+            summary = cache.kinds[layer] == KIND_SUMMARY
+            if bool(summary.any()):
+                newest = cache.frame_index[layer] == int(cache.frame_index[layer].max())
+                gaps.append(int(cache.positions[layer, 0][newest].min()) - int(cache.positions[layer, 0][summary].max()))
+        return maintain(self, cache)
+
+    monkeypatch.setattr(type(session.memory), "maintain", checked_maintain)
+    frames = random_frames(8)
+    for start in range(0, 8, 2):
+        session.ingest(frames[start:start + 2])
+    assert gaps and min(gaps) > 0, gaps  # a summary was made, and every later chunk came after it
