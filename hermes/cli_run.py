@@ -330,11 +330,14 @@ def execute_run(args, plan: RunPlan, *, progress: bool, on_answer) -> str | None
         session = StreamingSession(model, cfg.memory, bar.wrap(source), chunk_frames=cfg.stream.chunk_frames,
                                    max_new_tokens=cfg.model.max_new_tokens, memory_dir=args.memory_dir,
                                    resume=args.resume)
-        pairs = iter(ordered)
+        # a stop (Ctrl-C, or a moment past the end) skips the timed questions still ahead but not the
+        # end-of-video ones, so answers are paired with questions of their own kind
+        timed_left = iter([q for q in ordered if q.at_s is not None])
+        end_left = iter([q for q in ordered if q.at_s is None])
         try:
             for answer in session.run([Question(q.text, q.at_s, q.options) for q in ordered],
                                       to_end=bool(args.memory_dir)):
-                question = next(pairs)
+                question = next(end_left if answer.at_s is None else timed_left)
                 if answer.frames_seen == 0 and answer.at_s is None:
                     raise SourceError(f"no frames could be read from {source.describe()} (re-download or "
                                       f"re-encode it)")
