@@ -120,8 +120,8 @@ class HermesLMM(_LmmsBase):
         from .records import VideoRecord
 
         paths = [v for v in visuals if isinstance(v, (str, Path))]
-        key = str(paths[0]) if paths else f"images:{id(visuals)}"
-        if self._stream is not None and self._stream[0] == key:
+        key = str(paths[0]) if paths else None  # images carry no identity that outlives the request
+        if key is not None and self._stream is not None and self._stream[0] == key:
             session = self._stream[1]
             session.max_new_tokens = max_new_tokens
             return session

@@ -265,6 +265,9 @@ def validate(cfg: HermesConfig) -> None:
         _check_range(key, getattr(getattr(cfg, section), name))
     if abs(sum(cfg.memory.bands) - 1.0) > 1e-6 or len(cfg.memory.bands) != 3:
         raise ConfigError(f"memory.bands: expected three fractions summing to 1, found {list(cfg.memory.bands)}")
+    if cfg.memory.accumulation == "ema" and not cfg.memory.accumulate_decay < 1:  # 1 would never admit anything
+        raise ConfigError(f"memory.accumulate_decay: expected below 1 with memory.accumulation=ema, found "
+                          f"{cfg.memory.accumulate_decay!r}")
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.model.device):
         raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, found {cfg.model.device!r}")
 

@@ -116,6 +116,8 @@ def cached_repos(cache_dir: str | Path | None = None) -> dict[str, int]:
         info = scan_cache_dir(cache_dir)
     except CacheNotFound:
         return {}
+    except ValueError as exc:  # the cache path is a file
+        raise ModelError(f"cannot read the Hugging Face cache {cache_dir}: {exc} (check HF_HUB_CACHE)") from None
     return {repo.repo_id: repo.size_on_disk for repo in info.repos if repo.repo_type == "model"}
 
 

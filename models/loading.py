@@ -150,8 +150,8 @@ def _load(cfg: ModelConfig) -> VLMAdapter:
                                 system_prompt=cfg.system_prompt, **options)
 
     source = cfg.hub_id or cfg.name
-    if Path(source).is_dir():
-        model_dir = Path(source)
+    if Path(source).expanduser().is_dir():  # as the early check (models/hub.py) reads it
+        model_dir = Path(source).expanduser()
     elif _looks_like_hub_id(source):
         model_dir = _snapshot(source, cfg.name, cfg.revision)
     else:

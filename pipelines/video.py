@@ -180,9 +180,12 @@ def open_http_video(url: str, backend: str = "auto", timeout_s: float = 30.0) ->
     if parts.username is not None:
         secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         headers["Authorization"] = "Basic " + base64.b64encode(secret).decode()
-        host = parts.hostname + (f":{parts.port}" if parts.port else "")
-        url = urlunsplit(parts._replace(netloc=host))
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))  # keeps [IPv6] and the port
     shown = redact_url(url)
+    try:
+        parts.port  # noqa: B018 -- a port that is not a number raises here, not as an internal error later
+    except ValueError as exc:
+        raise SourceError(f"invalid URL {shown}: {exc}") from None
     folder = Path(tempfile.mkdtemp(prefix="hermes-http-"))
     target = folder / (PurePosixPath(parts.path).name or "video.mp4")
     try:

@@ -254,3 +254,21 @@ def test_decoder_noise_stays_off_stderr(tmp_path):
     assert result.stderr.count("\n") == 1 and "truncated or corrupt" in result.stderr, result.stderr[:500]
     debug = subprocess.run(argv + ["--log-level", "debug"], capture_output=True, text=True, env=offline_env())
     assert debug.returncode == 3 and debug.stderr.count("\n") > 1  # asked for: the decoder's own messages
+
+
+def test_more_bad_values_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    # found by review: each gave an internal error or failed only after the model had loaded
+    from hermes.config import build_config
+    from hermes.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="accumulate_decay: expected below 1 with memory.accumulation=ema"):
+        build_config(overrides=["memory.accumulation=ema", "memory.accumulate_decay=1"])
+    cache_file = tmp_path / "not-a-cache"
+    cache_file.write_text("x")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache_file))
+    assert main(["models"]) == 4
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "cannot read the Hugging Face cache" in err
+    assert main(["run", "http://127.0.0.1:abc/x.mp4", "--model", "tiny-llava-onevision", "--ask", "q"]) == 3
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "invalid URL" in err and "internal error" not in err
