@@ -13,9 +13,9 @@ dimension, count, SHA-256 of ``index.faiss``, and a *binding*: a SHA-256 over th
 the checksums of those records' bytes, so an index copied from another directory, even one with the
 same ids, is recognised as foreign and rebuilt), and `open_index` checks it against the manifest's
 live ids on open: missing, unreadable (checksum) or of another dimension, it is rebuilt from the
-records' embeddings; holding other ids than the manifest (after a crash between a write and the
-next save), it is repaired (stale ids removed, missing ones added). Bytes are checksummed before
-FAISS parses them.
+records' embeddings; lacking records the manifest holds (after a crash between a write and the
+next save), the missing ones are added; naming records that are gone (dropped after the save), its
+binding can no longer be checked, so it is rebuilt. Bytes are checksummed before FAISS parses them.
 """
 
 from __future__ import annotations
@@ -197,7 +197,12 @@ def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[
         index, state = RecordIndex(), "rebuilt (missing)" if live else "empty"
     except (ValueError, RuntimeError, KeyError, json.JSONDecodeError) as exc:  # RuntimeError: FAISS parse
         index, state = RecordIndex(), f"rebuilt (unreadable: {exc})"
-    if binding is not None and state == "loaded" and len(index) and index.binding != binding(index.ids().tolist()):
+    saved = index.ids().tolist() if state == "loaded" else []
+    if binding is not None and saved and not set(saved) <= set(live):
+        # records were dropped after the index was saved (a crash before the next save): their content is
+        # gone, so its binding cannot be checked, and an index that cannot be checked is never searched
+        index, state = RecordIndex(), f"rebuilt (stale: {len(set(saved) - set(live))} of its records are gone)"
+    elif binding is not None and saved and index.binding != binding(saved):
         problems.append(f"{INDEX} was not built from this directory's records (its binding to their content "
                         f"does not match); it is never searched: rebuilt from the records")
         index, state = RecordIndex(), "rebuilt (foreign: not built from these records)"
