@@ -131,7 +131,12 @@ class MemoryDirectory:
         self._lock = threading.RLock()
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
         if self.wal is not None and not readonly:
-            self._replay_wal()
+            try:
+                self._replay_wal()
+            except BaseException:  # nobody gets this object to close: release the locks and threads here
+                self.prefetcher.close()
+                self._close_stores()
+                raise
 
     def _close_stores(self) -> None:
         for store in (self.wal, self.disk):
