@@ -46,7 +46,9 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
                         "join the parts with eval merge")
     p.add_argument("--model", help="model preset, hub id, local directory or builtin tiny-*")
     p.add_argument("--memory", help="memory preset from configs/memory (default: full)")
-    p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections")
+    p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections, or a preset "
+                                                    "name (paper-llava-onevision-7b, paper-qwen2.5-vl-7b: the paper's "
+                                                    "settings)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one config key, e.g. --set stream.fps=1 (repeatable)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (sets model.device)")

@@ -418,7 +418,7 @@ def add_config_options(p: argparse.ArgumentParser, memory_default: str = "the mo
     p.add_argument("--memory", help=f"memory preset ({', '.join(preset_names('memory'))}; "
                                     f"default: {memory_default})")
     p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections, or a "
-                                                    "preset name (a model or memory preset)")
+                                                    "preset name (a paper, model or memory preset)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one config key, e.g. --set model.max_new_tokens=32 (repeatable)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (sets model.device)")

@@ -132,7 +132,7 @@ class HermesConfig:
 
 
 def preset_names(kind: str) -> list[str]:
-    """Names of the YAML presets of one kind ("models" or "memory"), sorted."""
+    """Names of the YAML presets of one kind ("models", "memory" or "paper"), sorted."""
     folder = resources.files("hermes.configs").joinpath(kind)
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
@@ -410,10 +410,12 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
     path = Path(config_file)
     text = str(config_file)
     if not path.exists():
-        for kind, section in (("models", "model"), ("memory", "memory")):
+        if text in preset_names("paper"):  # a whole setting (model:, memory:, stream:), e.g. the paper's
+            return load_preset("paper", text)
+        for kind in ("models", "memory"):
             if text in preset_names(kind):
                 return _preset_layer(kind, load_preset(kind, text), text)
-        names = preset_names("models") + preset_names("memory")
+        names = preset_names("paper") + preset_names("models") + preset_names("memory")
         raise ConfigError(f"config file not found: {path}{_suggest(text, names)}; --config takes a YAML file "
                           f"or a preset name ({', '.join(names)})")
     if path.is_dir():

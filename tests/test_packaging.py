@@ -46,6 +46,7 @@ def test_wheel_holds_only_the_hermes_package(wheel):
         assert f"hermes/{sub}/__init__.py" in names
     assert "hermes/configs/models/llava-onevision-0.5b.yaml" in names
     assert "hermes/configs/memory/full.yaml" in names
+    assert "hermes/configs/paper/paper-llava-onevision-7b.yaml" in names
     assert "hermes/models/weights/micro-llava-ov.safetensors" in names  # `hermes-video demo` needs them
 
 
