@@ -39,7 +39,8 @@ class ModelConfig:
     """Which vision-language model answers, and how it decodes."""
 
     name: str = "auto"  # preset name, hub id, local directory, builtin tiny-* or micro-*, or "auto" (see auto_model_name)
-    family: str = ""  # adapter family; "" = taken from the preset or the checkpoint's config
+    # adapter family (transformers `model_type`); "" = taken from the preset or the checkpoint's config
+    family: Literal["", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "smolvlm"] = ""
     hub_id: str = ""  # checkpoint to load; "" = `name` itself
     revision: str = ""  # hub commit, branch or tag to load (as `hermes-video pull --revision` fetched); "" = main
     device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
@@ -354,6 +355,7 @@ def build_config(
     memory: str | None = None,
     config_file: str | Path | None = None,
     overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
 ) -> HermesConfig:
     """Resolve the configuration from presets, a YAML file and `key=value` overrides.
 
@@ -375,6 +377,9 @@ def build_config(
         config_file: a YAML file with `model:`, `memory:`, `stream:` sections; or a preset name
             (`smolvlm2-500m`, `hermes-6k`), or a model preset's own YAML file (top-level model keys).
         overrides: `section.key=value` strings, applied last.
+        base: a command's own defaults as nested sections (the bench's `{"memory": {"budget": 512}}`),
+            applied over the dataclass defaults and beneath everything else: a preset, the file or an
+            override that sets the same key wins.
 
     Returns:
         The resolved, type-checked `HermesConfig`.
@@ -397,6 +402,7 @@ def build_config(
             name = named(layer)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"model.name: expected a model name, found {name!r}")
+    layers = ([("base", base)] if base else []) + layers
     cfg = _build_config(name, memory, layers)
     if cfg.model.name == AUTO_MODEL:  # resolved after the file and overrides: they may set the device
         concrete = auto_model_name(cfg.model.device)
@@ -449,6 +455,9 @@ def _preset_layer(kind: str, preset: dict[str, Any], name: str) -> dict[str, Any
 
 def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[str, Any]]]) -> HermesConfig:
     cfg = HermesConfig()
+    for kind, layer in layers:
+        if kind == "base":
+            _apply(cfg, layer, "")
     if memory is not None:
         _apply(cfg.memory, load_preset("memory", memory), "memory")
     if name in preset_names("models"):
@@ -459,8 +468,9 @@ def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[st
         if stream is not None:
             _apply(cfg, {"stream": stream}, "")
     # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
-    for _, layer in layers:
-        _apply(cfg, layer, "")
+    for kind, layer in layers:
+        if kind != "base":
+            _apply(cfg, layer, "")
     cfg.model.name = name
     validate(cfg)
     return cfg

@@ -140,6 +140,23 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
     return adapter
 
 
+def build_random_model(arch: str, cfg: ModelConfig, *, num_layers: int | None = None,
+                       vision_layers: int | None = None) -> VLMAdapter:
+    """A random-weight model of `arch` (`hermes.models.realsize`) on `cfg`'s device and dtype, with its
+    seed and system prompt: what the benches measure without a checkpoint.
+
+    Raises:
+        ModelError: unknown architecture, bad layer count, or an unavailable device.
+    """
+    from hermes.models.realsize import build_random
+
+    device = resolve_device(cfg.device)
+    adapter = build_random(arch, device, resolve_dtype(cfg.dtype, device), num_layers=num_layers,
+                           vision_layers=vision_layers, seed=cfg.seed, system_prompt=cfg.system_prompt)
+    adapter.repetition_penalty = cfg.repetition_penalty
+    return adapter
+
+
 def _load(cfg: ModelConfig) -> VLMAdapter:
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)

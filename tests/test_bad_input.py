@@ -133,7 +133,7 @@ CASES = [
     (["bench", "memory", "--lengths", "a"], 2, "--lengths expects comma-separated integers"),
     (["bench", "memory", "--budget", "0"], 2, "memory.budget: expected a positive whole number"),
     (["bench", "memory", "--budget", "x"], 2, "argument --budget: invalid int value: 'x'"),
-    (["bench", "memory", "--chunk-frames", "0"], 2, "--chunk-frames expects a positive whole number"),
+    (["bench", "memory", "--chunk-frames", "0"], 2, "stream.chunk_frames: expected a positive whole number"),
     (["bench", "memory", "--output", "{dir}"], 2, "--output expects a file, found a directory"),
     (["bench", "memory", "--output", "{nowhere}"], 2, "does not exist (create it first)"),
     (["bench", "memory", "--arch", "gpt-9"], 2, "argument --arch: invalid choice: 'gpt-9'"),

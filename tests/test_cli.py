@@ -232,7 +232,7 @@ def test_full_memory_is_refused_before_encoding_a_stream_it_cannot_hold():
     """`full` on a 2,300 s stream: LLaVA-OV's 196 tokens per frame at 0.5 fps need 225,400 positions."""
     from types import SimpleNamespace
 
-    from hermes.cli_run import check_capacity
+    from hermes.pipelines.run import check_capacity
     from hermes.config import build_config
     from hermes.errors import UsageError
 
