@@ -17,15 +17,14 @@ from hermes.cli_args import add_common_options, add_config_options, check_output
 
 DEMO_BUDGET = 128  # visual tokens per layer in the demo: 8 frames of the micro model's 16 tokens
 DEMO_MEMORY = "hermes-4k"
+DEMO_MODEL = "micro-llava-onevision"  # hermes.models.micro.MICRO_NAME, named here so no torch loads before the checks
 
 
 def cmd_demo(args) -> int:
     """`demo [--memory PRESET] [--set ...] [--output DIR]`: returns the exit code."""
     check_output_path(args.output, "--output", directory=True)
-    from hermes.models.micro import MICRO_NAME
-
     # under any bounded preset the budget is 8 frames' worth, so memory is at work; --set memory.budget wins
-    cfg = config_from_args(args, model=MICRO_NAME, memory=DEMO_MEMORY, extra=[f"memory.budget={DEMO_BUDGET}"])
+    cfg = config_from_args(args, model=DEMO_MODEL, memory=DEMO_MEMORY, extra=[f"memory.budget={DEMO_BUDGET}"])
     memory_label = args.memory or DEMO_MEMORY
     if args.output:
         return run_demo(cfg, Path(args.output), memory_label=memory_label, as_json=args.json, keep=True)
@@ -49,7 +48,6 @@ def run_demo(cfg, folder: Path, *, memory_label: str, as_json: bool, keep: bool)
     """
     from hermes.datasets.parsing import parse_strict
     from hermes.datasets.synthetic_bench import write_demo
-    from hermes.models.micro import MICRO_NAME
     from hermes.pipelines.asked import AskedQuestion
     from hermes.pipelines.cli import print_answer
     from hermes.pipelines.run import RunPlan, execute_run
@@ -59,7 +57,7 @@ def run_demo(cfg, folder: Path, *, memory_label: str, as_json: bool, keep: bool)
     video, planned = write_demo(folder)
     print(f"wrote a synthetic 40 s stream of coloured shapes: {video}" + ("" if keep else " (removed at exit)"),
           file=sys.stderr)
-    print(f"model: {MICRO_NAME} (trained on CPU on such streams; see benchmarks/MICRO.md)", file=sys.stderr)
+    print(f"model: {cfg.model.name} (trained on CPU on such streams; see benchmarks/MICRO.md)", file=sys.stderr)
     budget = "no eviction" if cfg.memory.policy == "full" else f"budget {cfg.memory.budget} tokens per layer"
     print(f"memory: {memory_label} ({cfg.memory.policy}, {budget})", file=sys.stderr)
     plan = RunPlan(cfg, str(video), [AskedQuestion(q.question, q.t_s, tuple(q.options), i)

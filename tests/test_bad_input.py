@@ -96,6 +96,7 @@ CASES = [
     ([*R, "--set", "stream.backend=ffmpeg"], 2, "stream.backend: expected one of auto, decord, opencv"),
     ([*R, "--set", "model.dtype=int3"], 2, "model.dtype: expected one of auto"),
     ([*R, "--set", "model.attn_implementation=flash"], 2, "model.attn_implementation: expected one of sdpa, eager"),
+    ([*R, "--set", "model.family=qwen9_vl"], 2, "model.family: expected one of , llava_onevision, qwen2_vl"),
     ([*R, "--set", "memory.budget=0"], 2, "memory.budget: expected a positive whole number, found 0"),
     ([*R, "--set", "memory.budget=-5"], 2, "memory.budget: expected a positive whole number"),
     ([*R, "--set", "memory.recall_top_k=0"], 2, "memory.recall_top_k: expected a positive whole number"),
@@ -127,6 +128,7 @@ CASES = [
     (["demo", "--set", "memory.budget=0"], 2, "memory.budget: expected a positive whole number"),
     (["demo", "--set", "stream.fps=0"], 2, "stream.fps: expected a positive number"),
     (["demo", "--device", "gpu"], 2, "model.device: expected auto, cpu, cuda or cuda:N"),
+    (["demo", "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of int8, fp16"),
     # ---- bench memory / sweep / tiers: checked before a model is built or anything measured
     (["bench"], 2, "the following arguments are required: SUITE"),
     (["bench", "memory", "--lengths", "0,64"], 2, "--lengths expects positive integers"),
@@ -151,6 +153,9 @@ CASES = [
     # ---- eval (its own checks live in hermes.datasets.cli)
     (["eval"], 2, "the following arguments are required"),
     (["eval", "ovo-bench"], 2, "eval needs --data-root DIR"),
+    (["eval", "ovo-bench", "--data-root", "{dir}", "--set", "memory.dram_dtype=int4"], 2,
+     "memory.dram_dtype: expected one of int8, fp16"),
+    (["eval", "ovo-bench", "--data-root", "{dir}", "--device", "gpu"], 2, "model.device: expected auto"),
     # ---- memory inspect / verify
     (["memory"], 2, "the following arguments are required: ACTION"),
     (["memory", "inspect", "{dir}"], 2, "is not a memory directory"),
@@ -228,6 +233,9 @@ EARLY = [
     (["run", "{video}"], 2),
     (["run", "{video}", "--ask", "q", "--model", "llava-onevison-7b"], 4),
     (["demo", "--output", "{file}"], 2),
+    (["demo", "--set", "memory.dram_dtype=int4"], 2),
+    (["eval", "ovo-bench", "--data-root", "{dir}", "--set", "memory.dram_dtype=int4"], 2),
+    (["bench", "memory", "--set", "model.family=qwen9_vl"], 2),
     (["bench", "memory", "--output", "{dir}"], 2),
     (["bench", "sweep", "--set", "memory.budget=0"], 2),
 ]
