@@ -15,7 +15,6 @@ types, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import re
 import typing
@@ -26,12 +25,12 @@ from typing import Any, Literal
 
 import yaml
 
-from hermes.errors import ConfigError
+from hermes.errors import ConfigError, did_you_mean
 
 
-AUTO_MODEL = "auto"  # `model.name` that picks a preset for the device (`auto_model_name`)
-AUTO_MODEL_CPU = "smolvlm2-500m"
-AUTO_MODEL_CUDA = "llava-onevision-7b"
+# model names resolve in one place, the registry (configs/models/*.yaml): `auto`, the default memory preset
+from hermes.model_registry import (AUTO_MODEL, DEFAULT_MEMORY, ENTRY_KEYS, auto_model_name,  # noqa: F401
+                                   entry_from_mapping, model_entry)
 
 
 @dataclass
@@ -146,7 +145,7 @@ def load_preset(kind: str, name: str) -> dict[str, Any]:
     """
     names = preset_names(kind)
     if name not in names:
-        raise ConfigError(f"unknown {kind} preset {name!r}{_suggest(name, names)}; available: {', '.join(names)}")
+        raise ConfigError(f"unknown {kind} preset {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}")
     text = resources.files("hermes.configs").joinpath(kind, f"{name}.yaml").read_text()
     return _read_mapping(text, f"configs/{kind}/{name}.yaml")
 
@@ -165,11 +164,6 @@ def _read_mapping(text: str, where: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------
 # Applying nested dicts and dotted overrides to the dataclasses, with type checks
-
-
-def _suggest(key: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -195,7 +189,7 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         if isinstance(value, bool) or value not in allowed:
             names = [str(a) for a in allowed]
             raise ConfigError(f"{where}: expected one of {', '.join(names)}, found {value!r}"
-                              f"{_suggest(str(value), names)}")
+                              f"{did_you_mean(str(value), names)}")
         return value
     target = {"str": str, "int": int, "float": float, "bool": bool}.get(str(annotation), annotation)
     if target in (int, float) and isinstance(value, str) and _NUMBER_RE.match(value.strip()):
@@ -279,7 +273,7 @@ def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in names:
-            raise ConfigError(f"unknown config key {path!r}{_suggest(str(key), names)}")
+            raise ConfigError(f"unknown config key {path!r}{did_you_mean(str(key), names)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -311,24 +305,6 @@ def parse_set(item: str) -> dict[str, Any]:
     return nested
 
 
-def auto_model_name(device: str = "auto") -> str:
-    """The model preset that `model.name: auto` stands for on `device`.
-
-    With CUDA (device "auto" on a machine that has it, or "cuda[:N]"), LLaVA-OneVision-7B: the paper's
-    main model, whose results the memory presets are calibrated on. Otherwise SmolVLM2-500M: the
-    smallest preset whose video answers are sensible (Video-MME 42.2, MLVU 47.3), at 64 tokens per
-    frame from a 93M-parameter vision tower, against LLaVA-OneVision-0.5B's 196 tokens from a 400M
-    one (44.0 / 50.3): about a third of the compute and memory per frame on a CPU.
-    """
-    if device == "auto":
-        import torch  # only here: the rest of the config layer must stay light
-
-        cuda = torch.cuda.is_available()
-    else:
-        cuda = device.startswith("cuda")
-    return AUTO_MODEL_CUDA if cuda else AUTO_MODEL_CPU
-
-
 def default_memory_preset(model_name: str) -> str:
     """The memory preset `run` (and a future `serve`) uses when none is given: bounded, never `full`.
 
@@ -342,12 +318,8 @@ def default_memory_preset(model_name: str) -> str:
     Returns:
         A name in `preset_names("memory")`.
     """
-    if model_name in preset_names("models"):
-        return load_preset("models", model_name).get("memory", DEFAULT_MEMORY)
-    return DEFAULT_MEMORY
-
-
-DEFAULT_MEMORY = "hermes-4k"
+    entry = model_entry(model_name)
+    return entry.memory if entry is not None else DEFAULT_MEMORY
 
 
 def build_config(
@@ -416,11 +388,13 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
     path = Path(config_file)
     text = str(config_file)
     if not path.exists():
-        for kind, section in (("models", "model"), ("memory", "memory")):
-            if text in preset_names(kind):
-                return _preset_layer(kind, load_preset(kind, text), text)
+        entry = model_entry(text)
+        if entry is not None:
+            return entry.config_layer()
+        if text in preset_names("memory"):
+            return {"memory": load_preset("memory", text)}
         names = preset_names("models") + preset_names("memory")
-        raise ConfigError(f"config file not found: {path}{_suggest(text, names)}; --config takes a YAML file "
+        raise ConfigError(f"config file not found: {path}{did_you_mean(text, names)}; --config takes a YAML file "
                           f"or a preset name ({', '.join(names)})")
     if path.is_dir():
         raise ConfigError(f"--config expects a YAML file, found a directory: {path}")
@@ -432,25 +406,13 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     data = _read_mapping(raw, str(path))
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    if "model" not in data and set(data) & model_fields and set(data) <= model_fields | {"stream", "memory"}:
-        return _preset_layer("models", data, path.stem)  # a model preset's own file (configs/models/*.yaml)
+    if "model" not in data and set(data) & model_fields and set(data) <= model_fields | set(ENTRY_KEYS):
+        # a model preset's own file (configs/models/*.yaml)
+        return entry_from_mapping(path.stem, data, str(path)).config_layer()
     memory_fields = {f.name for f in dataclasses.fields(MemoryConfig)}
     if data and set(data) <= memory_fields:  # a memory preset's own file (configs/memory/*.yaml)
         return {"memory": data}
     return data
-
-
-def _preset_layer(kind: str, preset: dict[str, Any], name: str) -> dict[str, Any]:
-    """A model or memory preset as a layer of sections; a model preset also names its model."""
-    if kind == "memory":
-        return {"memory": preset}
-    preset = dict(preset)
-    stream = preset.pop("stream", None)
-    preset.pop("memory", None)  # its default memory preset: applied by the caller (`default_memory_preset`)
-    layer: dict[str, Any] = {"model": {"name": name, **preset}}
-    if stream is not None:
-        layer["stream"] = stream
-    return layer
 
 
 def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[str, Any]]]) -> HermesConfig:
@@ -460,13 +422,9 @@ def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[st
             _apply(cfg, layer, "")
     if memory is not None:
         _apply(cfg.memory, load_preset("memory", memory), "memory")
-    if name in preset_names("models"):
-        preset = load_preset("models", name)
-        stream = preset.pop("stream", None)
-        preset.pop("memory", None)  # the default memory preset: `default_memory_preset`, not a model key
-        _apply(cfg.model, preset, "model")
-        if stream is not None:
-            _apply(cfg, {"stream": stream}, "")
+    entry = model_entry(name)
+    if entry is not None:
+        _apply(cfg, entry.config_layer(), "")
     # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
     for kind, layer in layers:
         if kind != "base":

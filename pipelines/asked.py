@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes.errors import UsageError
+from hermes.errors import UsageError, did_you_mean
 
 # The keys a questions-file line may carry; anything else is a typo (did-you-mean) rather than ignored.
 QUESTION_KEYS = ("question", "at_s", "options", "id")
@@ -55,8 +55,6 @@ def read_questions_file(path: str) -> list[AskedQuestion]:
         UsageError: a missing, unreadable or non-UTF-8 file, or a line that is not such an object
             (naming the line; an unknown key gets a did-you-mean).
     """
-    from hermes.config import _suggest
-
     file = Path(path)
     if file.is_dir():
         raise UsageError(f"--questions expects a JSONL file, found a directory: {path}")
@@ -83,7 +81,7 @@ def read_questions_file(path: str) -> list[AskedQuestion]:
             raise UsageError(f'{where}: expected an object with a "question" string')
         for key in item:
             if key not in QUESTION_KEYS:
-                raise UsageError(f"{where}: unknown key {key!r}{_suggest(key, list(QUESTION_KEYS))}; "
+                raise UsageError(f"{where}: unknown key {key!r}{did_you_mean(key, QUESTION_KEYS)}; "
                                  f"a line takes {', '.join(QUESTION_KEYS)}")
         if not item["question"].strip():
             raise UsageError(f'{where}: "question" is empty')

@@ -100,9 +100,9 @@ def prepare_run(source: str, asked: list[tuple[str, str | None]], resolve_config
         raise UsageError(f"--memory-dir expects a directory, found a file: {memory_dir}")
     plan = RunPlan(resolve_config(), source, questions, ask_every_s, reconnect_s, interactive, memory_dir, resume,
                    memory_chosen)
-    from hermes.models.hub import check_model_name  # presets and paths only: no torch
+    from hermes.model_registry import resolve_source  # the registry and paths only: no torch
 
-    check_model_name(plan.cfg.model.name, plan.cfg.model.hub_id)
+    resolve_source(plan.cfg.model.name, plan.cfg.model.hub_id)
     ordered = in_answer_order(questions)
     if ordered != questions and ask_every_s is None:
         plan.notes.append("answers come in time order (questions at the end last), not in the order given; "

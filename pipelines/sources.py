@@ -17,7 +17,6 @@ URLs may carry credentials; nothing this package prints, logs or raises contains
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import re
@@ -31,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 # first OpenCV's libpng binds to that zlib and rejects every PNG ("bad parameters to zlib").
 import cv2  # noqa: F401
 
-from hermes.errors import SourceError, UsageError
+from hermes.errors import SourceError, UsageError, closest
 from hermes.pipelines.frames import Frame
 
 log = logging.getLogger(__name__)
@@ -220,8 +219,8 @@ def _check_options(options: dict[str, Any], allowed: set[str], kind: str) -> Non
     """Reject options the chosen kind of source does not take, with a did-you-mean hint."""
     for name in options:
         if name not in allowed:
-            close = difflib.get_close_matches(name, sorted(_LIVE_OPTIONS | _VIDEO_OPTIONS), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = closest(name, sorted(_LIVE_OPTIONS | _VIDEO_OPTIONS), cutoff=0.6)
+            hint = f"; did you mean {close!r}?" if close is not None else ""
             valid = ", ".join(sorted(allowed)) or "none"
             raise UsageError(f"unknown option {name!r} for a {kind} source (valid: {valid}){hint}")
 
