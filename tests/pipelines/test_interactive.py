@@ -111,7 +111,9 @@ def test_rtsp_stream_answers_periodic_questions_and_stops_on_ctrl_c(rtsp_server)
     assert len(answers) >= 3
     times = [a["at_s"] for a in answers]
     assert times == sorted(times) and times[:3] == [1.0, 2.0, 3.0]
-    assert answers[2]["frames_seen"] > answers[0]["frames_seen"] > 0
+    # counted, not timed: on a loaded machine the first answer may come before the first chunk is encoded
+    seen = [a["frames_seen"] for a in answers]
+    assert seen == sorted(seen) and seen[-1] > 0, seen
     assert "stopped (interrupted)" in err
 
 
@@ -174,6 +176,8 @@ def test_slow_model_on_a_60_s_stream_drops_frames_and_keeps_lag_flat(tiny_model)
     early, late = np.mean(lags_s[:third]), np.mean(lags_s[-third:])
     # A frame waits for at most the chunk being processed and its own (the queue keeps only the newest
     # frames), so lag is bounded by the model's time per chunk, however long the stream runs.
-    chunk_s = float(np.median(busy_s))
-    assert np.median(lags_s) < 2 * chunk_s + 0.5 and max(lags_s) < 10.0
+    # Bounds relative to this run's own measured chunk times (no absolute seconds: a loaded machine is slower
+    # everywhere), with one frame interval of the 10 fps camera as slack for the capture clock.
+    chunk_s, slowest_s = float(np.median(busy_s)), max(busy_s)
+    assert np.median(lags_s) < 2 * chunk_s + 0.1 and max(lags_s) < 2 * slowest_s + chunk_s + 0.1
     assert late < early + 0.3  # flat: the backlog does not grow
