@@ -148,9 +148,15 @@ def cmd_bench_sweep(args) -> int:
     return 0
 
 
-def add_bench_model_options(p: argparse.ArgumentParser) -> None:
-    """--arch, --num-layers, --vision-layers: which random-weight model to build (not configuration)."""
+def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...]) -> None:
+    """The configuration (with `config_flags`), --json, and --arch, --num-layers, --vision-layers: which
+    random-weight model to build (not configuration: they choose the model measured)."""
     from hermes.models.realsize import arch_names
+
+    add_config_options(p, flags=config_flags, memory_default="full; --policies picks the policies",
+                       flag_help=BUDGET_HELP)
+    p.add_argument("--json", action="store_true", help="JSON on stdout (the run as one object)")
+    add_common_options(p)
 
     p.add_argument("--arch", choices=arch_names(),
                    help="random weights at a published size, built on the device without downloads "
@@ -171,11 +177,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     memory = bench_sub.add_parser("memory", help="peak KV memory, TTFT and maintenance cost over stream lengths "
                                                  "(about 20 min on a 2-core CPU with the defaults)",
                                   description=BENCH_COSTS)
-    add_config_options(memory, flags=("--device", "--budget", "--chunk-frames"),
-                       memory_default="full; --policies picks the policies", flag_help=BUDGET_HELP)
-    memory.add_argument("--json", action="store_true", help="JSON on stdout (the run as one object)")
-    add_common_options(memory)
-    add_bench_model_options(memory)
+    add_bench_model_options(memory, ("--device", "--budget", "--chunk-frames"))
     memory.add_argument("--policies", default="full,hermes",
                         help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
                              "sliding+recall (default: full,hermes)")
@@ -199,11 +201,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
                       "lengths, chunk sizes and policies, with ratios against full (the longest suite)",
         description=BENCH_COSTS)
-    add_config_options(sweep, flags=("--device", "--budget", "--dtype"),
-                       memory_default="full; --policies picks the policies", flag_help=BUDGET_HELP)
-    sweep.add_argument("--json", action="store_true", help="JSON on stdout (the run as one object)")
-    add_common_options(sweep)
-    add_bench_model_options(sweep)
+    add_bench_model_options(sweep, ("--device", "--budget", "--dtype"))
     sweep.add_argument("--policies", default="full,sliding,hermes,hermes+recall",
                        help="comma-separated policies; `name+flag` turns a boolean memory setting on "
                             "(skipped with a note if this build has no such key); `recall-only` is sliding+recall "
