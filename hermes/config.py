@@ -4,9 +4,12 @@ The resolved configuration is a `HermesConfig` with three sections (`model`, `me
 It is built in this order, each step overriding the one before:
 
 1. the dataclass defaults below;
-2. the model preset (`configs/models/<name>.yaml`) and memory preset (`configs/memory/<name>.yaml`);
-3. a user YAML file (`--config FILE`) with the same nested layout as `HermesConfig.to_dict()`;
-4. `--set section.key=value` overrides (values parsed as YAML scalars).
+2. a command's own defaults (`build_config(base=...)`: the bench's budget);
+3. the memory preset (`configs/memory/<name>.yaml`) and the model's registry entry
+   (`configs/models/<name>.yaml`, read by `hermes.model_registry`, the one place names resolve);
+4. a user YAML file (`--config FILE`) with the same nested layout as `HermesConfig.to_dict()`;
+5. `--set section.key=value` overrides (values parsed as YAML scalars); the CLI's config flags
+   (`hermes.cli_args.CONFIG_FLAGS`) are sugar for such overrides, applied last.
 
 Unknown keys are errors with a did-you-mean suggestion, and values are checked against the field
 types, so a typo never silently falls back to a default.
