@@ -193,6 +193,7 @@ def test_yaml_1_1_exponents_are_numbers_not_strings():
     assert cfg.memory.recency_k == 1e-9 and cfg.memory.budget == 2000
 
 
+@pytest.mark.slow
 def test_non_utf8_typed_questions_are_exit_2(files, tmp_path):
     result = subprocess.run([sys.executable, "-m", "hermes", "run", str(files["video"]), *TINY, "--interactive"],
                             input=b"what is there?\n\xff\xfe\n", capture_output=True, env=offline_env())
@@ -250,6 +251,7 @@ def test_errors_are_raised_before_torch_is_imported(files, argv, code):
     assert report["heavy_at_raise"] and report["heavy_at_raise"][0] == [], report
 
 
+@pytest.mark.slow
 def test_decoder_noise_stays_off_stderr(tmp_path):
     """FFmpeg inside decord prints hundreds of lines on a damaged file; the user sees one (fd-level check)."""
     pytest.importorskip("av")

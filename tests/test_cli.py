@@ -396,6 +396,7 @@ def test_models_lists_presets_what_is_on_disk_and_sizes(tmp_path):
     assert entries["smolvlm2-256m"]["on_disk"] and entries["smolvlm2-256m"]["size_bytes"] >= 3 * 2**20
 
 
+@pytest.mark.slow
 def test_a_model_missing_offline_names_the_command_that_fetches_it(video, tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path))
     result = subprocess.run([sys.executable, "-m", "hermes", "run", str(video), "--model", "smolvlm2-500m",

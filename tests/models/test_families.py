@@ -114,6 +114,7 @@ LIMITS = {"tiny-llava-onevision": (400, 40), "tiny-smolvlm2": (400, 40), "tiny-q
 
 
 @pytest.mark.parametrize("name", TINY_FAMILIES)
+@pytest.mark.slow
 def test_positions_stay_in_range_far_beyond_max_position_embeddings(name):
     limit, n_frames = LIMITS[name]
     model = load_model(ModelConfig(name=name, max_new_tokens=3))  # its own copy: the limit is changed below

@@ -43,6 +43,7 @@ def test_schedule_orders_one_off_and_periodic_questions():
     assert [(q.text, q.at_s) for q in schedule.pending()] == [("tick", 4.0)]
 
 
+@pytest.mark.slow
 def test_typed_questions_see_only_frames_captured_before_they_were_typed(tiny_model):
     frames = [Frame(i * 0.1, np.full((16, 16, 3), i, np.uint8), i) for i in range(30)]
     clock_now = {"t": 0.0}
@@ -74,6 +75,7 @@ def make_folder(path: Path, n: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_interactive_cli_through_a_pipe(tmp_path):
     folder = make_folder(tmp_path / "frames", 40)  # 8 s at 5 fps, played back in real time
     proc = hermes_cli("run", folder, "--fps", "5", "--interactive", "--json", *TINY, stdin=subprocess.PIPE)
@@ -95,6 +97,7 @@ def test_interactive_cli_through_a_pipe(tmp_path):
     assert "stopped (input closed)" in err
 
 
+@pytest.mark.slow
 def test_rtsp_stream_answers_periodic_questions_and_stops_on_ctrl_c(rtsp_server):  # noqa: F811
     proc = hermes_cli("run", rtsp_server.url, "--fps", "4", "--ask-every", "1", "--ask", "What now?", "--json", *TINY)
     deadline = time.monotonic() + 60
@@ -117,6 +120,7 @@ def test_rtsp_stream_answers_periodic_questions_and_stops_on_ctrl_c(rtsp_server)
     assert "stopped (interrupted)" in err
 
 
+@pytest.mark.slow
 def test_rtsp_server_gone_for_good_exits_3_after_the_deadline(own_rtsp_server):  # noqa: F811
     url = own_rtsp_server.url.replace("rtsp://", "rtsp://admin:hunter2@")
     proc = hermes_cli("run", url, "--fps", "2", "--ask-every", "1", "--ask", "q", "--reconnect-timeout", "3", *TINY)

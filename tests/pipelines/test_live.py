@@ -281,6 +281,7 @@ def test_rtsp_gone_for_good_raises_after_deadline(own_rtsp_server, caplog):
     assert "reconnecting" in caplog.text and SECRET not in caplog.text
 
 
+@pytest.mark.slow
 def test_slow_consumer_drops_frames_with_bounded_lag(rtsp_server):
     consumer_period_s = 0.15  # slower than the 0.1 s frame interval
     lags: list[float] = []
