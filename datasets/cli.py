@@ -4,7 +4,7 @@
         --memory hermes-4k --output runs/ovo-hermes4k [--resume] [--limit 10] [--tasks EPM ASI]
 
 `hermes/cli.py` registers it with `add_eval_parser(subparsers)`; `cmd_eval` is the handler. Only
-argparse is imported here, so `--help` stays instant; the runner (torch, transformers, decoders)
+argparse and the preset layer are imported here, so `--help` stays instant; the runner (torch, transformers, decoders)
 loads when the command runs. Errors are `hermes.errors` types: the entry point prints them as one
 line and exits 2 (usage/config), 3 (source) or 4 (model/judge).
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from hermes.cli_args import add_config_options, config_from_args
 
 
 def add_eval_parser(subparsers) -> argparse.ArgumentParser:
@@ -44,14 +46,7 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--shard", metavar="I/N",
                    help="run only shard I of N (every N-th video from the I-th; 'auto': torchrun's RANK/WORLD_SIZE); "
                         "join the parts with eval merge")
-    p.add_argument("--model", help="model preset, hub id, local directory or builtin tiny-*")
-    p.add_argument("--memory", help="memory preset from configs/memory (default: full)")
-    p.add_argument("--config", metavar="FILE", help="YAML file with model:, memory:, stream: sections, or a preset "
-                                                    "name (paper-llava-onevision-7b, paper-qwen2.5-vl-7b: the paper's "
-                                                    "settings)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override one config key, e.g. --set stream.fps=1 (repeatable)")
-    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (sets model.device)")
+    add_config_options(p, flags=("--device",), memory_default="full")
     p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N videos")
     p.add_argument("--tasks", nargs="+", metavar="TASK",
                    help="task or group names to keep (space- or comma-separated), e.g. EPM ASI or backward")
@@ -146,7 +141,6 @@ def cmd_eval(args) -> int:
     Raises:
         HermesError: Usage/config (exit 2), source (3) or model/judge (4) errors.
     """
-    from hermes.config import build_config
     from hermes.errors import UsageError
 
     from .runner import default_output_dir, run_eval
@@ -165,10 +159,7 @@ def cmd_eval(args) -> int:
     if args.parts:
         raise UsageError(f"eval {args.benchmark}: unexpected arguments {' '.join(args.parts)}")
 
-    overrides = list(args.set or [])
-    if args.device:
-        overrides.append(f"model.device={args.device}")
-    cfg = build_config(model=args.model, memory=args.memory, config_file=args.config, overrides=overrides)
+    cfg = config_from_args(args)
     tasks = ",".join(args.tasks) if args.tasks else None
     output = args.output or str(default_output_dir(args.benchmark, cfg))
     shard = parse_shard(args.shard) if args.shard else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import difflib
 import json
 import os
 import re
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hermes.errors import SourceError, UsageError
+from hermes.errors import SourceError, UsageError, closest
 
 from .records import VideoRecord, normalize_options
 
@@ -338,11 +337,8 @@ def normalize_tasks(tasks: str | Iterable[str] | None) -> list[str] | None:
 def unknown_name_error(kind: str, name: str, known: Iterable[str]) -> UsageError:
     """A UsageError for an unknown name, with a did-you-mean suggestion (difflib)."""
     known = sorted(set(known))
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    if not close:
-        folded = {k.casefold(): k for k in known}
-        close = [folded[name.casefold()]] if name.casefold() in folded else []
-    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+    close = closest(name, known)
+    hint = f"; did you mean {close!r}?" if close is not None else f"; known: {', '.join(known)}"
     return UsageError(f"unknown {kind} {name!r}{hint}")
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hermes.errors import ModelError, UsageError
+from hermes.redact import redact_url
 
 # Exactly as ReKV's eval_open_ended.py sends it: its string pieces join without newlines around
 # "------" and after "##INSTRUCTIONS: " (Video-ChatGPT's original has them; ReKV's numbers do not).
@@ -222,14 +223,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         raise urllib.error.HTTPError(req.full_url, code, f"redirect to another URL refused ({msg})", headers, fp)
-
-
-def redact_url(url: str) -> str:
-    """`url` without user:password and query string (which may carry keys)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class HttpJudge:

@@ -16,7 +16,6 @@ way for all of them. Arrays and folders have no timestamps of their own: frame `
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,8 +26,6 @@ from hermes.pipelines.frames import Frame
 
 from .records import VideoRecord
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-_DIGITS = re.compile(r"(\d+)")
 
 
 class RecordFrames:
@@ -149,30 +146,18 @@ def _npy_frames(record: VideoRecord, path: Path, fps: float, start_s: float) -> 
     return RecordFrames(frames(), "npy", path)
 
 
-def _natural_key(path: Path) -> tuple:
-    """Order file names by embedded numbers ("2.jpg" before "10.jpg"), then by name."""
-    parts = _DIGITS.split(path.name.casefold())
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), path.name
-
-
 def _folder_frames(record: VideoRecord, folder: Path, fps: float, start_s: float) -> RecordFrames:
     """A folder of extracted frames, frame i at i / frame_fps."""
-    import cv2  # only folders of images need an image decoder
+    from hermes.pipelines.images import IMAGE_EXTENSIONS, list_images, read_image  # an image decoder, for folders only
 
-    files = sorted(
-        (p for p in folder.iterdir() if p.suffix.casefold() in IMAGE_SUFFIXES and not p.name.startswith(".")),
-        key=_natural_key,
-    )
+    files = list_images(folder)
     if not files:
-        raise SourceError(f"frame folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}); re-extract it")
+        raise SourceError(f"frame folder {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}); re-extract it")
     rate = _require_rate(record, folder, None)
     picked = _picked(len(files), rate, fps, start_s, record.end_s)
 
     def frames() -> Iterator[Frame]:
         for i in picked:
-            bgr = cv2.imread(str(files[i]), cv2.IMREAD_COLOR)
-            if bgr is None:
-                raise SourceError(f"cannot decode frame {files[i]}; the file is corrupt or not an image")
-            yield Frame(t_s=i / rate, rgb=np.ascontiguousarray(bgr[:, :, ::-1]), index=i)
+            yield Frame(t_s=i / rate, rgb=read_image(files[i]), index=i)
 
     return RecordFrames(frames(), "folder", folder)

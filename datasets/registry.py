@@ -13,12 +13,11 @@ Names are matched case-insensitively and without regard to "-", "_" or spaces, s
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from typing import Callable, NamedTuple
 
-from hermes.errors import UsageError
+from hermes.errors import UsageError, closest
 
 from . import egoschema, longvideobench, lvbench, mlvu, mvbench, ovo_bench, rvs, streamingbench, videomme
 
@@ -85,8 +84,8 @@ def canonical_name(name: str) -> str:
     if folded in ALIASES:
         return ALIASES[folded]
     choices = sorted(BENCHMARKS)
-    close = difflib.get_close_matches(folded, list(_BY_FOLDED), n=1, cutoff=0.6)
-    hint = f"did you mean {_BY_FOLDED[close[0]]!r}?" if close else f"choose one of {', '.join(choices)}"
+    close = closest(folded, list(_BY_FOLDED), cutoff=0.6)
+    hint = f"did you mean {_BY_FOLDED[close]!r}?" if close is not None else f"choose one of {', '.join(choices)}"
     raise UsageError(f"unknown benchmark {name!r}; {hint}")
 
 

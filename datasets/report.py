@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hermes.markdown import table
+
 from .results import REPORT_FILE, write_atomic
 
 ACCURACY_PLOT = "accuracy_per_task.png"
@@ -30,9 +32,8 @@ def _num(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    """A markdown table, as lines."""
+    return table(header, rows).split("\n")
 
 
 def _breakdown(title: str, official: Mapping, strict: Mapping | None) -> list[str]:

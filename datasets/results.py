@@ -33,13 +33,10 @@ def write_atomic(path: Path, text: str) -> None:
     Raises:
         UsageError: If the folder is not writable.
     """
-    tmp = path.with_name(f".{path.name}.tmp")
+    from hermes.tiers.files import write_bytes_atomic
+
     try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_bytes_atomic(path, text.encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --output") from None
 

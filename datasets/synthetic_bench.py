@@ -38,13 +38,15 @@ from pathlib import Path
 
 import numpy as np
 
-from hermes.pipelines.synthetic import write_mp4
+# The shapes' motion and the background are the demo videos' (`hermes.pipelines.synthetic`); the world
+# itself (timelines of appearances, the questions) is the benchmark's own: the micro model was trained
+# on exactly these streams, so its generation must not change.
+from hermes.pipelines.synthetic import BACKGROUND_RGB, bounce, write_mp4
 
 COLOURS_RGB = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 90, 240),
                "yellow": (240, 220, 40), "purple": (160, 60, 230), "white": (235, 235, 235)}
 COLOURS = tuple(COLOURS_RGB)
 SHAPES = ("circle", "square", "triangle")
-BACKGROUND_RGB = (24, 24, 32)  # dark, so every colour stands out after mp4 coding
 FRAME_SIZE_PX = 64  # written frames; the micro model resizes them to its own input
 FAMILIES = ("realtime", "episodic", "counting", "ordering")
 TASK_OF = {"realtime_colour": "ATR", "episodic_first": "EPM", "episodic_before": "EPM",
@@ -76,14 +78,8 @@ class Appearance:
         """Centre (x, y) as fractions of the frame; the path bounces so the object stays inside."""
         free = 1.0 - 2.0 * self.radius
         dt = t_s - self.start_s
-        return (self.radius + free * _bounce(self.u0 + self.du * dt),
-                self.radius + free * _bounce(self.v0 + self.dv * dt))
-
-
-def _bounce(x: float) -> float:
-    """Fold an unbounded coordinate into [0, 1] as if it bounced between two walls."""
-    x = x % 2.0
-    return 2.0 - x if x > 1.0 else x
+        return (self.radius + free * bounce(self.u0 + self.du * dt),
+                self.radius + free * bounce(self.v0 + self.dv * dt))
 
 
 @dataclass

@@ -4,9 +4,12 @@ The resolved configuration is a `HermesConfig` with three sections (`model`, `me
 It is built in this order, each step overriding the one before:
 
 1. the dataclass defaults below;
-2. the model preset (`configs/models/<name>.yaml`) and memory preset (`configs/memory/<name>.yaml`);
-3. a user YAML file (`--config FILE`) with the same nested layout as `HermesConfig.to_dict()`;
-4. `--set section.key=value` overrides (values parsed as YAML scalars).
+2. a command's own defaults (`build_config(base=...)`: the bench's budget);
+3. the memory preset (`configs/memory/<name>.yaml`) and the model's registry entry
+   (`configs/models/<name>.yaml`, read by `hermes.model_registry`, the one place names resolve);
+4. a user YAML file (`--config FILE`) with the same nested layout as `HermesConfig.to_dict()`;
+5. `--set section.key=value` overrides (values parsed as YAML scalars); the CLI's config flags
+   (`hermes.cli_args.CONFIG_FLAGS`) are sugar for such overrides, applied last.
 
 Unknown keys are errors with a did-you-mean suggestion, and values are checked against the field
 types, so a typo never silently falls back to a default.
@@ -15,7 +18,6 @@ types, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import re
 import typing
@@ -26,12 +28,12 @@ from typing import Any, Literal
 
 import yaml
 
-from hermes.errors import ConfigError
+from hermes.errors import ConfigError, did_you_mean
 
 
-AUTO_MODEL = "auto"  # `model.name` that picks a preset for the device (`auto_model_name`)
-AUTO_MODEL_CPU = "smolvlm2-500m"
-AUTO_MODEL_CUDA = "llava-onevision-7b"
+# model names resolve in one place, the registry (configs/models/*.yaml): `auto`, the default memory preset
+from hermes.model_registry import (AUTO_MODEL, DEFAULT_MEMORY, ENTRY_KEYS, auto_model_name,  # noqa: F401
+                                   entry_from_mapping, model_entry)
 
 
 @dataclass
@@ -39,7 +41,8 @@ class ModelConfig:
     """Which vision-language model answers, and how it decodes."""
 
     name: str = "auto"  # preset name, hub id, local directory, builtin tiny-* or micro-*, or "auto" (see auto_model_name)
-    family: str = ""  # adapter family; "" = taken from the preset or the checkpoint's config
+    # adapter family (transformers `model_type`); "" = taken from the preset or the checkpoint's config
+    family: Literal["", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "smolvlm"] = ""
     hub_id: str = ""  # checkpoint to load; "" = `name` itself
     revision: str = ""  # hub commit, branch or tag to load (as `hermes-video pull --revision` fetched); "" = main
     device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
@@ -145,7 +148,7 @@ def load_preset(kind: str, name: str) -> dict[str, Any]:
     """
     names = preset_names(kind)
     if name not in names:
-        raise ConfigError(f"unknown {kind} preset {name!r}{_suggest(name, names)}; available: {', '.join(names)}")
+        raise ConfigError(f"unknown {kind} preset {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}")
     text = resources.files("hermes.configs").joinpath(kind, f"{name}.yaml").read_text()
     return _read_mapping(text, f"configs/{kind}/{name}.yaml")
 
@@ -164,11 +167,6 @@ def _read_mapping(text: str, where: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------
 # Applying nested dicts and dotted overrides to the dataclasses, with type checks
-
-
-def _suggest(key: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -194,7 +192,7 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         if isinstance(value, bool) or value not in allowed:
             names = [str(a) for a in allowed]
             raise ConfigError(f"{where}: expected one of {', '.join(names)}, found {value!r}"
-                              f"{_suggest(str(value), names)}")
+                              f"{did_you_mean(str(value), names)}")
         return value
     target = {"str": str, "int": int, "float": float, "bool": bool}.get(str(annotation), annotation)
     if target in (int, float) and isinstance(value, str) and _NUMBER_RE.match(value.strip()):
@@ -278,7 +276,7 @@ def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in names:
-            raise ConfigError(f"unknown config key {path!r}{_suggest(str(key), names)}")
+            raise ConfigError(f"unknown config key {path!r}{did_you_mean(str(key), names)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -310,24 +308,6 @@ def parse_set(item: str) -> dict[str, Any]:
     return nested
 
 
-def auto_model_name(device: str = "auto") -> str:
-    """The model preset that `model.name: auto` stands for on `device`.
-
-    With CUDA (device "auto" on a machine that has it, or "cuda[:N]"), LLaVA-OneVision-7B: the paper's
-    main model, whose results the memory presets are calibrated on. Otherwise SmolVLM2-500M: the
-    smallest preset whose video answers are sensible (Video-MME 42.2, MLVU 47.3), at 64 tokens per
-    frame from a 93M-parameter vision tower, against LLaVA-OneVision-0.5B's 196 tokens from a 400M
-    one (44.0 / 50.3): about a third of the compute and memory per frame on a CPU.
-    """
-    if device == "auto":
-        import torch  # only here: the rest of the config layer must stay light
-
-        cuda = torch.cuda.is_available()
-    else:
-        cuda = device.startswith("cuda")
-    return AUTO_MODEL_CUDA if cuda else AUTO_MODEL_CPU
-
-
 def default_memory_preset(model_name: str) -> str:
     """The memory preset `run` (and a future `serve`) uses when none is given: bounded, never `full`.
 
@@ -341,12 +321,8 @@ def default_memory_preset(model_name: str) -> str:
     Returns:
         A name in `preset_names("memory")`.
     """
-    if model_name in preset_names("models"):
-        return load_preset("models", model_name).get("memory", DEFAULT_MEMORY)
-    return DEFAULT_MEMORY
-
-
-DEFAULT_MEMORY = "hermes-4k"
+    entry = model_entry(model_name)
+    return entry.memory if entry is not None else DEFAULT_MEMORY
 
 
 def build_config(
@@ -354,6 +330,7 @@ def build_config(
     memory: str | None = None,
     config_file: str | Path | None = None,
     overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
 ) -> HermesConfig:
     """Resolve the configuration from presets, a YAML file and `key=value` overrides.
 
@@ -375,6 +352,9 @@ def build_config(
         config_file: a YAML file with `model:`, `memory:`, `stream:` sections; or a preset name
             (`smolvlm2-500m`, `hermes-6k`), or a model preset's own YAML file (top-level model keys).
         overrides: `section.key=value` strings, applied last.
+        base: a command's own defaults as nested sections (the bench's `{"memory": {"budget": 512}}`),
+            applied over the dataclass defaults and beneath everything else: a preset, the file or an
+            override that sets the same key wins.
 
     Returns:
         The resolved, type-checked `HermesConfig`.
@@ -397,6 +377,7 @@ def build_config(
             name = named(layer)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"model.name: expected a model name, found {name!r}")
+    layers = ([("base", base)] if base else []) + layers
     cfg = _build_config(name, memory, layers)
     if cfg.model.name == AUTO_MODEL:  # resolved after the file and overrides: they may set the device
         concrete = auto_model_name(cfg.model.device)
@@ -412,11 +393,13 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
     if not path.exists():
         if text in preset_names("paper"):  # a whole setting (model:, memory:, stream:), e.g. the paper's
             return load_preset("paper", text)
-        for kind in ("models", "memory"):
-            if text in preset_names(kind):
-                return _preset_layer(kind, load_preset(kind, text), text)
+        entry = model_entry(text)
+        if entry is not None:
+            return entry.config_layer()
+        if text in preset_names("memory"):
+            return {"memory": load_preset("memory", text)}
         names = preset_names("paper") + preset_names("models") + preset_names("memory")
-        raise ConfigError(f"config file not found: {path}{_suggest(text, names)}; --config takes a YAML file "
+        raise ConfigError(f"config file not found: {path}{did_you_mean(text, names)}; --config takes a YAML file "
                           f"or a preset name ({', '.join(names)})")
     if path.is_dir():
         raise ConfigError(f"--config expects a YAML file, found a directory: {path}")
@@ -428,41 +411,29 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     data = _read_mapping(raw, str(path))
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    if "model" not in data and set(data) & model_fields and set(data) <= model_fields | {"stream", "memory"}:
-        return _preset_layer("models", data, path.stem)  # a model preset's own file (configs/models/*.yaml)
+    if "model" not in data and set(data) & model_fields and set(data) <= model_fields | set(ENTRY_KEYS):
+        # a model preset's own file (configs/models/*.yaml)
+        return entry_from_mapping(path.stem, data, str(path)).config_layer()
     memory_fields = {f.name for f in dataclasses.fields(MemoryConfig)}
     if data and set(data) <= memory_fields:  # a memory preset's own file (configs/memory/*.yaml)
         return {"memory": data}
     return data
 
 
-def _preset_layer(kind: str, preset: dict[str, Any], name: str) -> dict[str, Any]:
-    """A model or memory preset as a layer of sections; a model preset also names its model."""
-    if kind == "memory":
-        return {"memory": preset}
-    preset = dict(preset)
-    stream = preset.pop("stream", None)
-    preset.pop("memory", None)  # its default memory preset: applied by the caller (`default_memory_preset`)
-    layer: dict[str, Any] = {"model": {"name": name, **preset}}
-    if stream is not None:
-        layer["stream"] = stream
-    return layer
-
-
 def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[str, Any]]]) -> HermesConfig:
     cfg = HermesConfig()
+    for kind, layer in layers:
+        if kind == "base":
+            _apply(cfg, layer, "")
     if memory is not None:
         _apply(cfg.memory, load_preset("memory", memory), "memory")
-    if name in preset_names("models"):
-        preset = load_preset("models", name)
-        stream = preset.pop("stream", None)
-        preset.pop("memory", None)  # the default memory preset: `default_memory_preset`, not a model key
-        _apply(cfg.model, preset, "model")
-        if stream is not None:
-            _apply(cfg, {"stream": stream}, "")
+    entry = model_entry(name)
+    if entry is not None:
+        _apply(cfg, entry.config_layer(), "")
     # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
-    for _, layer in layers:
-        _apply(cfg, layer, "")
+    for kind, layer in layers:
+        if kind != "base":
+            _apply(cfg, layer, "")
     cfg.model.name = name
     validate(cfg)
     return cfg

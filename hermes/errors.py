@@ -47,3 +47,22 @@ class ModelError(HermesError):
     """A model that cannot be found, loaded or is not supported."""
 
     exit_code = EXIT_MODEL
+
+
+def closest(word: str, choices, cutoff: float = 0.5) -> str | None:
+    """The choice most like `word` (difflib's ratio at least `cutoff`), else one equal to it but for
+    case, else None: the one did-you-mean rule of every error message."""
+    import difflib
+
+    choices = list(choices)
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=cutoff)
+    if close:
+        return close[0]
+    folded = {str(c).casefold(): c for c in choices}
+    return folded.get(word.casefold())
+
+
+def did_you_mean(word: str, choices, cutoff: float = 0.5) -> str:
+    """`" (did you mean 'x'?)"` for the `closest` choice, or "" when none is close."""
+    match = closest(word, choices, cutoff)
+    return f" (did you mean {match!r}?)" if match is not None else ""

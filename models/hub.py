@@ -12,51 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes.config import load_preset, preset_names
 from hermes.errors import ModelError
+from hermes.model_registry import entries, hub_id_of
 
 # What a checkpoint needs to load: configs, weights, tokenizer and processor files, chat templates.
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
-
-
-def hub_id_of(model: str) -> str:
-    """The hub id a preset name stands for (`smolvlm2-500m` -> `HuggingFaceTB/...`), or `model` itself.
-
-    Raises:
-        ModelError: a preset without a checkpoint (builtin), or a name that is neither a preset
-            nor `org/name`.
-    """
-    if model in preset_names("models"):
-        hub_id = load_preset("models", model).get("hub_id", "")
-        if not hub_id:
-            raise ModelError(f"{model!r} is builtin (shipped with the package): there is nothing to pull")
-        return hub_id
-    parts = model.split("/")
-    if len(parts) != 2 or not all(parts):
-        from hermes.config import _suggest
-
-        raise ModelError(f"unknown model {model!r}{_suggest(model, preset_names('models'))}: pull takes a preset "
-                         f"(see `hermes-video models`) or a hub id like org/name")
-    return model
-
-
-def check_model_name(name: str, hub_id: str = "") -> None:
-    """Refuse, before anything loads, a model that is no preset, no local directory and no hub id.
-
-    Raises:
-        ModelError: with the closest preset name and what `--model` takes.
-    """
-    source = hub_id or name
-    parts = source.split("/")
-    if name in preset_names("models") or Path(source).expanduser().is_dir() or \
-            (len(parts) == 2 and all(parts) and not source.startswith((".", "/", "~"))):
-        return
-    from hermes.config import _suggest
-
-    known = preset_names("models")
-    where = "local directory not found" if source.startswith((".", "/", "~")) else "unknown model"
-    raise ModelError(f"{where} {source!r}{_suggest(source, known)}: use a preset ({', '.join(known)}), a hub id "
-                     f"like org/name, or a local checkpoint directory")
 
 
 def pull(model: str, revision: str | None = None, local_dir: str | None = None, progress: bool = True) -> Path:
@@ -89,7 +49,7 @@ def pull(model: str, revision: str | None = None, local_dir: str | None = None, 
 
 
 @dataclass(frozen=True)
-class ModelEntry:
+class ModelRow:
     """One row of `hermes-video models`."""
 
     name: str  # preset name, or the hub id of a cached checkpoint no preset names
@@ -121,21 +81,19 @@ def cached_repos(cache_dir: str | Path | None = None) -> dict[str, int]:
     return {repo.repo_id: repo.size_on_disk for repo in info.repos if repo.repo_type == "model"}
 
 
-def list_models(cache_dir: str | Path | None = None) -> list[ModelEntry]:
+def list_models(cache_dir: str | Path | None = None) -> list[ModelRow]:
     """Every model preset (builtin ones first), then cached checkpoints that no preset names."""
     cached = cached_repos(cache_dir)
-    entries = []
-    for name in preset_names("models"):
-        preset = load_preset("models", name)
-        hub_id = preset.get("hub_id", "")
-        size = 0 if not hub_id else cached.pop(hub_id, None)
-        entries.append(ModelEntry(name, hub_id, preset.get("family", ""), size))
-    entries.sort(key=lambda e: (e.hub_id != "", e.name))
-    entries += [ModelEntry(hub_id, hub_id, "", size) for hub_id, size in sorted(cached.items())]
-    return entries
+    rows = []
+    for entry in entries():
+        size = 0 if not entry.hub_id else cached.pop(entry.hub_id, None)
+        rows.append(ModelRow(entry.name, entry.hub_id, entry.family, size))
+    rows.sort(key=lambda e: (e.hub_id != "", e.name))
+    rows += [ModelRow(hub_id, hub_id, "", size) for hub_id, size in sorted(cached.items())]
+    return rows
 
 
-def format_models(entries: list[ModelEntry]) -> str:
+def format_models(entries: list[ModelRow]) -> str:
     """The `models` table: name, family, checkpoint, where it is."""
     rows = [("MODEL", "FAMILY", "CHECKPOINT", "ON DISK")]
     for e in entries:

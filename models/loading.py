@@ -1,4 +1,9 @@
-"""Turn a `ModelConfig` into a ready adapter: builtin tiny model, local directory or hub id.
+"""`load_model(name | cfg)`: the one way to a ready adapter — a builtin model, a local directory or a hub id.
+
+The name is resolved by the model registry (`hermes.model_registry`, over `configs/models/*.yaml`):
+a builtin entry is built by its `builder` with its `adapter` options; anything else is a checkpoint
+whose family is read from its `config.json`. `make_adapter` wraps a model already in hand (a script
+training one), `build_random_model` a random-weight model of a registered architecture (the benches).
 
 Every failure is a `ModelError` (exit code 4) naming what was asked for and how to fix it.
 `trust_remote_code` stays off unless the user turns it on: it would run code from the checkpoint.
@@ -7,23 +12,23 @@ Every failure is a `ModelError` (exit code 4) naming what was asked for and how 
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import importlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from hermes.config import AUTO_MODEL, ModelConfig, auto_model_name, load_preset, preset_names
+from hermes.config import ModelConfig, build_config
 from hermes.errors import ConfigError, ModelError
+from hermes.model_registry import AUTO_MODEL, auto_model_name, model_entry, resolve_source
 from hermes.models.base import VLMAdapter
 from hermes.models.llava_onevision import LlavaOnevisionAdapter
-from hermes.models.micro import MICRO_NAME, load_micro
 from hermes.models.preprocess import read_normalisation
 from hermes.models.qwen3_vl import Qwen3VLAdapter
 from hermes.models.qwen_vl import Qwen25VLAdapter, QwenVLAdapter
 from hermes.models.smolvlm import SmolVLMAdapter
-from hermes.models.tiny import TINY_BUILDERS
 
 # transformers `model_type` -> adapter class.
 ADAPTERS: dict[str, type[VLMAdapter]] = {
@@ -33,11 +38,6 @@ ADAPTERS: dict[str, type[VLMAdapter]] = {
     "qwen3_vl": Qwen3VLAdapter,
     "smolvlm": SmolVLMAdapter,
 }
-
-# Builtin ids -> (family, build(seed=...) -> (model, tokenizer), adapter options): the random tiny
-# models and the trained micro model, all offline.
-BUILTIN_MODELS = {**TINY_BUILDERS, MICRO_NAME: ("llava_onevision", load_micro, {})}
-
 
 def supported_families() -> list[str]:
     return sorted(ADAPTERS)
@@ -104,11 +104,6 @@ def _snapshot(hub_id: str, name: str, revision: str = "") -> Path:
                          f"(or pass --model DIR)") from None
 
 
-def _looks_like_hub_id(name: str) -> bool:
-    parts = name.split("/")
-    return len(parts) == 2 and all(parts) and not name.startswith((".", "/"))
-
-
 def resolve_auto(cfg: ModelConfig) -> ModelConfig:
     """`name: auto` made concrete: the preset `auto_model_name` picks for the device, its checkpoint.
 
@@ -116,16 +111,19 @@ def resolve_auto(cfg: ModelConfig) -> ModelConfig:
     """
     if cfg.name != AUTO_MODEL:
         return cfg
-    name = auto_model_name(cfg.device)
-    preset = load_preset("models", name)
-    return dataclasses.replace(cfg, name=name, family=preset.get("family", ""), hub_id=preset.get("hub_id", ""))
+    entry = model_entry(auto_model_name(cfg.device))
+    return dataclasses.replace(cfg, name=entry.name, family=entry.family, hub_id=entry.hub_id)
 
 
-def load_model(cfg: ModelConfig) -> VLMAdapter:
-    """Build the adapter for `cfg`: a builtin model (`tiny-*`, `micro-*`), a local directory or a hub id.
+def load_model(model: str | ModelConfig, *, builder_options: dict[str, Any] | None = None) -> VLMAdapter:
+    """Build the adapter for a model name or a resolved `ModelConfig`: the one way to load a model.
 
     Args:
-        cfg: the resolved model configuration (`name: auto` picks a preset for the device).
+        model: a registered name (`tiny-*`, `micro-*`, a preset), a hub id or a local directory, whose
+            registry defaults then apply (`build_config(model=...)`); or a `ModelConfig` as resolved
+            (`name: auto` picks the entry for the device).
+        builder_options: extra keyword arguments of a builtin entry's builder (the micro model's
+            `path=` to a freshly trained weights file).
 
     Returns:
         The adapter, with its model in eval mode on the resolved device and dtype.
@@ -133,35 +131,69 @@ def load_model(cfg: ModelConfig) -> VLMAdapter:
     Raises:
         ModelError: unknown id, unsupported architecture, unavailable device, or a failed load.
     """
+    cfg = build_config(model=model).model if isinstance(model, str) else model
     if cfg.repetition_penalty <= 0:
         raise ConfigError(f"model.repetition_penalty must be positive, found {cfg.repetition_penalty}")
-    adapter = _load(resolve_auto(cfg))
+    adapter = _load(resolve_auto(cfg), builder_options or {})
     adapter.repetition_penalty = cfg.repetition_penalty
     return adapter
 
 
-def _load(cfg: ModelConfig) -> VLMAdapter:
+def make_adapter(family: str, name: str, model, tokenizer, cfg: ModelConfig | None = None,
+                 **options: Any) -> VLMAdapter:
+    """Wrap a transformers model already in hand (a script that trains one) in its family's adapter.
+
+    Args:
+        family: the adapter family (`supported_families()`).
+        name: the adapter's name in messages and results.
+        cfg: device, dtype and system prompt (None: the defaults, on the CPU in fp32 unless set).
+        options: the adapter's own keyword options (frame sizes).
+
+    Raises:
+        ModelError: no adapter for `family`.
+    """
+    if family not in ADAPTERS:
+        raise ModelError(f"no adapter for family {family!r}; supported families: {', '.join(supported_families())}")
+    cfg = cfg or ModelConfig()
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
-    if cfg.name in BUILTIN_MODELS:
-        family, build, options = BUILTIN_MODELS[cfg.name]
-        model, tokenizer = build(seed=cfg.seed)
-        return ADAPTERS[family](cfg.name, model.to(device, dtype), tokenizer, device=device, dtype=dtype,
-                                system_prompt=cfg.system_prompt, **options)
+    return ADAPTERS[family](name, model.to(device, dtype), tokenizer, device=device, dtype=dtype,
+                            system_prompt=cfg.system_prompt, **options)
 
-    source = cfg.hub_id or cfg.name
-    if Path(source).expanduser().is_dir():  # as the early check (models/hub.py) reads it
-        model_dir = Path(source).expanduser()
-    elif _looks_like_hub_id(source):
-        model_dir = _snapshot(source, cfg.name, cfg.revision)
-    else:
-        known = preset_names("models")
-        close = difflib.get_close_matches(source, known, n=1, cutoff=0.5)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ModelError(
-            f"unknown model {source!r}{hint}: use a preset ({', '.join(known)}), a hub id like "
-            f"org/name, or a local checkpoint directory"
-        )
+
+def _build_builtin(name: str, cfg: ModelConfig, builder_options: dict[str, Any]) -> VLMAdapter:
+    """A registered builtin model, built by its `builder` with its adapter options."""
+    entry = model_entry(name)
+    module, _, function = entry.builder.partition(":")
+    build = getattr(importlib.import_module(module), function)
+    model, tokenizer = build(seed=cfg.seed, **builder_options)
+    return make_adapter(entry.family, name, model, tokenizer, cfg, **entry.adapter)
+
+
+def build_random_model(arch: str, cfg: ModelConfig, *, num_layers: int | None = None,
+                       vision_layers: int | None = None) -> VLMAdapter:
+    """A random-weight model of `arch` (`hermes.models.realsize`) on `cfg`'s device and dtype, with its
+    seed and system prompt: what the benches measure without a checkpoint.
+
+    Raises:
+        ModelError: unknown architecture, bad layer count, or an unavailable device.
+    """
+    from hermes.models.realsize import build_random
+
+    device = resolve_device(cfg.device)
+    adapter = build_random(arch, device, resolve_dtype(cfg.dtype, device), num_layers=num_layers,
+                           vision_layers=vision_layers, seed=cfg.seed, system_prompt=cfg.system_prompt)
+    adapter.repetition_penalty = cfg.repetition_penalty
+    return adapter
+
+
+def _load(cfg: ModelConfig, builder_options: dict[str, Any]) -> VLMAdapter:
+    kind, source = resolve_source(cfg.name, cfg.hub_id)  # as the early check saw it
+    if kind == "entry":
+        return _build_builtin(source, cfg, builder_options)
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    model_dir = Path(source) if kind == "dir" else _snapshot(source, cfg.name, cfg.revision)
     family = _family_of(model_dir)
     if cfg.family and cfg.family != family:
         raise ModelError(f"model {source!r} is a {family} checkpoint but the config says family {cfg.family!r}")

@@ -31,7 +31,6 @@ the vocabulary size, and the vocabulary only sizes the embedding table and the L
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hermes.errors import ModelError
@@ -55,18 +54,6 @@ QWEN2_0_5B_TEXT = dict(hidden_size=896, intermediate_size=4864, num_hidden_layer
 QWEN2_5_VL_7B_VISION = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
                             patch_size=14, spatial_merge_size=2, temporal_patch_size=2, tokens_per_second=2,
                             window_size=112, fullatt_block_indexes=[7, 15, 23, 31], hidden_act="silu")
-
-
-@dataclass(frozen=True)
-class RandomArch:
-    """One buildable architecture: adapter family, hub id it mirrors, and its config builder.
-
-    `config(num_layers, vision_layers)` returns the transformers config; None keeps the published depth.
-    """
-
-    family: str
-    mirrors: str
-    config: Callable
 
 
 def _llava_config(text: dict, vocab_size: int, max_positions: int):
@@ -104,20 +91,22 @@ def _qwen2_5_vl_7b_config(num_layers: int | None, vision_layers: int | None):
                             vision_start_token_id=151652, vision_end_token_id=151653, tie_word_embeddings=False)
 
 
-ARCHS: dict[str, RandomArch] = {
-    "llava-ov-7b": RandomArch("llava_onevision", "llava-hf/llava-onevision-qwen2-7b-ov-hf",
-                              _llava_config(QWEN2_7B_TEXT, vocab_size=152128, max_positions=32768)),
-    "llava-ov-0.5b": RandomArch("llava_onevision", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf",
-                                _llava_config(QWEN2_0_5B_TEXT, vocab_size=152000, max_positions=32768)),
-    "qwen2.5-vl-7b": RandomArch("qwen2_5_vl", "Qwen/Qwen2.5-VL-7B-Instruct", _qwen2_5_vl_7b_config),
+# architecture -> config(num_layers, vision_layers) (None keeps the published depth). Which model each
+# one mirrors (its family and hub id) is the registry's `random_arch:` (configs/models/*.yaml).
+ARCH_CONFIGS: dict[str, Callable] = {
+    "llava-ov-7b": _llava_config(QWEN2_7B_TEXT, vocab_size=152128, max_positions=32768),
+    "llava-ov-0.5b": _llava_config(QWEN2_0_5B_TEXT, vocab_size=152000, max_positions=32768),
+    "qwen2.5-vl-7b": _qwen2_5_vl_7b_config,
 }
 
 CPU_SMALL = "cpu-small"
 
 
 def arch_names() -> list[str]:
-    """Every name `build_random` takes (the published architectures, then `cpu-small`)."""
-    return [*ARCHS, CPU_SMALL]
+    """Every name `build_random` takes: the registered models' `random_arch`, then `cpu-small` (no torch)."""
+    from hermes.model_registry import entries
+
+    return [e.random_arch for e in entries() if e.random_arch] + [CPU_SMALL]
 
 
 def random_config(arch: str, *, num_layers: int | None = None, vision_layers: int | None = None):
@@ -126,12 +115,14 @@ def random_config(arch: str, *, num_layers: int | None = None, vision_layers: in
     Raises:
         ModelError: unknown architecture, or a layer count below 1.
     """
-    if arch not in ARCHS:
+    from hermes.model_registry import entry_by_arch
+
+    if arch not in ARCH_CONFIGS or entry_by_arch(arch) is None:
         raise ModelError(f"unknown random architecture {arch!r}; available: {', '.join(arch_names())}")
     for name, value in (("num_layers", num_layers), ("vision_layers", vision_layers)):
         if value is not None and value < 1:
             raise ModelError(f"{name} must be at least 1, found {value}")
-    return ARCHS[arch].config(num_layers, vision_layers)
+    return ARCH_CONFIGS[arch](num_layers, vision_layers)
 
 
 def materialise_random(model_class, config, device: torch.device, dtype: torch.dtype, seed: int = 0):
@@ -177,6 +168,7 @@ def build_random(arch: str, device: str | torch.device = "cuda", dtype: torch.dt
     """
     import torch
 
+    from hermes.model_registry import entry_by_arch
     from hermes.models.loading import ADAPTERS
     from hermes.models.tiny import tiny_llava_onevision, tiny_tokenizer
 
@@ -187,7 +179,7 @@ def build_random(arch: str, device: str | torch.device = "cuda", dtype: torch.dt
         return ADAPTERS["llava_onevision"]("random cpu-small (512 wide)", model.to(device, dtype), tokenizer,
                                            device=device, dtype=dtype, system_prompt=system_prompt)
     config = random_config(arch, num_layers=num_layers, vision_layers=vision_layers)
-    family = ARCHS[arch].family
+    family = entry_by_arch(arch).family
     if family not in ADAPTERS:
         raise ModelError(f"{arch} needs the {family} adapter, which this build does not have; "
                          f"available families: {', '.join(sorted(ADAPTERS))}")

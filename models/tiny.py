@@ -8,6 +8,9 @@ family's chat and vision special tokens as single tokens, so one tokenizer serve
 Sizes keep each family's structure: LLaVA-OneVision's 196 tokens per frame, Qwen-VL's 14 px (16 px
 for Qwen3-VL) patches merged 2x2 over two-frame grid steps with the real M-RoPE section ratios,
 SmolVLM2's 64 tokens per frame after a 4x pixel shuffle.
+
+Each builder is registered by name (`tiny-<family>`) in `configs/models/` (`builder:`, with the
+adapter's frame sizes under `adapter:`); `hermes.models.loading.load_model("tiny-qwen2-vl")` builds one.
 """
 
 from __future__ import annotations
@@ -195,17 +198,3 @@ def tiny_smolvlm2(seed: int = 0):
         scale_factor=4, image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
     torch.manual_seed(seed)
     return SmolVLMForConditionalGeneration(config).eval(), tokenizer
-
-
-# Small frames for the tiny Qwen-VL models: a square frame becomes 112 x 112 px (128 x 128 for 16 px
-# patches), a 4 x 4 grid of merged patches, 16 tokens per two-frame step; other shapes a few more.
-_QWEN_TINY_FRAMES = dict(min_pixels=112 * 112, max_pixels=112 * 112)
-
-# builtin id -> (adapter family, builder(seed) -> (model, tokenizer), adapter options)
-TINY_BUILDERS = {
-    "tiny-llava-onevision": ("llava_onevision", tiny_llava_onevision, {}),
-    "tiny-qwen2-vl": ("qwen2_vl", tiny_qwen2_vl, _QWEN_TINY_FRAMES),
-    "tiny-qwen2.5-vl": ("qwen2_5_vl", tiny_qwen2_5_vl, _QWEN_TINY_FRAMES),
-    "tiny-qwen3-vl": ("qwen3_vl", tiny_qwen3_vl, dict(min_pixels=128 * 128, max_pixels=128 * 128)),
-    "tiny-smolvlm2": ("smolvlm", tiny_smolvlm2, {}),
-}

@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 import torch
 
+from hermes.markdown import table
 from hermes.pipelines.bench import StreamRow, SweepResult
 
 
@@ -35,12 +36,9 @@ SWEEP_COLUMNS = ["policy", "chunk_frames", "frames", "cache_tokens", "peak_kv_mb
 
 def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) -> str:
     """The rows as a markdown table with the given columns (`SWEEP_COLUMNS` or `MEMORY_COLUMNS`)."""
-    lines = ["| " + " | ".join(_COLUMNS[c][0] for c in columns) + " |",
-             "|" + "|".join("---" if c == "policy" else "---:" for c in columns) + "|"]
-    for r in rows:
-        cells = [("-" if getattr(r, c) is None else _COLUMNS[c][1].format(getattr(r, c))) for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    cells = [[("-" if getattr(r, c) is None else _COLUMNS[c][1].format(getattr(r, c))) for c in columns]
+             for r in rows]
+    return table([_COLUMNS[c][0] for c in columns], cells, right=[c != "policy" for c in columns])
 
 
 def rows_as_dicts(rows: list[StreamRow]) -> list[dict]:

@@ -1,5 +1,8 @@
 """Image-folder source: a directory of still images played as a video at a fixed rate.
 
+`list_images` and `read_image` are the one reader of image folders (a benchmark's extracted frames
+use them too, `hermes.datasets.record_frames`).
+
 DESIGN §5. Files are ordered by natural filename order (``frame2.png`` before ``frame10.png``),
 frame ``i`` gets ``t_s = i / fps``. Only jpg/jpeg/png/bmp/webp files count; other files (a
 README, ``.DS_Store``) are ignored. An empty folder fails on open; an image that cannot be
@@ -54,6 +57,18 @@ def list_images(folder: Path) -> list[Path]:
     files = [p for p in folder.iterdir()
              if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file() and not p.name.startswith(".")]
     return sorted(files, key=lambda p: natural_key(p.name))
+
+
+def read_image(path: Path):
+    """One image file as an upright RGB array (H, W, 3) uint8.
+
+    Raises:
+        SourceError: the file cannot be decoded (naming it, and why where that is known).
+    """
+    bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise SourceError(f"cannot read image {redact_url(path)}: {_unreadable_reason(path)}")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 def _unreadable_reason(path: Path) -> str:
@@ -115,14 +130,11 @@ class ImageFolderSource(FrameSource):
         for index, path in enumerate(self.files):
             if self._closed:
                 return
-            bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
-            if bgr is None:
-                reason = _unreadable_reason(path)
-                raise SourceError(f"cannot read image {redact_url(path)}: {reason}")
+            rgb = read_image(path)
             self._stats.frames_read += 1
             self._stats.frames_sampled += 1
             self._stats.frames_taken += 1
-            yield Frame(index / self.fps, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), index)
+            yield Frame(index / self.fps, rgb, index)
 
     def close(self) -> None:
         """Stop iteration at the next frame; nothing else is held open."""

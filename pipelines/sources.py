@@ -17,7 +17,6 @@ URLs may carry credentials; nothing this package prints, logs or raises contains
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import re
@@ -31,7 +30,8 @@ from urllib.parse import unquote, urlsplit
 # first OpenCV's libpng binds to that zlib and rejects every PNG ("bad parameters to zlib").
 import cv2  # noqa: F401
 
-from hermes.errors import SourceError, UsageError
+from hermes.errors import SourceError, UsageError, closest
+from hermes.redact import redact_url  # noqa: F401 (the sources' messages use it; callers import it from here too)
 from hermes.pipelines.frames import Frame
 
 log = logging.getLogger(__name__)
@@ -43,31 +43,6 @@ MEDIA_EXTENSIONS = (".mp4", ".mkv", ".avi", ".mov", ".webm")
 
 _INDEX_RE = re.compile(r"^\s*[0-9]+\s*$")  # ASCII digits only: int("²") would fail
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-# user[:password]@ right after "scheme://"; greedy up to the last "@" before the path, so a
-# password containing an unescaped "@" is hidden whole.
-_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]*@")
-# Query or fragment parameters whose value is a secret (password=, token=, api_key=, sig= ...).
-_SECRET_PARAM_RE = re.compile(
-    r"(?i)([?&;#][\w.-]*(?:pass(?:word|wd)?|pwd|token|secret|key|auth|sig(?:nature)?|credentials?)"
-    r"[\w.-]*=)[^&;#\s]*"
-)
-
-
-def redact_url(url: Any) -> str:
-    """Hide the credentials in a URL (or in any text that contains URLs).
-
-    Args:
-        url: a URL, a path, a webcam index or a message; anything `str()` accepts.
-
-    Returns:
-        The text with ``user:password@`` replaced by ``***@`` and the values of secret-looking
-        query parameters (``password=``, ``token=``, ``key=`` ...) replaced by ``***``.
-    """
-    text = str(url)
-    text = _USERINFO_RE.sub(r"\1***@", text)
-    return _SECRET_PARAM_RE.sub(r"\1***", text)
-
-
 @dataclass(frozen=True)
 class Gap:
     """A span of a live source without frames (the stream was lost, then came back).
@@ -220,8 +195,8 @@ def _check_options(options: dict[str, Any], allowed: set[str], kind: str) -> Non
     """Reject options the chosen kind of source does not take, with a did-you-mean hint."""
     for name in options:
         if name not in allowed:
-            close = difflib.get_close_matches(name, sorted(_LIVE_OPTIONS | _VIDEO_OPTIONS), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = closest(name, sorted(_LIVE_OPTIONS | _VIDEO_OPTIONS), cutoff=0.6)
+            hint = f"; did you mean {close!r}?" if close is not None else ""
             valid = ", ".join(sorted(allowed)) or "none"
             raise UsageError(f"unknown option {name!r} for a {kind} source (valid: {valid}){hint}")
 

@@ -20,8 +20,9 @@ import numpy as np
 
 from hermes.errors import SourceError
 
-# Background grey level: dark enough that every shape colour stands out after lossy compression.
-_BACKGROUND_RGB = (24, 24, 32)
+# Background grey level: dark enough that every shape colour stands out after lossy compression
+# (the synthetic benchmark's world, `hermes.datasets.synthetic_bench`, draws on it too).
+BACKGROUND_RGB = (24, 24, 32)
 
 # Saturated, well separated colours, so tests can recognise a shape by colour after mp4v coding.
 _PALETTE_RGB = (
@@ -76,7 +77,7 @@ def _shapes(seed: int) -> list[_Shape]:
     return shapes
 
 
-def _bounce(x: float) -> float:
+def bounce(x: float) -> float:
     """Fold an unbounded coordinate into [0, 1] as if it bounced between two walls."""
     x = x % 2.0
     return 2.0 - x if x > 1.0 else x
@@ -95,13 +96,13 @@ def make_frame(t_s: float, size: tuple[int, int] = (160, 120), seed: int = 0) ->
     """
     width, height = int(size[0]), int(size[1])
     frame = np.empty((height, width, 3), dtype=np.uint8)
-    frame[:] = _BACKGROUND_RGB
+    frame[:] = BACKGROUND_RGB
     ys, xs = np.mgrid[0:height, 0:width]
     for shape in _shapes(seed):
         if (t_s + shape.phase_s) % shape.period_s >= shape.visible_s:
             continue  # hidden during this part of its cycle
-        cx = _bounce(shape.x0 + shape.vx * t_s) * (width - 1)
-        cy = _bounce(shape.y0 + shape.vy * t_s) * (height - 1)
+        cx = bounce(shape.x0 + shape.vx * t_s) * (width - 1)
+        cy = bounce(shape.y0 + shape.vy * t_s) * (height - 1)
         r_px = max(2.0, shape.radius * min(width, height))
         if shape.kind == "rect":
             mask = (np.abs(xs - cx) <= r_px) & (np.abs(ys - cy) <= r_px)

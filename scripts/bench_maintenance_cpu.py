@@ -11,17 +11,16 @@ pseudo-query forward of ~30 tokens) is a large fraction of it. Real models put 1
 
 import torch
 
-from hermes.config import MemoryConfig
-from hermes.models.llava_onevision import LlavaOnevisionAdapter
+from hermes.config import MemoryConfig, ModelConfig
+from hermes.models.loading import make_adapter
 from hermes.models.tiny import tiny_llava_onevision
 from hermes.pipelines.bench import measure_stream, resolve_policies
 from hermes.pipelines.bench_report import markdown_table
 
 torch.set_num_threads(1)
 net, tokenizer = tiny_llava_onevision(seed=0, image_size=108, hidden_size=512, num_layers=8)  # 196 tokens/frame
-model = LlavaOnevisionAdapter("small-random-llava-onevision (196 tokens/frame)", net, tokenizer,
-                              device=torch.device("cpu"), dtype=torch.float32,
-                              system_prompt="You are a helpful assistant.")
+model = make_adapter("llava_onevision", "small-random-llava-onevision (196 tokens/frame)", net, tokenizer,
+                     ModelConfig(device="cpu", dtype="float32"))
 rows = []
 for policy in resolve_policies("full,hermes", MemoryConfig(), budget=4096):
     measured, _ = measure_stream(model, policy, [32, 64, 96], chunk_frames=16, decode_tokens=1, repeats=3,

@@ -39,8 +39,9 @@ import torch
 from hermes.config import ModelConfig, build_config
 from hermes.datasets import synthetic_bench as sb
 from hermes.datasets.runner import run_eval
-from hermes.models.llava_onevision import LlavaOnevisionAdapter
-from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, file_sha256, load_micro,
+from hermes.models.base import VLMAdapter
+from hermes.models.loading import load_model
+from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, file_sha256,
                                  read_training_info)
 from hermes.pipelines.bench import resolve_policies
 
@@ -48,11 +49,9 @@ BOUNDED = ("sliding", "uniform", "recall-only", "hermes", "hermes+recall")
 FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family
 
 
-def micro_adapter(weights: Path | None) -> LlavaOnevisionAdapter:
+def micro_adapter(weights: Path | None) -> VLMAdapter:
     """The trained micro model as hermes loads it (what the builtin id `micro-llava-onevision` gives)."""
-    model, tokenizer = load_micro(path=weights)
-    return LlavaOnevisionAdapter(MICRO_NAME, model, tokenizer, device=torch.device("cpu"),
-                                 dtype=torch.float32, system_prompt=ModelConfig().system_prompt)
+    return load_model(ModelConfig(name=MICRO_NAME, device="cpu", dtype="float32"), builder_options={"path": weights})
 
 
 def family_accuracy(summary: dict) -> dict[str, tuple[int, int]]:

@@ -50,8 +50,9 @@ from hermes.datasets import synthetic_bench as sb
 from hermes.datasets.prompts import build_prompt
 from hermes.datasets.records import KIND_COUNT, KIND_MC, Question
 from hermes.datasets.runner import sent_text
-from hermes.models.llava_onevision import LlavaOnevisionAdapter
-from hermes.models.micro import build_micro, save_micro
+from hermes.models.base import VLMAdapter
+from hermes.models.loading import make_adapter
+from hermes.models.micro import MICRO_NAME, build_micro, save_micro
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
 
@@ -209,7 +210,7 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
 class Batcher:
     """Turns examples into one padded forward of the language model, as hermes lays tokens out."""
 
-    def __init__(self, adapter: LlavaOnevisionAdapter) -> None:
+    def __init__(self, adapter: VLMAdapter) -> None:
         self.adapter = adapter
         tok = adapter.tokenizer
         self.prefix_ids = tok.encode(adapter.prefix_text(), add_special_tokens=False)
@@ -325,8 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     # One matrix for reading and writing words: what the model learns to say ("red") is then what it
     # looks for among the options. Saved as two equal tensors, so the untied architecture loads it.
     model.lm_head.weight = model.model.language_model.embed_tokens.weight
-    adapter = LlavaOnevisionAdapter("micro-llava-onevision", model, tokenizer, device=torch.device("cpu"),
-                                    dtype=torch.float32, system_prompt=ModelConfig().system_prompt)
+    adapter = make_adapter("llava_onevision", MICRO_NAME, model, tokenizer, ModelConfig(device="cpu", dtype="float32"))
     batcher = Batcher(adapter)
     print(f"forward matches StreamingSession within {check_against_session(batcher, rng):.1e}", flush=True)
     val_rng = np.random.default_rng([args.seed, 1])  # a fixed validation set, apart from the training draw

@@ -96,6 +96,7 @@ CASES = [
     ([*R, "--set", "stream.backend=ffmpeg"], 2, "stream.backend: expected one of auto, decord, opencv"),
     ([*R, "--set", "model.dtype=int3"], 2, "model.dtype: expected one of auto"),
     ([*R, "--set", "model.attn_implementation=flash"], 2, "model.attn_implementation: expected one of sdpa, eager"),
+    ([*R, "--set", "model.family=qwen9_vl"], 2, "model.family: expected one of , llava_onevision, qwen2_vl"),
     ([*R, "--set", "memory.budget=0"], 2, "memory.budget: expected a positive whole number, found 0"),
     ([*R, "--set", "memory.budget=-5"], 2, "memory.budget: expected a positive whole number"),
     ([*R, "--set", "memory.recall_top_k=0"], 2, "memory.recall_top_k: expected a positive whole number"),
@@ -127,13 +128,14 @@ CASES = [
     (["demo", "--set", "memory.budget=0"], 2, "memory.budget: expected a positive whole number"),
     (["demo", "--set", "stream.fps=0"], 2, "stream.fps: expected a positive number"),
     (["demo", "--device", "gpu"], 2, "model.device: expected auto, cpu, cuda or cuda:N"),
+    (["demo", "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of int8, fp16"),
     # ---- bench memory / sweep / tiers: checked before a model is built or anything measured
     (["bench"], 2, "the following arguments are required: SUITE"),
     (["bench", "memory", "--lengths", "0,64"], 2, "--lengths expects positive integers"),
     (["bench", "memory", "--lengths", "a"], 2, "--lengths expects comma-separated integers"),
     (["bench", "memory", "--budget", "0"], 2, "memory.budget: expected a positive whole number"),
     (["bench", "memory", "--budget", "x"], 2, "argument --budget: invalid int value: 'x'"),
-    (["bench", "memory", "--chunk-frames", "0"], 2, "--chunk-frames expects a positive whole number"),
+    (["bench", "memory", "--chunk-frames", "0"], 2, "stream.chunk_frames: expected a positive whole number"),
     (["bench", "memory", "--output", "{dir}"], 2, "--output expects a file, found a directory"),
     (["bench", "memory", "--output", "{nowhere}"], 2, "does not exist (create it first)"),
     (["bench", "memory", "--arch", "gpt-9"], 2, "argument --arch: invalid choice: 'gpt-9'"),
@@ -151,6 +153,9 @@ CASES = [
     # ---- eval (its own checks live in hermes.datasets.cli)
     (["eval"], 2, "the following arguments are required"),
     (["eval", "ovo-bench"], 2, "eval needs --data-root DIR"),
+    (["eval", "ovo-bench", "--data-root", "{dir}", "--set", "memory.dram_dtype=int4"], 2,
+     "memory.dram_dtype: expected one of int8, fp16"),
+    (["eval", "ovo-bench", "--data-root", "{dir}", "--device", "gpu"], 2, "model.device: expected auto"),
     # ---- memory inspect / verify
     (["memory"], 2, "the following arguments are required: ACTION"),
     (["memory", "inspect", "{dir}"], 2, "is not a memory directory"),
@@ -188,6 +193,7 @@ def test_yaml_1_1_exponents_are_numbers_not_strings():
     assert cfg.memory.recency_k == 1e-9 and cfg.memory.budget == 2000
 
 
+@pytest.mark.slow
 def test_non_utf8_typed_questions_are_exit_2(files, tmp_path):
     result = subprocess.run([sys.executable, "-m", "hermes", "run", str(files["video"]), *TINY, "--interactive"],
                             input=b"what is there?\n\xff\xfe\n", capture_output=True, env=offline_env())
@@ -228,6 +234,9 @@ EARLY = [
     (["run", "{video}"], 2),
     (["run", "{video}", "--ask", "q", "--model", "llava-onevison-7b"], 4),
     (["demo", "--output", "{file}"], 2),
+    (["demo", "--set", "memory.dram_dtype=int4"], 2),
+    (["eval", "ovo-bench", "--data-root", "{dir}", "--set", "memory.dram_dtype=int4"], 2),
+    (["bench", "memory", "--set", "model.family=qwen9_vl"], 2),
     (["bench", "memory", "--output", "{dir}"], 2),
     (["bench", "sweep", "--set", "memory.budget=0"], 2),
 ]
@@ -242,6 +251,7 @@ def test_errors_are_raised_before_torch_is_imported(files, argv, code):
     assert report["heavy_at_raise"] and report["heavy_at_raise"][0] == [], report
 
 
+@pytest.mark.slow
 def test_decoder_noise_stays_off_stderr(tmp_path):
     """FFmpeg inside decord prints hundreds of lines on a damaged file; the user sees one (fd-level check)."""
     pytest.importorskip("av")

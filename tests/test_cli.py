@@ -232,7 +232,7 @@ def test_full_memory_is_refused_before_encoding_a_stream_it_cannot_hold():
     """`full` on a 2,300 s stream: LLaVA-OV's 196 tokens per frame at 0.5 fps need 225,400 positions."""
     from types import SimpleNamespace
 
-    from hermes.cli_run import check_capacity
+    from hermes.pipelines.run import check_capacity
     from hermes.config import build_config
     from hermes.errors import UsageError
 
@@ -396,6 +396,7 @@ def test_models_lists_presets_what_is_on_disk_and_sizes(tmp_path):
     assert entries["smolvlm2-256m"]["on_disk"] and entries["smolvlm2-256m"]["size_bytes"] >= 3 * 2**20
 
 
+@pytest.mark.slow
 def test_a_model_missing_offline_names_the_command_that_fetches_it(video, tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path))
     result = subprocess.run([sys.executable, "-m", "hermes", "run", str(video), "--model", "smolvlm2-500m",

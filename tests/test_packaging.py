@@ -50,6 +50,7 @@ def test_wheel_holds_only_the_hermes_package(wheel):
     assert "hermes/models/weights/micro-llava-ov.safetensors" in names  # `hermes-video demo` needs them
 
 
+@pytest.mark.slow
 def test_wheel_installs_and_runs_in_a_fresh_venv(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from hermes.markdown import table
 from hermes.tiers.codec import to_safetensors
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.disk import DiskStore
@@ -199,6 +200,4 @@ def run(sizes: tuple[int, ...] = (1000, 10000), *, write_bytes: int = 64 << 20, 
 def markdown(rows: list[dict]) -> str:
     """A markdown table: one line per row, the union of the rows' keys as columns."""
     cols = list(dict.fromkeys(k for r in rows for k in r))
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
+    return table(cols, [[r.get(c, "") for c in cols] for r in rows])

@@ -59,6 +59,7 @@ from hermes.tiers.files import (
     sha256,
     write_all,
     write_buffers,
+    write_bytes_atomic,
 )
 from hermes.tiers.fingerprint import check_or_create
 from hermes.tiers.manifest import (
@@ -580,18 +581,11 @@ class DiskStore:
 
     def _rewrite_manifest(self) -> None:
         """Replace the manifest by its live lines only (temp file, fsync, rename, fsync directory)."""
-        path, tmp = self.directory / MANIFEST, self.directory / (MANIFEST + ".tmp")
+        path = self.directory / MANIFEST
         with self._lock:
             body = header_line(self._next_id) + b"".join(e.line() for e in self._entries.values())
             self._recorded_next_id = self._next_id
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            write_all(fd, body)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)  # the atomic switch: before it the old manifest stands, after it the new
-        fsync_dir(self.directory)
+        write_bytes_atomic(path, body)  # the atomic switch: before the rename the old manifest stands, after it the new
         with self._lock:
             if self._manifest_fd is not None:
                 os.close(self._manifest_fd)

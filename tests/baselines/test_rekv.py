@@ -30,6 +30,7 @@ def test_preset():
     assert (cfg.memory.policy, cfg.memory.budget, cfg.memory.recall_top_k) == ("rekv", 15000, 64)
 
 
+@pytest.mark.slow
 def test_everything_retrieved_equals_full_attention(tiny_model):
     """Window and top-k large enough for every frame: ReKV answers as full attention does."""
     rekv = StreamingSession(tiny_model, MemoryConfig(policy="rekv", budget=10**6, recall_top_k=64), frames(6),

@@ -130,11 +130,13 @@ def test_http_judge_errors_are_one_line_without_the_key(stub):
 
 
 def test_http_judge_times_out_and_refuses_redirects(stub):
-    slow = stub((200, completion("{}"), 1.0))
+    delay_s = 2.0  # the server answers after this; the client gives up after its 0.2 s timeout
+    slow = stub((200, completion("{}"), delay_s))
     started = time.perf_counter()
     with pytest.raises(ModelError, match="failed"):
         HttpJudge(http_config(slow.url, timeout_s=0.2, max_retries=1)).judge("q", "r", "x")
-    assert time.perf_counter() - started < 1.5
+    # two attempts that waited for the answer would take 2 x delay_s: bounded by the server's delay, not a stopwatch
+    assert time.perf_counter() - started < 2 * delay_s
     moved = stub((302, {}, 0))
     with pytest.raises(ModelError, match="302"):
         HttpJudge(http_config(moved.url)).judge("q", "r", "x")

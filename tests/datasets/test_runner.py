@@ -122,6 +122,7 @@ class Crash(Exception):
     """Stands in for a crash or Ctrl-C in the middle of a run."""
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_results(reference, ovo_root, cfg, tiny_model, tmp_path, monkeypatch):
     ref_out, ref_summary = reference
     original = StreamingSession.ask
@@ -151,6 +152,7 @@ def test_interrupted_run_resumes_to_the_same_results(reference, ovo_root, cfg, t
     assert summary["resume"]["replay_mismatches"] == 0  # the replayed stream answered the same
 
 
+@pytest.mark.slow
 def test_limited_run_then_resume_equals_one_full_run(reference, ovo_root, cfg, tiny_model, tmp_path):
     ref_out, ref_summary = reference
     first = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict",
@@ -258,6 +260,7 @@ def test_streamingbench_proactive_polls_every_second_until_yes(cfg, tiny_model, 
     assert summary["accuracy"]["official"]["per_task"]["Proactive Output"]["time_accuracy"] == 0.5
 
 
+@pytest.mark.slow
 def test_offline_videomme_encodes_whole_videos_and_counts_a_missing_one(cfg, tiny_model, tmp_path):
     root = tmp_path / "videomme"
     shutil.copytree(FIXTURES / "videomme", root)
@@ -276,6 +279,7 @@ def test_offline_videomme_encodes_whole_videos_and_counts_a_missing_one(cfg, tin
     assert "long" in summary["accuracy"]["official"]["per_category"]
 
 
+@pytest.mark.slow
 def test_offline_mvbench_windows_and_frame_folders(tiny_model, tmp_path):
     root = tmp_path / "mvbench"
     shutil.copytree(FIXTURES / "mvbench", root)
@@ -319,6 +323,7 @@ def test_cli_eval(ovo_root, tmp_path, capsys):
     assert run_cli(*base, "--tasks", "EMP") == 2  # unknown task
 
 
+@pytest.mark.slow
 def test_ovo_official_protocol_feeds_the_clip_up_to_ceil_t(ovo_root, cfg, tiny_model, tmp_path):
     summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, progress=False)
     assert summary["protocol_variant"] == "official" and summary["settings"]["protocol_variant"] == "official"
@@ -329,6 +334,7 @@ def test_ovo_official_protocol_feeds_the_clip_up_to_ceil_t(ovo_root, cfg, tiny_m
         assert s["frames_seen"] == min(int(math.ceil(s["t_s"]) * FPS) + 1, int(VIDEO_S * FPS))
 
 
+@pytest.mark.slow
 def test_streamingbench_official_protocol_answers_from_the_last_60_s(cfg, tiny_model, tmp_path):
     root = tmp_path / "sb"
     write_synthetic_video(root / "videos" / "long.mp4", duration_s=70.0, fps=1.0, size=(32, 24))
@@ -346,6 +352,7 @@ def test_streamingbench_official_protocol_answers_from_the_last_60_s(cfg, tiny_m
         assert {s["t_s"]: s["frames_seen"] for s in read_samples(tmp_path / variant)} == expected
 
 
+@pytest.mark.slow
 def test_shards_merge_to_the_single_run(reference, ovo_root, cfg, tiny_model, tmp_path, monkeypatch):
     from hermes.datasets.shards import Shard, merge_shards
 

@@ -40,6 +40,7 @@ def needle_stream(n: int = 24, needle=(8, 12)) -> list[Frame]:
 
 
 @pytest.mark.parametrize("policy", ["hermes", "sliding"])  # sliding + recall is the `recall-only` baseline
+@pytest.mark.slow
 def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypatch, tmp_path, policy):
     """Controlled test embedding (query by example): a random model's text and vision do not align, so the
     question's search vector is the content of the needle frame's own last-layer keys."""
@@ -63,6 +64,7 @@ def test_a_planted_needle_is_recalled_after_leaving_level_1(tiny_model, monkeypa
     session.close()
 
 
+@pytest.mark.slow
 def test_a_threshold_keeps_equally_many_tokens_per_layer_and_recall_brings_them_back(tiny_model):
     """Scores are normalised per layer: a per-layer threshold alone left layers empty and recall splicing nothing."""
     memory = tiered(recall=True, compress_threshold=0.3, recall_top_k=8)
@@ -91,6 +93,7 @@ def test_recall_leaves_no_trace_in_level_1(tiny_model):
     session.close()
 
 
+@pytest.mark.slow
 def test_levels_2_and_3_stay_within_their_budgets_over_2000_frames(tmp_path):
     from hermes.models.llava_onevision import LlavaOnevisionAdapter
     from hermes.models.tiny import tiny_llava_onevision
@@ -116,6 +119,7 @@ def test_levels_2_and_3_stay_within_their_budgets_over_2000_frames(tmp_path):
     session.close()
 
 
+@pytest.mark.slow
 def test_resume_equals_streaming_in_one_go(tiny_model, tmp_path):
     frames = random_frames(24, size=(16, 16), seed=5)
     cfg = tiered(budget=2 * TPF)
@@ -156,6 +160,7 @@ def test_a_directory_is_refused_by_another_model_and_needs_resume(tiny_model, tm
         StreamingSession(tiny_model, tiered(), [], resume=True)
 
 
+@pytest.mark.slow
 def test_killed_runs_leave_a_directory_that_verifies(tmp_path):
     """A real `hermes-video run --memory-dir` killed with SIGKILL at random moments (5 trials here; the
     store-level test in tests/hermes/tiers kills a writer 40 times)."""

@@ -23,6 +23,7 @@ def chunks(frames, size):
     return [frames[i:i + size] for i in range(0, len(frames), size)]
 
 
+@pytest.mark.slow
 def test_hermes_stays_bounded_over_600_frames(tiny_model):
     budget = 3 * TPF + 50
     session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=budget), [], chunk_frames=8)
@@ -45,6 +46,7 @@ def test_hermes_stays_bounded_over_600_frames(tiny_model):
     assert summary_counts.tolist() == [600 * TPF - (budget - 1)] * 2
 
 
+@pytest.mark.slow
 def test_hermes_with_a_budget_larger_than_the_stream_equals_full(tiny_model):
     frames = random_frames(6)
     full = StreamingSession(tiny_model, "full", frames, chunk_frames=2).ask("q", at=10.0)
@@ -54,6 +56,7 @@ def test_hermes_with_a_budget_larger_than_the_stream_equals_full(tiny_model):
     assert full.answer == hermes.answer
 
 
+@pytest.mark.slow
 def test_sensory_layer_keeps_the_newest_frame_and_smoothing_lifts_a_few_older_tokens(tiny_model):
     """Recency by token index (the reference): within the newest frames recency falls steeply, so the
     sensory layer keeps the whole newest frame, and deep attention (smoothing, lambda 0.1) lets some
@@ -69,6 +72,7 @@ def test_sensory_layer_keeps_the_newest_frame_and_smoothing_lifts_a_few_older_to
     assert int((frames < 18).sum()) > 0
 
 
+@pytest.mark.slow
 def test_with_equal_attention_every_layer_keeps_exactly_the_newest_tokens(tiny_model, monkeypatch):
     """Constant attention normalises to 0: scores are recency alone, decreasing with index distance."""
     import hermes.memory
@@ -88,6 +92,7 @@ def test_with_equal_attention_every_layer_keeps_exactly_the_newest_tokens(tiny_m
         assert torch.equal(session.cache.token_ids[layer, p + 1:], newest[1:])
 
 
+@pytest.mark.slow
 def test_sliding_keeps_sinks_and_the_recent_window(tiny_model):
     session = StreamingSession(tiny_model, MemoryConfig(policy="sliding", budget=TPF + 4, sink_tokens=4),
                                random_frames(10, size=(16, 16)), chunk_frames=3)
@@ -107,6 +112,7 @@ def test_uniform_keeps_evenly_spaced_whole_frames(tiny_model):
     assert sorted(set(session.cache.frame_index[0, p:].tolist())) == [0, 4, 8]
 
 
+@pytest.mark.slow
 def test_a_token_with_high_deep_attention_survives(tiny_model, monkeypatch):
     """Constructed attention: one old token gets all of the deep layers' attention."""
     import hermes.memory
@@ -138,6 +144,7 @@ def test_a_token_with_high_deep_attention_survives(tiny_model, monkeypatch):
     assert not any(neighbour in session.cache.token_ids[layer].tolist() for layer in range(4))
 
 
+@pytest.mark.slow
 def test_questions_and_pseudo_queries_never_stay_in_memory(tiny_model):
     session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=TPF + 7),
                                random_frames(16, size=(16, 16)), chunk_frames=2)
@@ -154,6 +161,7 @@ def test_questions_and_pseudo_queries_never_stay_in_memory(tiny_model):
         assert session.cache.num_tokens == prefix_len(session) + min(TPF + 7, len(session.encoded_t_s) * TPF)
 
 
+@pytest.mark.slow
 def test_positions_stay_in_range_far_beyond_max_position_embeddings():
     model = load_model(ModelConfig(name="tiny-llava-onevision", max_new_tokens=4))
     model.text_config.max_position_embeddings = 512
@@ -190,6 +198,7 @@ def test_compaction_moves_keys_exactly_to_their_new_positions(tiny_model):
     torch.testing.assert_close(cache.layer_tensors()[0][0][0], expected, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_eager_reindexing_keeps_positions_consecutive(tiny_model):
     session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=TPF, reindex="eager"),
                                random_frames(5, size=(16, 16)), chunk_frames=1)

@@ -9,7 +9,7 @@ from hermes.cache import KIND_PREFIX, KIND_SUMMARY, METADATA
 from hermes.config import MemoryConfig, ModelConfig
 from hermes.errors import ModelError
 from hermes.models.loading import load_model, supported_families
-from hermes.models.tiny import TINY_BUILDERS
+from hermes.model_registry import model_entry
 from hermes.pipelines.session import StreamingSession
 from tests.conftest import random_frames
 from tests.models.tiny_models import TINY_FAMILIES, tiny
@@ -35,15 +35,14 @@ def snapshot(cache) -> list[torch.Tensor]:
 
 def test_every_family_is_supported_and_has_a_tiny_model():
     assert supported_families() == ["llava_onevision", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "smolvlm"]
-    assert {family for family, _, _ in TINY_BUILDERS.values()} == set(supported_families())
+    assert {model_entry(name).family for name in TINY_FAMILIES} == set(supported_families())
 
 
 @pytest.mark.parametrize("name", TINY_FAMILIES)
 def test_tiny_models_stay_tiny(name):
     # What keeps every test that builds one cheap is its size, not a stopwatch (no wall-clock bounds on a
     # shared CI machine): each tiny model has about 0.3 M parameters.
-    _, build, _ = TINY_BUILDERS[name]
-    model, _ = build(seed=1)
+    model = load_model(ModelConfig(name=name, seed=1, device="cpu")).model
     assert sum(p.numel() for p in model.parameters()) < 1_000_000
 
 
@@ -115,6 +114,7 @@ LIMITS = {"tiny-llava-onevision": (400, 40), "tiny-smolvlm2": (400, 40), "tiny-q
 
 
 @pytest.mark.parametrize("name", TINY_FAMILIES)
+@pytest.mark.slow
 def test_positions_stay_in_range_far_beyond_max_position_embeddings(name):
     limit, n_frames = LIMITS[name]
     model = load_model(ModelConfig(name=name, max_new_tokens=3))  # its own copy: the limit is changed below
@@ -150,6 +150,6 @@ def test_loads_from_a_local_directory(name, tmp_path):
     frames = random_frames(4, size=(112, 112))
     a = StreamingSession(builtin, "full", frames).ask("Q?", at=5.0)
     b = StreamingSession(local, "full", frames).ask("Q?", at=5.0)
-    if not TINY_BUILDERS[name][2]:  # same preprocessing (the tiny Qwen models use smaller frames than a checkpoint)
+    if not model_entry(name).adapter:  # same preprocessing (the tiny Qwen models use smaller frames than a checkpoint)
         torch.testing.assert_close(a.first_token_logits, b.first_token_logits, atol=1e-5, rtol=1e-5)
     assert torch.isfinite(b.first_token_logits).all()

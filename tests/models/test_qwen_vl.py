@@ -111,6 +111,7 @@ def test_streamed_chunks_equal_the_models_own_one_pass_forward(name, chunk_frame
 
 
 @pytest.mark.parametrize("name", QWEN)
+@pytest.mark.slow
 def test_streaming_equals_one_pass_and_greedy_answers_match(name):
     adapter = tiny(name)
     frames = random_frames(12)  # 48 x 64 frames: 4 x 5 merged patches per step
@@ -125,6 +126,7 @@ def test_streaming_equals_one_pass_and_greedy_answers_match(name):
         torch.testing.assert_close(v1, v2, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_odd_chunk_repeats_its_last_frame_like_the_processor():
     adapter = tiny("tiny-qwen2-vl")
     frames = random_frames(3, size=SQUARE)
@@ -138,6 +140,7 @@ def test_an_odd_chunk_repeats_its_last_frame_like_the_processor():
                                atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_compaction_moves_keys_exactly_to_their_new_3d_positions():
     """Layer 0 keys depend only on the token: compacted keys equal keys computed at the new (t, h, w)."""
     adapter = tiny("tiny-qwen2-vl")
@@ -177,6 +180,7 @@ def test_compaction_moves_keys_exactly_to_their_new_3d_positions():
     assert torch.isfinite(session.ask("And now?").first_token_logits).all()
 
 
+@pytest.mark.slow
 def test_frames_after_a_summary_token_are_placed_after_it(monkeypatch):
     # The long-term layers' summary sits right after the newest kept token (max over the three axes + 1,
     # on every axis); a chunk streamed after it must start later on the temporal axis too, not inside

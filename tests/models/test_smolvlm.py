@@ -41,6 +41,7 @@ def test_prompt_and_tokens_per_frame_match_the_real_model():
 
 
 @pytest.mark.parametrize("chunk_frames", [1, 3, 6])
+@pytest.mark.slow
 def test_streamed_chunks_equal_the_models_own_one_pass_forward(chunk_frames):
     adapter = tiny("tiny-smolvlm2")
     frames = random_frames(6)

@@ -43,6 +43,7 @@ def test_schedule_orders_one_off_and_periodic_questions():
     assert [(q.text, q.at_s) for q in schedule.pending()] == [("tick", 4.0)]
 
 
+@pytest.mark.slow
 def test_typed_questions_see_only_frames_captured_before_they_were_typed(tiny_model):
     frames = [Frame(i * 0.1, np.full((16, 16, 3), i, np.uint8), i) for i in range(30)]
     clock_now = {"t": 0.0}
@@ -74,6 +75,7 @@ def make_folder(path: Path, n: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_interactive_cli_through_a_pipe(tmp_path):
     folder = make_folder(tmp_path / "frames", 40)  # 8 s at 5 fps, played back in real time
     proc = hermes_cli("run", folder, "--fps", "5", "--interactive", "--json", *TINY, stdin=subprocess.PIPE)
@@ -95,6 +97,7 @@ def test_interactive_cli_through_a_pipe(tmp_path):
     assert "stopped (input closed)" in err
 
 
+@pytest.mark.slow
 def test_rtsp_stream_answers_periodic_questions_and_stops_on_ctrl_c(rtsp_server):  # noqa: F811
     proc = hermes_cli("run", rtsp_server.url, "--fps", "4", "--ask-every", "1", "--ask", "What now?", "--json", *TINY)
     deadline = time.monotonic() + 60
@@ -111,10 +114,13 @@ def test_rtsp_stream_answers_periodic_questions_and_stops_on_ctrl_c(rtsp_server)
     assert len(answers) >= 3
     times = [a["at_s"] for a in answers]
     assert times == sorted(times) and times[:3] == [1.0, 2.0, 3.0]
-    assert answers[2]["frames_seen"] > answers[0]["frames_seen"] > 0
+    # counted, not timed: on a loaded machine the first answer may come before the first chunk is encoded
+    seen = [a["frames_seen"] for a in answers]
+    assert seen == sorted(seen) and seen[-1] > 0, seen
     assert "stopped (interrupted)" in err
 
 
+@pytest.mark.slow
 def test_rtsp_server_gone_for_good_exits_3_after_the_deadline(own_rtsp_server):  # noqa: F811
     url = own_rtsp_server.url.replace("rtsp://", "rtsp://admin:hunter2@")
     proc = hermes_cli("run", url, "--fps", "2", "--ask-every", "1", "--ask", "q", "--reconnect-timeout", "3", *TINY)
@@ -174,6 +180,8 @@ def test_slow_model_on_a_60_s_stream_drops_frames_and_keeps_lag_flat(tiny_model)
     early, late = np.mean(lags_s[:third]), np.mean(lags_s[-third:])
     # A frame waits for at most the chunk being processed and its own (the queue keeps only the newest
     # frames), so lag is bounded by the model's time per chunk, however long the stream runs.
-    chunk_s = float(np.median(busy_s))
-    assert np.median(lags_s) < 2 * chunk_s + 0.5 and max(lags_s) < 10.0
+    # Bounds relative to this run's own measured chunk times (no absolute seconds: a loaded machine is slower
+    # everywhere), with one frame interval of the 10 fps camera as slack for the capture clock.
+    chunk_s, slowest_s = float(np.median(busy_s)), max(busy_s)
+    assert np.median(lags_s) < 2 * chunk_s + 0.1 and max(lags_s) < 2 * slowest_s + chunk_s + 0.1
     assert late < early + 0.3  # flat: the backlog does not grow

@@ -64,6 +64,7 @@ def test_a_stop_request_ends_the_stream_between_chunks_and_it_resumes(tiny_model
     assert list(resumed.run([Question("All?")]))[0].frames_seen == 24
 
 
+@pytest.mark.slow
 def test_a_chunk_that_fails_half_way_is_never_checkpointed(tiny_model, tmp_path, monkeypatch):
     session = StreamingSession(tiny_model, MEMORY, (), chunk_frames=4, memory_dir=tmp_path / "mem")
     frames = random_frames(12)

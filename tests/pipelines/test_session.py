@@ -50,6 +50,7 @@ def test_asking_leaves_the_cache_bit_identical_and_is_repeatable(tiny_model):
     assert torch.equal(second.first_token_logits, first.first_token_logits)
 
 
+@pytest.mark.slow
 def test_run_answers_questions_in_time_order_and_stops_at_the_last(tiny_model):
     frames = random_frames(20, interval_s=0.5)
     session = StreamingSession(tiny_model, "full", frames, chunk_frames=4)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -25,6 +26,7 @@ def train(out: Path, seed: int) -> subprocess.CompletedProcess:
                            "--seed", str(seed), *SHORT], capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_weights_and_another_seed_does_not(tmp_path):
     runs = {name: train(tmp_path / f"{name}.safetensors", seed) for name, seed in (("a", 3), ("b", 3), ("c", 4))}
     for run in runs.values():

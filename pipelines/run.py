@@ -1,17 +1,16 @@
-"""`hermes-video run`: questions, the checks made before anything heavy loads, and the stream itself.
+"""`hermes-video run` as typed functions: the checks made before anything heavy loads, and the stream.
 
 The order is the point of this module. `prepare_run` checks everything that can be checked from the
-command line alone — flags, the question list, the questions file, the source's path, the
-configuration — and raises a one-line `HermesError` before torch or transformers is imported.
-`execute_run` then opens the source, loads the model, checks that the chosen memory can hold the
-stream (and that every question fits the model's window) before encoding a frame, and streams.
+command line alone — the question list, the questions file, the source's path, the configuration —
+and raises a one-line `HermesError` before torch or transformers is imported. `execute_run` then
+opens the source, loads the model, checks that the chosen memory can hold the stream (and that every
+question fits the model's window) before encoding a frame, and streams. The CLI
+(`hermes.pipelines.cli`) only turns flags into these calls; the demo builds a `RunPlan` itself.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -20,127 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes.errors import SourceError, UsageError
-
-# The keys a questions-file line may carry; anything else is a typo (did-you-mean) rather than ignored.
-QUESTION_KEYS = ("question", "at_s", "options", "id")
-
-
-@dataclass(frozen=True)
-class AskedQuestion:
-    """A question as the user gave it: text, time (None: at the end), options, the user's id."""
-
-    text: str
-    at_s: float | None = None
-    options: tuple[str, ...] = ()
-    id: Any = None
-
-
-class AskAction(argparse.Action):
-    """`--ask TEXT`: a new question; `--at S` (`AtAction`) then times the question just before it."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        asked = list(getattr(namespace, "asked", None) or [])
-        asked.append([values, None])
-        namespace.asked = asked
-
-
-class AtAction(argparse.Action):
-    """`--at S` times the `--ask` right before it; without `--at` a question is asked at the end."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        asked = getattr(namespace, "asked", None) or []
-        if not asked:
-            raise UsageError(f"--at {values} comes before any --ask: write --ask TEXT --at S")
-        if asked[-1][1] is not None:
-            raise UsageError(f"--at {values}: the question {asked[-1][0]!r} already has --at {asked[-1][1]}; "
-                             f"give one --at per --ask")
-        asked[-1][1] = values
-
-
-def finite_seconds(text: str, flag: str, *, positive: bool) -> float:
-    """A flag's value in seconds, refused unless it is a finite number (and > 0 when `positive`)."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise UsageError(f"{flag} expects a number of seconds, found {text!r}") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        want = "a positive" if positive else "a non-negative"
-        raise UsageError(f"{flag} expects {want} number of seconds, found {text!r}")
-    return value
-
-
-def questions_from_args(asked: list[list]) -> list[AskedQuestion]:
-    """The `--ask`/`--at` pairs as questions, `--at` checked as seconds from the start."""
-    return [AskedQuestion(text, None if at is None else finite_seconds(at, "--at", positive=False))
-            for text, at in asked]
-
-
-def read_questions_file(path: str) -> list[AskedQuestion]:
-    """Questions from a JSONL file: one `{"question", "at_s"?, "options"?, "id"?}` object per line.
-
-    Raises:
-        UsageError: a missing, unreadable or non-UTF-8 file, or a line that is not such an object
-            (naming the line; an unknown key gets a did-you-mean).
-    """
-    from hermes.config import _suggest
-
-    file = Path(path)
-    if file.is_dir():
-        raise UsageError(f"--questions expects a JSONL file, found a directory: {path}")
-    if not file.is_file():
-        raise UsageError(f"questions file not found: {path}")
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        line = file.read_bytes()[: exc.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read questions file {path}: {exc.strerror}") from None
-    questions = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{where}: not valid JSON ({exc.msg}); expected "
-                             f'{{"question": "...", "at_s": 12.0, "options": [...]}}') from None
-        if not isinstance(item, dict) or not isinstance(item.get("question"), str):
-            raise UsageError(f'{where}: expected an object with a "question" string')
-        for key in item:
-            if key not in QUESTION_KEYS:
-                raise UsageError(f"{where}: unknown key {key!r}{_suggest(key, list(QUESTION_KEYS))}; "
-                                 f"a line takes {', '.join(QUESTION_KEYS)}")
-        if not item["question"].strip():
-            raise UsageError(f'{where}: "question" is empty')
-        at_s = item.get("at_s")
-        if at_s is not None and (isinstance(at_s, bool) or not isinstance(at_s, (int, float))
-                                 or not math.isfinite(at_s) or at_s < 0):
-            raise UsageError(f'{where}: "at_s" must be a number of seconds >= 0, found {at_s!r}')
-        options = item.get("options") or []
-        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
-            raise UsageError(f'{where}: "options" must be a list of strings')
-        if len(options) > 10:
-            raise UsageError(f'{where}: at most 10 "options" (lettered A-J), found {len(options)}')
-        questions.append(AskedQuestion(item["question"], None if at_s is None else float(at_s), tuple(options),
-                                       item.get("id")))
-    if not questions:
-        raise UsageError(f"questions file {path} holds no questions")
-    return questions
-
-
-def in_answer_order(questions: list[AskedQuestion]) -> list[AskedQuestion]:
-    """The order a stream answers in: timed questions by time (stable), then those asked at the end."""
-    timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
-    return timed + [q for q in questions if q.at_s is None]
-
-
-def check_times(questions: list[AskedQuestion], duration_s: float | None) -> None:
-    """Reject question times after the end of the video."""
-    for q in questions:
-        if q.at_s is not None and duration_s is not None and q.at_s > duration_s + 1e-6:
-            raise UsageError(f"question time {q.at_s:g}s is past the end of the video ({duration_s:.2f}s)")
+from hermes.pipelines.asked import (AskedQuestion, check_times, expand_every, finite_seconds, in_answer_order,
+                                    questions_from_args, read_questions_file)
 
 
 def check_source_spec(source: str) -> None:
@@ -168,39 +48,63 @@ def check_source_spec(source: str) -> None:
 
 @dataclass
 class RunPlan:
-    """Everything `run` needs, checked: the configuration, the questions and how to ask them."""
+    """Everything `run` needs, checked: the configuration, the source, the questions and how to ask them."""
 
-    cfg: Any
+    cfg: Any  # the resolved HermesConfig
+    source: str  # a video file, an image folder, a webcam index or a stream URL
     questions: list[AskedQuestion]
-    ask_every_s: float | None = None
-    reconnect_timeout_s: float | None = None
-    notes: list[str] = field(default_factory=list)
+    ask_every_s: float | None = None  # ask the untimed questions every S seconds of stream time
+    reconnect_timeout_s: float | None = None  # live streams: give up after S seconds without a connection
+    interactive: bool = False  # questions typed on stdin; a file plays back in real time
+    memory_dir: str | None = None  # levels 2 and 3 and checkpoints of the stream live here
+    resume: bool = False  # continue the stream saved in `memory_dir`
+    memory_chosen: bool = False  # the user chose the memory: a live source keeps even an unbounded one
+    notes: list[str] = field(default_factory=list)  # printed on stderr before the stream starts
 
 
-def prepare_run(args, resolve_config: Callable) -> RunPlan:
-    """Every check `run` can make before importing torch; returns the plan or raises one line."""
-    check_source_spec(args.source)
-    questions = questions_from_args(getattr(args, "asked", None) or [])
-    if args.questions:
-        questions += read_questions_file(args.questions)
-    ask_every = None if args.ask_every is None else finite_seconds(args.ask_every, "--ask-every", positive=True)
-    reconnect = None if args.reconnect_timeout is None else \
-        finite_seconds(args.reconnect_timeout, "--reconnect-timeout", positive=True)
-    if ask_every is not None and not any(q.at_s is None for q in questions):
+def prepare_run(source: str, asked: list[tuple[str, str | None]], resolve_config: Callable[[], Any], *,
+                questions_file: str | None = None, ask_every: str | None = None,
+                reconnect_timeout: str | None = None, interactive: bool = False, memory_dir: str | None = None,
+                resume: bool = False, memory_chosen: bool = False) -> RunPlan:
+    """Every check `run` can make before importing torch.
+
+    Args:
+        source: SOURCE as given.
+        asked: `(text, at)` per `--ask`, `at` the `--at` text or None (at the end).
+        resolve_config: builds the configuration (called after the question checks).
+        questions_file: a JSONL questions file, or None.
+        ask_every, reconnect_timeout: the flags' text in seconds, or None.
+        interactive, memory_dir, resume, memory_chosen: as `RunPlan`.
+
+    Returns:
+        The checked plan.
+
+    Raises:
+        UsageError, SourceError, ConfigError, ModelError: one line, before anything heavy loads.
+    """
+    check_source_spec(source)
+    questions = questions_from_args(asked)
+    if questions_file:
+        questions += read_questions_file(questions_file)
+    ask_every_s = None if ask_every is None else finite_seconds(ask_every, "--ask-every", positive=True)
+    reconnect_s = None if reconnect_timeout is None else \
+        finite_seconds(reconnect_timeout, "--reconnect-timeout", positive=True)
+    if ask_every_s is not None and not any(q.at_s is None for q in questions):
         raise UsageError("--ask-every S repeats the --ask questions that have no --at: give --ask TEXT")
-    if not questions and not args.interactive and not args.memory_dir:
+    if not questions and not interactive and not memory_dir:
         raise UsageError("no question to answer: give --ask TEXT [--at S], --questions FILE or --interactive "
                          "(or --memory-dir DIR to only build a memory of the video)")
-    if args.resume and not args.memory_dir:
+    if resume and not memory_dir:
         raise UsageError("--resume continues a stream saved in a memory directory: give --memory-dir DIR")
-    if args.memory_dir and Path(args.memory_dir).exists() and not Path(args.memory_dir).is_dir():
-        raise UsageError(f"--memory-dir expects a directory, found a file: {args.memory_dir}")
-    plan = RunPlan(resolve_config(args), questions, ask_every, reconnect)
-    from hermes.models.hub import check_model_name  # presets and paths only: no torch
+    if memory_dir and Path(memory_dir).exists() and not Path(memory_dir).is_dir():
+        raise UsageError(f"--memory-dir expects a directory, found a file: {memory_dir}")
+    plan = RunPlan(resolve_config(), source, questions, ask_every_s, reconnect_s, interactive, memory_dir, resume,
+                   memory_chosen)
+    from hermes.model_registry import resolve_source  # the registry and paths only: no torch
 
-    check_model_name(plan.cfg.model.name, plan.cfg.model.hub_id)
+    resolve_source(plan.cfg.model.name, plan.cfg.model.hub_id)
     ordered = in_answer_order(questions)
-    if ordered != questions and ask_every is None:
+    if ordered != questions and ask_every_s is None:
         plan.notes.append("answers come in time order (questions at the end last), not in the order given; "
                           "with --json each carries its \"id\" from the questions file")
     return plan
@@ -288,11 +192,20 @@ class ProgressBar:
             self.bar.close()
 
 
-def execute_run(args, plan: RunPlan, *, progress: bool, on_answer) -> str | None:
-    """Open SOURCE, load the model, check capacity and prompts, then stream and answer.
+def execute_run(plan: RunPlan, *, progress: bool,
+                on_answer: Callable[[Any, AskedQuestion | None], None]) -> str | None:
+    """Open the source, load the model, check capacity and prompts, then stream and answer.
 
-    `on_answer(answer, question)` receives each answer with the question it answers (whose `id`
-    the user gave). Returns why a live run ended, or None for a recording.
+    Args:
+        plan: what `prepare_run` checked (or a plan a caller such as the demo built).
+        progress: a progress bar on stderr (a recording without a live schedule).
+        on_answer: receives each `Answer` with the `AskedQuestion` it answers (whose `id` the user gave).
+
+    Returns:
+        Why a live run ended, or None for a recording.
+
+    Raises:
+        HermesError: source (3), model (4) or usage errors found once the source is open.
     """
     from hermes.models.loading import load_model
     from hermes.pipelines.interactive import check_live_memory
@@ -303,40 +216,39 @@ def execute_run(args, plan: RunPlan, *, progress: bool, on_answer) -> str | None
     options = {}
     if plan.reconnect_timeout_s is not None:
         options["reconnect_timeout_s"] = plan.reconnect_timeout_s
-    if cfg.stream.backend != "auto" and Path(args.source).is_file():
+    if cfg.stream.backend != "auto" and Path(plan.source).is_file():
         options["backend"] = cfg.stream.backend
-    with open_source(args.source, fps=cfg.stream.fps, **options) as source:
+    with open_source(plan.source, fps=cfg.stream.fps, **options) as source:
         info = getattr(source, "info", None)
         duration_s = info.duration_s if info is not None else None
         check_times(plan.questions, duration_s)
         questions = list(plan.questions)
-        if plan.ask_every_s is not None and not source.live and duration_s is not None and not args.interactive:
+        if plan.ask_every_s is not None and not source.live and duration_s is not None and not plan.interactive:
             questions = expand_every(questions, plan.ask_every_s, duration_s)  # as fast as the model
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr, flush=True)
-        chosen = bool(args.memory or args.config or any(s.startswith("memory.policy") for s in args.set or []))
-        cfg.memory = check_live_memory(cfg.memory, source.live, chosen)  # before the model loads
+        cfg.memory = check_live_memory(cfg.memory, source.live, plan.memory_chosen)  # before the model loads
         model = load_model(cfg.model)
         note = check_capacity(model, cfg, duration_s, source.live)
         if note:
             print(f"note: {note}", file=sys.stderr, flush=True)
         check_prompts(model, cfg, questions)
-        live_mode = bool(args.interactive or (plan.ask_every_s is not None and questions == plan.questions))
+        live_mode = bool(plan.interactive or (plan.ask_every_s is not None and questions == plan.questions))
         if source.live or live_mode:
-            return run_live_source(args, plan, model, source, questions, on_answer)
+            return run_live_source(plan, model, source, questions, on_answer)
         ordered = in_answer_order(questions)
         expected = math.floor(duration_s * cfg.stream.fps + 1e-9) + 1 if duration_s else None
         bar = ProgressBar(progress, expected)
         session = StreamingSession(model, cfg.memory, bar.wrap(source), chunk_frames=cfg.stream.chunk_frames,
-                                   max_new_tokens=cfg.model.max_new_tokens, memory_dir=args.memory_dir,
-                                   resume=args.resume)
+                                   max_new_tokens=cfg.model.max_new_tokens, memory_dir=plan.memory_dir,
+                                   resume=plan.resume)
         # a stop (Ctrl-C, or a moment past the end) skips the timed questions still ahead but not the
         # end-of-video ones, so answers are paired with questions of their own kind
         timed_left = iter([q for q in ordered if q.at_s is not None])
         end_left = iter([q for q in ordered if q.at_s is None])
         try:
             for answer in session.run([Question(q.text, q.at_s, q.options) for q in ordered],
-                                      to_end=bool(args.memory_dir)):
+                                      to_end=bool(plan.memory_dir)):
                 question = next(end_left if answer.at_s is None else timed_left)
                 if answer.frames_seen == 0 and answer.at_s is None:
                     raise SourceError(f"no frames could be read from {source.describe()} (re-download or "
@@ -347,13 +259,6 @@ def execute_run(args, plan: RunPlan, *, progress: bool, on_answer) -> str | None
             bar.close()
         return None
 
-
-def expand_every(questions: list[AskedQuestion], every_s: float, duration_s: float) -> list[AskedQuestion]:
-    """`--ask-every S` on a recording: each untimed question at S, 2S, ... up to the end, as timed questions."""
-    repeated = [q for q in questions if q.at_s is None]
-    times = [k * every_s for k in range(1, int(duration_s / every_s + 1e-9) + 1)]
-    timed = [dataclasses.replace(q, at_s=t) for t in times for q in repeated]
-    return [q for q in questions if q.at_s is not None] + timed
 
 
 class Utf8Lines:
@@ -375,7 +280,8 @@ class Utf8Lines:
                 return
 
 
-def run_live_source(args, plan: RunPlan, model, source, questions, on_answer) -> str:
+def run_live_source(plan: RunPlan, model, source, questions: list[AskedQuestion],
+                    on_answer: Callable[[Any, AskedQuestion | None], None]) -> str:
     """A camera or stream, or a recording played back in real time (`--interactive` only)."""
     from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, run_live
     from hermes.pipelines.session import Question, StreamingSession
@@ -387,10 +293,10 @@ def run_live_source(args, plan: RunPlan, model, source, questions, on_answer) ->
         raise UsageError("on a live source, --ask needs --at S (stream time) or --ask-every S")
     by_text = {(q.text, q.options): q for q in questions}
     session = StreamingSession(model, cfg.memory, (), chunk_frames=cfg.stream.live_chunk_frames,
-                               max_new_tokens=cfg.model.max_new_tokens, memory_dir=args.memory_dir,
-                               resume=args.resume)
+                               max_new_tokens=cfg.model.max_new_tokens, memory_dir=plan.memory_dir,
+                               resume=plan.resume)
     started = time.monotonic()
-    pace = not source.live and bool(args.interactive)  # only --interactive plays a recording in real time
+    pace = not source.live and plan.interactive  # only --interactive plays a recording in real time
     frames = source
     if source.live:
         clock = source.now_s
@@ -416,7 +322,7 @@ def run_live_source(args, plan: RunPlan, model, source, questions, on_answer) ->
 
         def clock() -> float:
             return time.monotonic() - started + resumed_s
-    lines = Utf8Lines(getattr(sys.stdin, "buffer", sys.stdin)) if args.interactive else None
+    lines = Utf8Lines(getattr(sys.stdin, "buffer", sys.stdin)) if plan.interactive else None
     inbox = QuestionInbox(lines, clock) if lines is not None else None
     if inbox is not None:
         print(f"streaming {source.describe()}: type a question and press Enter (Ctrl-D or Ctrl-C to stop)",

@@ -1,0 +1,22 @@
+"""Markdown tables: the one helper behind every report and bench table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[bool] | None = None) -> str:
+    """A markdown table: a header row, the separator, one line per row (cells as `str()`).
+
+    Args:
+        header: the column titles.
+        rows: the cells, one sequence per row.
+        right: per column, whether it is right-aligned (`---:`); None: every column default (`---`).
+
+    Returns:
+        The table's lines joined by newlines (no trailing newline).
+    """
+    right = right or [False] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

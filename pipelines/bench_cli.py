@@ -1,0 +1,221 @@
+"""The `bench` subcommand of `hermes-video`: suites memory, sweep and tiers.
+
+Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. The bench's configuration is the
+same `HermesConfig` as `run`'s: `memory.budget` is the budget of every bounded policy measured, set by
+`--budget N` (sugar for the key), --memory, --config or --set; the suite's own default (512 for
+memory, 4096 for sweep) is the lowest layer (`build_config(base=...)`), beneath every preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hermes.cli_args import (add_common_options, add_config_options, check_output_path, config_from_args,
+                             parse_int_list)
+from hermes.errors import UsageError
+
+BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small model: `bench memory` about "
+               "20 minutes (full and hermes up to 2048 frames; --lengths 64,256 took 1.4 CPU-minutes), `bench sweep` "
+               "longer (four policies at two chunk sizes up to 1024 frames; --lengths 16,64 for a short run), `bench "
+               "tiers` about a minute (--records 100000 takes minutes). Progress lines go to stderr (--quiet hides "
+               "them).")
+
+# the budget each suite measures at unless the configuration says otherwise
+MEMORY_SUITE_BUDGET = 512
+SWEEP_SUITE_BUDGET = 4096
+
+
+def bench_model(args, cfg):
+    """The model a bench measures: `--arch` (random weights, built on the device), `--model`, or the
+    random CPU benchmark model (`cpu-small`: 8 layers, 512 wide, 16 tokens per frame, so that `full`
+    over thousands of frames stays computable on a CPU)."""
+    from hermes.models.loading import build_random_model, load_model
+    from hermes.models.realsize import CPU_SMALL
+
+    if args.model:
+        return load_model(cfg.model)
+    return build_random_model(args.arch or CPU_SMALL, cfg.model, num_layers=args.num_layers,
+                              vision_layers=args.vision_layers)
+
+
+def bench_config(args, suite_budget: int):
+    """The bench's configuration, checked before anything loads (output paths too, so that a long run
+    cannot fail at its end).
+
+    Args:
+        suite_budget: `memory.budget` where no preset, file, override or --budget sets it.
+
+    Raises:
+        UsageError, ConfigError: one line.
+    """
+    if args.arch and args.model:
+        raise UsageError("give --arch (random weights) or --model (a checkpoint), not both")
+    for flag in ("num_layers", "vision_layers"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {value}")
+    check_output_path(args.output, "--output")
+    check_output_path(getattr(args, "markdown", None), "--markdown")
+    return config_from_args(args, base={"memory": {"budget": suite_budget}})
+
+
+def write_bench_files(args, meta: dict, result, columns) -> None:
+    """`--output` JSON and `--markdown` report, when asked (rewritten as results come in)."""
+    from hermes.pipelines.bench_report import report_markdown
+
+    if args.output:
+        Path(args.output).write_text(json.dumps(bench_record(meta, result), indent=2))
+    if getattr(args, "markdown", None):
+        Path(args.markdown).write_text(report_markdown(meta, result, columns))
+
+
+def bench_record(meta: dict, result) -> dict:
+    from hermes.pipelines.bench_report import rows_as_dicts
+
+    return {**meta, "notes": result.notes, "rows": rows_as_dicts(result.rows)}
+
+
+def write_bench_outputs(args, meta: dict, result, columns) -> None:
+    """The table on stdout (with --json: the run as one JSON object), notes on stderr, and the files."""
+    from hermes.pipelines.bench_report import markdown_table
+
+    if args.json:
+        print(json.dumps(bench_record(meta, result)))
+    else:
+        print(markdown_table(result.rows, columns))
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    write_bench_files(args, meta, result, columns)
+
+
+def cmd_bench_memory(args) -> int:
+    lengths = parse_int_list(args.lengths, "--lengths")
+    cfg = bench_config(args, MEMORY_SUITE_BUDGET)
+    from hermes.pipelines.bench import bench_memory, resolve_policies
+    from hermes.pipelines.bench_report import MEMORY_COLUMNS, run_info
+
+    chunk_frames = cfg.stream.chunk_frames
+    model = bench_model(args, cfg)
+    policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)
+    print(f"bench memory: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device}, "
+          f"budget {cfg.memory.budget} tokens, chunks of {chunk_frames} frames", file=sys.stderr)
+    result = bench_memory(model, policies, lengths, chunk_frames=chunk_frames, progress=not args.quiet)
+    meta = {"suite": "memory", **run_info(model), "budget": cfg.memory.budget, "chunk_frames": chunk_frames,
+            "lengths": lengths, "policies": [p.label for p in policies]}
+    write_bench_outputs(args, meta, result, MEMORY_COLUMNS)
+    return 0
+
+
+def cmd_bench_tiers(args) -> int:
+    sizes = tuple(parse_int_list(args.records, "--records"))
+    if args.write_mib < 1:
+        raise UsageError(f"--write-mib expects a positive whole number, found {args.write_mib}")
+    check_output_path(args.output, "--output")
+    from hermes.tiers.bench import run
+
+    rows, table = run(sizes, write_bytes=args.write_mib << 20)
+    print(json.dumps(rows, default=str) if args.json else table)
+    if args.output:
+        Path(args.output).write_text(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
+def cmd_bench_sweep(args) -> int:
+    lengths = parse_int_list(args.lengths, "--lengths")
+    chunk_sizes = parse_int_list(args.chunk_sizes, "--chunk-frames")
+    if args.decode_tokens < 1 or args.repeats < 1 or args.frame_px < 1:
+        raise UsageError("--decode-tokens, --repeats and --frame-px must be at least 1")
+    cfg = bench_config(args, SWEEP_SUITE_BUDGET)
+    from hermes.pipelines.bench import resolve_policies, run_sweep
+    from hermes.pipelines.bench_report import SWEEP_COLUMNS, run_info
+
+    model = bench_model(args, cfg)
+    policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)
+    print(f"bench sweep: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device} "
+          f"({model.dtype}), budget {cfg.memory.budget} tokens, chunks of {'/'.join(map(str, chunk_sizes))} frames, "
+          f"{args.decode_tokens} tokens per answer", file=sys.stderr)
+    meta = {"suite": "sweep", **run_info(model), "budget": cfg.memory.budget, "decode_tokens": args.decode_tokens,
+            "repeats": args.repeats, "frame_px": args.frame_px, "chunk_frames": chunk_sizes, "lengths": lengths,
+            "policies": [p.label for p in policies], "command": "hermes-video " + " ".join(sys.argv[1:])}
+    result = run_sweep(model, policies, lengths, chunk_sizes, decode_tokens=args.decode_tokens,
+                       repeats=args.repeats, frame_px=args.frame_px, progress=not args.quiet,
+                       on_stream=lambda partial: write_bench_files(args, {**meta, "partial": True}, partial,
+                                                                   SWEEP_COLUMNS))
+    write_bench_outputs(args, meta, result, SWEEP_COLUMNS)
+    return 0
+
+
+def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...]) -> None:
+    """The configuration (with `config_flags`), --json, and --arch, --num-layers, --vision-layers: which
+    random-weight model to build (not configuration: they choose the model measured)."""
+    from hermes.models.realsize import arch_names
+
+    add_config_options(p, flags=config_flags, memory_default="full; --policies picks the policies",
+                       flag_help=BUDGET_HELP)
+    p.add_argument("--json", action="store_true", help="JSON on stdout (the run as one object)")
+    add_common_options(p)
+
+    p.add_argument("--arch", choices=arch_names(),
+                   help="random weights at a published size, built on the device without downloads "
+                        "(default without --model: cpu-small)")
+    p.add_argument("--num-layers", type=int, metavar="N", help="--arch: language-model layers (widths unchanged)")
+    p.add_argument("--vision-layers", type=int, metavar="N", help="--arch: vision-tower layers")
+
+
+BUDGET_HELP = {"--budget": f"visual tokens per layer for bounded policies (default: the preset's with --memory, "
+                           f"else {MEMORY_SUITE_BUDGET} for memory, {SWEEP_SUITE_BUDGET} for sweep)"}
+
+
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `bench memory|sweep|tiers ...` on a subparsers object; returns the `bench` parser."""
+    bench = subparsers.add_parser("bench", help="performance measurements", description=BENCH_COSTS)
+    add_common_options(bench)
+    bench_sub = bench.add_subparsers(dest="bench", metavar="SUITE", required=True)
+    memory = bench_sub.add_parser("memory", help="peak KV memory, TTFT and maintenance cost over stream lengths "
+                                                 "(about 20 min on a 2-core CPU with the defaults)",
+                                  description=BENCH_COSTS)
+    add_bench_model_options(memory, ("--device", "--budget", "--chunk-frames"))
+    memory.add_argument("--policies", default="full,hermes",
+                        help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
+                             "sliding+recall (default: full,hermes)")
+    memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
+    memory.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
+    memory.add_argument("--quiet", action="store_true", help="no progress lines")
+    memory.set_defaults(func=cmd_bench_memory)
+
+    tiers = bench_sub.add_parser("tiers", help="recall time at 10^3.. records, FAISS search, disk write throughput "
+                                               "(about a minute)", description=BENCH_COSTS)
+    tiers.add_argument("--records", default="1000,10000",
+                       help="record counts for the recall and search rows (100000 takes minutes) "
+                            "(default: %(default)s)")
+    tiers.add_argument("--write-mib", type=int, default=64, help="MiB written per throughput row (default: 64)")
+    tiers.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
+    tiers.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
+    add_common_options(tiers)
+    tiers.set_defaults(func=cmd_bench_tiers)
+
+    sweep = bench_sub.add_parser(
+        "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
+                      "lengths, chunk sizes and policies, with ratios against full (the longest suite)",
+        description=BENCH_COSTS)
+    add_bench_model_options(sweep, ("--device", "--budget", "--dtype"))
+    sweep.add_argument("--policies", default="full,sliding,hermes,hermes+recall",
+                       help="comma-separated policies; `name+flag` turns a boolean memory setting on "
+                            "(skipped with a note if this build has no such key); `recall-only` is sliding+recall "
+                            "(default: %(default)s)")
+    sweep.add_argument("--lengths", default="16,32,64,128,256,512,1024",
+                       help="stream lengths in frames, measured on one stream per policy (default: %(default)s)")
+    sweep.add_argument("--chunk-frames", dest="chunk_sizes", default="8,16",
+                       help="chunk sizes in frames, the axis measured (not configuration; default: %(default)s)")
+    sweep.add_argument("--decode-tokens", type=int, default=16,
+                       help="answer length, forced; TPOT = (latency - TTFT) / (N - 1) (default: %(default)s)")
+    sweep.add_argument("--repeats", type=int, default=3, help="questions per length; medians (default: %(default)s)")
+    sweep.add_argument("--frame-px", type=int, default=448, help="side of the random frames (default: %(default)s)")
+    sweep.add_argument("--output", metavar="FILE", help="also write the run and its rows as JSON")
+    sweep.add_argument("--markdown", metavar="FILE", help="also write a markdown report (run details, table, notes)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress lines")
+    sweep.set_defaults(func=cmd_bench_sweep)
+    return bench

@@ -1,0 +1,39 @@
+"""The import graph keeps its layering: core `hermes/` <- `models/` <- `pipelines/` <- `datasets/`;
+only `hermes/cli.py` (the command line, on top) reaches every package."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# folder -> the packages of ours its modules must not import (the layers above it)
+ABOVE = {
+    "hermes": ("hermes.models", "hermes.pipelines", "hermes.datasets"),
+    "models": ("hermes.pipelines", "hermes.datasets"),
+    "pipelines": ("hermes.datasets",),
+    "datasets": (),
+}
+ON_TOP = {ROOT / "hermes" / "cli.py"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("folder", list(ABOVE))
+def test_no_module_imports_a_layer_above_its_own(folder):
+    wrong = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        if path in ON_TOP:
+            continue
+        for name in imported_modules(path):
+            if any(name == up or name.startswith(up + ".") for up in ABOVE[folder]):
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, wrong
