@@ -152,7 +152,11 @@ class StreamingSession:
             from hermes.pipelines.persistence import has_checkpoint, restore_session
 
             if resume:
-                restore_session(self)
+                try:
+                    restore_session(self)
+                except BaseException:
+                    self.lower.close()  # nobody gets this session to close it
+                    raise
             elif has_checkpoint(self.lower):
                 self.lower.close()
                 raise UsageError(f"memory directory {memory_dir} already holds a stream: pass --resume to continue "
