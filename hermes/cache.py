@@ -191,6 +191,20 @@ class HermesLayer(DynamicLayer):
         """Drop every token from cache index `length` on (keys, values and metadata); earlier ones untouched."""
         if self.num_tokens > length:
             self.crop(length - self.num_tokens)  # transformers' convention: a negative count to remove
+        else:
+            self._cut_metadata(length)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """transformers' crop (a negative count of tokens to remove), metadata included."""
+        super().crop(tokens_to_remove)
+        self._cut_metadata(self.num_tokens)
+
+    def reset(self) -> None:
+        """transformers' reset: no tokens left, metadata included."""
+        super().reset()
+        self._cut_metadata(0)
+
+    def _cut_metadata(self, length: int) -> None:
         for name in METADATA:
             setattr(self, name, getattr(self, name)[..., :length])
 

@@ -192,7 +192,9 @@ class StreamingSession:
                 # the previous chunk's records reach the level-2 log during this chunk's encode; waiting
                 # here (rarely at all) keeps at most one chunk's records short of durable
                 self.lower.store.barrier()
-            evictions = self.memory.maintain(self.cache, copy_evicted=self.lower is not None)
+            # copies of the evicted tokens are made only for lower levels that take them
+            evictions = self.memory.maintain(self.cache, copy_evicted=True) if self.lower is not None \
+                else self.memory.maintain(self.cache)
             maintain_ms = evictions.maintain_ms
             if self.lower is not None:  # what level 1 evicted goes down, as the policy returned it
                 start = time.perf_counter()
