@@ -2,12 +2,12 @@
 
 `LowerLevels` sits between a memory policy and a `MemoryDirectory` (hermes.tiers):
 
-- `capture` (called by the session with what `maintain()` evicted, `hermes.memory.Evictions`): the
-  evicted tokens whose importance is at least `compress_threshold` go into one record per maintenance step (its keys as cached,
-  values, positions, ids, frames and scores, per layer); the rest are dropped. Every layer keeps
-  equally many, its best: as many as the layer with the most above the threshold. The record gets a
-  search embedding: the mean content of its last layer's keys (keys rotated back to position 0,
-  so the vector says *what* was seen, not *where* it sat).
+- `capture` (called by the session with what `maintain()` returned, `hermes.memory.Evictions`):
+  the evicted tokens whose importance is at least `compress_threshold` go into one record per
+  maintenance step (its keys as cached, values, positions, ids, frames and scores, per layer); the
+  rest are dropped. Every layer keeps equally many, its best: as many as the layer with the most
+  above the threshold. The record gets a search embedding: the mean content of its last layer's
+  keys (keys rotated back to position 0, so the vector says *what* was seen, not *where* it sat).
 - `recall` (called by the session before a question, with `memory.recall: on`): the question's own
   last-layer queries, rotated back to position 0 and grouped per key head, are the search vector;
   the top records are fetched (host memory, prefetch cache or disk), spliced in time order into the
@@ -15,8 +15,9 @@
 - Prefetch: after each eviction, the records nearest the last question are loaded in the
   background, so a follow-up question rarely waits on disk.
 - Positions: a recalled token keeps the position it was evicted at, unless level 1 has compacted
-  its positions since (the cache counts its compactions; a record keeps the count it was evicted under); then the record is shifted, as a block, to end just before the oldest token
-  level 1 still holds, so that time order and in-record distances are preserved.
+  its positions since (the cache counts its compactions; a record keeps the count it was evicted
+  under); then the record is shifted, as a block, to end just before the oldest token level 1
+  still holds, so that time order and in-record distances are preserved.
 """
 
 from __future__ import annotations
