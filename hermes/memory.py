@@ -20,6 +20,11 @@ are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked s
 kept coordinates, or whole frames packed back to back, `memory.mrope_compaction`, see
 `hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
 eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
+
+State: `maintain` returns what it evicted (`Evictions`) and keeps nothing of it for a later call;
+the session hands it to the lower levels. What a policy carries between chunks (the `hermes`
+policy's accumulated importance) is its `state_dict()`. A policy changes the cache only through
+its layers' API (`hermes.cache.HermesLayer`).
 """
 
 from __future__ import annotations
@@ -103,7 +108,6 @@ class MemoryPolicy:
         self.model = model
         self.spec = RotarySpec.from_text_config(model.text_config)
         self.last_question: str | None = None
-        self.last_maintain_ms = 0.0  # for inspection only: the result of `maintain` carries it too
 
     def compact(self, cache: HermesCache) -> None:
         """Compact level-1 positions (the cache counts it: lower-level records keep the old ones)."""
@@ -119,7 +123,6 @@ class MemoryPolicy:
         Returns:
             What was evicted (nothing, for `full`).
         """
-        self.last_maintain_ms = 0.0
         return Evictions(length=cache.num_tokens, position_epoch=cache.compactions)
 
     def check_lower_levels(self) -> None:
@@ -239,8 +242,7 @@ class BudgetPolicy(MemoryPolicy):
         prefix_len = cache.prefix_len
         length, epoch = cache.num_tokens, cache.compactions
         if length - prefix_len <= self.cfg.budget:  # scoring runs only when eviction is needed
-            self.last_maintain_ms = (time.perf_counter() - start) * 1e3
-            return Evictions(length=length, position_epoch=epoch, maintain_ms=self.last_maintain_ms)
+            return Evictions(length=length, position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
         choice = self.choose(cache, prefix_len)
         prefix = torch.arange(prefix_len).expand(choice.keep.shape[0], prefix_len)
         keep = torch.cat([prefix, choice.keep], dim=1)
@@ -259,11 +261,10 @@ class BudgetPolicy(MemoryPolicy):
         if self.cfg.reindex == "eager":
             self.compact(cache)
         self.last_scores = choice.scores
-        self.last_maintain_ms = (time.perf_counter() - start) * 1e3
         return Evictions(entries=tuple(entries), index=tuple(index), scores=tuple(scores), length=length,
                          position_epoch=epoch, summaries=tuple(layer for layer, _, _ in choice.summaries),
                          compacted=self.cfg.reindex == "eager", all_scores=choice.scores,
-                         maintain_ms=self.last_maintain_ms)
+                         maintain_ms=(time.perf_counter() - start) * 1e3)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         """Write HERMES's summary tokens into the slots kept for them (nothing for other policies)."""

@@ -188,9 +188,8 @@ class ReKVPolicy(NoLowerLevels):
             keep = torch.cat([torch.arange(prefix_len), torch.arange(prefix_len + n_evict, cache.num_tokens)])
             cache.select_(keep.expand(cache.num_layers, -1))
             index = (torch.arange(prefix_len, prefix_len + n_evict),) * cache.num_layers
-        self.last_maintain_ms = (time.perf_counter() - start) * 1e3
         return Evictions(index=index, scores=tuple(torch.ones(i.shape[0]) for i in index), length=length,
-                         position_epoch=epoch, maintain_ms=self.last_maintain_ms)
+                         position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
 
     # ---- answer ----
 
