@@ -1,13 +1,17 @@
 """The working KV cache (memory level 1) as hermes's own object.
 
 `HermesCache` is a transformers `DynamicCache` (so every supported model attends to it unchanged)
-that also records, for each cached token, what hermes needs to manage memory: its rotary position,
-a stable id, what kind of token it is (prefix or visual) and which frame it came from. Keys are
-stored already rotated, as the model wrote them.
+whose layers are `HermesLayer`s: each layer owns its keys and values *and*, for each cached token,
+what hermes needs to manage memory: its rotary position, a stable id, what kind of token it is
+(prefix, visual, summary, recalled) and which frame it came from, and how many tokens it stands
+for. Keys are stored already rotated, as the model wrote them. Everything that changes a layer's
+tokens goes through the layer (`append`, `describe`, `select`, `truncate`, `write`, `move`), so
+keys, values and metadata never disagree; the cache delegates to its layers and keeps only what is
+the same for every layer: the stream's position state (next free position, the open M-RoPE block,
+how often positions were compacted) and the token-id counter.
 
 Positions have A axes (1 for 1-D RoPE, 3 for M-RoPE): the cache hands out positions for text
-(`allocate_positions`) and for a chunk's layout (`place`, see `hermes.positions`), and remembers the
-first free position and the open M-RoPE video block.
+(`allocate_positions`) and for a chunk's layout (`place`, see `hermes.positions`).
 
 Answering a question appends question and answer tokens to the cache; `mark()` and `rewind()`
 take them out again, so after an answer the cache holds exactly what it held before, bit for bit.
@@ -15,18 +19,54 @@ take them out again, so after an answer the cache holds exactly what it held bef
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
 
+from hermes.errors import ModelError
 from hermes.positions import GridStep, Run, VideoBlock, place, run_positions
 
 KIND_PREFIX = 0  # system prompt tokens: never scored, never evicted
 KIND_VISUAL = 1  # frame tokens: what memory policies manage
 KIND_SUMMARY = 2  # a long-term layer's fold of evicted visual tokens
+KIND_RECALLED = 3  # a token brought back from a lower level for one answer
 
+# What a layer keeps per token besides its key and value (the one list of level-1 token fields):
+# positions (A, T) int64, token_ids (T,) int64, kinds (T,) int8, frame_index (T,) int64, counts (T,) int64
 METADATA = ("positions", "token_ids", "kinds", "frame_index", "counts")
+_DTYPES = {"positions": torch.long, "token_ids": torch.long, "kinds": torch.int8, "frame_index": torch.long,
+           "counts": torch.long}
+
+
+class UnsupportedCacheError(ModelError):
+    """The model's cache layout is one hermes cannot manage (exit 4, like any unsupported model)."""
+
+
+@dataclass(frozen=True)
+class TokenEntries:
+    """Copies of some of one layer's tokens: keys, values and their metadata, in cache order.
+
+    Attributes:
+        keys, values: (H, n, D) as cached (keys rotated at `positions`).
+        positions: (A, n) int64.
+        token_ids, kinds, frame_index, counts: (n,) (int64, int8, int64, int64).
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    token_ids: torch.Tensor
+    kinds: torch.Tensor
+    frame_index: torch.Tensor
+    counts: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return self.keys.shape[-2]
 
 
 @dataclass(frozen=True)
@@ -38,42 +78,264 @@ class CacheMark:
     block: VideoBlock | None = None
 
 
-class HermesCache(DynamicCache):
-    """A `DynamicCache` whose tokens carry positions, ids, kinds, frames and counts, per layer.
+class HermesLayer(DynamicLayer):
+    """One layer of the working cache: keys (1, H, T, D), values, and per-token metadata (`METADATA`).
 
-    Every layer holds the same *number* of tokens (which keeps the library's attention masks
-    valid, DESIGN §3), but memory policies may keep different tokens in different layers, so the
-    metadata is (L, T) (positions (L, A, T)): row l describes layer l's tokens in cache order.
+    The model appends keys and values through `update` (transformers' protocol) during a forward;
+    `describe` then gives those tokens their metadata. Between the two (inside a forward, or while
+    a question's tokens are cached) the layer holds more keys than described tokens: `num_described`
+    says how many the metadata covers. Ready-made tokens (recalled from a lower level) come in one
+    `append` call with their metadata.
 
     Args:
-        config: the language model's config (number of layers).
         num_axes: position axes, 1 for 1-D RoPE, 3 for M-RoPE.
-
-    Attributes:
-        positions: (L, A, T) int64 rotary position each cached key was rotated to.
-        token_ids: (L, T) int64 stable id of each token (never reused), for matching across layers.
-        kinds: (L, T) int8 `KIND_PREFIX`, `KIND_VISUAL` or `KIND_SUMMARY`.
-        frame_index: (L, T) int64 index of the sampled frame a visual token came from (-1 otherwise).
-        counts: (L, T) int64 tokens each entry stands for (1; more for a summary token).
-        next_position: first free rotary position (every axis); new tokens are placed from here on.
-        block: the open M-RoPE video block that the next grid step continues, or None.
     """
 
+    def __init__(self, num_axes: int = 1) -> None:
+        super().__init__()
+        self.num_axes = num_axes
+        self.positions = torch.empty(num_axes, 0, dtype=torch.long)
+        self.token_ids = torch.empty(0, dtype=torch.long)
+        self.kinds = torch.empty(0, dtype=torch.int8)
+        self.frame_index = torch.empty(0, dtype=torch.long)
+        self.counts = torch.empty(0, dtype=torch.long)
+
+    # ---- sizes ---------------------------------------------------------------------------------
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens whose keys and values are cached (described or not)."""
+        return self.get_seq_length()
+
+    @property
+    def num_described(self) -> int:
+        """Tokens the metadata covers (the first `num_described` cached tokens)."""
+        return self.token_ids.shape[0]
+
+    def nbytes(self) -> int:
+        if not self.is_initialized:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+    # ---- growing ---------------------------------------------------------------------------------
+
+    def describe(self, positions: torch.Tensor, token_ids: torch.Tensor, kind: int,
+                 frame_index: torch.Tensor | None = None) -> None:
+        """Give metadata to the next `n` tokens the model appended through `update`.
+
+        Args:
+            positions: (A, n) positions the tokens were encoded at.
+            token_ids: (n,) their ids.
+            kind: a `KIND_*`.
+            frame_index: (n,) frame of each token; None for non-visual tokens (-1).
+
+        Raises:
+            ValueError: fewer than `n` cached tokens lack metadata.
+        """
+        n = token_ids.shape[0]
+        if self.num_described + n > self.num_tokens:
+            raise ValueError(f"describing {n} tokens, but only {self.num_tokens - self.num_described} cached "
+                             f"tokens lack metadata")
+        self._extend(positions, token_ids, kind, frame_index, None)
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tensor,
+               kind: int, frame_index: torch.Tensor, counts: torch.Tensor | None = None) -> None:
+        """Append ready-made tokens (e.g. recalled from a lower level) with their metadata, in one call.
+
+        Args:
+            keys, values: (H, m, D), keys already rotated at `positions` (cast to the cache's dtype).
+            positions: (A, m) their positions.
+            token_ids: (m,) their ids.
+            kind: a `KIND_*`.
+            frame_index: (m,) the frames they came from.
+            counts: (m,) tokens each stands for (default 1).
+
+        Raises:
+            ValueError: the layer holds tokens without metadata (a forward in progress).
+        """
+        if self.num_described != self.num_tokens:
+            raise ValueError(f"cannot append while {self.num_tokens - self.num_described} tokens lack metadata")
+        if not self.is_initialized:
+            self.lazy_initialization(keys[None], values[None])
+        self.keys = torch.cat([self.keys, keys[None].to(self.keys.device, self.keys.dtype)], dim=-2)
+        self.values = torch.cat([self.values, values[None].to(self.values.device, self.values.dtype)], dim=-2)
+        self._extend(positions, token_ids, kind, frame_index, counts)
+
+    def _extend(self, positions, token_ids, kind, frame_index, counts) -> None:
+        n = token_ids.shape[0]
+        frames = frame_index if frame_index is not None else torch.full((n,), -1, dtype=torch.long)
+        counts = counts if counts is not None else torch.ones(n, dtype=torch.long)
+        self.positions = torch.cat([self.positions, positions.to("cpu", torch.long).reshape(self.num_axes, n)], dim=1)
+        self.token_ids = torch.cat([self.token_ids, token_ids.to("cpu", torch.long)])
+        self.kinds = torch.cat([self.kinds, torch.full((n,), kind, dtype=torch.int8)])
+        self.frame_index = torch.cat([self.frame_index, frames.to("cpu", torch.long).reshape(n)])
+        self.counts = torch.cat([self.counts, counts.to("cpu", torch.long).reshape(n)])
+
+    # ---- shrinking and rewriting ---------------------------------------------------------------------
+
+    def entries(self, index: torch.Tensor) -> TokenEntries:
+        """Copies of the described tokens at cache indices `index` (n,), in that order."""
+        dev = index.to(self.keys.device)
+        return TokenEntries(keys=self.keys[0].index_select(-2, dev), values=self.values[0].index_select(-2, dev),
+                            **{name: getattr(self, name)[..., index] for name in METADATA})
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep the tokens at cache indices `keep` (K,), in that order (every token must be described)."""
+        idx = keep.to(self.keys.device)
+        self.keys = self.keys.index_select(-2, idx)
+        self.values = self.values.index_select(-2, idx)
+        for name in METADATA:
+            setattr(self, name, getattr(self, name)[..., keep])
+
+    def truncate(self, length: int) -> None:
+        """Drop every token from cache index `length` on (keys, values and metadata); earlier ones untouched."""
+        if self.num_tokens > length:
+            self.crop(length - self.num_tokens)  # transformers' convention: a negative count to remove
+        else:
+            self._cut_metadata(length)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """transformers' crop (a negative count of tokens to remove), metadata included."""
+        super().crop(tokens_to_remove)
+        self._cut_metadata(self.num_tokens)
+
+    def reset(self) -> None:
+        """transformers' reset: no tokens left, metadata included."""
+        super().reset()
+        self._cut_metadata(0)
+
+    def _cut_metadata(self, length: int) -> None:
+        for name in METADATA:
+            setattr(self, name, getattr(self, name)[..., :length])
+
+    def write(self, index: int, key: torch.Tensor, value: torch.Tensor, position: torch.Tensor, token_id: int,
+              kind: int, frame: int, count: int) -> None:
+        """Overwrite the token at cache index `index` (key, value (H, D); position (A,))."""
+        self.keys[0, :, index] = key
+        self.values[0, :, index] = value
+        self.positions[:, index] = position
+        self.token_ids[index] = token_id
+        self.kinds[index] = kind
+        self.frame_index[index] = frame
+        self.counts[index] = count
+
+    def move(self, positions: torch.Tensor, keys: torch.Tensor | None) -> None:
+        """Give the described tokens new positions (A, T), with their keys re-rotated to them (None: unchanged)."""
+        if keys is not None:
+            self.keys = keys
+        self.positions = positions
+
+    # ---- saving -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Keys, values (1, H, T, D) and every token field, as they are (no copy)."""
+        state = {name: getattr(self, name) for name in METADATA}
+        if self.is_initialized:
+            state.update(keys=self.keys, values=self.values)
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], device: torch.device | str | None = None) -> None:
+        """Replace this layer's tokens with `state` (from `state_dict`); keys and values go to `device`.
+
+        Raises:
+            ValueError: a field is missing or the fields disagree in length.
+        """
+        missing = [name for name in METADATA if name not in state]
+        if missing:
+            raise ValueError(f"cache layer state lacks {', '.join(missing)}")
+        if "keys" not in state or "values" not in state:  # a layer that never held a token
+            if state["token_ids"].numel():
+                raise ValueError("cache layer state has token fields but no keys and values")
+            self.reset()
+            for name in METADATA:
+                setattr(self, name, state[name].to("cpu", _DTYPES[name]).clone())
+            return
+        length = state["keys"].shape[-2]
+        if any(state[name].shape[-1] != length for name in METADATA) or state["values"].shape[-2] != length:
+            raise ValueError("cache layer state: keys, values and token fields disagree in length")
+        keys, values = state["keys"].to(device), state["values"].to(device)
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values
+        for name in METADATA:
+            setattr(self, name, state[name].to("cpu", _DTYPES[name]).clone())
+
+
+def check_layer_types(config) -> None:
+    """Refuse a language-model config whose cache layers are not plain full attention.
+
+    transformers builds sliding-window (or chunked, linear-attention, shared) layers from such a
+    config; they drop or share tokens on their own, which hermes's per-token bookkeeping cannot follow.
+
+    Raises:
+        UnsupportedCacheError: a layer of another type.
+    """
+    layer_types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    other = sorted({t for t in layer_types if t != "full_attention"})
+    if other:
+        raise UnsupportedCacheError(f"this model's cache has {', '.join(other)} layers; hermes manages full-attention "
+                                    f"layers only (a sliding-window or hybrid model is not supported)")
+
+
+class HermesCache(DynamicCache):
+    """A `DynamicCache` of `HermesLayer`s: every token carries position, id, kind, frame and count.
+
+    Every layer holds the same *number* of tokens (which keeps the library's attention masks
+    valid, DESIGN §3), but memory policies may keep different tokens in different layers, so each
+    layer's metadata describes its own tokens in cache order.
+
+    Args:
+        config: the language model's config (number and type of layers).
+        num_axes: position axes, 1 for 1-D RoPE, 3 for M-RoPE.
+
+    Raises:
+        UnsupportedCacheError: the config asks for layers other than full attention.
+
+    Attributes:
+        next_position: first free rotary position (every axis); new tokens are placed from here on.
+        block: the open M-RoPE video block that the next grid step continues, or None.
+        compactions: how often positions were compacted (a lower-level record evicted under an
+            earlier count sits at positions that no longer line up with level 1's).
+    """
+
+    layers: list[HermesLayer]
+
     def __init__(self, config, num_axes: int = 1) -> None:
-        super().__init__(config=config)
+        check_layer_types(config)
+        Cache.__init__(self, layers=[HermesLayer(num_axes) for _ in range(config.num_hidden_layers)])
         self.num_layers = config.num_hidden_layers
         self.num_axes = num_axes
-        empty = torch.empty(self.num_layers, 0, dtype=torch.long)
-        self.positions = torch.empty(self.num_layers, num_axes, 0, dtype=torch.long)
-        self.token_ids = empty
-        self.kinds = empty.to(torch.int8)
-        self.frame_index = empty
-        self.counts = empty
         self.next_position = 0
         self.block: VideoBlock | None = None
+        self.compactions = 0
         self._next_token_id = 0
 
-    # ---- bookkeeping -------------------------------------------------------------------------
+    # ---- metadata views (L, ..., T), read-only by convention: write through the layers -------------
+
+    def _stacked(self, name: str) -> torch.Tensor:
+        return torch.stack([getattr(layer, name) for layer in self.layers])
+
+    def _set_rows(self, name: str, rows: torch.Tensor) -> None:
+        for layer, row in zip(self.layers, rows):
+            setattr(layer, name, row)
+
+    positions = property(lambda self: self._stacked("positions"), lambda self, v: self._set_rows("positions", v),
+                         doc="(L, A, T) int64 rotary position each cached key was rotated to.")
+    token_ids = property(lambda self: self._stacked("token_ids"), lambda self, v: self._set_rows("token_ids", v),
+                         doc="(L, T) int64 stable id of each token (never reused), for matching across layers.")
+    kinds = property(lambda self: self._stacked("kinds"), lambda self, v: self._set_rows("kinds", v),
+                     doc="(L, T) int8 `KIND_*` of each token.")
+    frame_index = property(lambda self: self._stacked("frame_index"), lambda self, v: self._set_rows("frame_index", v),
+                           doc="(L, T) int64 sampled frame a visual token came from (-1 otherwise).")
+    counts = property(lambda self: self._stacked("counts"), lambda self, v: self._set_rows("counts", v),
+                      doc="(L, T) int64 tokens each entry stands for (1; more for a summary token).")
+
+    @property
+    def prefix_len(self) -> int:
+        """Prefix tokens (the same in every layer, always first)."""
+        return int((self.layers[0].kinds == KIND_PREFIX).sum())
+
+    # ---- positions and ids ---------------------------------------------------------------------------
 
     def allocate_positions(self, n: int) -> torch.Tensor:
         """Reserve the next `n` positions for text (equal on every axis) and return them as (A, n) int64.
@@ -95,8 +357,16 @@ class HermesCache(DynamicCache):
         self.next_position, self.block = placement.next_position, placement.block
         return placement.positions
 
+    def new_token_ids(self, n: int) -> torch.Tensor:
+        """`n` fresh ids (for tokens a policy creates, such as summary tokens)."""
+        ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)
+        self._next_token_id += n
+        return ids
+
+    # ---- growing ---------------------------------------------------------------------------------------
+
     def record(self, positions: torch.Tensor, kind: int, frame_index: torch.Tensor | None = None) -> None:
-        """Record metadata for tokens the model has just appended to every layer.
+        """Describe the next `n` tokens the model appended to every layer (fresh ids, the same in every layer).
 
         Args:
             positions: (A, n) positions the tokens were encoded at.
@@ -104,22 +374,31 @@ class HermesCache(DynamicCache):
             frame_index: (n,) frame of each token; None for non-visual tokens.
         """
         n = positions.shape[-1]
-        positions = positions.to("cpu", torch.long).reshape(self.num_axes, n)
-        rows = lambda t: t.to("cpu").reshape(1, n).expand(self.num_layers, n)  # noqa: E731
-        ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)
-        self._next_token_id += n
-        frames = frame_index if frame_index is not None else torch.full((n,), -1, dtype=torch.long)
-        self.positions = torch.cat([self.positions, positions.expand(self.num_layers, -1, -1)], dim=2)
-        self.token_ids = torch.cat([self.token_ids, rows(ids)], dim=1)
-        self.kinds = torch.cat([self.kinds, rows(torch.full((n,), kind, dtype=torch.int8))], dim=1)
-        self.frame_index = torch.cat([self.frame_index, rows(frames.long())], dim=1)
-        self.counts = torch.cat([self.counts, rows(torch.ones(n, dtype=torch.long))], dim=1)
+        ids = self.new_token_ids(n)
+        positions = positions.reshape(self.num_axes, n)
+        for layer in self.layers:
+            layer.describe(positions, ids, kind, frame_index)
 
-    def new_token_ids(self, n: int) -> torch.Tensor:
-        """`n` fresh ids (for tokens a policy creates, such as summary tokens)."""
-        ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)
-        self._next_token_id += n
-        return ids
+    def append(self, keys: list[torch.Tensor], values: list[torch.Tensor], positions: list[torch.Tensor], kind: int,
+               frame_index: list[torch.Tensor]) -> None:
+        """Append ready-made tokens to every layer at once (e.g. recalled from a lower level), with fresh ids.
+
+        Args:
+            keys, values: per layer, (H, m, D); keys already rotated at `positions`.
+            positions: per layer, (A, m).
+            kind: what they are (a `KIND_*`).
+            frame_index: per layer, (m,) the frames they came from.
+
+        Raises:
+            ValueError: not one entry per layer, or layers given different numbers of tokens.
+        """
+        sizes = {k.shape[-2] for k in keys}
+        if len(keys) != self.num_layers or len(sizes) != 1:
+            raise ValueError(f"append needs equally many tokens for each of the {self.num_layers} layers, "
+                             f"found {len(keys)} layers with {sorted(sizes)} tokens")
+        ids = self.new_token_ids(sizes.pop())
+        for layer, k, v, p, f in zip(self.layers, keys, values, positions, frame_index):
+            layer.append(k, v, p, ids, kind, f)
 
     def select_(self, keep: torch.Tensor) -> None:
         """Keep, in each layer l, the tokens at cache indices `keep[l]` (in that order).
@@ -127,50 +406,8 @@ class HermesCache(DynamicCache):
         Args:
             keep: (L, K) int64 cache indices; the same K for every layer.
         """
-        for layer, (keys_l, values_l) in enumerate(self.layer_tensors()):
-            idx = keep[layer].to(keys_l.device)
-            self.layers[layer].keys = keys_l.index_select(-2, idx)
-            self.layers[layer].values = values_l.index_select(-2, idx)
-        for name in METADATA:
-            data = getattr(self, name)
-            index = keep[:, None, :].expand(-1, data.shape[1], -1) if data.dim() == 3 else keep
-            setattr(self, name, data.gather(-1, index))
-
-    def append_tokens_(self, layer: int, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
-                       kind: int, frame_index: torch.Tensor) -> None:
-        """Append ready-made K/V (e.g. recalled from a lower level) to one layer.
-
-        Call for every layer with the same number of tokens, then `finish_append_()`.
-
-        Args:
-            layer: the layer.
-            keys, values: (H, m, D) already rotated at `positions`.
-            positions: (A, m) their positions.
-            kind: what they are (a `KIND_*`).
-            frame_index: (m,) the frames they came from.
-        """
-        target = self.layers[layer]
-        target.keys = torch.cat([target.keys, keys[None].to(target.keys.dtype)], dim=-2)
-        target.values = torch.cat([target.values, values[None].to(target.values.dtype)], dim=-2)
-        pending = getattr(self, "_pending_rows", {})
-        pending[layer] = (positions.long().cpu(), frame_index.long().cpu(), kind)
-        self._pending_rows = pending
-
-    def finish_append_(self) -> None:
-        """Extend the metadata for the tokens `append_tokens_` added to every layer."""
-        pending = self.__dict__.pop("_pending_rows", {})
-        if len(pending) != self.num_layers:
-            raise ValueError(f"append_tokens_ was called for {len(pending)} of {self.num_layers} layers")
-        m = pending[0][0].shape[-1]
-        positions = torch.stack([pending[layer][0] for layer in range(self.num_layers)])  # (L, A, m)
-        frames = torch.stack([pending[layer][1] for layer in range(self.num_layers)])  # (L, m)
-        kinds = torch.tensor([[pending[layer][2]] * m for layer in range(self.num_layers)], dtype=torch.int8)
-        ids = self.new_token_ids(m).expand(self.num_layers, m)
-        self.positions = torch.cat([self.positions, positions], dim=-1)
-        self.token_ids = torch.cat([self.token_ids, ids], dim=1)
-        self.kinds = torch.cat([self.kinds, kinds.reshape(self.num_layers, m)], dim=1)
-        self.frame_index = torch.cat([self.frame_index, frames], dim=1)
-        self.counts = torch.cat([self.counts, torch.ones(self.num_layers, m, dtype=torch.long)], dim=1)
+        for layer, row in zip(self.layers, keep):
+            layer.select(row)
 
     # ---- answering without leaving a trace ----------------------------------------------------
 
@@ -184,11 +421,7 @@ class HermesCache(DynamicCache):
         Tokens before the mark are untouched: their tensors are sliced, never recomputed.
         """
         for layer in self.layers:
-            if layer.is_initialized and layer.keys.shape[-2] > mark.length:
-                layer.keys = layer.keys[..., : mark.length, :]
-                layer.values = layer.values[..., : mark.length, :]
-        for name in METADATA:
-            setattr(self, name, getattr(self, name)[..., : mark.length])
+            layer.truncate(mark.length)
         self.next_position = mark.next_position
         self.block = mark.block
 
@@ -202,17 +435,37 @@ class HermesCache(DynamicCache):
     @property
     def num_visual_tokens(self) -> int:
         """Visual tokens per layer (summary tokens excluded)."""
-        return int((self.kinds[0] == KIND_VISUAL).sum()) if self.kinds.shape[1] else 0
+        return int((self.layers[0].kinds == KIND_VISUAL).sum())
 
     def nbytes(self) -> int:
         """Bytes held by keys and values over all layers."""
-        total = 0
-        for layer in self.layers:
-            if layer.is_initialized:
-                total += layer.keys.numel() * layer.keys.element_size()
-                total += layer.values.numel() * layer.values.element_size()
-        return total
+        return sum(layer.nbytes() for layer in self.layers)
 
     def layer_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(keys, values) per layer, each (B, H, T, D); for inspection and tests."""
         return [(layer.keys, layer.values) for layer in self.layers if layer.is_initialized]
+
+    # ---- saving -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every layer's tensors (``layers.<l>.<field>``) and the position state (JSON-able values)."""
+        state: dict[str, Any] = {f"layers.{l}.{name}": t for l, layer in enumerate(self.layers)
+                                 for name, t in layer.state_dict().items()}
+        state.update(next_position=self.next_position, next_token_id=self._next_token_id,
+                     compactions=self.compactions,
+                     block=dataclasses.asdict(self.block) if self.block is not None else None)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | str | None = None) -> None:
+        """Replace the cache's contents with `state` (from `state_dict`); keys and values go to `device`.
+
+        Raises:
+            ValueError: a layer's state is missing or inconsistent.
+        """
+        for l, layer in enumerate(self.layers):
+            prefix = f"layers.{l}."
+            layer.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}, device)
+        self.next_position = int(state["next_position"])
+        self._next_token_id = int(state["next_token_id"])
+        self.compactions = int(state["compactions"])
+        self.block = VideoBlock(**state["block"]) if state["block"] else None

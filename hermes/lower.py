@@ -2,12 +2,12 @@
 
 `LowerLevels` sits between a memory policy and a `MemoryDirectory` (hermes.tiers):
 
-- `capture` (called by the policy just before it evicts): the evicted tokens whose importance is
-  at least `compress_threshold` go into one record per maintenance step (its keys as cached,
-  values, positions, ids, frames and scores, per layer); the rest are dropped. Every layer keeps
-  equally many, its best: as many as the layer with the most above the threshold. The record gets a
-  search embedding: the mean content of its last layer's keys (keys rotated back to position 0,
-  so the vector says *what* was seen, not *where* it sat).
+- `capture` (called by the session with what `maintain()` returned, `hermes.memory.Evictions`):
+  the evicted tokens whose importance is at least `compress_threshold` go into one record per
+  maintenance step (its keys as cached, values, positions, ids, frames and scores, per layer); the
+  rest are dropped. Every layer keeps equally many, its best: as many as the layer with the most
+  above the threshold. The record gets a search embedding: the mean content of its last layer's
+  keys (keys rotated back to position 0, so the vector says *what* was seen, not *where* it sat).
 - `recall` (called by the session before a question, with `memory.recall: on`): the question's own
   last-layer queries, rotated back to position 0 and grouped per key head, are the search vector;
   the top records are fetched (host memory, prefetch cache or disk), spliced in time order into the
@@ -15,8 +15,9 @@
 - Prefetch: after each eviction, the records nearest the last question are loaded in the
   background, so a follow-up question rarely waits on disk.
 - Positions: a recalled token keeps the position it was evicted at, unless level 1 has compacted
-  its positions since; then the record is shifted, as a block, to end just before the oldest token
-  level 1 still holds, so that time order and in-record distances are preserved.
+  its positions since (the cache counts its compactions; a record keeps the count it was evicted
+  under); then the record is shifted, as a block, to end just before the oldest token level 1
+  still holds, so that time order and in-record distances are preserved.
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ from pathlib import Path
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache
+from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache
 from hermes.config import MemoryConfig
+from hermes.memory import Evictions
+from hermes.model_protocol import CoreModel
 from hermes.probe import probe_queries
 from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.fingerprint import make_fingerprint, weights_digest
-from hermes.tiers.records import Record
+from hermes.tiers.records import RECORD_FIELDS, Record
 from hermes.tiers.summarise import summarise
-
-KIND_RECALLED = 3  # a token brought back from a lower level for one answer
 
 
 @dataclass
@@ -54,7 +55,7 @@ class RecallStats:
         return {"recall_ms": round(self.recall_ms, 3), "records": self.records, "tokens": self.tokens}
 
 
-def fingerprint_for(model, cfg: MemoryConfig, with_weights: bool = True) -> dict:
+def fingerprint_for(model: CoreModel, cfg: MemoryConfig, with_weights: bool = True) -> dict:
     """What a memory directory must match: the model's cache geometry and weights, and the record format."""
     spec = RotarySpec.from_text_config(model.text_config)
     text = model.text_config
@@ -90,14 +91,12 @@ class LowerLevels:
         cfg: memory configuration (thresholds, budgets, recall).
         model: the adapter (rotary scheme, probe).
         directory: where records persist; None uses a temporary directory removed at `close`.
-        frame_times_s: the session's list of encoded frame timestamps (read, never written).
     """
 
-    def __init__(self, cfg: MemoryConfig, model, directory: str | Path | None, frame_times_s: list[float]) -> None:
+    def __init__(self, cfg: MemoryConfig, model: CoreModel, directory: str | Path | None) -> None:
         self.cfg = cfg
         self.model = model
         self.spec = RotarySpec.from_text_config(model.text_config)
-        self.frame_times_s = frame_times_s
         self._tmp = None if directory is not None else tempfile.TemporaryDirectory(prefix="hermes-memory-")
         path = Path(directory) if directory is not None else Path(self._tmp.name)
         # a temporary directory is never reopened: no weights hash (a first hash of large files takes a while)
@@ -107,58 +106,50 @@ class LowerLevels:
                                      summarise_fn=functools.partial(summarise, anchors_per_layer=cfg.summary_anchors,
                                                                     spec=self.spec),
                                      durable_dram=directory is not None)  # a temporary directory needs no log
-        self.epoch = 0  # bumped by every compaction of level-1 positions
         self.last_vector: torch.Tensor | None = None  # the last question's search vector, for prefetching
 
     # ---- eviction ------------------------------------------------------------------------------------
 
-    def capture(self, cache: HermesCache, keep: torch.Tensor, scores: torch.Tensor | None, prefix_len: int) -> None:
-        """Store the evicted tokens worth keeping (call before `cache.select_(keep)`).
+    def capture(self, evictions: Evictions, frame_times_s: list[float]) -> None:
+        """Store the evicted tokens worth keeping as one record.
 
         Args:
-            cache: the working cache, still holding every token.
-            keep: (L, K) cache indices level 1 keeps (prefix included).
-            scores: (L, V) importance in [0, 1] of the visual entries (cache indices from
-                `prefix_len` on), or None when the policy has no scores (then everything is kept).
-            prefix_len: number of prefix entries.
+            evictions: what `maintain()` evicted, with copies of the tokens (``copy_evicted=True``).
+            frame_times_s: timestamps of the frames encoded so far (the session's), for the record's span.
         """
-        kept = torch.zeros(cache.kinds.shape, dtype=torch.bool)
-        kept.scatter_(1, keep, True)
-        evicted = ~kept & (cache.kinds != KIND_PREFIX) & (cache.kinds != KIND_SUMMARY)  # (L, T)
-        full_scores = torch.ones(cache.kinds.shape)
-        if scores is not None:
-            full_scores[:, prefix_len:] = scores.float().cpu()
+        if not evictions.evicted:
+            return
+        counts = torch.tensor([index.shape[0] for index in evictions.index])  # (L,) evicted per layer
         # Every layer keeps the same number of its best evicted tokens: as many as the layer with the most
         # above the threshold. Scores are min-max normalised per layer, so a per-layer threshold alone
         # leaves some layers empty, and recall, which must splice equally many tokens into every layer
         # (the model's attention takes one length), would then bring back nothing.
-        m = int((evicted & (full_scores >= self.cfg.compress_threshold)).sum(dim=1).max())
-        m = min(m, int(evicted.sum(dim=1).min()))
+        m = max(int((scores >= self.cfg.compress_threshold).sum()) for scores in evictions.scores)
+        m = min(m, int(counts.min()))
         if m == 0:
             return
-        ranked = torch.where(evicted, full_scores, torch.tensor(-1.0))
-        chosen = torch.zeros_like(evicted)
-        chosen.scatter_(1, ranked.topk(m, dim=1).indices, True)  # (L, T), m per layer
-        per_layer = {name: [] for name in ("keys", "values", "positions", "token_ids", "frame_index", "scores",
-                                           "counts")}
-        for layer, (keys, values) in enumerate(cache.layer_tensors()):
-            idx = chosen[layer].nonzero().squeeze(1)
-            dev_idx = idx.to(keys.device)
-            per_layer["keys"].append(keys[0].index_select(-2, dev_idx))
-            per_layer["values"].append(values[0].index_select(-2, dev_idx))
-            per_layer["positions"].append(cache.positions[layer][:, idx])
-            per_layer["token_ids"].append(cache.token_ids[layer, idx])
-            per_layer["frame_index"].append(cache.frame_index[layer, idx])
-            per_layer["scores"].append(full_scores[layer, idx])
-            per_layer["counts"].append(cache.counts[layer, idx])
-        frames = cache.frame_index[chosen]
+        per_layer = {name: [] for name in ("keys", "values", *RECORD_FIELDS)}
+        for index, scores, entries in zip(evictions.index, evictions.scores, evictions.entries):
+            # ranked over the whole layer as it was (-1 where nothing was evicted), so that ties fall as they did
+            ranked = torch.full((evictions.length,), -1.0)
+            ranked[index] = scores
+            chosen = torch.zeros(evictions.length, dtype=torch.bool)
+            chosen[ranked.topk(m).indices] = True
+            pick = chosen[index].nonzero().squeeze(1)  # positions within the evicted entries, in cache order
+            dev_pick = pick.to(entries.keys.device)
+            per_layer["keys"].append(entries.keys.index_select(-2, dev_pick))
+            per_layer["values"].append(entries.values.index_select(-2, dev_pick))
+            per_layer["scores"].append(scores[pick])
+            for name in ("positions", "token_ids", "frame_index", "counts"):
+                per_layer[name].append(getattr(entries, name)[..., pick])
+        frames = torch.cat(per_layer["frame_index"])
         first, last = int(frames.min()), int(frames.max())
         embedding = content_vector(per_layer["keys"][-1], per_layer["positions"][-1], self.spec) \
             if per_layer["keys"][-1].shape[-2] else None
-        record = Record.build(self.store.new_record_id(), **per_layer, t_start_s=self.frame_times_s[first],
-                              t_end_s=self.frame_times_s[last], frame_start=first, frame_end=last + 1,
+        record = Record.build(self.store.new_record_id(), **per_layer, t_start_s=frame_times_s[first],
+                              t_end_s=frame_times_s[last], frame_start=first, frame_end=last + 1,
                               embedding=embedding)
-        record.extra["epoch"] = self.epoch
+        record.extra["epoch"] = evictions.position_epoch
         self.store.add(record)
         if self.last_vector is not None:  # warm the prefetch cache for a follow-up on the same topic
             self.store.prefetch(rid for rid, _ in self.store.search(self.last_vector, self.cfg.recall_top_k))
@@ -188,12 +179,13 @@ class LowerLevels:
         n = min(sum(r.layers[layer].num_tokens for r in records) for layer in range(cache.num_layers))
         if n == 0:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3, records=len(records))
-        visual = cache.kinds[0] != KIND_PREFIX
-        oldest = int(cache.positions[0][0, visual].min()) if bool(visual.any()) else cache.next_position
+        first_layer = cache.layers[0]
+        visual = first_layer.kinds != KIND_PREFIX
+        oldest = int(first_layer.positions[0, visual].min()) if bool(visual.any()) else cache.next_position
         shift_to = oldest  # records shifted after a compaction end just before this position
         shifted = []
         for record in reversed(records):  # newest first, each placed before the previous one
-            if record.extra.get("epoch", 0) != self.epoch:
+            if record.extra.get("epoch", 0) != cache.compactions:
                 last = max(int(layer.positions[0].max()) for layer in record.layers if layer.num_tokens)
                 delta = shift_to - 1 - last
                 first = min(int(layer.positions[0].min()) for layer in record.layers if layer.num_tokens)
@@ -201,6 +193,7 @@ class LowerLevels:
             else:
                 delta = 0
             shifted.append((record, delta))
+        spliced: dict[str, list[torch.Tensor]] = {"keys": [], "values": [], "positions": [], "frame_index": []}
         for layer in range(cache.num_layers):
             parts = [self._layer_tokens(record.layers[layer], delta) for record, delta in reversed(shifted)]
             keys = torch.cat([p[0] for p in parts], dim=1)  # (H, m, D)
@@ -209,9 +202,11 @@ class LowerLevels:
             scores = torch.cat([p[3] for p in parts])
             frames = torch.cat([p[4] for p in parts])
             top = torch.sort(torch.topk(scores, n).indices).values  # the best n, in time order
-            cache.append_tokens_(layer, keys[:, top.to(keys.device)], values[:, top.to(keys.device)],
-                                 positions[:, top], KIND_RECALLED, frames[top])
-        cache.finish_append_()
+            spliced["keys"].append(keys[:, top.to(keys.device)])
+            spliced["values"].append(values[:, top.to(keys.device)])
+            spliced["positions"].append(positions[:, top])
+            spliced["frame_index"].append(frames[top])
+        cache.append(spliced["keys"], spliced["values"], spliced["positions"], KIND_RECALLED, spliced["frame_index"])
         elapsed = (time.perf_counter() - start) * 1e3
         return RecallStats(recall_ms=elapsed, records=len(records), tokens=n,
                            record_ids=tuple(r.record_id for r in records))

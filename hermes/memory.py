@@ -20,22 +20,72 @@ are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked s
 kept coordinates, or whole frames packed back to back, `memory.mrope_compaction`, see
 `hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
 eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
+
+State: `maintain` returns what it evicted (`Evictions`) and keeps nothing of it for a later call;
+the session hands it to the lower levels. What a policy carries between chunks (the `hermes`
+policy's accumulated importance) is its `state_dict()`. A policy changes the cache only through
+its layers' API (`hermes.cache.HermesLayer`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache
+from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, TokenEntries
 from hermes.config import MemoryConfig, preset_names
 from hermes.errors import ConfigError
+from hermes.model_protocol import CoreModel
 from hermes.positions import GridStep, Run, compact, compact_per_axis
 from hermes.probe import probe_attention
 from hermes.rope import RotarySpec, rotate_keys
-from hermes.scoring import (accumulate, combine_layer_scores, fold_summary, layer_bands, recency_rates,
-                            recency_scores, select_keep, smooth_deep_to_shallow)
+from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summary, layer_bands, mean_position,
+                            recency_rates, recency_scores, select_keep, smooth_deep_to_shallow)
+
+
+@dataclass(frozen=True)
+class Evictions:
+    """What one `maintain()` took out of level 1: the lower levels' only input (DESIGN §9).
+
+    Attributes:
+        entries: per layer, copies of the visual tokens that left the layer (keys, values and
+            metadata, in cache order); empty when nothing was evicted or copies were not asked for.
+            A long-term layer's slot reused for its new summary, and a previous summary, are not among them.
+        index: per layer, (n_l,) their cache indices before the eviction.
+        scores: per layer, (n_l,) their importance in [0, 1] (ones when the policy does not score).
+        length: tokens per layer before the eviction.
+        position_epoch: the cache's `compactions` when they were evicted (the frame of their positions).
+        summaries: layers that folded what they evicted into a summary token.
+        compacted: whether positions were compacted after the eviction (`reindex: eager`).
+        all_scores: (L, V) importance of every visual entry scored (None: the policy does not score).
+        maintain_ms: time the maintenance took.
+    """
+
+    entries: tuple[TokenEntries, ...] = ()
+    index: tuple[torch.Tensor, ...] = ()
+    scores: tuple[torch.Tensor, ...] = ()
+    length: int = 0
+    position_epoch: int = 0
+    summaries: tuple[int, ...] = ()
+    compacted: bool = False
+    all_scores: torch.Tensor | None = None
+    maintain_ms: float = 0.0
+
+    @property
+    def evicted(self) -> bool:
+        """Whether anything left level 1."""
+        return bool(self.index)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a policy chose for one eviction: the entries to keep and, for HERMES, the summaries to write."""
+
+    keep: torch.Tensor  # (L, K) visual cache indices to keep, per layer (the summary slot included)
+    scores: torch.Tensor | None = None  # (L, V) importance of every visual entry, if the policy scores
+    summaries: tuple[tuple[int, Summary, torch.Tensor], ...] = ()  # (layer, summary, position (A,)) per layer
 
 
 class MemoryPolicy:
@@ -48,7 +98,7 @@ class MemoryPolicy:
 
     name = "full"
 
-    def __init__(self, cfg: MemoryConfig, model) -> None:
+    def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         if cfg.reindex not in ("lazy", "eager"):
             raise ConfigError(f"memory.reindex must be 'lazy' or 'eager', found {cfg.reindex!r}")
         if cfg.mrope_compaction not in ("per_axis", "frame_blocks"):
@@ -58,18 +108,41 @@ class MemoryPolicy:
         self.model = model
         self.spec = RotarySpec.from_text_config(model.text_config)
         self.last_question: str | None = None
-        self.last_maintain_ms = 0.0
-        self.lower = None  # `hermes.lower.LowerLevels` when levels 2 and 3 are on (set by the session)
 
     def compact(self, cache: HermesCache) -> None:
-        """Compact level-1 positions (and tell the lower levels, whose records keep the old ones)."""
+        """Compact level-1 positions (the cache counts it: lower-level records keep the old ones)."""
         compact_positions(cache, self.spec, self.cfg.mrope_compaction)
-        if self.lower is not None:
-            self.lower.epoch += 1
 
-    def maintain(self, cache: HermesCache) -> None:
-        """Bring the cache back within budget after a chunk (nothing to do for `full`)."""
-        self.last_maintain_ms = 0.0
+    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False) -> Evictions:
+        """Bring the cache back within budget after a chunk (nothing to do for `full`).
+
+        Args:
+            cache: the working cache.
+            copy_evicted: put copies of the evicted tokens into the result (the lower levels need them).
+
+        Returns:
+            What was evicted (nothing, for `full`).
+        """
+        return Evictions(length=cache.num_tokens, position_epoch=cache.compactions)
+
+    def check_lower_levels(self) -> None:
+        """Raise `ConfigError` if this policy cannot run with levels 2-3 (every policy here can; see
+        `hermes.baselines.NoLowerLevels`)."""
+
+    # ---- state ---------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's scoring state carried between chunks (none for most policies)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what `state_dict` returned.
+
+        Raises:
+            ValueError: state this policy does not keep.
+        """
+        if state:
+            raise ValueError(f"memory policy {self.name} keeps no state, found {', '.join(sorted(state))}")
 
     # ---- positions -----------------------------------------------------------------------------------
 
@@ -124,60 +197,77 @@ def compact_positions(cache: HermesCache, spec: RotarySpec, mrope: str = "frame_
     frame's entries together keeping their layout per axis (`hermes.positions.compact`), as a fresh
     one-step block. Keys are re-rotated by the exact fp32 delta; entries already in place are
     untouched (bit-identical). The open video block is closed: the next chunk starts a new one after
-    the packed entries.
+    the packed entries. The cache's `compactions` count goes up by one.
     """
-    movable = cache.kinds != KIND_PREFIX  # (L, T)
-    prefix = cache.positions[0][:, ~movable[0]]  # (A, P): the prefix is the same in every layer
+    first = cache.layers[0]
+    prefix = first.positions[:, first.kinds == KIND_PREFIX]  # (A, P): the prefix is the same in every layer
     origin = int(prefix.max()) + 1 if prefix.numel() else 0
-    tokens = torch.arange(cache.positions.shape[-1]).expand_as(movable)
-    if spec.kind == "mrope" and mrope == "per_axis":
-        new_positions = torch.stack([compact_per_axis(cache.positions[layer], movable[layer], origin)
-                                     for layer in range(cache.num_layers)])  # (L, A, T)
-    else:
-        groups = cache.frame_index if spec.kind == "mrope" else tokens  # a frame's grid moves as one
-        new_positions = torch.stack([compact(cache.positions[layer], movable[layer], groups[layer], origin)
-                                     for layer in range(cache.num_layers)])  # (L, A, T)
-    for layer, (keys, _) in enumerate(cache.layer_tensors()):
-        delta = new_positions[layer] - cache.positions[layer]  # (A, T)
+    largest = None
+    for layer in cache.layers:
+        movable = layer.kinds != KIND_PREFIX  # (T,)
+        if spec.kind == "mrope" and mrope == "per_axis":
+            new_positions = compact_per_axis(layer.positions, movable, origin)  # (A, T)
+        else:
+            # a frame's grid moves as one (M-RoPE); 1-D entries move one by one
+            groups = layer.frame_index if spec.kind == "mrope" else torch.arange(layer.positions.shape[-1])
+            new_positions = compact(layer.positions, movable, groups, origin)
+        delta = new_positions - layer.positions  # (A, T)
+        keys = None
         if bool((delta != 0).any()):
-            old = rope_positions(cache.positions[layer], spec).to(keys.device)
-            cache.layers[layer].keys = rotate_keys(keys, rope_positions(delta, spec).to(keys.device), spec,
-                                                   positions=old)
-    cache.positions = new_positions
-    cache.next_position = max(int(new_positions.max()) + 1, origin) if new_positions.numel() else 0
+            old = rope_positions(layer.positions, spec).to(layer.keys.device)
+            keys = rotate_keys(layer.keys, rope_positions(delta, spec).to(layer.keys.device), spec, positions=old)
+        layer.move(new_positions, keys)
+        if new_positions.numel():
+            largest = max(largest if largest is not None else -1, int(new_positions.max()))
+    cache.next_position = max(largest + 1, origin) if largest is not None else 0
     cache.block = None
+    cache.compactions += 1
 
 
 class BudgetPolicy(MemoryPolicy):
     """A policy that evicts to `budget` visual entries per layer; subclasses choose which."""
 
-    def __init__(self, cfg: MemoryConfig, model) -> None:
+    def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
         if cfg.budget < 1:
             raise ConfigError(f"memory.budget must be at least 1 visual token, found {cfg.budget}")
-        self.last_scores: torch.Tensor | None = None  # (L, V) importance of the last scoring, if the policy scores
+        self.last_scores: torch.Tensor | None = None  # (L, V) of the last eviction, for inspection only
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
-        """(L, budget) cache indices of the visual entries to keep, ascending, per layer."""
+    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
+        """The visual entries to keep ((L, budget) cache indices, ascending, per layer), and their scores."""
         raise NotImplementedError
 
-    def maintain(self, cache: HermesCache) -> None:
+    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False) -> Evictions:
         start = time.perf_counter()
-        prefix_len = int((cache.kinds[0] == KIND_PREFIX).sum())
-        if cache.num_tokens - prefix_len > self.cfg.budget:  # scoring runs only when eviction is needed
-            keep = self.choose(cache, prefix_len)
-            prefix = torch.arange(prefix_len).expand(keep.shape[0], prefix_len)
-            keep = torch.cat([prefix, keep], dim=1)
-            if self.lower is not None:
-                self.lower.capture(cache, keep, self.last_scores, prefix_len)
-            cache.select_(keep)
-            self.after_select(cache, prefix_len)
-            if self.cfg.reindex == "eager":
-                self.compact(cache)
-        self.last_maintain_ms = (time.perf_counter() - start) * 1e3
+        prefix_len = cache.prefix_len
+        length, epoch = cache.num_tokens, cache.compactions
+        if length - prefix_len <= self.cfg.budget:  # scoring runs only when eviction is needed
+            return Evictions(length=length, position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
+        choice = self.choose(cache, prefix_len)
+        prefix = torch.arange(prefix_len).expand(choice.keep.shape[0], prefix_len)
+        keep = torch.cat([prefix, choice.keep], dim=1)
+        index, scores, entries = [], [], []
+        for l, layer in enumerate(cache.layers):
+            kept = torch.zeros(length, dtype=torch.bool)
+            kept[keep[l]] = True
+            gone = (~kept & (layer.kinds != KIND_PREFIX) & (layer.kinds != KIND_SUMMARY)).nonzero().squeeze(1)
+            index.append(gone)
+            scores.append(choice.scores[l, gone - prefix_len].float().cpu() if choice.scores is not None
+                          else torch.ones(gone.shape[0]))
+            if copy_evicted:
+                entries.append(layer.entries(gone))
+        cache.select_(keep)
+        self.write_summaries(cache, prefix_len, choice.summaries)
+        if self.cfg.reindex == "eager":
+            self.compact(cache)
+        self.last_scores = choice.scores
+        return Evictions(entries=tuple(entries), index=tuple(index), scores=tuple(scores), length=length,
+                         position_epoch=epoch, summaries=tuple(layer for layer, _, _ in choice.summaries),
+                         compacted=self.cfg.reindex == "eager", all_scores=choice.scores,
+                         maintain_ms=(time.perf_counter() - start) * 1e3)
 
-    def after_select(self, cache: HermesCache, prefix_len: int) -> None:
-        """Hook for policies that rewrite kept entries (HERMES writes its summary tokens here)."""
+    def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
+        """Write HERMES's summary tokens into the slots kept for them (nothing for other policies)."""
 
 
 class SlidingPolicy(BudgetPolicy):
@@ -185,11 +275,11 @@ class SlidingPolicy(BudgetPolicy):
 
     name = "sliding"
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
+    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
         total, budget = cache.num_tokens, self.cfg.budget
         sink = min(self.cfg.sink_tokens, budget)
         keep = torch.cat([torch.arange(prefix_len, prefix_len + sink), torch.arange(total - (budget - sink), total)])
-        return keep.expand(cache.num_layers, -1)
+        return Choice(keep=keep.expand(cache.num_layers, -1))
 
 
 class UniformPolicy(BudgetPolicy):
@@ -197,8 +287,8 @@ class UniformPolicy(BudgetPolicy):
 
     name = "uniform"
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
-        frames = cache.frame_index[0, prefix_len:]  # (V,) frame of each visual token
+    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
+        frames = cache.layers[0].frame_index[prefix_len:]  # (V,) frame of each visual token
         kept_frames, per_frame = torch.unique(frames, return_counts=True)
         # tokens per frame as cached: fixed for LLaVA-OneVision, but size-dependent (and shared by the
         # two frames of a grid step, plus timestamps) for Qwen-VL, so measured (the largest frame)
@@ -207,7 +297,7 @@ class UniformPolicy(BudgetPolicy):
         pick = torch.linspace(0, kept_frames.numel() - 1, n_keep).round().long()
         chosen = torch.isin(frames, kept_frames[pick])
         keep = prefix_len + chosen.nonzero().squeeze(1)
-        return keep[-self.cfg.budget:].expand(cache.num_layers, -1)
+        return Choice(keep=keep[-self.cfg.budget:].expand(cache.num_layers, -1))
 
 
 class HermesPolicy(BudgetPolicy):
@@ -215,11 +305,13 @@ class HermesPolicy(BudgetPolicy):
 
     Defaults reproduce the reference code (DESIGN §3, fidelity rule); `memory.recency_unit`,
     `memory.recency_k_fall`, `memory.accumulation` and `memory.summary_position` select our variants.
+    Its state between chunks is the importance carried across probes (`memory.accumulation`), per
+    layer by token id (`state_dict`).
     """
 
     name = "hermes"
 
-    def __init__(self, cfg: MemoryConfig, model) -> None:
+    def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
         if len(cfg.bands) != 3 or len(cfg.smoothing) != 3:
             raise ConfigError("memory.bands and memory.smoothing need three values: sensory, working, long-term")
@@ -232,8 +324,23 @@ class HermesPolicy(BudgetPolicy):
         self.bands = layer_bands(model.num_layers, cfg.bands)
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
+        # per layer, (token ids (n,), importance (n,)) carried across probes (accumulation sum / ema)
         self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
-        self._summaries: dict[int, tuple] = {}  # layer -> (key, value, count, position) to write after select
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The carried importance: ``running.<l>.ids`` and ``running.<l>.scores`` for each layer that has it."""
+        state = {}
+        for layer, running in enumerate(self._running):
+            if running is not None:
+                state[f"running.{layer}.ids"], state[f"running.{layer}.scores"] = running
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        unknown = sorted(k for k in state if not (k.startswith("running.") and k.endswith((".ids", ".scores"))))
+        if unknown:
+            raise ValueError(f"memory policy hermes keeps no {', '.join(unknown)}")
+        self._running = [(state[f"running.{l}.ids"], state[f"running.{l}.scores"]) if f"running.{l}.ids" in state
+                         else None for l in range(len(self._running))]
 
     def _attention(self, cache: HermesCache) -> torch.Tensor:
         """(L, T) pseudo-query attention per cached entry: this probe's, or carried across probes by id.
@@ -250,7 +357,7 @@ class HermesPolicy(BudgetPolicy):
         for layer, band in enumerate(self.bands):
             w = weights[layer]  # (Q, T)
             fresh = w[n_local:].mean(0) if band == "longterm" else (w[:n_local].mean(0) + w[n_local:].mean(0)) / 2
-            ids = cache.token_ids[layer]
+            ids = cache.layers[layer].token_ids
             running = accumulate(self._running[layer], fresh.cpu(), ids, self.cfg.accumulation,
                                  self.cfg.accumulate_decay)
             if self.cfg.accumulation != "none":
@@ -268,32 +375,30 @@ class HermesPolicy(BudgetPolicy):
         return recency_scores(frames, newest=newest, k=self.rates,
                               span=(newest - frames.clamp(min=0).min()).clamp(min=1.0))
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
+    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
         budget = self.cfg.budget
         attention = self._attention(cache)[:, prefix_len:]  # (L, V)
         scores = combine_layer_scores(self._recency(cache, prefix_len), attention, self.bands, self.cfg.w0,
                                       self.cfg.gamma)
         ids = cache.token_ids[:, prefix_len:]
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing))
-        self.last_scores = scores
-        is_summary = cache.kinds[:, prefix_len:] == KIND_SUMMARY
-        keep_rows = []
-        self._summaries = {}
+        keep_rows, summaries = [], []
         for layer in range(cache.num_layers):
             if not bool(self.longterm[layer]):
                 keep_rows.append(prefix_len + select_keep(scores[layer], budget))
                 continue
             # long-term: budget - 1 tokens plus the summary slot, which absorbs everything evicted
-            candidates = (~is_summary[layer]).nonzero().squeeze(1)
+            is_summary = cache.layers[layer].kinds[prefix_len:] == KIND_SUMMARY
+            candidates = (~is_summary).nonzero().squeeze(1)
             kept = candidates[select_keep(scores[layer, candidates], budget - 1)]
             folded = torch.ones(scores.shape[1], dtype=torch.bool)
             folded[kept] = False  # evicted tokens and the previous summary
             target = self._summary_position(cache, layer, prefix_len, kept, folded)
-            self._summaries[layer] = (self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1), target),
-                                      target)
-            slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in after_select
+            summaries.append((layer, self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1), target),
+                              target))
+            slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in write_summaries
             keep_rows.append(torch.cat([slot, prefix_len + kept]))
-        return torch.stack(keep_rows)
+        return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
     def _summary_position(self, cache: HermesCache, layer: int, prefix_len: int, kept: torch.Tensor,
                           folded: torch.Tensor) -> torch.Tensor:
@@ -303,40 +408,29 @@ class HermesPolicy(BudgetPolicy):
         and that on every axis (the reference). "mean_evicted": the count-weighted mean position of
         what the summary stands for, per axis.
         """
-        positions = cache.positions[layer]  # (A, T)
+        positions = cache.layers[layer].positions  # (A, T)
         if self.cfg.summary_position == "after_kept":
             kept_positions = torch.cat([positions[:, :prefix_len], positions[:, prefix_len + kept]], dim=1)
             newest = int(kept_positions.max()) + 1 if kept_positions.numel() else 0
             return torch.full((positions.shape[0],), newest, dtype=torch.long)
         idx = prefix_len + folded.nonzero().squeeze(1)
-        counts = cache.counts[layer, idx]
-        return torch.round((positions[:, idx].double() * counts).sum(dim=1) / counts.sum()).long()
+        return mean_position(positions[:, idx], cache.layers[layer].counts[idx])
 
-    def _fold(self, cache: HermesCache, layer: int, idx: torch.Tensor, target: torch.Tensor):
-        keys, values = cache.layer_tensors()[layer]
-        dev_idx = idx.to(keys.device)
-        positions = cache.positions[layer][:, idx]  # (A, n)
-        return fold_summary(keys[0].index_select(-2, dev_idx), values[0].index_select(-2, dev_idx),
-                            cache.counts[layer, idx], rope_positions(positions, self.spec),
+    def _fold(self, cache: HermesCache, layer: int, idx: torch.Tensor, target: torch.Tensor) -> Summary:
+        folded = cache.layers[layer].entries(idx)
+        return fold_summary(folded.keys, folded.values, folded.counts, rope_positions(folded.positions, self.spec),
                             rope_positions(target, self.spec), self.spec)
 
-    def after_select(self, cache: HermesCache, prefix_len: int) -> None:
+    def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         before = cache.next_position
-        new_ids = cache.new_token_ids(len(self._summaries))
-        for (layer, (summary, target)), new_id in zip(self._summaries.items(), new_ids):
-            keys, values = cache.layer_tensors()[layer]
-            keys[0, :, prefix_len] = summary.key[:, 0]
-            values[0, :, prefix_len] = summary.value[:, 0]
-            cache.positions[layer, :, prefix_len] = target
-            cache.kinds[layer, prefix_len] = KIND_SUMMARY
-            cache.frame_index[layer, prefix_len] = -1
-            cache.counts[layer, prefix_len] = int(summary.count)
-            cache.token_ids[layer, prefix_len] = new_id
+        new_ids = cache.new_token_ids(len(summaries))
+        for (layer, summary, target), new_id in zip(summaries, new_ids.tolist()):
+            cache.layers[layer].write(prefix_len, summary.key[:, 0], summary.value[:, 0], target, new_id,
+                                      KIND_SUMMARY, -1, int(summary.count))
             # what comes next is placed after the summary, as the reference continues each layer after it
             cache.next_position = max(cache.next_position, int(target.max()) + 1)
         if cache.next_position != before:  # M-RoPE: the next frames open a new block after the summary,
             cache.block = None  # not one inside the old block that would place them below it
-        self._summaries = {}
 
 
 POLICIES: dict[str, type[MemoryPolicy]] = {
@@ -352,7 +446,7 @@ def _baselines() -> None:
     POLICIES.update({"recent-frames": RecentFramesPolicy, "rekv": ReKVPolicy})
 
 
-def build_policy(cfg: MemoryConfig, model) -> MemoryPolicy:
+def build_policy(cfg: MemoryConfig, model: CoreModel) -> MemoryPolicy:
     """The policy named by `cfg.policy`, for `model`.
 
     Raises:

@@ -19,6 +19,9 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 
+from hermes.cache import HermesCache
+from hermes.model_protocol import CoreModel
+
 PROBE_ATTENTION = "hermes_probe"
 
 
@@ -67,7 +70,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
 AttentionInterface.register(PROBE_ATTENTION, probe_attention_forward)
 
 
-def _probe(model, cache, embeds: torch.Tensor) -> tuple[_ProbeRecorder, torch.Tensor, int]:
+def _probe(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) -> tuple[_ProbeRecorder, torch.Tensor, int]:
     """Prefill `embeds` through every layer with the recording attention, then rewind the cache.
 
     Returns:
@@ -90,7 +93,7 @@ def _probe(model, cache, embeds: torch.Tensor) -> tuple[_ProbeRecorder, torch.Te
 
 
 @torch.inference_mode()
-def probe_attention(model, cache, embeds: torch.Tensor) -> list[torch.Tensor]:
+def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) -> list[torch.Tensor]:
     """Attention each cached token receives from a pseudo-query, per layer.
 
     Args:
@@ -107,7 +110,7 @@ def probe_attention(model, cache, embeds: torch.Tensor) -> list[torch.Tensor]:
 
 
 @torch.inference_mode()
-def probe_queries(model, cache, embeds: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+def probe_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotated query vectors one layer computes for `embeds` placed after the cache.
 
     Args:

@@ -412,3 +412,18 @@ def fold_summary(
     key = (moved * weight).sum(dim=-2, keepdim=True).to(keys.dtype)
     value = (values.float() * weight.to(values.device)).sum(dim=-2, keepdim=True).to(values.dtype)
     return Summary(key=key, value=value, count=counts.sum())
+
+
+def mean_position(positions: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Count-weighted mean position per axis, rounded: where a token standing for others is placed.
+
+    Args:
+        positions: ``(A, n)`` integer positions.
+        counts: ``(n,)`` tokens each entry stands for.
+
+    Returns:
+        ``(A,)`` int64: the float64 mean of the positions under weights ``counts / counts.sum()``,
+        rounded half to even (level 3's mean token and level 1's ``summary_position: mean_evicted``).
+    """
+    weights = counts.double() / counts.sum()
+    return torch.round((positions.double() * weights).sum(dim=1)).long()

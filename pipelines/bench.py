@@ -160,7 +160,7 @@ def device_sync(device: torch.device) -> None:
 class SyncedMaintainTimer:
     """Times a session's `memory.maintain` between device synchronisations, and whether it evicted.
 
-    It wraps the policy instance's method (the session calls `self.memory.maintain(cache)`), so no
+    It wraps the policy instance's method (the session calls `self.memory.maintain(cache, ...)`), so no
     ingest logic is copied here. The first synchronisation also closes the chunk's encode work.
     """
 
@@ -169,13 +169,14 @@ class SyncedMaintainTimer:
         self.evicted = False
         inner, device = session.memory.maintain, session.model.device
 
-        def synced_maintain(cache) -> None:
+        def synced_maintain(cache, **kwargs):
             device_sync(device)
             before, start = cache.num_tokens, time.perf_counter()
-            inner(cache)
+            evictions = inner(cache, **kwargs)
             device_sync(device)
             self.maintain_ms = (time.perf_counter() - start) * 1e3
             self.evicted = cache.num_tokens < before
+            return evictions  # the session hands it to the lower levels
 
         session.memory.maintain = synced_maintain
 

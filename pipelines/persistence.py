@@ -1,12 +1,20 @@
 """Checkpoints of a streaming session in its memory directory, and resuming from them.
 
-Levels 2 and 3 persist by themselves (`hermes.tiers`); what a session adds is level 1 (the working
-cache: keys, values and per-token metadata), where the stream stands (timestamps of the frames
-encoded, next position, next token id, the open M-RoPE block) and the memory policy's running
-scores. They are saved atomically after the first chunk, every `memory.checkpoint_every` chunks
-and when the session closes; `restore` rebuilds the session exactly as it was saved. A crash loses
-no evicted memory (levels 2 and 3 are durable by themselves, see `hermes.tiers.directory`); from a
-file, the frames after the last checkpoint are read and encoded again on ``--resume``.
+Levels 2 and 3 persist by themselves (`hermes.tiers`); what a session adds is its state dict
+(`StreamingSession.state_dict`): level 1 (every cache layer's keys, values and per-token metadata,
+and the cache's position state), the memory policy's scoring state, and where the stream stands
+(timestamps of the frames encoded). Each owner says what its state is; this module only checks,
+saves and restores state dicts. They are saved atomically after the first chunk, every
+`memory.checkpoint_every` chunks and when the session closes; `restore_session` rebuilds the session
+exactly as it was saved. A crash loses no evicted memory (levels 2 and 3 are durable by themselves,
+see `hermes.tiers.directory`); from a file, the frames after the last checkpoint are read and encoded
+again on ``--resume``.
+
+On disk: one checkpoint named ``session`` (`hermes.tiers.checkpoint`: checksummed tensors plus
+checksummed JSON metadata). The state dict's tensors are its tensors; its other values, with
+``state_format``, ``policy`` and ``frames``, are its metadata. ``state_format`` 2 is the state-dict
+layout; a checkpoint without it (format 1: the cache's metadata stacked over layers) is converted on
+load, and a later format is refused with a one-line error.
 
 Before anything is written, the cache's invariants are checked (`check_invariants`): every layer
 holds equally many tokens, metadata and tensors agree in length, the tokens' frames are among those
@@ -15,15 +23,15 @@ encoded. A cache that fails is never checkpointed: the previous checkpoint stand
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Any
 
 import torch
 
 from hermes.cache import METADATA
 from hermes.errors import HermesError, UsageError
-from hermes.positions import VideoBlock
 
 CHECKPOINT = "session"
+STATE_FORMAT = 2  # 2: state dicts of cache layers, policy and session (1: stacked level-1 metadata)
 
 
 class InvariantError(HermesError):
@@ -33,25 +41,26 @@ class InvariantError(HermesError):
 def check_invariants(session) -> None:
     """Raise `InvariantError` if the working cache is not whole (e.g. a chunk failed half-way)."""
     cache = session.cache
-    length = cache.kinds.shape[1]
+    length = cache.num_tokens
     problems = []
-    for layer, (keys, values) in enumerate(cache.layer_tensors()):
-        if keys.shape[-2] != length or values.shape[-2] != length:
-            problems.append(f"layer {layer} holds {keys.shape[-2]} keys / {values.shape[-2]} values, metadata {length}")
+    for index, layer in enumerate(cache.layers):
+        keys, values = layer.num_tokens, layer.values.shape[-2] if layer.is_initialized else 0
+        if keys != length or values != length:
+            problems.append(f"layer {index} holds {keys} keys / {values} values, layer 0 {length}")
+        problems += [f"layer {index} metadata {name!r} has {getattr(layer, name).shape[-1]} entries, not {keys}"
+                     for name in METADATA if getattr(layer, name).shape[-1] != keys]
+        if problems:
             break
-    for name in METADATA:
-        if getattr(cache, name).shape[-1] != length:
-            problems.append(f"metadata {name!r} has {getattr(cache, name).shape[-1]} entries, not {length}")
-    if length and int(cache.frame_index.max()) >= max(len(session.encoded_t_s), 1):
-        problems.append(f"a token of frame {int(cache.frame_index.max())}, but {len(session.encoded_t_s)} frames "
-                        f"encoded")
+    newest = max((int(layer.frame_index.max()) for layer in cache.layers if layer.frame_index.numel()), default=-1)
+    if newest >= max(len(session.encoded_t_s), 1):
+        problems.append(f"a token of frame {newest}, but {len(session.encoded_t_s)} frames encoded")
     if problems:
         raise InvariantError(f"not checkpointing a working cache that fails its invariants ({'; '.join(problems)}); "
                              f"the last checkpoint stands")
 
 
 def save_session(session) -> None:
-    """Write the session's level 1 and stream state to its memory directory, after checking it.
+    """Write the session's state dict to its memory directory, after checking it.
 
     The memory directory flushes both record stores first, so the checkpoint claims only what is
     durable (`hermes.tiers.directory.MemoryDirectory.save_checkpoint`).
@@ -60,22 +69,11 @@ def save_session(session) -> None:
         InvariantError: the cache is not whole; nothing is written.
     """
     check_invariants(session)
-    cache, lower = session.cache, session.lower
-    tensors: dict[str, torch.Tensor] = {}
-    for layer, (keys, values) in enumerate(cache.layer_tensors()):
-        tensors[f"keys.{layer}"] = keys.detach().to("cpu").contiguous()
-        tensors[f"values.{layer}"] = values.detach().to("cpu").contiguous()
-    for name in METADATA:
-        tensors[f"meta.{name}"] = getattr(cache, name).contiguous()
-    tensors["encoded_t_s"] = torch.tensor(session.encoded_t_s, dtype=torch.float64)
-    for layer, running in enumerate(getattr(session.memory, "_running", []) or []):
-        if running is not None:
-            tensors[f"running.ids.{layer}"] = running[0].contiguous()
-            tensors[f"running.scores.{layer}"] = running[1].contiguous()
-    meta = {"next_position": cache.next_position, "next_token_id": cache._next_token_id,
-            "block": dataclasses.asdict(cache.block) if cache.block is not None else None,
-            "epoch": lower.epoch, "policy": session.memory.name, "frames": len(session.encoded_t_s)}
-    lower.store.save_checkpoint(CHECKPOINT, tensors, meta)
+    state = session.state_dict()
+    tensors = {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
+    meta = {name: value for name, value in state.items() if not isinstance(value, torch.Tensor)}
+    meta.update(state_format=STATE_FORMAT, frames=len(session.encoded_t_s))
+    session.lower.store.save_checkpoint(CHECKPOINT, tensors, meta)
 
 
 def has_checkpoint(lower) -> bool:
@@ -83,10 +81,11 @@ def has_checkpoint(lower) -> bool:
 
 
 def restore_session(session) -> None:
-    """Load the saved level 1 and stream state into a freshly built session.
+    """Load the saved state dict into a freshly built session.
 
     Raises:
-        UsageError: the directory holds no session checkpoint, or one of another memory policy.
+        UsageError: the directory holds no session checkpoint, one of another memory policy, or one
+            of a later state format.
     """
     lower = session.lower
     try:
@@ -94,27 +93,35 @@ def restore_session(session) -> None:
     except KeyError:
         raise UsageError(f"memory directory {lower.store.path} holds no session to resume; run without "
                          f"--resume to start one") from None
+    version = meta.get("state_format", 1)
+    if version not in (1, STATE_FORMAT):
+        raise UsageError(f"memory directory {lower.store.path} holds a session of state format {version}, newer "
+                         f"than this version reads ({STATE_FORMAT}); resume it with the version that wrote it")
     if meta["policy"] != session.memory.name:
         raise UsageError(f"memory directory {lower.store.path} was written with memory policy {meta['policy']!r}, "
                          f"not {session.memory.name!r}; use the same --memory or another --memory-dir")
-    cache = session.cache
-    device = session.model.device
-    for layer in range(cache.num_layers):
-        keys = tensors[f"keys.{layer}"].to(device)
-        values = tensors[f"values.{layer}"].to(device)
-        target = cache.layers[layer]
-        if not target.is_initialized:
-            target.lazy_initialization(keys, values)
-        target.keys, target.values = keys, values
-    for name in METADATA:
-        setattr(cache, name, tensors[f"meta.{name}"])
-    cache.next_position = int(meta["next_position"])
-    cache._next_token_id = int(meta["next_token_id"])
-    cache.block = VideoBlock(**meta["block"]) if meta["block"] else None
-    lower.epoch = int(meta["epoch"])
-    session.encoded_t_s[:] = tensors["encoded_t_s"].tolist()
-    running = getattr(session.memory, "_running", None)
-    if running is not None:
-        for layer in range(len(running)):
-            if f"running.ids.{layer}" in tensors:
-                running[layer] = (tensors[f"running.ids.{layer}"], tensors[f"running.scores.{layer}"])
+    if version == 1:
+        state = from_format_1(tensors, meta)
+    else:  # the directory's own entries (how far the stores reached, ...) are not the session's
+        state = {**{k: v for k, v in meta.items() if k not in ("state_format", "frames", "store")}, **tensors}
+    session.load_state_dict(state)
+
+
+def from_format_1(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """A session state dict from a format-1 checkpoint (level-1 metadata stacked over layers as
+    ``meta.<field>``, keys and values as ``keys.<l>`` / ``values.<l>``, running scores as
+    ``running.ids.<l>`` / ``running.scores.<l>``, the compaction count as the lower levels' ``epoch``)."""
+    num_layers = sum(1 for name in tensors if name.startswith("keys."))
+    state: dict[str, Any] = {"policy": meta["policy"], "encoded_t_s": tensors["encoded_t_s"],
+                             "cache.next_position": meta["next_position"],
+                             "cache.next_token_id": meta["next_token_id"],
+                             "cache.block": meta["block"], "cache.compactions": meta["epoch"]}
+    for layer in range(num_layers):
+        state[f"cache.layers.{layer}.keys"] = tensors[f"keys.{layer}"]
+        state[f"cache.layers.{layer}.values"] = tensors[f"values.{layer}"]
+        for name in METADATA:
+            state[f"cache.layers.{layer}.{name}"] = tensors[f"meta.{name}"][layer]
+        if f"running.ids.{layer}" in tensors:
+            state[f"policy.running.{layer}.ids"] = tensors[f"running.ids.{layer}"]
+            state[f"policy.running.{layer}.scores"] = tensors[f"running.scores.{layer}"]
+    return state

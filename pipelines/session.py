@@ -141,8 +141,8 @@ class StreamingSession:
         if memory_dir is not None or memory_cfg.recall:
             from hermes.lower import LowerLevels
 
-            self.lower = LowerLevels(memory_cfg, model, memory_dir, self.encoded_t_s)
-            self.memory.lower = self.lower
+            self.memory.check_lower_levels()
+            self.lower = LowerLevels(memory_cfg, model, memory_dir)
         self._persistent = memory_dir is not None
         self._checkpoint_every = memory_cfg.checkpoint_every
         self.stop_requested = False  # set by `request_stop` (signals); honoured between chunks
@@ -152,7 +152,11 @@ class StreamingSession:
             from hermes.pipelines.persistence import has_checkpoint, restore_session
 
             if resume:
-                restore_session(self)
+                try:
+                    restore_session(self)
+                except BaseException:
+                    self.lower.close()  # nobody gets this session to close it
+                    raise
             elif has_checkpoint(self.lower):
                 self.lower.close()
                 raise UsageError(f"memory directory {memory_dir} already holds a stream: pass --resume to continue "
@@ -188,12 +192,19 @@ class StreamingSession:
                 # the previous chunk's records reach the level-2 log during this chunk's encode; waiting
                 # here (rarely at all) keeps at most one chunk's records short of durable
                 self.lower.store.barrier()
-            self.memory.maintain(self.cache)
+            # copies of the evicted tokens are made only for lower levels that take them
+            evictions = self.memory.maintain(self.cache, copy_evicted=True) if self.lower is not None \
+                else self.memory.maintain(self.cache)
+            maintain_ms = evictions.maintain_ms
+            if self.lower is not None:  # what level 1 evicted goes down, as the policy returned it
+                start = time.perf_counter()
+                self.lower.capture(evictions, self.encoded_t_s)
+                maintain_ms += (time.perf_counter() - start) * 1e3
         except BaseException as exc:
             self.broken = f"a chunk failed half-way ({type(exc).__name__})"
             raise
         self.broken = None
-        self.chunk_stats.append(ChunkStats(len(frames), encode_ms, self.memory.last_maintain_ms))
+        self.chunk_stats.append(ChunkStats(len(frames), encode_ms, maintain_ms))
         if self._progress is not None:
             self._progress.update(len(frames))
         n = len(self.chunk_stats)
@@ -216,6 +227,30 @@ class StreamingSession:
             from hermes.pipelines.persistence import save_session
 
             save_session(self)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the session's owners need to resume: the cache's (``cache.*``), the policy's
+        (``policy.*``) and the session's own (``encoded_t_s``, the frame times; ``policy``, its name).
+
+        Values are tensors (as they are, not copied) or JSON-able scalars and dicts.
+        """
+        state: dict[str, Any] = {f"cache.{k}": v for k, v in self.cache.state_dict().items()}
+        state.update({f"policy.{k}": v for k, v in self.memory.state_dict().items()})
+        state.update(encoded_t_s=torch.tensor(self.encoded_t_s, dtype=torch.float64), policy=self.memory.name)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (cache tensors go to the model's device).
+
+        Raises:
+            ValueError: a state of another memory policy, or one its owners refuse.
+        """
+        if state["policy"] != self.memory.name:
+            raise ValueError(f"a session state of memory policy {state['policy']!r}, not {self.memory.name!r}")
+        part = lambda prefix: {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}  # noqa: E731
+        self.cache.load_state_dict(part("cache."), device=self.model.device)
+        self.memory.load_state_dict(part("policy."))
+        self.encoded_t_s = state["encoded_t_s"].tolist()
 
     def _next_frame(self) -> Frame | None:
         if self._pending is not None:
@@ -355,7 +390,6 @@ class StreamingSession:
                                 self.broken)
             finally:
                 lower, self.lower = self.lower, None
-                self.memory.lower = None
                 self._persistent = False
                 lower.close()
 

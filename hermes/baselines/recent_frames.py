@@ -18,7 +18,7 @@ from hermes.cache import KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
 from hermes.baselines import NoLowerLevels
-from hermes.memory import MemoryPolicy
+from hermes.model_protocol import CoreModel
 
 
 def pick_recent(times_s: list[float], count: int, fps: float) -> list[int]:
@@ -46,13 +46,13 @@ def pick_recent(times_s: list[float], count: int, fps: float) -> list[int]:
     return picked[::-1]
 
 
-class RecentFramesPolicy(NoLowerLevels, MemoryPolicy):
+class RecentFramesPolicy(NoLowerLevels):
     """Keeps no KV memory; re-encodes the newest frames for every question."""
 
     name = "recent-frames"
     reencodes = True
 
-    def __init__(self, cfg: MemoryConfig, model) -> None:
+    def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
         if cfg.recent_frames < 1 or cfg.recent_fps <= 0:
             raise ConfigError(f"memory.recent_frames must be at least 1 and memory.recent_fps positive, found "
@@ -64,7 +64,7 @@ class RecentFramesPolicy(NoLowerLevels, MemoryPolicy):
         """Take the frames of a chunk instead of encoding them (`Frame`s, in time order)."""
         self.frames.extend(frames)
 
-    def answer_cache(self, model, cache: HermesCache, question: str) -> HermesCache:
+    def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
         """A fresh cache: the prefix, then the last frames encoded in one chunk (`cache`, the
         stream's, holds only the prefix; `question` is not needed)."""
         cache = model.new_cache()

@@ -43,7 +43,8 @@ from hermes.cache import KIND_PREFIX, KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
 from hermes.baselines import NoLowerLevels
-from hermes.memory import MemoryPolicy
+from hermes.memory import Evictions
+from hermes.model_protocol import CoreModel
 from hermes.rope import rotate_at, rotate_keys
 
 REKV_ATTENTION = "hermes_rekv"
@@ -115,7 +116,7 @@ def rekv_attention(module, query, key, value, attention_mask, scaling: float, dr
     per_frame = keys.shape[1] // reps.shape[0]
     token_idx = (pick[:, None] * per_frame + torch.arange(per_frame, device=key.device)).flatten()
     sel_k, sel_v = keys[:, token_idx], values[:, token_idx]
-    prefix_len = int((state.cache.kinds[layer] == KIND_PREFIX).sum())
+    prefix_len = int((state.cache.layers[layer].kinds == KIND_PREFIX).sum())
     packed = torch.arange(prefix_len, prefix_len + token_idx.numel() + q_len, device=key.device)
     sel_k = rotate_at(sel_k, packed[: token_idx.numel()], spec)
     q_rot = rotate_at(raw_q, packed[token_idx.numel():], spec)  # (Hq, Q, D)
@@ -138,14 +139,14 @@ def rekv_attention(module, query, key, value, attention_mask, scaling: float, dr
 AttentionInterface.register(REKV_ATTENTION, rekv_attention)
 
 
-class ReKVPolicy(NoLowerLevels, MemoryPolicy):
+class ReKVPolicy(NoLowerLevels):
     """A window of whole frames in device memory, every frame kept on the host, ReKV retrieval per question."""
 
     name = "rekv"
     reencodes = False
     answers_from_view = True
 
-    def __init__(self, cfg: MemoryConfig, model) -> None:
+    def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
         if self.spec.kind != "1d":
             raise ConfigError("memory.policy=rekv needs a 1-D RoPE model (ReKV's retrieval is defined for those); "
@@ -161,16 +162,18 @@ class ReKVPolicy(NoLowerLevels, MemoryPolicy):
     # ---- ingest: a window of whole frames; what leaves it becomes a host block ----
 
     def _raw(self, cache: HermesCache, layer: int, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        keys, values = cache.layer_tensors()[layer]
-        dev = idx.to(keys.device)
-        pos = cache.positions[layer][0, idx].to(keys.device)
-        raw = rotate_keys(keys[0].index_select(1, dev), -pos, self.spec, positions=pos)
-        return raw, values[0].index_select(1, dev)
+        entries = cache.layers[layer].entries(idx)
+        pos = entries.positions[0].to(entries.keys.device)
+        return rotate_keys(entries.keys, -pos, self.spec, positions=pos), entries.values
 
-    def maintain(self, cache: HermesCache) -> None:
+    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False) -> Evictions:
+        """Move the oldest whole frames beyond the window to host blocks (`copy_evicted` is not needed:
+        rekv keeps what it evicts itself and runs without lower levels)."""
         start = time.perf_counter()
-        prefix_len = int((cache.kinds[0] == KIND_PREFIX).sum())
-        frames = cache.frame_index[0, prefix_len:]
+        prefix_len = cache.prefix_len
+        length, epoch = cache.num_tokens, cache.compactions
+        frames = cache.layers[0].frame_index[prefix_len:]
+        index: tuple[torch.Tensor, ...] = ()
         if frames.numel() > self.cfg.budget:
             order, counts = torch.unique_consecutive(frames, return_counts=True)
             kept = int((counts.flip(0).cumsum(0) <= self.cfg.budget).sum())  # newest whole frames that fit
@@ -184,15 +187,18 @@ class ReKVPolicy(NoLowerLevels, MemoryPolicy):
                                          representative(keys, self.groups)))
             keep = torch.cat([torch.arange(prefix_len), torch.arange(prefix_len + n_evict, cache.num_tokens)])
             cache.select_(keep.expand(cache.num_layers, -1))
-        self.last_maintain_ms = (time.perf_counter() - start) * 1e3
+            index = (torch.arange(prefix_len, prefix_len + n_evict),) * cache.num_layers
+        return Evictions(index=index, scores=tuple(torch.ones(i.shape[0]) for i in index), length=length,
+                         position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
 
     # ---- answer ----
 
     def _window(self, cache: HermesCache, layer: int):
-        prefix_len = int((cache.kinds[layer] == KIND_PREFIX).sum())
-        # the metadata's length, not the layers': inside the retrieval pass the question's K/V are appended
-        idx = torch.arange(prefix_len, cache.kinds.shape[1])
-        frames = cache.frame_index[layer, prefix_len:]
+        own = cache.layers[layer]
+        prefix_len = int((own.kinds == KIND_PREFIX).sum())
+        # the described tokens, not all cached: inside the retrieval pass the question's K/V are appended
+        idx = torch.arange(prefix_len, own.num_described)
+        frames = own.frame_index[prefix_len:]
         return idx, frames
 
     def candidates(self, cache: HermesCache, layer: int, device):
@@ -222,7 +228,7 @@ class ReKVPolicy(NoLowerLevels, MemoryPolicy):
                 reps.append(representative(raw[None].index_select(2, mine), self.groups)[0].cpu())
         return torch.stack(reps)
 
-    def answer_cache(self, model, cache: HermesCache, question: str) -> HermesCache:
+    def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
         """Run ReKV's retrieval pass for `question` and return the answer view (prefix + each layer's blocks)."""
         global _active
         if cache.num_visual_tokens == 0 and not self.blocks:
@@ -245,13 +251,16 @@ class ReKVPolicy(NoLowerLevels, MemoryPolicy):
         view = model.new_cache()
         model.encode_prefix(view)
         prefix_len = view.num_tokens
+        keys, values, positions, frame_index = [], [], [], []
         for layer in range(view.num_layers):
-            keys, values, frames = views[layer]
-            m = keys.shape[1]
+            k, v, frames = views[layer]
+            m = k.shape[1]
             per_frame = m // max(1, frames.numel())
-            view.append_tokens_(layer, keys, values, torch.arange(prefix_len, prefix_len + m)[None], KIND_VISUAL,
-                                frames.repeat_interleave(per_frame))
-        view.finish_append_()
+            keys.append(k)
+            values.append(v)
+            positions.append(torch.arange(prefix_len, prefix_len + m)[None])
+            frame_index.append(frames.repeat_interleave(per_frame))
+        view.append(keys, values, positions, KIND_VISUAL, frame_index)
         view.next_position = prefix_len + int(views[0][0].shape[1])
         self.last_retrieved = [views[layer][2].tolist() for layer in range(view.num_layers)]
         return view

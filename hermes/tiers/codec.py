@@ -30,11 +30,10 @@ import json
 import torch
 from safetensors.torch import load as load_bytes
 
-from hermes.tiers.records import LayerTokens, Record, packed_base
+from hermes.tiers.records import RECORD_FIELDS, LayerTokens, Record, packed_base
 
 RECORD_FORMAT = 2
 _META_KEY = "hermes.record"
-_META_FIELDS = ("positions", "token_ids", "frame_index", "scores", "counts")
 _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
               torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
               torch.bool: "BOOL"}
@@ -64,7 +63,7 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
                 parts.append((name, [t], t.dtype, [len(layers), *pieces[0].shape]))
         offsets = torch.tensor([0] + [layer.num_tokens for layer in layers], dtype=torch.long).cumsum(0)
         parts.append(("offsets", [offsets], torch.long, [len(layers) + 1]))
-        for name in _META_FIELDS:
+        for name in RECORD_FIELDS:
             pieces = [getattr(layer, name) for layer in layers]
             t = packed_base(pieces)
             if t is None:  # metadata is on the host already; one cat per field
@@ -121,7 +120,7 @@ def from_safetensors(data: bytes) -> Record:
     num_layers, h, d, dv = (int(meta[k]) for k in ("num_layers", "heads", "head_dim", "value_dim"))
     layers = []
     if num_layers:
-        needed = ("keys", "values", "offsets") + _META_FIELDS
+        needed = ("keys", "values", "offsets") + RECORD_FIELDS
         if any(n not in tensors for n in needed) or tensors["offsets"].shape != (num_layers + 1,):
             raise ValueError(f"record {meta['record_id']}: missing tensors or bad offsets")
         offsets = tensors["offsets"].tolist()
@@ -130,7 +129,7 @@ def from_safetensors(data: bytes) -> Record:
             raise ValueError(f"record {meta['record_id']}: key/value sizes disagree with the offsets")
         for l in range(num_layers):
             lo, n = offsets[l], offsets[l + 1] - offsets[l]
-            got = {name: tensors[name].narrow(-1, lo, n) for name in _META_FIELDS}
+            got = {name: tensors[name].narrow(-1, lo, n) for name in RECORD_FIELDS}
             got["keys"] = tensors["keys"].narrow(0, h * lo * d, h * n * d).view(h, n, d)
             got["values"] = tensors["values"].narrow(0, h * lo * dv, h * n * dv).view(h, n, dv)
             if "key_scale" in tensors:

@@ -34,6 +34,9 @@ STORAGES = ("int8", "fp16", "fp32")
 _FLOAT = {"fp16": torch.float16, "fp32": torch.float32}
 _QMAX = 127.0  # symmetric int8 range [-127, 127]; -128 is unused so that 0 stays exact
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+# What a record keeps per token besides key and value, in the order of the record file's tensors
+# (level 1's `hermes.cache.METADATA`, less the kind, plus the importance score)
+RECORD_FIELDS = ("positions", "token_ids", "frame_index", "scores", "counts")
 
 
 @dataclass
@@ -329,7 +332,6 @@ def default_embedding(record: Record) -> torch.Tensor:
 # ---- packing: one buffer per field ------------------------------------------------------------------
 
 _FLAT = ("keys", "values")  # packed flat: (sum of numel,), each layer a contiguous block
-_ROWS = ("positions", "token_ids", "frame_index", "scores", "counts")  # packed along the token axis
 
 
 def pack(record: Record, pin_memory: bool = False) -> Record:
@@ -360,7 +362,7 @@ def pack(record: Record, pin_memory: bool = False) -> Record:
         pieces = [getattr(l, name) for l in layers]
         flat = host(torch.cat([p.reshape(-1) for p in pieces]), pin_memory)  # cat on the source device
         fields[name] = _split_flat(flat, [p.shape for p in pieces])
-    for name in _ROWS:
+    for name in RECORD_FIELDS:  # packed along the token axis
         pieces = [getattr(l, name) for l in layers]
         rows = host(torch.cat(pieces, dim=-1), False)
         fields[name] = list(torch.split(rows, [p.shape[-1] for p in pieces], dim=-1))

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from hermes.rope import RotarySpec
-from hermes.scoring import fold_summary, select_keep
+from hermes.scoring import fold_summary, mean_position, select_keep
 from hermes.tiers.records import LayerTokens, Record
 
 RotateFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -72,7 +72,7 @@ def _summarise_layer(layer: LayerTokens, k: int, spec: RotarySpec | None, rotate
     counts = layer.counts[rest]  # (m,) int64
     positions = layer.positions[:, rest]  # (A, m)
     weights = counts.double() / counts.sum()
-    target = torch.round((positions.double() * weights).sum(dim=1)).long()  # (A,) mean position per axis
+    target = mean_position(positions, counts)  # (A,) mean position per axis
     dev = layer.keys.device
     keys, values = layer.keys.index_select(-2, rest.to(dev)), layer.values.index_select(-2, rest.to(dev))
     if spec is not None:
