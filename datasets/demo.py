@@ -48,7 +48,7 @@ def run_demo(cfg, folder: Path, *, memory_label: str, as_json: bool, keep: bool)
     """
     from hermes.datasets.parsing import parse_strict
     from hermes.datasets.synthetic_bench import write_demo
-    from hermes.pipelines.asked import AskedQuestion
+    from hermes.pipelines.asked import Question
     from hermes.pipelines.cli import print_answer
     from hermes.pipelines.run import RunPlan, execute_run
     from hermes.pipelines.session import OPTION_LETTERS
@@ -60,7 +60,7 @@ def run_demo(cfg, folder: Path, *, memory_label: str, as_json: bool, keep: bool)
     print(f"model: {cfg.model.name} (trained on CPU on such streams; see benchmarks/MICRO.md)", file=sys.stderr)
     budget = "no eviction" if cfg.memory.policy == "full" else f"budget {cfg.memory.budget} tokens per layer"
     print(f"memory: {memory_label} ({cfg.memory.policy}, {budget})", file=sys.stderr)
-    plan = RunPlan(cfg, str(video), [AskedQuestion(q.question, q.t_s, tuple(q.options), i)
+    plan = RunPlan(cfg, str(video), [Question(q.question, q.t_s, tuple(q.options), i)
                                      for i, q in enumerate(planned)], memory_chosen=True)
     right = 0
 

@@ -20,8 +20,14 @@ QUESTION_KEYS = ("question", "at_s", "options", "id")
 
 
 @dataclass(frozen=True)
-class AskedQuestion:
-    """A question as the user gave it: text, time (None: at the end), options, the user's id."""
+class Question:
+    """A question to ask at `at_s` seconds into the stream, as a user or a script gives it.
+
+    `at_s` None means as soon as it is asked (a live session), or at the end of the video (`run` on a
+    file). `options` are multiple-choice options (lettered A, B, ... in the prompt); `id` is the
+    asker's own id, passed through to the answer's output untouched. Torch-free, so `run` checks
+    questions before anything heavy loads; `hermes.pipelines.session` answers them.
+    """
 
     text: str
     at_s: float | None = None
@@ -42,13 +48,13 @@ def finite_seconds(text: str, flag: str, *, positive: bool) -> float:
     return value
 
 
-def questions_from_args(asked: list[tuple[str, str | None]]) -> list[AskedQuestion]:
+def questions_from_args(asked: list[tuple[str, str | None]]) -> list[Question]:
     """The `--ask`/`--at` pairs as questions, `--at` checked as seconds from the start."""
-    return [AskedQuestion(text, None if at is None else finite_seconds(at, "--at", positive=False))
+    return [Question(text, None if at is None else finite_seconds(at, "--at", positive=False))
             for text, at in asked]
 
 
-def read_questions_file(path: str) -> list[AskedQuestion]:
+def read_questions_file(path: str) -> list[Question]:
     """Questions from a JSONL file: one `{"question", "at_s"?, "options"?, "id"?}` object per line.
 
     Raises:
@@ -94,20 +100,20 @@ def read_questions_file(path: str) -> list[AskedQuestion]:
             raise UsageError(f'{where}: "options" must be a list of strings')
         if len(options) > 10:
             raise UsageError(f'{where}: at most 10 "options" (lettered A-J), found {len(options)}')
-        questions.append(AskedQuestion(item["question"], None if at_s is None else float(at_s), tuple(options),
+        questions.append(Question(item["question"], None if at_s is None else float(at_s), tuple(options),
                                        item.get("id")))
     if not questions:
         raise UsageError(f"questions file {path} holds no questions")
     return questions
 
 
-def in_answer_order(questions: list[AskedQuestion]) -> list[AskedQuestion]:
+def in_answer_order(questions: list[Question]) -> list[Question]:
     """The order a stream answers in: timed questions by time (stable), then those asked at the end."""
     timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
     return timed + [q for q in questions if q.at_s is None]
 
 
-def check_times(questions: list[AskedQuestion], duration_s: float | None) -> None:
+def check_times(questions: list[Question], duration_s: float | None) -> None:
     """Reject question times after the end of the video."""
     for q in questions:
         if q.at_s is not None and duration_s is not None and q.at_s > duration_s + 1e-6:
@@ -116,7 +122,7 @@ def check_times(questions: list[AskedQuestion], duration_s: float | None) -> Non
 
 
 
-def expand_every(questions: list[AskedQuestion], every_s: float, duration_s: float) -> list[AskedQuestion]:
+def expand_every(questions: list[Question], every_s: float, duration_s: float) -> list[Question]:
     """`--ask-every S` on a recording: each untimed question at S, 2S, ... up to the end, as timed questions."""
     repeated = [q for q in questions if q.at_s is None]
     times = [k * every_s for k in range(1, int(duration_s / every_s + 1e-9) + 1)]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes.errors import SourceError, UsageError
-from hermes.pipelines.asked import (AskedQuestion, check_times, expand_every, finite_seconds, in_answer_order,
+from hermes.pipelines.asked import (Question, check_times, expand_every, finite_seconds, in_answer_order,
                                     questions_from_args, read_questions_file)
 
 
@@ -52,7 +52,7 @@ class RunPlan:
 
     cfg: Any  # the resolved HermesConfig
     source: str  # a video file, an image folder, a webcam index or a stream URL
-    questions: list[AskedQuestion]
+    questions: list[Question]
     ask_every_s: float | None = None  # ask the untimed questions every S seconds of stream time
     reconnect_timeout_s: float | None = None  # live streams: give up after S seconds without a connection
     interactive: bool = False  # questions typed on stdin; a file plays back in real time
@@ -149,7 +149,7 @@ def check_capacity(model, cfg, duration_s: float | None, live: bool) -> str | No
     return None
 
 
-def check_prompts(model, cfg, questions: list[AskedQuestion]) -> None:
+def check_prompts(model, cfg, questions: list[Question]) -> None:
     """Refuse at once a question (with its options and answer) longer than the room kept for it."""
     from hermes.pipelines.session import format_prompt
 
@@ -193,13 +193,13 @@ class ProgressBar:
 
 
 def execute_run(plan: RunPlan, *, progress: bool,
-                on_answer: Callable[[Any, AskedQuestion | None], None]) -> str | None:
+                on_answer: Callable[[Any, Question | None], None]) -> str | None:
     """Open the source, load the model, check capacity and prompts, then stream and answer.
 
     Args:
         plan: what `prepare_run` checked (or a plan a caller such as the demo built).
         progress: a progress bar on stderr (a recording without a live schedule).
-        on_answer: receives each `Answer` with the `AskedQuestion` it answers (whose `id` the user gave).
+        on_answer: receives each `Answer` with the `Question` it answers (whose `id` the user gave).
 
     Returns:
         Why a live run ended, or None for a recording.
@@ -209,7 +209,7 @@ def execute_run(plan: RunPlan, *, progress: bool,
     """
     from hermes.models.loading import load_model
     from hermes.pipelines.interactive import check_live_memory
-    from hermes.pipelines.session import Question, StreamingSession
+    from hermes.pipelines.session import StreamingSession
     from hermes.pipelines.sources import open_source
 
     cfg = plan.cfg
@@ -247,8 +247,7 @@ def execute_run(plan: RunPlan, *, progress: bool,
         timed_left = iter([q for q in ordered if q.at_s is not None])
         end_left = iter([q for q in ordered if q.at_s is None])
         try:
-            for answer in session.run([Question(q.text, q.at_s, q.options) for q in ordered],
-                                      to_end=bool(plan.memory_dir)):
+            for answer in session.run(ordered, to_end=bool(plan.memory_dir)):
                 question = next(end_left if answer.at_s is None else timed_left)
                 if answer.frames_seen == 0 and answer.at_s is None:
                     raise SourceError(f"no frames could be read from {source.describe()} (re-download or "
@@ -280,14 +279,14 @@ class Utf8Lines:
                 return
 
 
-def run_live_source(plan: RunPlan, model, source, questions: list[AskedQuestion],
-                    on_answer: Callable[[Any, AskedQuestion | None], None]) -> str:
+def run_live_source(plan: RunPlan, model, source, questions: list[Question],
+                    on_answer: Callable[[Any, Question | None], None]) -> str:
     """A camera or stream, or a recording played back in real time (`--interactive` only)."""
     from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, run_live
-    from hermes.pipelines.session import Question, StreamingSession
+    from hermes.pipelines.session import StreamingSession
 
     cfg = plan.cfg
-    timed = [Question(q.text, q.at_s, q.options) for q in questions if q.at_s is not None]
+    timed = [q for q in questions if q.at_s is not None]
     untimed = [q.text for q in questions if q.at_s is None]
     if untimed and plan.ask_every_s is None:
         raise UsageError("on a live source, --ask needs --at S (stream time) or --ask-every S")

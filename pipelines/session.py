@@ -35,19 +35,11 @@ from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
 from hermes.memory import build_policy
 from hermes.models.base import VLMAdapter
+from hermes.pipelines.asked import Question  # noqa: F401  (re-exported: the Python API's question)
 from hermes.pipelines.frames import Frame
 
 OPTION_LETTERS = "ABCDEFGHIJ"
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Question:
-    """A question to ask at `at_s` seconds into the stream (None: as soon as it is asked)."""
-
-    text: str
-    at_s: float | None = None
-    options: tuple[str, ...] = ()
 
 
 @dataclass
