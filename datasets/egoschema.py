@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, is_option_index
+from .records import KIND_MC, BenchmarkQuestion, VideoRecord, is_option_index
 
 QUESTIONS_CANDIDATES = ("questions.json", "EgoSchema/questions.json")
 ANSWERS_CANDIDATES = ("subset_answers.json", "EgoSchema/subset_answers.json")
@@ -82,13 +82,13 @@ def load(
     return common.finish(records, "egoschema", None, limit, issues=issues)
 
 
-def _question(entry: dict, uid: str, answer, where: str, issues: common.DataIssues) -> Question:
+def _question(entry: dict, uid: str, answer, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
     """One EgoSchema question; `answer` is the public index or None."""
     options = common.clean_options([common.require(entry, f"option {i}", where) for i in range(NUM_OPTIONS)],
                                    where, issues)
     if answer is not None and not is_option_index(answer, NUM_OPTIONS):
         raise UsageError(f"egoschema: answer for {uid} must be 0-{NUM_OPTIONS - 1}, found {answer!r}")
-    return Question(
+    return BenchmarkQuestion(
         question=str(common.require(entry, "question", where)),
         options=options,
         answer=None if answer is None else options[answer],

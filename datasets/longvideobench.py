@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, normalize_options, resolve_gt_index
+from .records import KIND_MC, BenchmarkQuestion, VideoRecord, normalize_options, resolve_gt_index
 
 ANNOTATION_CANDIDATES = ("lvb_val.json", "LongVideoBench/lvb_val.json", "lvb_test_wo_gt.json")
 VIDEO_FOLDERS = ("videos", "LongVideoBench/videos", ".")
@@ -50,7 +50,7 @@ def load(
     root = common.check_root(data_root, "longvideobench")
     path = common.find_file(root, ANNOTATION_CANDIDATES, "LongVideoBench lvb_val.json")
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
-    by_video: dict[str, list[Question]] = {}
+    by_video: dict[str, list[BenchmarkQuestion]] = {}
     paths: dict[str, str] = {}
     durations: dict[str, float | None] = {}
     issues = common.DataIssues()
@@ -71,7 +71,7 @@ def load(
     return common.finish(records, "longvideobench", tasks, limit, known=DURATION_GROUPS, issues=issues)
 
 
-def _question(item: dict, where: str) -> Question:
+def _question(item: dict, where: str) -> BenchmarkQuestion:
     """One LongVideoBench question in unified form."""
     options = normalize_options(common.require(item, "candidates", where))
     if not options:
@@ -85,7 +85,7 @@ def _question(item: dict, where: str) -> Question:
                 f"for {len(options)} candidates in {where}"
             )
     group = str(item.get("duration_group", ""))
-    return Question(
+    return BenchmarkQuestion(
         question=str(common.require(item, "question", where)),
         options=options,
         answer=None if gt_index is None else options[gt_index],

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, parse_span, resolve_gt_index, split_inline_options
+from .records import KIND_MC, BenchmarkQuestion, VideoRecord, parse_span, resolve_gt_index, split_inline_options
 
 ANNOTATION_CANDIDATES = ("video_info.meta.jsonl", "data/video_info.meta.jsonl", "LVBench/video_info.meta.jsonl")
 VIDEO_FOLDERS = ("videos", "scripts/videos", "all_videos", ".")
@@ -82,7 +82,7 @@ def load(
     return common.finish([r for r in records if r.questions], "lvbench", tasks, limit, issues=issues)
 
 
-def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> Question:
+def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
     """One LVBench question, options split out of its text."""
     question, options = split_inline_options(str(common.require(qa, "question", where)))
     gt_index = resolve_gt_index(common.require(qa, "answer", where), options)
@@ -100,7 +100,7 @@ def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> Ques
         except UsageError as exc:  # metadata only: kept, flagged
             meta["time_reference_s"] = None
             issues.flag(f"{where} uid {qa.get('uid')}", "time_reference", qa["time_reference"], str(exc))
-    return Question(
+    return BenchmarkQuestion(
         question=question,
         options=options,
         answer=options[gt_index],

@@ -35,17 +35,17 @@ from statistics import fmean
 from hermes.errors import UsageError
 
 from .ovo_bench import CATEGORY_OF
-from .records import KIND_PROACTIVE, Question, VideoRecord
+from .records import KIND_PROACTIVE, BenchmarkQuestion, VideoRecord
 
 METRICS = ("accuracy", "ovo", "streamingbench", "videomme", "mlvu", "longvideobench", "lvbench", "judge")
 
 
-def questions_of(records: Iterable[VideoRecord]) -> list[Question]:
+def questions_of(records: Iterable[VideoRecord]) -> list[BenchmarkQuestion]:
     """All questions of a list of records, in order."""
     return [q for record in records for q in record.questions]
 
 
-def _tally(questions: Sequence[Question], results: Mapping[str, Mapping], key: str) -> dict:
+def _tally(questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping], key: str) -> dict:
     """Counts and accuracy over labelled questions; missing ones count as wrong.
 
     Returns:
@@ -70,10 +70,10 @@ def _tally(questions: Sequence[Question], results: Mapping[str, Mapping], key: s
 
 
 def _by_label(
-    questions: Sequence[Question], labels: Callable[[Question], Iterable[str]], results, key
+    questions: Sequence[BenchmarkQuestion], labels: Callable[[BenchmarkQuestion], Iterable[str]], results, key
 ) -> dict[str, dict]:
     """A tally per label; a question with several labels counts toward each."""
-    groups: dict[str, list[Question]] = {}
+    groups: dict[str, list[BenchmarkQuestion]] = {}
     for q in questions:
         for label in labels(q):
             groups.setdefault(str(label), []).append(q)
@@ -87,7 +87,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 # What each metric breaks accuracy down by, besides the task.
-_CATEGORIES: dict[str, Callable[[Question], Iterable[str]]] = {
+_CATEGORIES: dict[str, Callable[[BenchmarkQuestion], Iterable[str]]] = {
     "ovo": lambda q: (CATEGORY_OF.get(q.task, "other"),),
     "streamingbench": lambda q: (q.meta.get("subset", "other"),),
     "videomme": lambda q: (q.meta.get("duration", "other"),),
@@ -98,7 +98,7 @@ _CATEGORIES: dict[str, Callable[[Question], Iterable[str]]] = {
 
 def summarize(
     metric: str,
-    questions: Iterable[Question],
+    questions: Iterable[BenchmarkQuestion],
     results: Mapping[str, Mapping],
     key: str = "official",
 ) -> dict:
@@ -175,7 +175,7 @@ def _ovo_macro(summary: dict) -> None:
     summary["overall"] = _mean(c["accuracy"] for c in summary["per_category"].values())
 
 
-def _proactive_timing(summary: dict, labelled: Sequence[Question], results: Mapping[str, Mapping]) -> None:
+def _proactive_timing(summary: dict, labelled: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping]) -> None:
     """StreamingBench proactive output: also the share answered on time (count.py's
     time_accuracy); missing samples count as late."""
     for task, tally in summary["per_task"].items():

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, KIND_OPEN, Question, VideoRecord, resolve_gt_index
+from .records import KIND_MC, KIND_OPEN, BenchmarkQuestion, VideoRecord, resolve_gt_index
 
 MC_TASKS = {
     "plotQA": "1_plotQA",
@@ -70,7 +70,7 @@ def load(
     for name, path in common.task_files(root, "mlvu", tasks, TASK_FILES, TASK_BY_STEM, default=MC_TASKS):
         stem = ALL_TASKS[name]
         folders = [root / f / stem for f in VIDEO_FOLDERS]
-        by_video: dict[str, list[Question]] = {}
+        by_video: dict[str, list[BenchmarkQuestion]] = {}
         items = common.read_json(path, expect=list)
         for number, item in enumerate(items):
             where = f"{path.name} item {number}"
@@ -92,12 +92,12 @@ def load(
     return common.finish(records, "mlvu", None, limit, issues=issues)
 
 
-def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIssues) -> Question:
+def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
     """One MLVU item; multiple choice when it has candidates, open-ended otherwise."""
     question = str(common.require(item, "question", where))
     answer = common.require(item, "answer", where)
     if task in GENERATION_TASKS or not item.get("candidates"):
-        return Question(question, [], str(answer), None, None, task, item, qid, {"kind": KIND_OPEN})
+        return BenchmarkQuestion(question, [], str(answer), None, None, task, item, qid, {"kind": KIND_OPEN})
     options = common.clean_options(item["candidates"], where, issues)
     # The official template compares the raw candidate with the answer in a loop without a
     # break: the last equal candidate is gold.
@@ -112,7 +112,7 @@ def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIs
     if gt_index is None:
         # Scoring needs a reference: excluded from the denominator, with the reason.
         raise UsageError(f"mlvu: answer {answer!r} is none of the candidates in {where}")
-    return Question(
+    return BenchmarkQuestion(
         question=question,
         options=options,
         answer=None if gt_index is None else options[gt_index],

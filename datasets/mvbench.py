@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, normalize_options, resolve_gt_index
+from .records import KIND_MC, BenchmarkQuestion, VideoRecord, normalize_options, resolve_gt_index
 
 # name: (json file, folder under video/, data type, has start/end bounds) -- the official data_list.
 TASKS = {
@@ -111,7 +111,7 @@ def _record(item: dict, task: str, prefix: str, data_type: str, bounded: bool, f
         video_path=None if is_frames else found,
         duration=None,
         questions=[
-            Question(
+            BenchmarkQuestion(
                 question=str(common.require(item, "question", where)),
                 options=options,
                 answer=options[gt_index],

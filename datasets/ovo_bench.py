@@ -30,7 +30,7 @@ from .records import (
     KIND_COUNT,
     KIND_MC,
     KIND_YESNO,
-    Question,
+    BenchmarkQuestion,
     VideoRecord,
     is_option_index,
     parse_timestamp,
@@ -75,7 +75,7 @@ def load(
     common.check_names(common.normalize_tasks(tasks), known)
     path = common.find_file(root, ANNOTATION_CANDIDATES, "OVO-Bench annotations ovo_bench_new.json")
     entries = common.read_json(path, expect=list)
-    by_video: dict[str, list[Question]] = {}
+    by_video: dict[str, list[BenchmarkQuestion]] = {}
     issues = common.DataIssues()
     for number, entry in enumerate(entries):
         where = f"{path.name} entry {number} (id {entry.get('id') if isinstance(entry, dict) else None})"
@@ -91,7 +91,7 @@ def load(
     return common.finish(records, "ovo-bench", tasks, limit, known, issues=issues)
 
 
-def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[Question]:
+def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[BenchmarkQuestion]:
     """Turn one annotation entry into its question(s): one, or one per forward probe."""
     task = str(common.require(entry, "task", where))
     if task not in CATEGORY_OF:
@@ -108,7 +108,7 @@ def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[Quest
     if not is_option_index(gt, len(options)):
         raise UsageError(f"expected 'gt' to index one of {len(options)} options in {where}, found {gt!r}")
     return [
-        Question(
+        BenchmarkQuestion(
             question=str(common.require(entry, "question", where)),
             options=options,
             # The official scorer trusts `gt`; `answer` may paraphrase the option.
@@ -123,7 +123,7 @@ def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[Quest
     ]
 
 
-def _probe(entry: dict, task: str, probe: dict, index: int, qid: str, meta: dict, where: str) -> Question:
+def _probe(entry: dict, task: str, probe: dict, index: int, qid: str, meta: dict, where: str) -> BenchmarkQuestion:
     """One forward-task probe as a question asked at the probe's `realtime`."""
     where = f"{where} test_info[{index}]"
     t_s = parse_timestamp(common.require(probe, "realtime", where))
@@ -131,7 +131,7 @@ def _probe(entry: dict, task: str, probe: dict, index: int, qid: str, meta: dict
     if task == "REC":
         activity = str(common.require(entry, "activity", where))
         count = common.require(probe, "count", where)
-        return Question(
+        return BenchmarkQuestion(
             # The official prompt builds this question from the activity.
             question=f"How many times did they {activity}?",
             options=[],
@@ -147,7 +147,7 @@ def _probe(entry: dict, task: str, probe: dict, index: int, qid: str, meta: dict
     if kind not in (0, 1) or isinstance(kind, bool):
         raise UsageError(f"expected 'type' 0 or 1 in {where}, found {kind!r}")
     text = common.require(probe, "step", where) if task == "SSR" else common.require(entry, "question", where)
-    return Question(
+    return BenchmarkQuestion(
         question=str(text),
         options=list(YES_NO),
         answer=YES_NO[kind],

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 
 from . import registry
-from .records import KIND_COUNT, KIND_MC, KIND_OPEN, KIND_PROACTIVE, KIND_YESNO, LETTERS, Question
+from .records import KIND_COUNT, KIND_MC, KIND_OPEN, KIND_PROACTIVE, KIND_YESNO, LETTERS, BenchmarkQuestion
 from .streamingbench import PROACTIVE_TOLERANCE_S
 
 # Video-MME's extract_characters_regex (BradyFU/Video-MME, now MME-Benchmarks/Video-MME,
@@ -195,7 +195,8 @@ def _ovo_index(reply: str, options: Sequence[str]) -> int | None:
     return min(found)[1] if found else None
 
 
-def official_correct(reply: str | None, question: Question, benchmark: str, variant: str | None = None) -> bool | None:
+def official_correct(reply: str | None, question: BenchmarkQuestion, benchmark: str,
+                     variant: str | None = None) -> bool | None:
     """Whether the official scorer would count the reply correct.
 
     Args:
@@ -234,7 +235,7 @@ def official_correct(reply: str | None, question: Question, benchmark: str, vari
     return parse_official(text, question.options, benchmark, variant) == question.gt_index
 
 
-def strict_correct(reply: str | None, question: Question) -> bool | None:
+def strict_correct(reply: str | None, question: BenchmarkQuestion) -> bool | None:
     """Whether the reply is exactly the reference answer (see `parse_strict`).
 
     Yes/no probes need exactly "Yes"/"No", counts exactly the number, proactive output
@@ -253,7 +254,7 @@ def strict_correct(reply: str | None, question: Question) -> bool | None:
     return parse_strict(reply, question.options) == question.gt_index
 
 
-def score_reply(question: Question, reply: str | None, benchmark: str, answered_at_s: float | None = None,
+def score_reply(question: BenchmarkQuestion, reply: str | None, benchmark: str, answered_at_s: float | None = None,
                 variant: str | None = None) -> dict:
     """Everything a per-sample result records about one reply.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hermes.errors import UsageError
 
 from . import registry
-from .records import KIND_COUNT, KIND_OPEN, KIND_PROACTIVE, KIND_YESNO, Question
+from .records import KIND_COUNT, KIND_OPEN, KIND_PROACTIVE, KIND_YESNO, BenchmarkQuestion
 from .records import letter_options as lettered
 
 
@@ -129,7 +129,7 @@ LETTER_DIRECTLY = "Answer with the option's letter from the given choices direct
 
 
 def build_prompt(
-    benchmark: str, question: Question, previous: Sequence[Question] = (), stage: str = "answer"
+    benchmark: str, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion] = (), stage: str = "answer"
 ) -> Prompt:
     """The official prompt for one question.
 
@@ -153,7 +153,7 @@ def build_prompt(
     return _BUILDERS[name](question, previous, stage)
 
 
-def _ovo(q: Question, previous, stage) -> Prompt:
+def _ovo(q: BenchmarkQuestion, previous, stage) -> Prompt:
     """OVO-Bench: MC options as "A. x; B. y;" on one line; REC/SSR/CRR own templates."""
     templates = {KIND_COUNT: OVO_REC, KIND_YESNO: OVO_SSR if q.task == "SSR" else OVO_CRR}
     if q.kind in templates:
@@ -161,7 +161,7 @@ def _ovo(q: Question, previous, stage) -> Prompt:
     return Prompt(OVO_MC.format(question=q.question, options="; ".join(lettered(q.options)) + ";"))
 
 
-def _streamingbench_options(q: Question) -> list[str]:
+def _streamingbench_options(q: BenchmarkQuestion) -> list[str]:
     """Options as the official script shows them: as written when they start with "A.",
     otherwise (SQA) with "A. " ... added; only the first four either way, since the official
     template has four option slots (`PROMPT_TEMPLATE.format(question, *options)` drops the rest,
@@ -170,7 +170,7 @@ def _streamingbench_options(q: Question) -> list[str]:
     return (raw if raw and raw[0].startswith("A.") else lettered(q.options))[:4]
 
 
-def _streamingbench(q: Question, previous, stage) -> Prompt:
+def _streamingbench(q: BenchmarkQuestion, previous, stage) -> Prompt:
     """StreamingBench: real/omni, SQA (with earlier Q&A as context) and proactive."""
     if q.kind == KIND_PROACTIVE:
         if stage == "poll":
@@ -189,7 +189,7 @@ def _streamingbench(q: Question, previous, stage) -> Prompt:
     return Prompt(SB_SQA.format(context=context, question=q.question, options="\n".join(options)))
 
 
-def _rvs(q: Question, previous, stage) -> Prompt:
+def _rvs(q: BenchmarkQuestion, previous, stage) -> Prompt:
     """RVS: ReKV sends the open-ended question as it is (video_qa/rekv_stream_vqa.py)."""
     return Prompt(q.question)
 
@@ -197,7 +197,7 @@ def _rvs(q: Question, previous, stage) -> Prompt:
 def _best_option(system: str, prefix: str = BEST_OPTION_PREFIX):
     """MVBench / MLVU: "Question: ...\\nOptions:\\n(A) ..." and the "Best option:(" prefix."""
 
-    def build(q: Question, previous, stage) -> Prompt:
+    def build(q: BenchmarkQuestion, previous, stage) -> Prompt:
         if q.kind == KIND_OPEN:
             return Prompt(q.question)  # MLVU generation tasks: the question alone
         body = f"Question: {q.question}\nOptions:\n" + "\n".join(lettered(q.options, "({letter}) {text}"))
@@ -206,7 +206,7 @@ def _best_option(system: str, prefix: str = BEST_OPTION_PREFIX):
     return build
 
 
-def _videomme(q: Question, previous, stage) -> Prompt:
+def _videomme(q: BenchmarkQuestion, previous, stage) -> Prompt:
     """Video-MME: the README prompt, options as "A. ..." lines."""
     return Prompt(VIDEOMME.format(question=q.question, options="\n".join(lettered(q.options))))
 
@@ -215,13 +215,13 @@ def _letter_directly(tail: str):
     """LongVideoBench (its post prompt ends with a newline) and EgoSchema (it does not):
     the question, "A. ..." lines, then the letter instruction."""
 
-    def build(q: Question, previous, stage) -> Prompt:
+    def build(q: BenchmarkQuestion, previous, stage) -> Prompt:
         return Prompt(q.question + "\n" + "\n".join(lettered(q.options)) + "\n" + LETTER_DIRECTLY + tail)
 
     return build
 
 
-def _lvbench(q: Question, previous, stage) -> Prompt:
+def _lvbench(q: BenchmarkQuestion, previous, stage) -> Prompt:
     """LVBench's repository publishes no prompt: the question with its inline "(A) ..."
     options exactly as distributed, plus the letter instruction lmms-eval's LongVideoBench
     uses (not an official LVBench text; its polish_answer reads "(D)" or "D" alike)."""

@@ -1,7 +1,7 @@
 """The unified benchmark record of DESIGN §7, and the value parsers every loader shares.
 
 Every benchmark loader turns its official files into a list of `VideoRecord`s, each holding the
-`Question`s asked about one video (one stream under the streaming protocol). A question carries
+`BenchmarkQuestion`s asked about one video (one stream under the streaming protocol). A question carries
 its options with any "A. " / "(A)" prefix removed, the index of the correct option (`gt_index`),
 the time it is asked (`t_s`, None for offline benchmarks: asked after the whole video) and the
 untouched source entry (`raw`), so nothing the official files say is lost.
@@ -32,7 +32,7 @@ KIND_PROACTIVE = "proactive"  # StreamingBench proactive output: answer at the r
 
 
 @dataclass
-class Question:
+class BenchmarkQuestion:
     """One question about a video, in the unified form of DESIGN §7.
 
     Attributes:
@@ -97,7 +97,7 @@ class VideoRecord:
     video_id: str
     video_path: Path | None
     duration: float | None
-    questions: list[Question]
+    questions: list[BenchmarkQuestion]
     frames_dir: Path | None = None
     frame_fps: float | None = None
     start_s: float | None = None
@@ -112,7 +112,7 @@ class VideoRecord:
         return self.video_path is not None or self.frames_dir is not None
 
 
-def sort_questions(questions: Sequence[Question]) -> list[Question]:
+def sort_questions(questions: Sequence[BenchmarkQuestion]) -> list[BenchmarkQuestion]:
     """Order questions by the time they are asked; offline (None) ones go last.
 
     The sort is stable, so questions asked at the same moment keep their file order.

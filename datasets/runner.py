@@ -61,7 +61,7 @@ from .metrics import questions_of
 from .parsing import score_reply
 from .prompts import Prompt, build_prompt
 from .record_frames import open_record_frames
-from .records import KIND_OPEN, KIND_PROACTIVE, Question, VideoRecord
+from .records import KIND_OPEN, KIND_PROACTIVE, BenchmarkQuestion, VideoRecord
 from .report import write_report
 from .results import SUMMARY_FILE, SampleLog, write_atomic
 from .shards import Shard, select_shard
@@ -208,7 +208,7 @@ class _VideoRun:
             for i in untimed:
                 self._finish(i, self._ask(self._prompt(i), None))
 
-    def _poll_once(self, i: int, q: Question, at_s: float, poll: int, history: list[dict]) -> float | None:
+    def _poll_once(self, i: int, q: BenchmarkQuestion, at_s: float, poll: int, history: list[dict]) -> float | None:
         """One proactive poll ("is it the right time?"); returns the next poll's time, or None when done."""
         check = self._ask(self._prompt(i, stage="poll"), at_s)
         history.append({"at_s": at_s, "reply": check.answer, "frames_seen": check.frames_seen,
@@ -222,7 +222,7 @@ class _VideoRun:
         self._finish(i, check, answered_at_s=None, polls=history)  # never said "yes"
         return None
 
-    def _poll(self, i: int, q: Question) -> None:
+    def _poll(self, i: int, q: BenchmarkQuestion) -> None:
         """Every poll of one proactive question on the current session."""
         history: list[dict] = []
         at_s, poll = q.t_s + POLL_INTERVAL_S, 1
@@ -274,7 +274,7 @@ class _Run:
         self.inclusive_ceil = official and name == "ovo-bench"  # the clip [0, ceil(t)]
         self.windowed = official and name == "streamingbench"  # [t - 60 s, t), proactive from t
 
-    def judge_sample(self, q: Question, sample: dict) -> None:
+    def judge_sample(self, q: BenchmarkQuestion, sample: dict) -> None:
         """Add the judge's verdict to an open-ended sample (when a judge is configured)."""
         if self.judge is None or q.kind != KIND_OPEN or q.answer is None:
             return

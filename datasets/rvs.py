@@ -28,7 +28,7 @@ import numpy as np
 from hermes.errors import SourceError, UsageError
 
 from . import common
-from .records import KIND_OPEN, Question, VideoRecord, parse_timestamp
+from .records import KIND_OPEN, BenchmarkQuestion, VideoRecord, parse_timestamp
 
 SUBSETS = {
     "ego": ("ego/ego4d_oe.json", "ego4d_oe.json", "rvs/ego/ego4d_oe.json"),
@@ -110,7 +110,8 @@ def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
     )
 
 
-def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str, issues: common.DataIssues) -> Question:
+def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str,
+          issues: common.DataIssues) -> BenchmarkQuestion:
     """One RVS conversation turn: asked at its `end_time` (needed); `start_time` is metadata."""
     end = parse_timestamp(common.require(turn, "end_time", turn_where))
     try:
@@ -118,7 +119,7 @@ def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str, issue
     except UsageError as exc:
         start = None
         issues.flag(turn_where, "start_time", turn.get("start_time"), str(exc))
-    return Question(
+    return BenchmarkQuestion(
         question=str(common.require(turn, "question", turn_where)),
         options=[],
         answer=str(common.require(turn, "answer", turn_where)),

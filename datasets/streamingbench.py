@@ -36,7 +36,7 @@ from . import common
 from .records import (
     KIND_MC,
     KIND_PROACTIVE,
-    Question,
+    BenchmarkQuestion,
     VideoRecord,
     parse_timestamp,
     resolve_gt_index,
@@ -90,7 +90,7 @@ def load(
     records: list[VideoRecord] = []
     issues = common.DataIssues()
     for subset, path in files.items():
-        by_video: dict[str, list[Question]] = {}
+        by_video: dict[str, list[BenchmarkQuestion]] = {}
         seen: dict[str, int] = {}  # questions of each video read so far, excluded ones included
         for number, segment in enumerate(_segments(path, subset)):
             where = f"{path.name} segment {number}"
@@ -139,13 +139,13 @@ def official_seconds(value, where: str, field_name: str, issues: common.DataIssu
         return seconds
 
 
-def _question(entry: dict, subset: str, qid: str, where: str, issues: common.DataIssues) -> Question:
+def _question(entry: dict, subset: str, qid: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
     """One StreamingBench question in unified form."""
     task = str(common.require(entry, "task_type", where))
     t_s = official_seconds(common.require(entry, "time_stamp", where), where, "time_stamp", issues)
     meta = {"groups": (subset,), "subset": subset}
     if subset == "proactive":
-        return Question(
+        return BenchmarkQuestion(
             question=str(common.require(entry, "question", where)),
             options=[],
             answer=str(common.require(entry, "ground_truth_output", where)),
@@ -165,7 +165,7 @@ def _question(entry: dict, subset: str, qid: str, where: str, issues: common.Dat
     gt_index = resolve_gt_index(common.require(entry, "answer", where), options)
     if gt_index is None:
         raise UsageError(f"answer {entry['answer']!r} names none of the {len(options)} options in {where}")
-    return Question(
+    return BenchmarkQuestion(
         question=str(common.require(entry, "question", where)),
         options=options,
         answer=options[gt_index],

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .metrics import summarize
-from .records import Question
+from .records import BenchmarkQuestion
 
 PERCENTILES = (50, 90, 99)
 
@@ -61,7 +61,7 @@ def cost_figures(samples: Sequence[Mapping]) -> dict:
     }
 
 
-def accuracy(metric: str, questions: Sequence[Question], results: Mapping[str, Mapping]) -> dict:
+def accuracy(metric: str, questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping]) -> dict:
     """The benchmark's aggregation under both parsers.
 
     Returns:
@@ -106,7 +106,7 @@ def git_state() -> dict | None:
     return {"commit": commit, "dirty": bool(status.strip())} if commit else None
 
 
-def coverage(questions: Sequence[Question], results: Mapping[str, Mapping], videos: Mapping) -> dict:
+def coverage(questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping], videos: Mapping) -> dict:
     """Question- and video-level coverage.
 
     Args:

@@ -22,7 +22,7 @@ from pathlib import Path
 from hermes.errors import UsageError
 
 from . import common
-from .records import KIND_MC, Question, VideoRecord, resolve_gt_index
+from .records import KIND_MC, BenchmarkQuestion, VideoRecord, resolve_gt_index
 
 DURATIONS = ("short", "medium", "long")
 PARQUET_GLOBS = ("videomme/test-*.parquet", "test-*.parquet", "videomme/*.parquet", "*.parquet")
@@ -54,7 +54,7 @@ def load(
     root = common.check_root(data_root, "videomme")
     rows = _read_rows(root)
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
-    by_video: dict[str, list[Question]] = {}
+    by_video: dict[str, list[BenchmarkQuestion]] = {}
     issues = common.DataIssues()
     for number, row in enumerate(rows):
         where = f"Video-MME row {number} (question_id {row.get('question_id') if isinstance(row, dict) else None})"
@@ -125,7 +125,7 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) else value
 
 
-def _question(row: dict, where: str, issues: common.DataIssues) -> Question:
+def _question(row: dict, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
     """One Video-MME row in unified form."""
     options = common.clean_options(common.require(row, "options", where), where, issues, expected=4)
     gt_index = resolve_gt_index(common.require(row, "answer", where), options)
@@ -134,7 +134,7 @@ def _question(row: dict, where: str, issues: common.DataIssues) -> Question:
     duration = str(common.require(row, "duration", where))
     if duration not in DURATIONS:
         raise UsageError(f"videomme: expected duration short/medium/long in {where}, found {duration!r}")
-    return Question(
+    return BenchmarkQuestion(
         question=str(common.require(row, "question", where)),
         options=options,
         answer=options[gt_index],

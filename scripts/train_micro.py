@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from hermes.config import ModelConfig
 from hermes.datasets import synthetic_bench as sb
 from hermes.datasets.prompts import build_prompt
-from hermes.datasets.records import KIND_COUNT, KIND_MC, Question
+from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
 from hermes.models.loading import make_adapter
@@ -172,7 +172,7 @@ def prompt_text(q: sb.SynthQuestion, style: str) -> tuple[str, str]:
     if style == "session":
         return format_prompt(q.question, q.options), letter
     kind = KIND_COUNT if q.kind == "counting" else KIND_MC
-    record = Question(q.question, q.options, q.answer, q.gt, q.t_s, q.task, {}, "train", {"kind": kind})
+    record = BenchmarkQuestion(q.question, q.options, q.answer, q.gt, q.t_s, q.task, {}, "train", {"kind": kind})
     return sent_text(build_prompt("ovo-bench", record)), letter  # as the eval runner sends it
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from hermes.datasets import lvbench, mlvu, ovo_bench, rvs, streamingbench, videomme
 from hermes.datasets.metrics import questions_of, summarize
-from hermes.datasets.records import Question
+from hermes.datasets.records import BenchmarkQuestion
 from hermes.errors import UsageError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -45,7 +45,7 @@ def test_ovo_macro_average_over_tasks_then_categories():
 
 def test_default_accuracy_counts_missing_as_wrong_and_skips_unlabelled():
     def q(qid, task, answer="x"):
-        return Question("?", ["x", "y"], answer, 0 if answer else None, None, task, {}, qid, {"kind": "mc"})
+        return BenchmarkQuestion("?", ["x", "y"], answer, 0 if answer else None, None, task, {}, qid, {"kind": "mc"})
 
     questions = [q("1", "X"), q("2", "X"), q("3", "Y"), q("4", "Z", answer=None)]
     results = {"1": {"official": True}, "3": {"official": True}, "4": {"official": False}}

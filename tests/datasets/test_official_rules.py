@@ -14,7 +14,7 @@ from hermes.datasets import lvbench, mlvu, streamingbench
 from hermes.datasets.cli import add_eval_parser
 from hermes.datasets.common import annotations_only
 from hermes.datasets.metrics import summarize
-from hermes.datasets.records import KIND_MC, KIND_OPEN, Question
+from hermes.datasets.records import KIND_MC, KIND_OPEN, BenchmarkQuestion
 from hermes.errors import UsageError
 
 
@@ -124,7 +124,8 @@ def test_eval_check_reports_counts_without_videos_or_model(tmp_path, capsys):
 
 
 def mc(qid, task="t", gt=0):
-    return Question("q", ["a", "b", "c", "d"], ["a", "b", "c", "d"][gt], gt, None, task, {}, qid, {"kind": KIND_MC})
+    return BenchmarkQuestion("q", ["a", "b", "c", "d"], ["a", "b", "c", "d"][gt], gt, None, task, {}, qid,
+                             {"kind": KIND_MC})
 
 
 def test_videomme_reports_both_denominators_and_names_the_official_one():
@@ -137,7 +138,8 @@ def test_videomme_reports_both_denominators_and_names_the_official_one():
 
 
 def test_rvs_reports_rekv_accuracy_and_mean_score_beside_ours():
-    questions = [Question("q", [], "ref", None, 1.0, "ego", {}, f"r{i}", {"kind": KIND_OPEN}) for i in range(4)]
+    questions = [BenchmarkQuestion("q", [], "ref", None, 1.0, "ego", {}, f"r{i}", {"kind": KIND_OPEN})
+                 for i in range(4)]
     results = {"r0": {"judge_correct": True, "judge_score": 4}, "r1": {"judge_correct": False, "judge_score": 1},
                "r2": {"judge_correct": None, "judge_score": None}}  # unreadable verdict; r3 missing
     s = summarize("judge", questions, results)
@@ -165,7 +167,7 @@ def test_streamingbench_prompt_shows_the_first_four_items_as_the_official_templa
     from hermes.datasets.prompts import build_prompt
 
     raw = ["A. cat", "B. dog", "the rest of the dog option", "C. cow", "D. owl"]
-    q = Question("What is it?", ["cat", "dog", "the rest of the dog option", "cow", "owl"], "owl", 4, 3.0, "t",
+    q = BenchmarkQuestion("What is it?", ["cat", "dog", "the rest of the dog option", "cow", "owl"], "owl", 4, 3.0, "t",
                  {"options": raw}, "sb-1", {"kind": KIND_MC, "subset": "real"})
     user = build_prompt("streamingbench", q).user
     assert "A. cat\nB. dog\nthe rest of the dog option\nC. cow\n\nThe best option is:" in user

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hermes.datasets.parsing import official_correct, parse_official, parse_strict, score_reply, strict_correct
-from hermes.datasets.records import Question
+from hermes.datasets.records import BenchmarkQuestion
 
 OPTIONS = ["dog", "cat", "mouse", "bird"]  # "B" is "cat"
 REPLIES = ["B", "(B) cat", "The answer is B.", "Best option: (B", "b", "none"]
@@ -98,8 +98,8 @@ def test_official_extras():
     assert parse_official("N", ["No", "Yes"], "ovo-bench") == 0
 
 
-def _mc(gt_index: int, kind: str = "mc", options=OPTIONS) -> Question:
-    return Question("q?", list(options), options[gt_index], gt_index, 1.0, "T", {}, "q1", {"kind": kind})
+def _mc(gt_index: int, kind: str = "mc", options=OPTIONS) -> BenchmarkQuestion:
+    return BenchmarkQuestion("q?", list(options), options[gt_index], gt_index, 1.0, "T", {}, "q1", {"kind": kind})
 
 
 def test_official_correct_ovo_contains_the_letter():
@@ -109,7 +109,7 @@ def test_official_correct_ovo_contains_the_letter():
 
 
 def test_official_correct_ovo_count_and_yes_no():
-    rec = Question("How many?", [], "2", None, 3.0, "REC", {}, "r", {"kind": "count"})
+    rec = BenchmarkQuestion("How many?", [], "2", None, 3.0, "REC", {}, "r", {"kind": "count"})
     replies = ["2", "There are 2.", "2 or 3", "two"]
     assert [official_correct(r, rec, "ovo-bench") for r in replies] == [True, True, False, False]
     yes = _mc(1, "yesno", ["No", "Yes"])
@@ -128,15 +128,15 @@ def test_official_correct_mvbench_and_streamingbench():
 
 
 def test_unscorable_questions_give_none():
-    open_ended = Question("What happened?", [], "He left.", None, 5.0, "ego", {}, "o", {"kind": "open"})
+    open_ended = BenchmarkQuestion("What happened?", [], "He left.", None, 5.0, "ego", {}, "o", {"kind": "open"})
     assert official_correct("He left.", open_ended, "rvs-ego") is None
     assert strict_correct("He left.", open_ended) is None
-    unlabelled = Question("q?", list(OPTIONS), None, None, None, "egoschema", {}, "u", {"kind": "mc"})
+    unlabelled = BenchmarkQuestion("q?", list(OPTIONS), None, None, None, "egoschema", {}, "u", {"kind": "mc"})
     assert official_correct("B", unlabelled, "egoschema") is None
 
 
 def test_score_reply_proactive_within_two_seconds():
-    q = Question("When the score is 3, output \"3\".", [], "3", None, 20.0, "Proactive Output", {}, "p",
+    q = BenchmarkQuestion("When the score is 3, output \"3\".", [], "3", None, 20.0, "Proactive Output", {}, "p",
                  {"kind": "proactive", "gt_time_s": 29.0})
     assert score_reply(q, "3", "streamingbench", answered_at_s=31.0) == {
         "parsed_official": None, "parsed_strict": None, "official": True, "strict": True, "time_correct": True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hermes.datasets.records import (
-    Question,
+    BenchmarkQuestion,
     VideoRecord,
     letter_options,
     normalize_options,
@@ -127,7 +127,7 @@ def test_resolve_gt_index_prefers_text_when_told():
 
 
 def _q(qid: str, t_s):
-    return Question("q", [], "a", None, t_s, "t", {}, qid)
+    return BenchmarkQuestion("q", [], "a", None, t_s, "t", {}, qid)
 
 
 def test_video_record_sorts_questions_offline_last_and_stable():
