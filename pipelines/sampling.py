@@ -4,6 +4,15 @@ The rule, shared by every file backend: target times t_k = start + k / fps; for 
 screen at t_k (the last with PTS <= t_k) is kept, each frame at most once. `sample_indices` applies it
 to a whole list of timestamps (when they are known up front); `StreamingPicker` applies it one frame
 at a time (when they are only known while decoding).
+
+Two other rules pick frames by timestamp, on purpose not this one:
+- live input (`pipelines.live._Sampler`) must decide when a frame arrives: "on screen at t_k" needs
+  the next frame's timestamp, and a camera that stalls would hold its last frame back for the whole
+  stall. It keeps a frame once its slot is due, allowing a quarter interval of capture-clock jitter;
+- the `recent-frames` baseline (`hermes.baselines.recent_frames.pick_recent`) thins backwards from the
+  newest frame, each taken frame at least 1/fps before the previous one, so it returns the last N
+  frames SimpleStream asks for (targets counted back from the newest would pick one frame twice when
+  the stream is sampled more slowly than the baseline's rate).
 """
 
 from __future__ import annotations
