@@ -25,7 +25,7 @@ class Question:
 
     `at_s` None means as soon as it is asked (a live session), or at the end of the video (`run` on a
     file). `options` are multiple-choice options (lettered A, B, ... in the prompt); `id` is the
-    asker's own id, passed through to the answer's output untouched. Torch-free, so `run` checks
+    asker's own (a questions file's `id`, which `run` prints beside the answer; the session ignores it). Torch-free, so `run` checks
     questions before anything heavy loads; `hermes.pipelines.session` answers them.
     """
 
