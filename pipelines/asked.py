@@ -25,8 +25,9 @@ class Question:
 
     `at_s` None means as soon as it is asked (a live session), or at the end of the video (`run` on a
     file). `options` are multiple-choice options (lettered A, B, ... in the prompt); `id` is the
-    asker's own (a questions file's `id`, which `run` prints beside the answer; the session ignores it). Torch-free, so `run` checks
-    questions before anything heavy loads; `hermes.pipelines.session` answers them.
+    asker's own (a questions file's `id`, which `run` prints beside the answer; the session ignores
+    it). Torch-free, so `run` checks questions before anything heavy loads;
+    `hermes.pipelines.session` answers them.
     """
 
     text: str
