@@ -65,11 +65,12 @@ def bench_config(args, suite_budget: int):
 def write_bench_files(args, meta: dict, result, columns) -> None:
     """`--output` JSON and `--markdown` report, when asked (rewritten as results come in)."""
     from hermes.pipelines.bench_report import report_markdown
+    from hermes.tiers.files import write_bytes_atomic  # a stop mid-rewrite keeps the previous results
 
     if args.output:
-        Path(args.output).write_text(json.dumps(bench_record(meta, result), indent=2))
+        write_bytes_atomic(Path(args.output), json.dumps(bench_record(meta, result), indent=2).encode())
     if getattr(args, "markdown", None):
-        Path(args.markdown).write_text(report_markdown(meta, result, columns))
+        write_bytes_atomic(Path(args.markdown), report_markdown(meta, result, columns).encode())
 
 
 def bench_record(meta: dict, result) -> dict:
@@ -119,7 +120,9 @@ def cmd_bench_tiers(args) -> int:
     rows, table = run(sizes, write_bytes=args.write_mib << 20)
     print(json.dumps(rows, default=str) if args.json else table)
     if args.output:
-        Path(args.output).write_text(json.dumps(rows, indent=2, default=str))
+        from hermes.tiers.files import write_bytes_atomic
+
+        write_bytes_atomic(Path(args.output), json.dumps(rows, indent=2, default=str).encode())
     return 0
 
 

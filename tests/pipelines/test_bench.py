@@ -205,6 +205,30 @@ def test_cli_sweep_writes_json_and_markdown(tmp_path, capsys):
     assert capsys.readouterr().out.strip() in md.read_text()
 
 
+def test_a_failed_results_rewrite_keeps_the_previous_file(tmp_path, monkeypatch):
+    """The bench rewrites --output and --markdown as results come in: a stop mid-rewrite (here the rename
+    fails) leaves the previous complete file, never a truncated one."""
+    import os
+    from types import SimpleNamespace
+
+    from hermes.pipelines import bench_cli
+
+    out, md = tmp_path / "s.json", tmp_path / "s.md"
+    args = SimpleNamespace(output=str(out), markdown=str(md))
+    monkeypatch.setattr(bench_cli, "bench_record", lambda meta, result: {"rows": result})
+    monkeypatch.setattr("hermes.pipelines.bench_report.report_markdown", lambda meta, result, columns: f"{result}\n")
+    bench_cli.write_bench_files(args, {}, [1, 2], None)
+    assert json.loads(out.read_text()) == {"rows": [1, 2]} and md.read_text() == "[1, 2]\n"
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bench_cli.write_bench_files(args, {}, [1, 2, 3] * 1000, None)
+    assert json.loads(out.read_text()) == {"rows": [1, 2]} and md.read_text() == "[1, 2]\n"
+
+
 def test_target_check_reads_a_sweep_json(tmp_path, capsys):
     import importlib.util
 
