@@ -106,7 +106,8 @@ class SampleLog:
             )
         manifest = _normalized(manifest)
         if resume and manifest_path.is_file():
-            _check_same_run(manifest_path, manifest)
+            if _check_same_run(manifest_path, manifest):  # a new --limit extends (or narrows) the same run
+                write_atomic(manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         elif resume and has_samples:
             raise UsageError(f"{folder} has {SAMPLES_FILE} but no {MANIFEST_FILE}; it was not written by this tool")
         else:
@@ -138,18 +139,29 @@ class SampleLog:
         self.close()
 
 
-def _check_same_run(manifest_path: Path, manifest: dict) -> None:
-    """Refuse to resume a run whose recorded identity differs from this one."""
+# Manifest keys that say how much of a run to do, not which run it is: resuming with another value
+# continues the same samples (the loader's order is fixed, so a larger --limit only adds videos).
+EXTENT_KEYS = ("limit",)
+
+
+def _check_same_run(manifest_path: Path, manifest: dict) -> bool:
+    """Refuse to resume a run whose recorded identity differs from this one.
+
+    Returns:
+        Whether the recorded extent (`EXTENT_KEYS`) differs, so the manifest should be rewritten.
+    """
     try:
         old = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"cannot read {manifest_path} ({exc}); start a new run with another --output") from None
-    differing = _first_difference(old, manifest)
+    identity = {k: v for k, v in old.items() if k not in EXTENT_KEYS}
+    differing = _first_difference(identity, {k: v for k, v in manifest.items() if k not in EXTENT_KEYS})
     if differing:
         raise UsageError(
             f"--resume: {manifest_path.parent} holds a run with a different {differing}; "
             "resume with the same settings or choose a new --output"
         )
+    return any(old.get(k) != manifest.get(k) for k in EXTENT_KEYS)
 
 
 def _read_samples(path: Path) -> tuple[dict[str, dict], int]:

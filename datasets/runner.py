@@ -359,7 +359,8 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         judge = build_judge(judge)
     model_name = cfg.model.name if model is None else model.name
     manifest = {"benchmark": name, "model": model_name, "config": cfg.to_dict(), "protocol": protocol,
-                "parser_variant": parser_variant, "tasks": tasks, "shard": None if shard is None else str(shard)}
+                "parser_variant": parser_variant, "tasks": tasks, "limit": limit,
+                "shard": None if shard is None else str(shard)}
     # The output folder is checked before the model loads: a wrong --output fails in a second.
     with SampleLog.open(output_dir, manifest, resume) as log:
         todo = [q for r in records if r.available for q in r.questions if q.qid not in log.samples]

@@ -376,6 +376,23 @@ def test_shards_merge_to_the_single_run(reference, ovo_root, cfg, tiny_model, tm
         merge_shards(parts[:1], str(tmp_path / "merged2"), str(ovo_root))
 
 
+@pytest.mark.slow
+def test_shards_of_a_limited_run_merge_to_that_limited_run(ovo_root, cfg, tiny_model, tmp_path):
+    """`--limit` is part of the run the shards split: the merge scores the same first videos, not all."""
+    from hermes.datasets.shards import Shard, merge_shards
+
+    whole = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path / "whole", model=tiny_model, protocol="strict",
+                     progress=False, limit=1)
+    assert whole["coverage"]["questions_expected"] == 4  # the first video only
+    parts = [str(tmp_path / f"part{i}") for i in (1, 2)]
+    for i, part in enumerate(parts, start=1):
+        run_eval("ovo-bench", ovo_root, cfg, output_dir=part, model=tiny_model, protocol="strict", progress=False,
+                 limit=1, shard=Shard(i, 2))
+    merged = merge_shards(parts, str(tmp_path / "merged"), str(ovo_root))
+    assert merged["coverage"] == whole["coverage"]
+    assert comparable(merged) == comparable(whole)
+
+
 def test_finished_resume_does_not_load_the_model(reference, ovo_root, cfg, tmp_path, monkeypatch):
     out, whole = reference
     copy = tmp_path / "copy"
