@@ -109,11 +109,18 @@ class QuestionSchedule:
     """Questions ordered by stream time: one-off, periodic and typed ones in one queue."""
 
     def __init__(self, timed: Iterable[Question] = (), every_s: float | None = None,
-                 every_texts: Iterable[str] = ()) -> None:
+                 every: Iterable[Question] = ()) -> None:
+        """Schedule one-off and periodic questions.
+
+        Args:
+            timed: one-off questions, each at its `at_s`.
+            every_s: period of the `every` questions, in stream seconds (None: none).
+            every: questions asked every `every_s` (their `at_s` is ignored; text, options and id kept).
+        """
         self._heap: list[_Due] = []
         self._seq = 0
         self._every_s = every_s
-        self._every_texts = list(every_texts)
+        self._every = list(every)
         for q in timed:
             self.add(q)
         if every_s:
@@ -124,8 +131,8 @@ class QuestionSchedule:
         self._seq += 1
 
     def _add_period(self, k: int) -> None:
-        for text in self._every_texts:
-            self.add(Question(text, k * self._every_s))
+        for question in self._every:
+            self.add(dataclasses.replace(question, at_s=k * self._every_s))
         # a sentinel with no text marks where the next period is scheduled
         self.add(Question("", k * self._every_s))
 
@@ -146,7 +153,8 @@ class QuestionSchedule:
 
 
 def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Callable[[], float], pace: bool,
-             schedule: QuestionSchedule, inbox: QuestionInbox | None, on_answer: Callable[[Answer], None],
+             schedule: QuestionSchedule, inbox: QuestionInbox | None,
+             on_answer: Callable[[Answer, Question], None],
              chunk_frames: int = 4) -> str:
     """Stream `frames` into `session`, answering questions as they fall due.
 
@@ -159,7 +167,8 @@ def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Calla
             t_s), so that typed questions meet the video as a viewer would.
         schedule: one-off and periodic questions.
         inbox: typed questions, or None.
-        on_answer: called with every answer as it is produced.
+        on_answer: called with every answer as it is produced, and the question it answers (whose `id`
+            is the asker's: two questions with the same text stay apart).
         chunk_frames: frames per chunk; small for live input so memory stays current.
 
     Returns:
@@ -173,7 +182,7 @@ def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Calla
             ready = [f for f in buffer if f.t_s < question.at_s]
             buffer = buffer[len(ready):]
             session.ingest(ready)
-            on_answer(session.ask(question.text, question.options, at=question.at_s))
+            on_answer(session.ask(question.text, question.options, at=question.at_s), question)
 
     resumed_at = session.encoded_t_s[-1] if session.encoded_t_s else None  # frames up to here are in memory
 

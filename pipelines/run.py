@@ -287,10 +287,9 @@ def run_live_source(plan: RunPlan, model, source, questions: list[Question],
 
     cfg = plan.cfg
     timed = [q for q in questions if q.at_s is not None]
-    untimed = [q.text for q in questions if q.at_s is None]
+    untimed = [q for q in questions if q.at_s is None]
     if untimed and plan.ask_every_s is None:
         raise UsageError("on a live source, --ask needs --at S (stream time) or --ask-every S")
-    by_text = {(q.text, q.options): q for q in questions}
     session = StreamingSession(model, cfg.memory, (), chunk_frames=cfg.stream.live_chunk_frames,
                                max_new_tokens=cfg.model.max_new_tokens, memory_dir=plan.memory_dir,
                                resume=plan.resume)
@@ -329,7 +328,7 @@ def run_live_source(plan: RunPlan, model, source, questions: list[Question],
     schedule = QuestionSchedule(timed, plan.ask_every_s, untimed)
     try:
         reason = run_live(session, frames, clock=clock, pace=pace, schedule=schedule, inbox=inbox,
-                          on_answer=lambda a: on_answer(a, by_text.get((a.question, a.options))),
+                          on_answer=on_answer,
                           chunk_frames=cfg.stream.live_chunk_frames)
     finally:
         session.close()  # flushes the memory directory

@@ -36,11 +36,30 @@ def hermes_cli(*argv, **kwargs):
 
 
 def test_schedule_orders_one_off_and_periodic_questions():
-    schedule = QuestionSchedule([Question("once", 2.5)], every_s=1.0, every_texts=["tick"])
+    schedule = QuestionSchedule([Question("once", 2.5)], every_s=1.0, every=[Question("tick")])
     assert [(q.text, q.at_s) for q in schedule.pop_due(0.9)] == []
     assert [(q.text, q.at_s) for q in schedule.pop_due(3.0)] == [("tick", 1.0), ("tick", 2.0), ("once", 2.5),
                                                                  ("tick", 3.0)]
     assert [(q.text, q.at_s) for q in schedule.pending()] == [("tick", 4.0)]
+
+
+def test_answers_come_with_their_own_question_even_when_texts_repeat(tiny_model):
+    """Two questions with one text (a questions file's ids "a" and "b") and a periodic one keep their ids."""
+    frames = [Frame(i * 0.25, np.full((16, 16, 3), i, np.uint8), i) for i in range(8)]
+    now = {"t": 0.0}
+
+    def source():
+        for f in frames:
+            now["t"] = f.t_s
+            yield f
+
+    schedule = QuestionSchedule([Question("same?", 0.5, id="a"), Question("same?", 1.25, id="b")], every_s=1.0,
+                                every=[Question("tick?", id="t")])
+    session = StreamingSession(tiny_model, "full", (), max_new_tokens=1)
+    got = []
+    run_live(session, source(), clock=lambda: now["t"], pace=False, schedule=schedule, inbox=None,
+             on_answer=lambda a, q: got.append((a.question, a.at_s, q.id)), chunk_frames=2)
+    assert got[:3] == [("same?", 0.5, "a"), ("tick?", 1.0, "t"), ("same?", 1.25, "b")]
 
 
 @pytest.mark.slow
@@ -61,7 +80,7 @@ def test_typed_questions_see_only_frames_captured_before_they_were_typed(tiny_mo
     session = StreamingSession(tiny_model, "full", (), max_new_tokens=2)
     answers = []
     reason = run_live(session, source(), clock=lambda: clock_now["t"], pace=False, schedule=QuestionSchedule(),
-                      inbox=inbox, on_answer=answers.append, chunk_frames=4)
+                      inbox=inbox, on_answer=lambda a, q: answers.append(a), chunk_frames=4)
     assert reason == "end of source"
     assert [(a.question, a.at_s, a.frames_seen) for a in answers] == [("first?", 0.72, 8), ("second?", 1.93, 20)]
     assert all(a.last_frame_t_s < a.at_s for a in answers)
@@ -170,8 +189,8 @@ def test_slow_model_on_a_60_s_stream_drops_frames_and_keeps_lag_flat(tiny_model)
                     yield frame
 
             run_live(session, first_minute(source), clock=source.now_s, pace=False,
-                     schedule=QuestionSchedule(every_s=20.0, every_texts=["What now?"]), inbox=None,
-                     on_answer=lambda a: None, chunk_frames=2)
+                     schedule=QuestionSchedule(every_s=20.0, every=[Question("What now?")]), inbox=None,
+                     on_answer=lambda a, q: None, chunk_frames=2)
             stats = source.stats
     finally:
         server.stop()
