@@ -352,11 +352,12 @@ class StreamingSession:
         unanswered = 0
         with stop_on_signals(self):
             for i, q in enumerate(timed):
-                answer = None if self.stop_requested else self.ask(q.text, q.options, at=q.at_s)
-                if answer is None or self.cut_short:  # the stream stopped before q's moment: not answered
+                if not self.stop_requested:  # reach q's moment before generating: a stop on the way skips it
+                    self.advance(until_s=q.at_s)
+                if self.stop_requested:  # the stream stopped before q's moment: not answered, not generated
                     unanswered = len(timed) - i
                     break
-                yield answer
+                yield self.ask(q.text, q.options, at=q.at_s)
             if (to_end or at_end or not timed) and not self.stop_requested:
                 self.advance()
             for q in at_end:  # asked of the stream as it stands, stopped or not

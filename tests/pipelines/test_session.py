@@ -61,6 +61,28 @@ def test_run_answers_questions_in_time_order_and_stops_at_the_last(tiny_model):
     assert session.encoded_t_s[-1] == 5.5  # nothing after the last question was encoded
 
 
+def test_a_stop_before_a_questions_moment_generates_no_answer_for_it(tiny_model, monkeypatch):
+    """A stop (Ctrl-C) that lands while the stream is on its way to a question's time skips that
+    question: it is neither answered nor generated and thrown away; end-of-video questions still are."""
+    frames = random_frames(12, interval_s=1.0)
+    session = StreamingSession(tiny_model, "full", frames, chunk_frames=2)
+    generated = []
+    real_ask = session.ask
+    monkeypatch.setattr(session, "ask", lambda text, *a, **k: generated.append(text) or real_ask(text, *a, **k))
+    real_ingest = session.ingest
+
+    def ingest_then_stop(chunk):  # the stop arrives while frames 2-3 are encoded
+        real_ingest(chunk)
+        if session.encoded_t_s and session.encoded_t_s[-1] >= 3.0:
+            session.request_stop()
+
+    monkeypatch.setattr(session, "ingest", ingest_then_stop)
+    answers = list(session.run([Question("early", 1.5), Question("late", 9.0), Question("end")]))
+    assert [a.question for a in answers] == ["early", "end"]
+    assert generated == ["early", "end"]  # "late" never reached the model
+    assert session.encoded_t_s == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_questions_without_time_are_asked_after_the_whole_stream(tiny_model):
     frames = random_frames(5)
     answers = list(StreamingSession(tiny_model, "full", frames).run([Question("end?"), Question("one", 1.0)]))
