@@ -28,11 +28,13 @@ class Prompt:
         user: The user-turn text.
         system: System text ("" when the benchmark has none).
         answer_prefix: Text the assistant turn starts with ("" when none).
+        query: The bare question, what memory retrieves with ("" : the user text).
     """
 
     user: str
     system: str = ""
     answer_prefix: str = ""
+    query: str = ""
 
 
 # --- OVO-Bench: JoeLeelyf/OVO-Bench constant.py (BR/REC/SSR/CRR_PROMPT_TEMPLATE), used by

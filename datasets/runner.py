@@ -40,6 +40,7 @@ counted in the summary (`resume.replay_mismatches`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import json
@@ -161,15 +162,15 @@ class _VideoRun:
 
     def _prompt(self, index: int, stage: str = "answer") -> Prompt:
         questions = self.record.questions
-        if self.session is not None and hasattr(self.session.memory, "query_text"):
-            self.session.memory.query_text = questions[index].question  # rekv retrieves with the bare question
-        return build_prompt(self.ctx.name, questions[index], previous=questions[:index], stage=stage)
+        prompt = build_prompt(self.ctx.name, questions[index], previous=questions[:index], stage=stage)
+        return dataclasses.replace(prompt, query=questions[index].question)  # rekv retrieves with the bare question
 
     def _ask(self, prompt: Prompt, at_s: float | None):
         """Ask through the session and check the no-future-frames rule (of the protocol variant)."""
         if at_s is not None and self.ctx.inclusive_ceil:
             at_s = math.ceil(at_s) + _INCLUSIVE_S  # OVO-Bench official: the clip [0, ceil(t)]
-        answer = self.session.ask(sent_text(prompt), at=at_s, answer_prefix=prompt.answer_prefix or "")
+        answer = self.session.ask(sent_text(prompt), at=at_s, answer_prefix=prompt.answer_prefix or "",
+                                  query=prompt.query or None)
         if at_s is not None and answer.last_frame_t_s is not None and not answer.last_frame_t_s < at_s:
             raise FutureFrameError(f"{self.record.video_id}: question at {at_s:g}s was answered from a frame at "
                                    f"{answer.last_frame_t_s:g}s")

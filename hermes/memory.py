@@ -109,6 +109,11 @@ class MemoryPolicy:
         self.spec = RotarySpec.from_text_config(model.text_config)
         self.last_question: str | None = None
 
+    def note_question(self, text: str) -> None:
+        """A question was asked: `condition_on_question` makes the next probe's global pseudo-query
+        quote it (not saved in `state_dict`: a resumed session conditions on its next question)."""
+        self.last_question = text
+
     def compact(self, cache: HermesCache) -> None:
         """Compact level-1 positions (the cache counts it: lower-level records keep the old ones)."""
         compact_positions(cache, self.spec, self.cfg.mrope_compaction)

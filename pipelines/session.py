@@ -289,7 +289,7 @@ class StreamingSession:
         return {"hbm_tokens": self.cache.num_tokens, "hbm_bytes": self.cache.nbytes(), **lower}
 
     def ask(self, question: str, options: Iterable[str] = (), at: float | None = None,
-            answer_prefix: str = "") -> Answer:
+            answer_prefix: str = "", query: str | None = None) -> Answer:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
 
         Args:
@@ -299,6 +299,8 @@ class StreamingSession:
                 back before frames already encoded.
             answer_prefix: text the answer starts with (a benchmark's "Best option:(");
                 the returned answer is what the model writes after it.
+            query: the bare question when `question` is a whole benchmark prompt: what the memory
+                retrieves with (`rekv`) and conditions on (`memory.condition_on_question`); None: `question`.
 
         Returns:
             The `Answer`; memory is exactly as before the call.
@@ -316,10 +318,11 @@ class StreamingSession:
         if answer_prefix:
             prompt = torch.cat([prompt, self.model.embed_text(answer_prefix).to(prompt.dtype)])
         # hermes.baselines answer from a cache of their own: recent-frames' fresh one, rekv's retrieved view
-        cache = self.memory.answer_cache(self.model, self.cache, question) \
+        query = query or question
+        cache = self.memory.answer_cache(self.model, self.cache, query) \
             if hasattr(self.memory, "answer_cache") else self.cache
         self.memory.make_room(cache, prompt.shape[0] + self.max_new_tokens)
-        self.memory.last_question = question
+        self.memory.note_question(query)
         mark = cache.mark()
         recall = None
         try:

@@ -156,7 +156,6 @@ class ReKVPolicy(NoLowerLevels):
                               f"1, found {cfg.budget} and {cfg.recall_top_k}")
         self.blocks: list[Block] = []
         self.groups = model.text_config.num_attention_heads // model.text_config.num_key_value_heads
-        self.query_text: str | None = None  # the bare question (ReKV retrieves with it); set by the caller
         self.last_retrieved: list[list[int]] = []  # per layer: the frames the last question retrieved
 
     # ---- ingest: a window of whole frames; what leaves it becomes a host block ----
@@ -233,8 +232,7 @@ class ReKVPolicy(NoLowerLevels):
         global _active
         if cache.num_visual_tokens == 0 and not self.blocks:
             return cache
-        text = self.query_text or question
-        embeds = model.embed_text(text)
+        embeds = model.embed_text(question)  # the bare question: the session passes its `query`
         config = model.text_config
         previous = config._attn_implementation
         mark = cache.mark()

@@ -41,14 +41,18 @@ def test_everything_retrieved_equals_full_attention(tiny_model):
     torch.testing.assert_close(a.first_token_logits, b.first_token_logits, atol=1e-4, rtol=1e-4)
 
 
-def test_layer_zero_retrieves_the_blocks_its_question_queries_match(tiny_model):
+@pytest.mark.parametrize("asked", [{"question": "Where is the red circle?"},
+                                   {"question": "Answer with a letter.\nQuestion: Where is the red circle?\n(A) left",
+                                    "query": "Where is the red circle?"}], ids=["bare", "benchmark-prompt"])
+def test_layer_zero_retrieves_the_blocks_its_question_queries_match(tiny_model, asked):
     """Layer 0's choice, recomputed independently: its input is the question's embeddings, so its
     queries before RoPE are q_proj(input_layernorm(embeds)); block keys are the mean un-rotated keys
-    of each frame in a full cache."""
+    of each frame in a full cache. A benchmark's whole prompt retrieves with the bare question it
+    passes as `query`, as ReKV retrieves."""
     per_frame = tiny_model.tokens_per_frame
     memory = MemoryConfig(policy="rekv", budget=3 * per_frame, recall_top_k=2)  # window of 3 frames, 2 retrieved
     session = StreamingSession(tiny_model, memory, frames(8), chunk_frames=2, max_new_tokens=2)
-    session.ask("Where is the red circle?", at=7.5)
+    session.ask(**asked, at=7.5)
     assert len(session.memory.blocks) == 5  # 8 frames, 3 in the window
     retrieved = session.memory.last_retrieved
     assert all(len(r) == 2 and r == sorted(r) for r in retrieved)  # every layer: 2 frames, time order

@@ -188,8 +188,8 @@ def script_replies(monkeypatch, reply_for):
     """Run the real session (frames, timing, memory) but replace each reply by reply_for(prompt, at)."""
     original = StreamingSession.ask
 
-    def ask(self, question, options=(), at=None, answer_prefix=""):
-        answer = original(self, question, options, at)
+    def ask(self, question, options=(), at=None, answer_prefix="", query=None):
+        answer = original(self, question, options, at, query=query)
         answer.answer = reply_for(question, at)
         return answer
 
@@ -217,10 +217,24 @@ def test_replies_are_scored_by_the_official_and_the_strict_parser(ovo_root, cfg,
     assert summary["accuracy"]["official"]["per_category"]["realtime"]["accuracy"] == 1.0
 
 
+def test_the_session_gets_the_bare_question_beside_the_prompt(ovo_root, cfg, tiny_model, tmp_path, monkeypatch):
+    """Memory retrieves with the benchmark's bare question (`query`), the model reads the whole prompt."""
+    original, asked = StreamingSession.ask, []
+
+    def ask(self, question, options=(), at=None, answer_prefix="", query=None):
+        asked.append((question, query))
+        return original(self, question, options, at, answer_prefix, query=query)
+
+    monkeypatch.setattr(StreamingSession, "ask", ask)
+    run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, protocol="strict", progress=False)
+    assert asked and all(query and query in prompt and query != prompt for prompt, query in asked)
+    assert "What moved first?" in {query for _, query in asked}
+
+
 def test_an_answer_that_saw_the_future_stops_the_run(ovo_root, cfg, tiny_model, tmp_path, monkeypatch):
     original = StreamingSession.ask
 
-    def leaky_ask(self, question, options=(), at=None, answer_prefix=""):
+    def leaky_ask(self, question, options=(), at=None, answer_prefix="", query=None):
         answer = original(self, question, options, at)
         answer.last_frame_t_s = at  # as if the frame at the question's own time had been encoded
         return answer
