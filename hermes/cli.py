@@ -1,8 +1,8 @@
 """`hermes-video` (also `python -m hermes`): the command line, a thin layer over the Python API.
 
 This module only assembles the parser and maps errors to exit codes. Each package registers its own
-subcommands (`hermes.pipelines.cli`: run; `hermes.pipelines.bench_cli`: bench; `hermes.datasets.demo`:
-demo; `hermes.datasets.cli`: eval; `hermes.cli_memory`: memory; `hermes.models.cli`: pull, models), with
+subcommands (`hermes.pipelines.cli`: run; `hermes.pipelines.serve.cli`: serve; `hermes.pipelines.bench_cli`:
+bench; `hermes.datasets.demo`: demo; `hermes.datasets.cli`: eval; `hermes.cli_memory`: memory; `hermes.models.cli`: pull, models), with
 the shared options of `hermes.cli_args` (where the table of config flags lives).
 
 Nothing heavy is imported before the input is checked: arguments, files and configuration are
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     from hermes.models.cli import add_model_parsers
     from hermes.pipelines.bench_cli import add_bench_parser
     from hermes.pipelines.cli import add_run_parser
+    from hermes.pipelines.serve.cli import add_serve_parser
     from hermes.cli_memory import add_memory_parser
 
     parser = Parser(prog=PROG, description="Ask questions about video with a vision-language "
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_run_parser(sub)
+    add_serve_parser(sub)
     add_demo_parser(sub)
     add_bench_parser(sub)
     add_eval_parser(sub)

@@ -18,7 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -252,7 +252,8 @@ class VLMAdapter(ABC):
         cache.record(positions, KIND_PREFIX)
 
     @torch.inference_mode()
-    def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int) -> Generation:
+    def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int,
+                        on_text: Callable[[str], None] | None = None) -> Generation:
         """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache`.
 
         The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`).
@@ -261,6 +262,8 @@ class VLMAdapter(ABC):
             prompt_embeds: (Q, hidden) question embeddings placed after everything cached.
             cache: the working cache (extended in place).
             max_new_tokens: answer length cap.
+            on_text: called with each new piece of the answer's text as tokens are chosen (a
+                streaming client's tokens); the pieces join to the decoded answer before `.strip()`.
 
         Returns:
             The decoded `Generation`.
@@ -271,10 +274,16 @@ class VLMAdapter(ABC):
         next_id = int(first_logits.argmax())  # nothing to penalise before the first token
         ttft_ms = (time.perf_counter() - start) * 1e3
         ids: list[int] = []
+        sent = ""  # the text already handed to on_text (decoded as a whole: a token may be half a character)
         for _ in range(max_new_tokens):
             if next_id in self.eos_token_ids:
                 break
             ids.append(next_id)
+            if on_text is not None:
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
+                    on_text(text[len(sent):])
+                    sent = text
             if len(ids) == max_new_tokens:
                 break
             hidden = self.prefill(self.embed_ids([next_id]), cache.allocate_positions(1), cache)

@@ -23,7 +23,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -289,7 +289,8 @@ class StreamingSession:
         return {"hbm_tokens": self.cache.num_tokens, "hbm_bytes": self.cache.nbytes(), **lower}
 
     def ask(self, question: str, options: Iterable[str] = (), at: float | None = None,
-            answer_prefix: str = "", query: str | None = None) -> Answer:
+            answer_prefix: str = "", query: str | None = None,
+            on_text: Callable[[str], None] | None = None) -> Answer:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
 
         Args:
@@ -301,6 +302,7 @@ class StreamingSession:
                 the returned answer is what the model writes after it.
             query: the bare question when `question` is a whole benchmark prompt: what the memory
                 retrieves with (`rekv`) and conditions on (`memory.condition_on_question`); None: `question`.
+            on_text: receives the answer's text piece by piece as it is generated (`serve`'s SSE).
 
         Returns:
             The `Answer`; memory is exactly as before the call.
@@ -328,7 +330,7 @@ class StreamingSession:
         try:
             if self.recall and self.lower is not None:
                 recall = self.lower.recall(cache, prompt)  # an answer-time view: rewound below
-            generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens)
+            generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text)
         finally:
             cache.rewind(mark)
         return Answer(question=question, answer=generation.text, at_s=at, frames_seen=len(self.encoded_t_s),

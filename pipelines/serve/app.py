@@ -1,0 +1,329 @@
+"""The HTTP API of `hermes-video serve` (FastAPI) and the `Server` it fronts.
+
+Every route but the page (`/`, `/static/*`) and the API's description (`/docs`, `/openapi.json`),
+which hold no data, needs ``Authorization: Bearer KEY`` when the server has a key (401 otherwise).
+Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot be opened, 403 a
+source outside the allowlist, 404 no such stream, 409 a name already open or frames pushed to a
+stream that is not a push stream, 413 a request over the size limit, 429 over the push rate,
+503 (with ``Retry-After``) no room for another stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from hermes.errors import HermesError, SourceError, UsageError
+from hermes.pipelines.asked import Question
+from hermes.pipelines.serve import metrics
+from hermes.pipelines.serve.events import Watch, check_watch
+from hermes.pipelines.serve.registry import Conflict, Full, Registry
+from hermes.pipelines.serve.scheduler import Scheduler
+from hermes.pipelines.serve.security import Forbidden, bearer_ok
+from hermes.pipelines.serve.settings import ServeSettings
+from hermes.pipelines.serve.stream import Stream, TooManyFrames
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+PUBLIC_PATHS = ("/", "/docs", "/openapi.json")
+QUESTION_KEYS = ("question", "options", "recall", "max_new_tokens")
+MAX_NEW_TOKENS = 256
+EVENTS_POLL_S = 0.2
+KEEPALIVE_S = 15.0
+
+
+class NotFound(HermesError):
+    """No such stream (HTTP 404)."""
+
+
+class Server:
+    """One model, its worker and the stream registry.
+
+    Args:
+        settings: the checked `ServeSettings`.
+        model: a loaded adapter.
+        resolve_config: the configuration for a stream's memory preset (None: the server's default).
+        capacity_bytes: device memory admission may hand out (None: measured now).
+    """
+
+    def __init__(self, settings: ServeSettings, model, resolve_config: Callable[[str | None], Any], *,
+                 capacity_bytes: int | None = None) -> None:
+        self.settings = settings
+        self.model = model
+        self.scheduler = Scheduler(model)
+        self.registry = Registry(settings, self.scheduler, resolve_config, capacity_bytes)
+
+    def stream(self, stream_id: str) -> Stream:
+        stream = self.registry.get(stream_id)
+        if stream is None:
+            raise NotFound(f"no stream {stream_id!r}; GET /v1/streams lists them")
+        return stream
+
+    def close(self) -> None:
+        """Close every stream (each memory directory checkpointed), then the worker."""
+        for stream in self.registry.all():
+            try:
+                self.registry.delete(stream.id)
+            except Exception as exc:  # noqa: BLE001 - close the rest
+                log.warning("closing %s: %s", stream.id, exc)
+        self.scheduler.shutdown()
+
+
+STATUS = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (Full, 503), (TooManyFrames, 429),
+          (UsageError, 422), (SourceError, 422))
+
+
+def error_response(exc: HermesError, settings: ServeSettings) -> JSONResponse:
+    code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
+    headers = {"Retry-After": str(settings.retry_after_s)} if code == 503 else None
+    return JSONResponse({"error": " ".join(str(exc).split())}, status_code=code, headers=headers)
+
+
+def check_question(body: Any) -> tuple[Question, int | None, bool | None]:
+    """The question, answer length and recall choice of a `POST .../questions` body.
+
+    Raises:
+        UsageError: a body that is not such an object.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("question"), str) or not body["question"].strip():
+        raise UsageError('expected a JSON object with "question": a non-empty string')
+    for key in body:
+        if key not in QUESTION_KEYS:
+            from hermes.errors import did_you_mean
+
+            raise UsageError(f"unknown key {key!r}{did_you_mean(key, QUESTION_KEYS)}; a question takes "
+                             f"{', '.join(QUESTION_KEYS)}")
+    options = body.get("options") or []
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) > 10:
+        raise UsageError('"options" must be a list of at most 10 strings')
+    tokens = body.get("max_new_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or not 1 <= tokens <= MAX_NEW_TOKENS):
+        raise UsageError(f'"max_new_tokens" must be a whole number from 1 to {MAX_NEW_TOKENS}')
+    recall = body.get("recall")
+    if recall is not None and not isinstance(recall, bool):
+        raise UsageError('"recall" must be true or false')
+    return Question(body["question"], options=tuple(options)), tokens, recall
+
+
+def answer_json(stream: Stream, answer) -> dict[str, Any]:
+    """The answer JSON of `run --json`, with the stream's id and the newest frame the answer saw."""
+    out = answer.to_json()
+    out.update(stream=stream.id, last_frame_t_s=answer.last_frame_t_s)
+    return out
+
+
+def sse(event: str, data: Any, event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def decode_image(body: bytes):
+    """A JPEG or PNG body as (H, W, 3) RGB uint8.
+
+    Raises:
+        UsageError: empty, or not an image OpenCV can decode.
+    """
+    import cv2
+    import numpy as np
+
+    if not body:
+        raise UsageError("empty body: POST a JPEG or PNG image")
+    bgr = cv2.imdecode(np.frombuffer(body, dtype=np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise UsageError("the body is not a JPEG or PNG image")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def create_app(server: Server) -> FastAPI:
+    """The FastAPI application over `server` (closing it when the app shuts down)."""
+    from contextlib import asynccontextmanager
+
+    settings = server.settings
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        await asyncio.to_thread(server.close)
+
+    app = FastAPI(title="hermes-video serve", version="1", lifespan=lifespan,
+                  description="Many video streams, one vision-language model with a bounded hierarchical KV "
+                              "memory (HERMES). Send `Authorization: Bearer KEY` when the server has a key.")
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        path = request.url.path
+        if not (path in PUBLIC_PATHS or path.startswith("/static/")) and \
+                not bearer_ok(request.headers.get("authorization"), settings.api_key):
+            return JSONResponse({"error": "missing or wrong API key: send Authorization: Bearer KEY"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > settings.max_request_bytes:
+            return JSONResponse({"error": f"request body over {settings.max_request_bytes} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(HermesError)
+    async def hermes_error(request: Request, exc: HermesError):
+        return error_response(exc, settings)
+
+    async def json_body(request: Request) -> Any:
+        raw = await request.body()
+        try:
+            return json.loads(raw or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise UsageError("the body is not JSON") from None
+
+    @app.get("/", include_in_schema=False)
+    def page():
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str):
+        path = (STATIC / name).resolve()
+        if path.parent != STATIC.resolve() or not path.is_file():
+            raise NotFound(f"no static file {name!r}")
+        return FileResponse(path)
+
+    @app.get("/healthz", summary="Liveness: the model worker runs")
+    def healthz():
+        alive = server.scheduler._thread.is_alive()
+        return JSONResponse({"status": "ok" if alive else "down", "model": server.model.name,
+                             "streams": len(server.registry.all())}, status_code=200 if alive else 503)
+
+    @app.get("/metrics", summary="Prometheus text format")
+    def prometheus():
+        return PlainTextResponse(metrics.render(server.registry, server.scheduler), media_type=metrics.CONTENT_TYPE)
+
+    @app.post("/v1/streams", status_code=201, summary="Open a stream: {source | \"push\", memory?, fps?, name?}")
+    async def create_stream(request: Request):
+        body = await json_body(request)
+        stream = await asyncio.to_thread(server.registry.create, body)
+        return JSONResponse(stream.to_json(), status_code=201)
+
+    @app.get("/v1/streams", summary="The open streams")
+    def list_streams():
+        return {"streams": [s.to_json() for s in server.registry.all()]}
+
+    @app.get("/v1/streams/{stream_id}", summary="One stream")
+    def get_stream(stream_id: str):
+        return server.stream(stream_id).to_json()
+
+    @app.delete("/v1/streams/{stream_id}", summary="Close a stream (its memory directory is kept)")
+    def delete_stream(stream_id: str):
+        server.stream(stream_id)
+        stream = server.registry.delete(stream_id)
+        return {"id": stream_id, "status": stream.status if stream else "closed"}
+
+    @app.post("/v1/streams/{stream_id}/frames", status_code=202,
+              summary="Push one JPEG or PNG frame (t_s: the client's timestamp; default the arrival clock)")
+    async def push_frame(stream_id: str, request: Request, t_s: float | None = None):
+        stream = server.stream(stream_id)
+        if not stream.push:
+            raise Conflict(f"stream {stream_id!r} reads its own source; frames are pushed only to a \"push\" stream")
+        body = await request.body()
+        if len(body) > settings.max_request_bytes:
+            return JSONResponse({"error": f"request body over {settings.max_request_bytes} bytes"}, status_code=413)
+        if t_s is not None and not (t_s >= 0 and t_s < float("inf")):
+            raise UsageError("t_s must be a number of seconds >= 0")
+        rgb = await asyncio.to_thread(decode_image, body)
+        stamped = stream.push_frame(rgb, t_s)
+        return JSONResponse({"t_s": stamped, "frames_received": stream.counters.frames_received}, status_code=202)
+
+    @app.get("/v1/streams/{stream_id}/frame.jpg", summary="The latest frame received, as JPEG")
+    def latest_frame(stream_id: str):
+        import cv2
+
+        frame = server.stream(stream_id).latest_frame()
+        if frame is None:
+            raise NotFound(f"stream {stream_id!r} has no frame yet")
+        ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(frame.rgb, cv2.COLOR_RGB2BGR))
+        return Response(jpeg.tobytes(), media_type="image/jpeg", headers={"Cache-Control": "no-store",
+                                                                           "X-Frame-Time": f"{frame.t_s:.3f}"})
+
+    @app.post("/v1/streams/{stream_id}/questions",
+              summary="Ask about the frames before now: the answer JSON of `run --json` (or SSE tokens)")
+    async def ask(stream_id: str, request: Request):
+        stream = server.stream(stream_id)
+        question, tokens, recall = check_question(await json_body(request))
+        if "text/event-stream" not in request.headers.get("accept", ""):
+            future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall)
+            answer = await asyncio.wrap_future(future)
+            return answer_json(stream, answer)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall,
+                                      on_text=lambda text: loop.call_soon_threadsafe(queue.put_nowait, text))
+        future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f))
+
+        async def tokens_then_answer():
+            while True:
+                item = await queue.get()
+                if isinstance(item, str):
+                    yield sse("token", {"text": item})
+                    continue
+                exc = item.exception()
+                if exc is None:
+                    yield sse("answer", answer_json(stream, item.result()))
+                else:
+                    yield sse("error", {"error": " ".join(str(exc).split())})
+                return
+
+        return StreamingResponse(tokens_then_answer(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    @app.post("/v1/streams/{stream_id}/watches", status_code=201,
+              summary="A standing question: {question, every_s}; an event each time its answer changes")
+    async def add_watch(stream_id: str, request: Request):
+        stream = server.stream(stream_id)
+        question, every_s = check_watch(await json_body(request))
+        watch = Watch(question, every_s, due_s=stream.clock_s() + every_s)
+        server.scheduler.add_watch(stream, watch)
+        return JSONResponse(watch.to_json(), status_code=201)
+
+    @app.get("/v1/streams/{stream_id}/watches", summary="The stream's watches")
+    def list_watches(stream_id: str):
+        return {"watches": [w.to_json() for w in server.stream(stream_id).watches]}
+
+    @app.get("/v1/streams/{stream_id}/events",
+             summary="SSE: watch answers that changed, gaps, reconnects, drops, end (Last-Event-ID resumes)")
+    async def events(stream_id: str, request: Request, since: int = 0):
+        stream = server.stream(stream_id)
+        last = request.headers.get("last-event-id")
+        seq = int(last) if last and last.isdigit() else since
+
+        async def feed():
+            nonlocal seq
+            idle_s = 0.0
+            while True:
+                for event in stream.events.since(seq):
+                    seq = event["seq"]
+                    yield sse(event["type"], event, seq)
+                    idle_s = 0.0
+                if stream.status == "closed" or await request.is_disconnected():
+                    return
+                await asyncio.sleep(EVENTS_POLL_S)
+                idle_s += EVENTS_POLL_S
+                if idle_s >= KEEPALIVE_S:
+                    idle_s = 0.0
+                    yield ": keepalive\n\n"
+
+        return StreamingResponse(feed(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    @app.get("/v1/streams/{stream_id}/memory", summary="Memory per level; evictions and recall")
+    def memory(stream_id: str):
+        stream = server.stream(stream_id)
+        m, c = stream.memory, stream.counters
+        return {"stream": stream.id, "policy": stream.cfg.memory.policy, "budget_tokens": stream.cfg.memory.budget,
+                "levels": {"hbm": {"tokens": m.get("hbm_tokens", 0), "bytes": m.get("hbm_bytes", 0)},
+                           "dram": {"bytes": m.get("dram_bytes", 0)},
+                           "disk": {"bytes": m.get("disk_bytes", 0), "records": m.get("disk_records", 0)}},
+                "frames_encoded": c.frames_encoded, "evicted_tokens": c.evicted_tokens,
+                "recall_records": c.recall_records, "persistent": stream.memory_dir is not None}
+
+    return app
