@@ -289,5 +289,8 @@ class VLMAdapter(ABC):
             hidden = self.prefill(self.embed_ids([next_id]), cache.allocate_positions(1), cache)
             next_id = int(penalize_repeats(self.logits(hidden[-1:])[0], ids, self.repetition_penalty).argmax())
         latency_ms = (time.perf_counter() - start) * 1e3
-        text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if on_text is not None and text.startswith(sent) and len(text) > len(sent):
+            on_text(text[len(sent):])  # what was held back (an incomplete character at the end)
+        text = text.strip()
         return Generation(text, ids, first_logits, ttft_ms, latency_ms)

@@ -5,7 +5,7 @@ which hold no data, needs ``Authorization: Bearer KEY`` when the server has a ke
 Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot be opened, 403 a
 source outside the allowlist, 404 no such stream, 409 a name already open or frames pushed to a
 stream that is not a push stream, 413 a request over the size limit, 429 over the push rate,
-503 (with ``Retry-After``) no room for another stream.
+503 (with ``Retry-After``) no room for another stream, or a push stream whose model is behind.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from hermes.pipelines.serve.registry import Conflict, Full, Registry
 from hermes.pipelines.serve.scheduler import Scheduler
 from hermes.pipelines.serve.security import Forbidden, bearer_ok
 from hermes.pipelines.serve.settings import ServeSettings
-from hermes.pipelines.serve.stream import Stream, TooManyFrames
+from hermes.pipelines.serve.stream import Behind, Stream, TooManyFrames
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -75,7 +75,7 @@ class Server:
         self.scheduler.shutdown()
 
 
-STATUS = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (Full, 503), (TooManyFrames, 429),
+STATUS = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (Full, 503), (Behind, 503), (TooManyFrames, 429),
           (UsageError, 422), (SourceError, 422))
 
 
@@ -232,7 +232,7 @@ def create_app(server: Server) -> FastAPI:
         if t_s is not None and not (t_s >= 0 and t_s < float("inf")):
             raise UsageError("t_s must be a number of seconds >= 0")
         rgb = await asyncio.to_thread(decode_image, body)
-        stamped = stream.push_frame(rgb, t_s)
+        stamped = await asyncio.to_thread(stream.push_frame, rgb, t_s)  # may wait for the model to catch up
         return JSONResponse({"t_s": stamped, "frames_received": stream.counters.frames_received}, status_code=202)
 
     @app.get("/v1/streams/{stream_id}/frame.jpg", summary="The latest frame received, as JPEG")

@@ -8,8 +8,10 @@ A stream is fed one of three ways:
   viewer would), ending when the file ends;
 - ``push``: a client POSTs frames (`push`), stamped by the client (``t_s``) or by the arrival clock.
 
-Frames wait in `pending` (at most `max_pending` of them: when the model falls behind, the oldest is
-dropped and counted, like a live source's ``latest`` policy) until the scheduler encodes them. The
+Frames wait in `pending` (at most `max_pending` of them) until the scheduler encodes them. When the
+model falls behind a source, the oldest waiting frame is dropped and counted (a live source's
+``latest`` policy: memory stays current); a push client instead waits for room (up to
+`PUSH_WAIT_S`, then 503), so what it sends is what the model sees. The
 stream's `clock_s` is the time a question asked now is stamped with: it is answered from exactly the
 frames with ``t_s`` before it. The session (the model's memory of this stream) belongs to the
 scheduler's worker thread; other threads read only the snapshots it leaves here (`memory`, `answers`).
@@ -31,6 +33,11 @@ from hermes.pipelines.serve.events import EventLog, Watch
 from hermes.redact import redact_url
 
 STATUSES = ("starting", "running", "ended", "error", "closed")
+PUSH_WAIT_S = 30.0  # how long a pushed frame waits for room before the client is told to retry
+
+
+class Behind(HermesError):
+    """The model is too far behind a push stream to take another frame now (HTTP 503)."""
 
 
 class TooManyFrames(HermesError):
@@ -82,7 +89,7 @@ class Stream:
         self.resumed_frames = 0  # frames the memory directory already held when the stream opened
         self.created_at = time.time()
         self._pending: deque[Frame] = deque()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._latest: Frame | None = None
         self._source = None
         self._pump: threading.Thread | None = None
@@ -173,11 +180,16 @@ class Stream:
             if t_s < floor:
                 raise UsageError(f"frame time {t_s:g}s does not come after this stream's last frame or "
                                  f"question ({floor:g}s); frames must arrive in time order")
-        self._add(Frame(t_s, rgb, self.counters.frames_received))
+            self._last_t_s = t_s  # claimed now: a concurrent push must come after it
+        self._add(Frame(t_s, rgb, self.counters.frames_received), wait_s=PUSH_WAIT_S)
         return t_s
 
-    def _add(self, frame: Frame) -> None:
+    def _add(self, frame: Frame, wait_s: float = 0.0) -> None:
+        """Queue `frame`; with `wait_s`, wait that long for room instead of dropping the oldest."""
         with self._lock:
+            if wait_s and not self._lock.wait_for(lambda: len(self._pending) < self.max_pending
+                                                  or self._closing.is_set(), timeout=wait_s):
+                raise Behind(f"the model is {len(self._pending)} frames behind stream {self.id}; retry later")
             self._pending.append(frame)
             self._last_t_s = frame.t_s
             self._latest = frame
@@ -214,6 +226,8 @@ class Stream:
         with self._lock:
             while self._pending and self._pending[0].t_s < limit_s and (max_frames is None or len(taken) < max_frames):
                 taken.append(self._pending.popleft())
+            if taken:
+                self._lock.notify_all()  # a push client may be waiting for room
         return taken
 
     def ready_frames(self, limit_s: float) -> int:
@@ -241,6 +255,8 @@ class Stream:
     def stop_feeding(self) -> None:
         """Stop the pump and release the source (the session is closed by the scheduler)."""
         self._closing.set()
+        with self._lock:
+            self._lock.notify_all()
         source, self._source = self._source, None
         if source is not None:
             if hasattr(source, "request_stop"):

@@ -1,0 +1,195 @@
+"""`serve`'s HTTP API in-process (FastAPI's test client) over the tiny model: streams, questions
+(JSON and SSE), watches, memory, metrics, and what it refuses (401, 403, 404, 409, 413, 422, 429, 503)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from serve_fixtures import AUTH, jpeg, make_server, sse_events  # noqa: E402
+
+from hermes.pipelines.session import StreamingSession  # noqa: E402
+
+
+@pytest.fixture
+def client(tiny_model, tmp_path):
+    _, app = make_server(tiny_model, allow_source=[str(tmp_path)], max_streams=3)
+    with TestClient(app, headers=AUTH) as c:
+        yield c
+
+
+def push(client, stream_id, times, value=100):
+    for t in times:
+        r = client.post(f"/v1/streams/{stream_id}/frames", params={"t_s": t}, content=jpeg(value))
+        assert r.status_code == 202, r.text
+        assert r.json()["t_s"] == pytest.approx(t)
+
+
+def test_a_question_sees_exactly_the_frames_pushed_before_it(client, tiny_model):
+    assert client.post("/v1/streams", json={"source": "push", "name": "door"}).status_code == 201
+    push(client, "door", [0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
+    first = client.post("/v1/streams/door/questions", json={"question": "What is there?"}).json()
+    push(client, "door", [3.0, 3.5, 4.0])
+    second = client.post("/v1/streams/door/questions", json={"question": "What is there?"}).json()
+    assert (first["frames_seen"], first["last_frame_t_s"]) == (6, 2.5)
+    assert first["at_s"] > 2.5
+    assert (second["frames_seen"], second["last_frame_t_s"]) == (9, 4.0)
+    # memory holds the prompt prefix plus those frames' tokens, nothing more (answers are rewound)
+    empty = StreamingSession(tiny_model, "hermes", ())
+    per_frame = tiny_model.tokens_per_frame
+    assert first["memory"]["hbm_tokens"] == empty.cache.num_tokens + 6 * per_frame
+    assert second["memory"]["hbm_tokens"] == empty.cache.num_tokens + 9 * per_frame
+    # a frame timed before the last question would reach back before an answer already given
+    r = client.post("/v1/streams/door/frames", params={"t_s": 3.9}, content=jpeg(100))
+    assert r.status_code == 422 and "time order" in r.json()["error"]
+
+
+def test_sse_tokens_join_to_the_json_answer(client):
+    client.post("/v1/streams", json={"source": "push", "name": "cam"})
+    push(client, "cam", [0.0, 1.0, 2.0, 3.0, 4.0])
+    with client.stream("POST", "/v1/streams/cam/questions", json={"question": "What moves?", "max_new_tokens": 6},
+                       headers={"Accept": "text/event-stream"}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r.read().decode())
+    kinds = [k for k, _ in events]
+    assert kinds[-1] == "answer" and set(kinds[:-1]) <= {"token"} and len(kinds) >= 2
+    answer = events[-1][1]
+    assert "".join(d["text"] for k, d in events if k == "token").strip() == answer["answer"]
+    plain = client.post("/v1/streams/cam/questions", json={"question": "What moves?", "max_new_tokens": 6}).json()
+    assert plain["answer"] == answer["answer"]  # same frames, same memory: the same greedy answer
+    assert plain["frames_seen"] == answer["frames_seen"] == 5
+
+
+def test_the_api_key_is_asked_on_every_endpoint_but_the_page(tiny_model):
+    _, app = make_server(tiny_model)
+    with TestClient(app) as c:
+        for method, path in (("get", "/healthz"), ("get", "/metrics"), ("get", "/v1/streams"),
+                             ("post", "/v1/streams"), ("get", "/v1/streams/x/events")):
+            r = getattr(c, method)(path)
+            assert r.status_code == 401, path
+            assert r.headers["www-authenticate"] == "Bearer"
+        assert c.get("/v1/streams", headers={"Authorization": "Bearer wrong-key-0123456789"}).status_code == 401
+        assert c.get("/v1/streams", headers=AUTH).status_code == 200
+        page = c.get("/")
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        assert "test-key" not in c.get("/metrics", headers=AUTH).text
+
+
+def test_sources_outside_the_allowlist_are_403(client, tmp_path, tiny_model):
+    from hermes.pipelines.synthetic import write_synthetic_video
+
+    inside = write_synthetic_video(tmp_path / "in.mp4", duration_s=2.0, fps=5.0)
+    outside_dir = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside_dir.mkdir()
+    outside = write_synthetic_video(outside_dir / "out.mp4", duration_s=2.0, fps=5.0)
+    for source in (str(outside), str(tmp_path / ".." / outside_dir.name / "out.mp4"),
+                   "rtsp://user:secret@10.0.0.1/cam", "http://127.0.0.1:9/stream", "0"):
+        r = client.post("/v1/streams", json={"source": source})
+        assert r.status_code == 403, source
+        assert "secret" not in r.text
+    r = client.post("/v1/streams", json={"source": str(inside), "fps": 2})
+    assert r.status_code == 201, r.text
+
+
+def test_admission_refuses_with_503_and_retry_after(tiny_model):
+    _, app = make_server(tiny_model, max_streams=2)
+    with TestClient(app, headers=AUTH) as c:
+        assert c.post("/v1/streams", json={"source": "push", "name": "a"}).status_code == 201
+        assert c.post("/v1/streams", json={"source": "push", "name": "b"}).status_code == 201
+        full = c.post("/v1/streams", json={"source": "push", "name": "c"})
+        assert full.status_code == 503 and int(full.headers["retry-after"]) > 0
+        assert c.delete("/v1/streams/a").status_code == 200
+        assert c.post("/v1/streams", json={"source": "push", "name": "c"}).status_code == 201
+        assert "hermes_admissions_refused_total 1" in c.get("/metrics").text
+
+
+def test_admission_counts_device_memory(tiny_model):
+    from hermes.config import build_config
+    from hermes.pipelines.serve.registry import cache_bytes_estimate
+
+    one = cache_bytes_estimate(tiny_model, build_config(model="tiny-llava-onevision", memory="hermes-4k"))
+    _, app = make_server(tiny_model, max_streams=8, capacity_bytes=int(2.5 * one))
+    with TestClient(app, headers=AUTH) as c:
+        assert [c.post("/v1/streams", json={"source": "push"}).status_code for _ in range(3)] == [201, 201, 503]
+        assert "device memory" in c.post("/v1/streams", json={"source": "push"}).json()["error"]
+
+
+def test_bad_requests_are_one_line_errors(client):
+    cases = [
+        ({"source": "push", "fsp": 2}, 422, "did you mean 'fps'"),
+        ({"source": "push", "fps": 0}, 422, '"fps"'),
+        ({"source": "push", "memory": "hermes-9k"}, 422, "hermes-9k"),
+        ({"source": "push", "memory": "full"}, 422, "live stream never ends"),
+        ({"source": "push", "name": "../etc"}, 422, '"name"'),
+        ({"memory": "hermes-4k"}, 422, '"source"'),
+    ]
+    for body, code, text in cases:
+        r = client.post("/v1/streams", json=body)
+        assert (r.status_code, "\n" in r.json()["error"]) == (code, False), body
+        assert text in r.json()["error"], body
+    assert client.post("/v1/streams", json={"source": "push", "name": "x"}).status_code == 201
+    assert client.post("/v1/streams", json={"source": "push", "name": "x"}).status_code == 409
+    assert client.get("/v1/streams/nope").status_code == 404
+    assert client.post("/v1/streams/x/questions", json={"q": "?"}).status_code == 422
+    assert client.post("/v1/streams/x/frames", content=b"not an image").status_code == 422
+    assert client.post("/v1/streams/x/frames", content=b"\xff" * (9 * 2**20)).status_code == 413
+
+
+def test_push_rate_is_limited(tiny_model):
+    _, app = make_server(tiny_model, max_push_fps=3)
+    with TestClient(app, headers=AUTH) as c:
+        c.post("/v1/streams", json={"source": "push", "name": "p"})
+        codes = [c.post("/v1/streams/p/frames", content=jpeg(50)).status_code for _ in range(5)]
+        assert codes == [202, 202, 202, 429, 429]
+
+
+def test_a_watch_fires_exactly_when_its_answer_changes(tiny_model, monkeypatch):
+    """The answer is a controlled function of the newest frame the session has seen: someone is at the
+    door during [3, 5) and from 9 s on. A watch every second must emit one event per change, each
+    from exactly the frames before its moment."""
+    real_ask = StreamingSession.ask
+
+    def door_answer(self, question, *args, **kwargs):
+        answer = real_ask(self, question, *args, **kwargs)
+        t = answer.last_frame_t_s
+        answer.answer = "someone" if t is not None and (3 <= t < 5 or t >= 9) else "nobody"
+        return answer
+
+    monkeypatch.setattr(StreamingSession, "ask", door_answer)
+    server, app = make_server(tiny_model)
+    with TestClient(app, headers=AUTH) as c:
+        c.post("/v1/streams", json={"source": "push", "name": "door"})
+        assert c.post("/v1/streams/door/watches", json={"question": "Is someone at the door?",
+                                                        "every_s": 1}).status_code == 201
+        push(c, "door", [i * 0.5 for i in range(25)])  # 0 .. 12 s
+        stream = server.registry.get("door")
+        watch = stream.watches[0]
+        import time
+
+        deadline = time.monotonic() + 60
+        while watch.answers < 12 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.answers == 12  # at 1, 2, ..., 12 s
+        events = [e for e in stream.events.since(0) if e["type"] == "watch"]
+        assert [(e["at_s"], e["answer"], e["previous"]) for e in events] == [
+            (1.0, "nobody", None), (4.0, "someone", "nobody"), (6.0, "nobody", "someone"),
+            (10.0, "someone", "nobody")]
+        assert [e["frames_seen"] for e in events] == [2, 8, 12, 20]  # the frames before each moment
+        assert c.get("/v1/streams/door/watches").json()["watches"][0]["changes"] == 4
+
+
+def test_memory_and_metrics_report_the_stream(client, tiny_model):
+    client.post("/v1/streams", json={"source": "push", "name": "m"})
+    push(client, "m", [0.0, 0.5, 1.0, 1.5])
+    answer = client.post("/v1/streams/m/questions", json={"question": "?"}).json()
+    memory = client.get("/v1/streams/m/memory").json()
+    assert memory["levels"]["hbm"] == {"tokens": answer["memory"]["hbm_tokens"], "bytes": answer["memory"]["hbm_bytes"]}
+    assert memory["frames_encoded"] == 4 and memory["policy"] == "hermes"
+    text = client.get("/metrics").text
+    assert 'hermes_stream_frames_encoded_total{stream="m"} 4' in text
+    assert 'hermes_stream_questions_total{stream="m"} 1' in text
+    assert 'hermes_stream_question_latency_ms_count{stream="m"} 1' in text
+    assert client.get("/healthz").json()["streams"] == 1
