@@ -1,0 +1,94 @@
+"""`hermes-video serve` as a real uvicorn process on loopback: an MJPEG stream, an RTSP stream, a file
+and a push stream at once, answered by one model; each answer sees only frames from before its
+question; events arrive by SSE; a fifth stream is refused."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from live_fixtures import rtsp_unavailable_reason, start_mjpeg_server, start_rtsp_server  # noqa: E402
+from serve_fixtures import ServeProcess, jpeg, sse_events  # noqa: E402
+
+from hermes.pipelines.synthetic import write_synthetic_video  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout_s=90.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def servers(tmp_path):
+    mjpeg = start_mjpeg_server(10.0)
+    rtsp = start_rtsp_server() if rtsp_unavailable_reason() is None else None
+    video = write_synthetic_video(tmp_path / "clip.mp4", duration_s=60.0, fps=5.0)
+    serve = ServeProcess(["--allow-source", "http://127.0.0.1:*", "--allow-source", "rtsp://127.0.0.1:*",
+                          "--allow-source", str(tmp_path), "--max-streams", "4"])
+    try:
+        serve.start()
+        yield serve, mjpeg, rtsp, video
+    finally:
+        serve.stop()
+        mjpeg.stop()
+        if rtsp is not None:
+            rtsp.stop()
+
+
+def test_several_streams_one_model_answers_see_only_earlier_frames(servers):
+    serve, mjpeg, rtsp, video = servers
+    with serve.client() as c:
+        sources = {"mjpeg": mjpeg.url, "file": str(video), "push": "push",
+                   "rtsp": rtsp.url if rtsp is not None else "push"}  # without GStreamer: a second push stream
+        for name, source in sources.items():
+            r = c.post("/v1/streams", json={"source": source, "name": name, "fps": 2})
+            assert r.status_code == 201, r.text
+        refused = c.post("/v1/streams", json={"source": "push", "name": "fifth"})
+        assert refused.status_code == 503 and refused.headers["retry-after"]
+        for i in range(12):
+            for name in ("push",) + (("rtsp",) if rtsp is None else ()):
+                assert c.post(f"/v1/streams/{name}/frames", params={"t_s": i * 0.5},
+                              content=jpeg(20 * i)).status_code == 202
+        for name in sources:  # every stream gets chunks from the one model
+            wait_for(lambda: c.get(f"/v1/streams/{name}").json()["chunks"] >= 2, what=f"{name} encoding")
+        for name in sources:
+            before = c.get(f"/v1/streams/{name}").json()["clock_s"]
+            answer = c.post(f"/v1/streams/{name}/questions", json={"question": "What is moving?"}).json()
+            after = c.get(f"/v1/streams/{name}").json()["clock_s"]
+            assert before <= answer["at_s"] <= after + 1e-3, name  # stamped when it arrived
+            assert answer["last_frame_t_s"] < answer["at_s"], name  # and answered from earlier frames only
+            assert answer["frames_seen"] >= 8, name
+        health = c.get("/healthz").json()
+        assert health == {"status": "ok", "model": "tiny-llava-onevision", "streams": 4}
+        metrics = c.get("/metrics").text
+        assert "hermes_streams 4" in metrics
+
+
+def test_events_arrive_by_sse_from_a_real_server(servers):
+    serve, *_ = servers
+    with serve.client() as c:
+        c.post("/v1/streams", json={"source": "push", "name": "door"})
+        c.post("/v1/streams/door/watches", json={"question": "Is someone at the door?", "every_s": 1})
+        for i in range(6):
+            c.post("/v1/streams/door/frames", params={"t_s": i * 0.5}, content=jpeg(40 * i))
+        with c.stream("GET", "/v1/streams/door/events", timeout=60) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            text = ""
+            for chunk in r.iter_text():
+                text += chunk
+                if "event: watch" in text and text.endswith("\n\n"):
+                    break
+        kind, event = sse_events(text)[0]
+        assert kind == "watch" and event["at_s"] == 1.0 and event["frames_seen"] == 2
+        assert event["previous"] is None and event["question"] == "Is someone at the door?"
