@@ -33,6 +33,15 @@ def jpeg(value: int, size=(48, 64)) -> bytes:
     return buf.tobytes()
 
 
+def synthetic_jpeg(t_s: float, size=(160, 120)) -> bytes:
+    """The synthetic video's frame at `t_s` (moving shapes) as JPEG."""
+    from hermes.pipelines.synthetic import make_frame
+
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(make_frame(t_s, size), cv2.COLOR_RGB2BGR))
+    assert ok
+    return buf.tobytes()
+
+
 def make_server(model, *, memory_root=None, allow_source=(), max_streams=4, capacity_bytes=10**12,
                 api_key=KEY, max_push_fps=1000.0, max_new_tokens=6):
     """A `Server` over `model` (a tiny-llava-onevision) with the test key; returns (server, app)."""
