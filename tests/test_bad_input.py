@@ -161,6 +161,20 @@ CASES = [
     (["memory", "inspect", "{dir}"], 2, "is not a memory directory"),
     (["memory", "verify", "{file}"], 2, "is not a memory directory"),
     (["memory", "inspect", "{dir}", "--records", "0"], 2, "expected a positive whole number, found '0'"),
+    # ---- serve: refused before the model loads (and before anything listens)
+    (["serve", *TINY[:2], "--host", "0.0.0.0"], 2, "--host 0.0.0.0 listens beyond this machine: give --api-key"),
+    (["serve", *TINY[:2], "--port", "0"], 2, "expected a TCP port 1-65535, found '0'"),
+    (["serve", *TINY[:2], "--port", "70000"], 2, "expected a TCP port 1-65535, found '70000'"),
+    (["serve", *TINY[:2], "--port", "http"], 2, "expected a TCP port 1-65535, found 'http'"),
+    (["serve", *TINY[:2], "--memory", "hermes-5k"], 2, "unknown memory preset 'hermes-5k'"),
+    (["serve", *TINY[:2], "--api-key", "short"], 2, "the API key is 5 characters; use at least 16"),
+    (["serve", *TINY[:2], "--memory-root", "{file}"], 2, "--memory-root expects a directory, found a file"),
+    (["serve", *TINY[:2], "--allow-source", "videos"], 2, "--allow-source videos: expected a URL pattern"),
+    (["serve", *TINY[:2], "--allow-source", "ftp://host/*"], 2, "unknown scheme 'ftp'"),
+    (["serve", *TINY[:2], "--max-streams", "0"], 2, "expected a positive whole number, found '0'"),
+    (["serve", *TINY[:2], "--max-push-fps", "-1"], 2, "expected a positive number, found '-1'"),
+    (["serve", *TINY[:2], "--set", "memory.budget=0"], 2, "memory.budget: expected a positive whole number"),
+    (["serve", "--model", "llava-onevison-7b"], 4, "unknown model 'llava-onevison-7b' (did you mean"),
     # ---- pull / models / info
     (["pull"], 2, "the following arguments are required: MODEL"),
     (["pull", "smolvlm-500m"], 4, "unknown model 'smolvlm-500m' (did you mean"),
@@ -239,6 +253,10 @@ EARLY = [
     (["bench", "memory", "--set", "model.family=qwen9_vl"], 2),
     (["bench", "memory", "--output", "{dir}"], 2),
     (["bench", "sweep", "--set", "memory.budget=0"], 2),
+    (["serve", "--host", "0.0.0.0"], 2),
+    (["serve", "--memory", "hermes-5k"], 2),
+    (["serve", "--allow-source", "ftp://host/*"], 2),
+    (["serve", "--model", "llava-onevison-7b"], 4),
 ]
 
 
@@ -282,3 +300,16 @@ def test_more_bad_values_are_one_line_errors(tmp_path, capsys, monkeypatch):
     assert main(["run", "http://127.0.0.1:abc/x.mp4", "--model", "tiny-llava-onevision", "--ask", "q"]) == 3
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "invalid URL" in err and "internal error" not in err
+
+
+def test_serve_refuses_a_port_in_use_before_the_model_loads(capsys, monkeypatch):
+    import socket
+
+    monkeypatch.delenv("HERMES_API_KEY", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--model", "tiny-llava-onevision", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
