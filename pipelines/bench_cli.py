@@ -1,4 +1,4 @@
-"""The `bench` subcommand of `hermes-video`: suites memory, sweep and tiers.
+"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers and serve.
 
 Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. The bench's configuration is the
 same `HermesConfig` as `run`'s: `memory.budget` is the budget of every bounded policy measured, set by
@@ -20,8 +20,8 @@ from hermes.errors import UsageError
 BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small model: `bench memory` about "
                "20 minutes (full and hermes up to 2048 frames; --lengths 64,256 took 1.4 CPU-minutes), `bench sweep` "
                "longer (four policies at two chunk sizes up to 1024 frames; --lengths 16,64 for a short run), `bench "
-               "tiers` about a minute (--records 100000 takes minutes). Progress lines go to stderr (--quiet hides "
-               "them).")
+               "tiers` about a minute (--records 100000 takes minutes), `bench serve` about 3 minutes. Progress lines "
+               "go to stderr (--quiet hides them).")
 
 # the budget each suite measures at unless the configuration says otherwise
 MEMORY_SUITE_BUDGET = 512
@@ -151,6 +151,33 @@ def cmd_bench_sweep(args) -> int:
     return 0
 
 
+def cmd_bench_serve(args) -> int:
+    """`bench serve`: N synthetic cameras into one served model vs N `run` processes (`hermes.pipelines.serve.bench`)."""
+    counts = parse_int_list(args.streams, "--streams")
+    for flag, value in (("--stream-fps", args.stream_fps), ("--seconds", args.seconds), ("--ask-every", args.ask_every)):
+        if not value > 0 or value == float("inf"):
+            raise UsageError(f"{flag} expects a positive number, found {value:g}")
+    check_output_path(args.output, "--output")
+    cfg = config_from_args(args, memory="hermes-4k", model="tiny-llava-onevision")  # checked before any process starts
+    from hermes.pipelines.serve.bench import bench_serve, rows_table
+
+    print(f"bench serve: {cfg.model.name}, memory {args.memory or 'hermes-4k'}, streams {counts} at "
+          f"{args.stream_fps:g} fps for {args.seconds:g} s each side, a question per stream every "
+          f"{args.ask_every:g} s, {args.threads} torch thread(s) per process", file=sys.stderr)
+    rows = bench_serve(cfg.model.name, args.memory or "hermes-4k", counts, fps=args.stream_fps, seconds=args.seconds,
+                       ask_every_s=args.ask_every, max_new_tokens=cfg.model.max_new_tokens, threads=args.threads,
+                       progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+    record = {"suite": "serve", "model": cfg.model.name, "memory": args.memory or "hermes-4k",
+              "stream_fps": args.stream_fps, "seconds": args.seconds, "ask_every_s": args.ask_every,
+              "threads": args.threads, "rows": rows}
+    print(json.dumps(record) if args.json else rows_table(rows))
+    if args.output:
+        from hermes.tiers.files import write_bytes_atomic
+
+        write_bytes_atomic(Path(args.output), json.dumps(record, indent=2).encode())
+    return 0
+
+
 def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...]) -> None:
     """The configuration (with `config_flags`), --json, and --arch, --num-layers, --vision-layers: which
     random-weight model to build (not configuration: they choose the model measured)."""
@@ -221,4 +248,22 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     sweep.add_argument("--markdown", metavar="FILE", help="also write a markdown report (run details, table, notes)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.set_defaults(func=cmd_bench_sweep)
+
+    serve = bench_sub.add_parser("serve", help="N synthetic live streams into one served model vs N `run` processes: "
+                                               "fps per stream, question latency, memory (about 3 minutes)",
+                                 description=BENCH_COSTS)
+    add_config_options(serve, flags=("--max-new-tokens",), config=False,
+                       memory_default="hermes-4k")
+    serve.add_argument("--streams", default="1,2,4,8", help="stream counts N (default: %(default)s)")
+    serve.add_argument("--stream-fps", type=float, default=4.0, help="each camera's frame rate (default: %(default)s)")
+    serve.add_argument("--seconds", type=float, default=10.0, help="seconds each side streams (default: %(default)s)")
+    serve.add_argument("--ask-every", type=float, default=2.0,
+                       help="seconds between questions to each stream (default: %(default)s)")
+    serve.add_argument("--threads", type=int, default=1, choices=range(1, 65), metavar="T",
+                       help="torch threads of every process, serve's and each run's (default: %(default)s)")
+    serve.add_argument("--output", metavar="FILE", help="also write the run and its rows as JSON")
+    serve.add_argument("--json", action="store_true", help="JSON on stdout (the run as one object)")
+    serve.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_common_options(serve)
+    serve.set_defaults(func=cmd_bench_serve)
     return bench
