@@ -192,7 +192,7 @@ def create_app(server: Server) -> FastAPI:
 
     @app.get("/healthz", summary="Liveness: the model worker runs")
     def healthz():
-        alive = server.scheduler._thread.is_alive()
+        alive = server.scheduler.alive
         return JSONResponse({"status": "ok" if alive else "down", "model": server.model.name,
                              "streams": len(server.registry.all())}, status_code=200 if alive else 503)
 

@@ -133,6 +133,11 @@ class Scheduler:
     def queued(self) -> int:
         return len(self._jobs)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread runs (/healthz)."""
+        return self._thread.is_alive()
+
     # ---- the worker --------------------------------------------------------------------------------
 
     def _run(self) -> None:

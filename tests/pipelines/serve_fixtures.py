@@ -26,6 +26,17 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 REPO = Path(__file__).resolve().parents[2]
 
 
+def wait_for(predicate, timeout_s: float = 90.0, what: str = "condition"):
+    """Poll `predicate` every 0.2 s until it returns something true (returned), or fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def jpeg(value: int, size=(48, 64)) -> bytes:
     """A flat grey JPEG of brightness `value`."""
     ok, buf = cv2.imencode(".jpg", np.full((*size, 3), value, np.uint8))

@@ -193,3 +193,31 @@ def test_memory_and_metrics_report_the_stream(client, tiny_model):
     assert 'hermes_stream_questions_total{stream="m"} 1' in text
     assert 'hermes_stream_question_latency_ms_count{stream="m"} 1' in text
     assert client.get("/healthz").json()["streams"] == 1
+
+
+def test_allowlist_patterns_match_scheme_host_port_and_path(tmp_path):
+    from hermes.pipelines.serve.security import Allowlist, Forbidden
+
+    allow = Allowlist(["rtsp://127.0.0.1:*", "http://cams.example.org/live/*", str(tmp_path)])
+    for ok in ("rtsp://user:pw@127.0.0.1:8554/cam", "rtsp://127.0.0.1/cam", "http://cams.example.org/live/door",
+               "HTTP://CAMS.example.org:80/live/x", str(tmp_path / "a.mp4"), f"file://{tmp_path}/b.mp4"):
+        allow.check(ok)
+    for refused in ("rtsp://127.0.0.2:8554/cam", "rtsps://127.0.0.1:322/cam", "http://cams.example.org:8080/live/x",
+                    "http://cams.example.org/admin", "http://cams.example.org.evil.net/live/x",
+                    "/etc/passwd", f"{tmp_path}/../x.mp4", "0"):
+        with pytest.raises(Forbidden):
+            allow.check(refused)
+
+
+def test_only_loopback_binds_without_a_key(monkeypatch):
+    from hermes.errors import UsageError
+    from hermes.pipelines.serve.settings import ServeSettings, check_settings
+
+    monkeypatch.delenv("HERMES_API_KEY", raising=False)
+    for host in ("127.0.0.1", "127.0.0.5", "::1", "[::1]", "localhost"):
+        assert check_settings(ServeSettings(host=host)).api_key is None
+    for host in ("0.0.0.0", "::", "192.168.1.4", "myhost"):
+        with pytest.raises(UsageError, match="listens beyond this machine"):
+            check_settings(ServeSettings(host=host))
+    monkeypatch.setenv("HERMES_API_KEY", "k" * 20)
+    assert check_settings(ServeSettings(host="0.0.0.0")).api_key == "k" * 20

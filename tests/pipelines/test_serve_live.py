@@ -4,7 +4,6 @@ question; events arrive by SSE; a fifth stream is refused."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -12,21 +11,11 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from live_fixtures import rtsp_unavailable_reason, start_mjpeg_server, start_rtsp_server  # noqa: E402
-from serve_fixtures import ServeProcess, jpeg, sse_events  # noqa: E402
+from serve_fixtures import ServeProcess, jpeg, sse_events, wait_for  # noqa: E402
 
 from hermes.pipelines.synthetic import write_synthetic_video  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout_s=90.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

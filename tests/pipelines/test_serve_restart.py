@@ -11,21 +11,11 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from live_fixtures import start_mjpeg_server  # noqa: E402
-from serve_fixtures import ServeProcess, jpeg  # noqa: E402
+from serve_fixtures import ServeProcess, jpeg, wait_for  # noqa: E402
 
 from hermes.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout_s=90.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sigkill_then_restart_resumes_each_streams_memory(tmp_path, capsys):
