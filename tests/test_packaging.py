@@ -48,6 +48,8 @@ def test_wheel_holds_only_the_hermes_package(wheel):
     assert "hermes/configs/memory/full.yaml" in names
     assert "hermes/configs/paper/paper-llava-onevision-7b.yaml" in names
     assert "hermes/models/weights/micro-llava-ov.safetensors" in names  # `hermes-video demo` needs them
+    assert {"hermes/pipelines/serve/app.py", "hermes/pipelines/serve/static/index.html",
+            "hermes/pipelines/serve/static/app.js"} <= set(names)  # `serve`'s page
 
 
 @pytest.mark.slow
