@@ -1,6 +1,7 @@
 """`hermes-video serve` as a real uvicorn process on loopback: an MJPEG stream, an RTSP stream, a file
 and a push stream at once, answered by one model; each answer sees only frames from before its
-question; events arrive by SSE; a fifth stream is refused."""
+question; events arrive by SSE; a fifth stream is refused; a camera lost and back is a gap and a
+reconnect event."""
 
 from __future__ import annotations
 
@@ -81,3 +82,39 @@ def test_events_arrive_by_sse_from_a_real_server(servers):
         kind, event = sse_events(text)[0]
         assert kind == "watch" and event["at_s"] == 1.0 and event["frames_seen"] == 2
         assert event["previous"] is None and event["question"] == "Is someone at the door?"
+
+
+def test_a_lost_camera_is_a_gap_and_a_reconnect_event():
+    mjpeg = start_mjpeg_server(10.0)
+    serve = ServeProcess(["--allow-source", "http://127.0.0.1:*"])
+    try:
+        serve.start()
+        with serve.client() as c:
+            assert c.post("/v1/streams", json={"source": mjpeg.url, "name": "cam", "fps": 2}).status_code == 201
+            wait_for(lambda: c.get("/v1/streams/cam").json()["frames_received"] >= 2, what="first frames")
+            mjpeg.stop()
+            mjpeg.start()  # the same port: the stream's reader reconnects with backoff
+            def lost_and_back():
+                events = _events(c, "cam")
+                return events if {"gap", "reconnect"} <= {k for k, _ in events} else None
+
+            events = wait_for(lost_and_back, what="gap and reconnect events")
+            assert [k for k, _ in events].count("reconnect") == 1
+            gap = next(d for k, d in events if k == "gap")
+            assert gap["end_t_s"] > gap["start_t_s"] and gap["duration_s"] > 0
+            assert c.get("/v1/streams/cam").json()["status"] == "running"
+    finally:
+        serve.stop()
+        mjpeg.stop()
+
+
+def _events(client, stream_id):
+    """The events so far (the SSE stream read for a moment)."""
+    text = ""
+    try:
+        with client.stream("GET", f"/v1/streams/{stream_id}/events", timeout=2.0) as r:
+            for chunk in r.iter_text():
+                text += chunk
+    except Exception:  # noqa: BLE001 - the read timeout ends the look
+        pass
+    return sse_events(text)
