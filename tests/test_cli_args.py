@@ -19,6 +19,8 @@ COMMANDS = {
     ("bench", "sweep"): ("--device", "--budget", "--dtype"),
     ("eval", "ovo-bench"): ("--device",),
     ("demo",): ("--device",),
+    ("serve",): ("--device", "--fps", "--max-new-tokens"),
+    ("bench", "serve"): ("--max-new-tokens",),
 }
 
 
