@@ -42,6 +42,10 @@ class NotFound(HermesError):
     """No such stream (HTTP 404)."""
 
 
+class TooLarge(HermesError):
+    """A request body over `--max-request-bytes` (HTTP 413); one without a Content-Length is measured once read."""
+
+
 class Server:
     """One model, its worker and the stream registry.
 
@@ -75,7 +79,7 @@ class Server:
         self.scheduler.shutdown()
 
 
-STATUS = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (Full, 503), (Behind, 503), (TooManyFrames, 429),
+STATUS = ((NotFound, 404), (TooLarge, 413), (Forbidden, 403), (Conflict, 409), (Full, 503), (Behind, 503), (TooManyFrames, 429),
           (UsageError, 422), (SourceError, 422))
 
 
@@ -174,6 +178,8 @@ def create_app(server: Server) -> FastAPI:
 
     async def json_body(request: Request) -> Any:
         raw = await request.body()
+        if len(raw) > settings.max_request_bytes:
+            raise TooLarge(f"request body over {settings.max_request_bytes} bytes")
         try:
             return json.loads(raw or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -228,7 +234,7 @@ def create_app(server: Server) -> FastAPI:
             raise Conflict(f"stream {stream_id!r} reads its own source; frames are pushed only to a \"push\" stream")
         body = await request.body()
         if len(body) > settings.max_request_bytes:
-            return JSONResponse({"error": f"request body over {settings.max_request_bytes} bytes"}, status_code=413)
+            raise TooLarge(f"request body over {settings.max_request_bytes} bytes")
         if t_s is not None and not (t_s >= 0 and t_s < float("inf")):
             raise UsageError("t_s must be a number of seconds >= 0")
         rgb = await asyncio.to_thread(decode_image, body)

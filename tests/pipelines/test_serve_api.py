@@ -136,6 +136,9 @@ def test_bad_requests_are_one_line_errors(client):
     assert client.post("/v1/streams/x/questions", json={"q": "?"}).status_code == 422
     assert client.post("/v1/streams/x/frames", content=b"not an image").status_code == 422
     assert client.post("/v1/streams/x/frames", content=b"\xff" * (9 * 2**20)).status_code == 413
+    chunked = (part for part in [b"\xff" * 2**20] * 9)  # no Content-Length: refused once read
+    assert client.post("/v1/streams/x/frames", content=chunked).status_code == 413
+    assert client.post("/v1/streams/x/questions", content=(p for p in [b" " * 2**20] * 9)).status_code == 413
 
 
 def test_push_rate_is_limited(tiny_model):
