@@ -342,6 +342,19 @@ class DiskStore:
             raise RecordCorruptError(f"{where}: holds record {record.record_id} instead{hint}")
         return record
 
+    def embedding(self, record_id: int):
+        """A record's embedding (read from its bytes), or None if it is gone or damaged."""
+        try:
+            return self.load(record_id).embedding
+        except (KeyError, MemoryDirError):
+            return None
+
+    def scanned_records(self) -> int:
+        """Records the segment files hold, read from the files themselves (for `verify`'s counts)."""
+        from hermes.tiers.repair import scan_segment
+
+        return sum(len(scan_segment(p.read_bytes())[0]) for p in sorted((self.directory / SEGMENTS).glob("*")))
+
     def entries(self) -> list[Entry]:
         """Committed records' manifest entries, oldest first."""
         with self._lock:
