@@ -146,7 +146,9 @@ class MemoryDirectory:
         self.prefetcher = Prefetcher(self._load, prefetch_bytes)
         self._lock = threading.RLock()
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
-        if self.remote is not None and readonly and self.wal is not None:
+        # a follower of a remote stream recalls the writer's level 2 from its log (a local reader need not)
+        self._follows_log = self.remote is not None and readonly and self.wal is not None
+        if self._follows_log:
             self._follow(self.wal.ids(), [])  # a follower recalls the writer's level 2 from its log
         if self.wal is not None and not readonly:
             try:
@@ -329,11 +331,11 @@ class MemoryDirectory:
         return len(vectors)
 
     def _holds(self, rid: int) -> bool:
-        return rid in self.disk or (self.readonly and self.wal is not None and rid in self.wal)
+        return rid in self.disk or (self._follows_log and rid in self.wal)
 
     def _store_of(self, rid: int) -> DiskStore | RemoteStore:
         """Where a record is read from: level 3, else (a read-only follower) level 2's log."""
-        return self.disk if rid in self.disk or self.wal is None or not self.readonly else self.wal
+        return self.disk if rid in self.disk or not self._follows_log else self.wal
 
     def _load(self, rid: int) -> Record:
         return self._store_of(rid).load(rid)
