@@ -76,6 +76,7 @@ from hermes.tiers.recovery import recover
 
 LOCK = "lock"
 __all__ = ["MANIFEST", "SEGMENTS", "SUFFIX", "DiskStore", "VerifyReport"]
+GROUP_BYTES = 16 << 20  # a commit group closes at this size even while more records are queued
 _COMPACT_MIN_BYTES = 4096  # below this, dead manifest lines are not worth a rewrite
 # room kept for one drop line, or the header line `close` may append
 _DROP_RESERVE = max(len(drop_line(f"{10**9}{SUFFIX}")), len(header_line(10**15)))
@@ -452,7 +453,10 @@ class DiskStore:
                             self._remove(payload)
                     except BaseException as exc:  # kept and raised to the caller by add/flush/close
                         self._error = exc
-            if self._error is None:
+            # one commit group spans every batch the queue delivers without waiting, up to
+            # GROUP_BYTES: one fsync pair per group, not per batch (a flush or stop commits at once)
+            if self._error is None and (self._queue.empty() or any(kind != "rec" for kind, _ in batch)
+                                        or sum(e.length for e in self._group) >= GROUP_BYTES):
                 try:
                     self._commit()
                 except BaseException as exc:
