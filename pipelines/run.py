@@ -88,7 +88,8 @@ def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve
             raise UsageError("--read-only answers from the stream another process writes: give --memory-dir DIR "
                              "and --ask, and no SOURCE, --resume or --interactive")
     elif source is None:
-        raise UsageError("give a SOURCE: a video file, an image folder, a webcam index or a stream URL")
+        raise UsageError("the following arguments are required: source (a video file, an image folder, a "
+                         "webcam index or a stream URL; none with --read-only)")
     else:
         check_source_spec(source)
     questions = questions_from_args(asked)

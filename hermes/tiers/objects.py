@@ -75,6 +75,7 @@ class LocalObjects(ObjectStore):
             for path in sorted(self.root.rglob("*"), key=lambda p: p.stat().st_mtime if p.is_file() else 0):
                 if path.is_file() and not path.name.startswith("."):
                     self._used[path.relative_to(self.root).as_posix()] = path.stat().st_size
+        self._total = sum(self._used.values())
 
     def _path(self, key: str) -> Path:
         if key.startswith("/") or ".." in key.split("/"):
@@ -89,10 +90,12 @@ class LocalObjects(ObjectStore):
                 if key in self._used:
                     self._used.move_to_end(key)
                 return
+            self._total += size - self._used.get(key, 0)
             self._used[key] = size
             self._used.move_to_end(key)
-            while sum(self._used.values()) > self.capacity_bytes and len(self._used) > 1:
-                old, _ = self._used.popitem(last=False)
+            while self._total > self.capacity_bytes and len(self._used) > 1:
+                old, old_size = self._used.popitem(last=False)
+                self._total -= old_size
                 self._path(old).unlink(missing_ok=True)
 
     def get(self, key: str) -> tuple[bytes, str] | None:
@@ -146,6 +149,6 @@ class LocalObjects(ObjectStore):
         path = self._path(key)
         path.unlink(missing_ok=True)
         with self._lock:
-            self._used.pop(key, None)
+            self._total -= self._used.pop(key, 0)
         if path.parent.exists():
             fsync_dir(path.parent)

@@ -24,8 +24,8 @@ Manifest objects: ``{"op": "add" | "del" | "epoch" | "header", "seq", "epoch", "
 skipped, never served. ``add`` holds ``segment``, ``entries`` (the disk manifest's add lines) and
 ``embeddings`` (base64 float32, so a reader builds its FAISS index without reading records).
 
-Reads go through a bounded local cache (`hermes.tiers.objects.LocalObjects`): a record's segment
-object is fetched whole once, then served from the cache; every read checks the record's SHA-256,
+Reads go through a bounded local cache (`hermes.tiers.objects.LocalObjects`): a record is fetched
+once (a ranged get of its bytes), then served from the cache; every read checks its SHA-256,
 and a cached copy that fails it is fetched again before the record is declared damaged. A
 read-only store follows the writer by listing manifest keys after the last one it saw (`refresh`).
 """
@@ -298,16 +298,18 @@ class RemoteStore:
         return record
 
     def _read(self, entry: Entry, source: str) -> bytes | None:
+        """A record's bytes from the local cache or (a ranged get) from the store, None if missing."""
+        key = f"{entry.segment}.{entry.offset}"  # one cached copy per record, not per group
         if source == "cache":
-            try:
-                return self.cache.get_range(entry.segment, entry.offset, entry.length)
-            except FileNotFoundError:
-                return None
-        got = self.objects.get(entry.segment)
-        if got is None:
+            got = self.cache.get(key)
+            return got[0] if got is not None else None
+        try:
+            data = self.objects.get_range(entry.segment, entry.offset, entry.length)
+        except FileNotFoundError:
             return None
-        self.cache.put(entry.segment, got[0])  # the whole group: its neighbours are likely asked next
-        return got[0][entry.offset:entry.offset + entry.length]
+        if len(data) == entry.length and sha256(data) == entry.sha256:
+            self.cache.put(key, data)
+        return data
 
     def embedding(self, record_id: int) -> torch.Tensor | None:
         """A record's embedding, from its manifest object (no record read), else from the record."""
