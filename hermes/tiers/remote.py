@@ -42,13 +42,13 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from hermes.errors import StorageError
-from hermes.tiers.codec import encode_record, from_safetensors
+from hermes.tiers.codec import encode_record
 from hermes.tiers.disk import VerifyReport
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError
 from hermes.tiers.files import sha256
 from hermes.tiers.fingerprint import FINGERPRINT, compare, normalise
 from hermes.tiers.lease import Lease
+from hermes.tiers.ledger import RecordLedger, parse_checked
 from hermes.tiers.manifest import Entry
 from hermes.tiers.objects import LocalObjects, ObjectStore, PreconditionFailed
 from hermes.tiers.records import Record
@@ -78,7 +78,7 @@ def unseal(data: bytes) -> dict | None:
     return obj if sha256(body) == digest and obj.get("format") == FORMAT else None
 
 
-class RemoteStore:
+class RemoteStore(RecordLedger):
     """Records in an object store, with `hermes.tiers.disk.DiskStore`'s interface (module docstring).
 
     Args:
@@ -221,32 +221,6 @@ class RemoteStore:
 
     # ---- public: writing (the DiskStore interface) -----------------------------------------------
 
-    def add(self, record: Record, prepare: bool = True) -> None:
-        """Queue a record; it is committed once `flush` returns (see `DiskStore.add`)."""
-        self._raise_if_failed()
-        if self.readonly or self._closed:
-            raise MemoryDirError(f"memory directory {self.objects.name} is {'read-only' if self.readonly else 'closed'}")
-        with self._lock:
-            if record.record_id in self._entries or record.record_id in self._pending:
-                raise ValueError(f"record {record.record_id} is already stored")
-            self._pending[record.record_id] = record
-            self._next_id = max(self._next_id, record.record_id + 1)
-        self._queue.put(("rec", (record, prepare)))
-
-    def remove(self, ids: list[int]) -> None:
-        """Queue the removal of records (a ``del`` manifest object; emptied segment objects deleted)."""
-        self._raise_if_failed()
-        if ids and not self.readonly:
-            self._queue.put(("rm", list(ids)))
-
-    def flush(self) -> None:
-        """Wait until everything queued is committed; raises what a write met."""
-        if self._writer is not None and self._writer.is_alive():
-            done = threading.Event()
-            self._queue.put(("flush", done))
-            done.wait()
-        self._raise_if_failed()
-
     def close(self) -> None:
         """Flush and stop the writer (the caller releases the lease). Safe to call twice."""
         if self._closed:
@@ -257,24 +231,13 @@ class RemoteStore:
             self._writer.join()
         self._raise_if_failed()
 
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            err = self._error
-            if isinstance(err, (MemoryDirError, StorageError)):
-                raise err
-            raise MemoryDirError(f"writing to memory directory {self.objects.name} failed: {err}") from err
-
     # ---- public: reading -------------------------------------------------------------------------
 
     def load(self, record_id: int) -> Record:
         """A record as stored, after checking its checksum (see `DiskStore.load`)."""
-        with self._lock:
-            entry = self._entries.get(record_id)
-            pending = self._pending.get(record_id)
-        if entry is None:
-            if pending is not None:
-                return pending
-            raise KeyError(f"record {record_id} is not in {self.objects.name}")
+        entry = self._lookup(record_id)
+        if isinstance(entry, Record):  # queued, not yet committed: as given
+            return entry
         where = f"record {record_id} in {self.objects.name}/{entry.segment} (bytes {entry.offset}.." \
                 f"{entry.offset + entry.length})"
         hint = f"; run `hermes-video memory verify {self.objects.name.split(' at ')[0]}`"
@@ -289,13 +252,7 @@ class RemoteStore:
                     raise KeyError(f"record {record_id} was removed from {self.objects.name}")
                 raise RecordCorruptError(f"{where}: segment object is missing{hint}")
             raise RecordCorruptError(f"{where}: bytes fail their sha256 checksum{hint}")
-        try:
-            record = from_safetensors(data)
-        except ValueError as exc:
-            raise RecordCorruptError(f"{where}: checksum matches but the bytes are no record ({exc}){hint}") from exc
-        if record.record_id != record_id:
-            raise RecordCorruptError(f"{where}: holds record {record.record_id} instead{hint}")
-        return record
+        return parse_checked(data, record_id, where, hint)
 
     def _read(self, entry: Entry, source: str) -> bytes | None:
         """A record's bytes from the local cache or (a ranged get) from the store, None if missing."""
@@ -317,44 +274,7 @@ class RemoteStore:
             vec = self._embeddings.get(record_id)
         if vec is not None:
             return torch.from_numpy(vec.copy())
-        try:
-            return self.load(record_id).embedding
-        except (KeyError, MemoryDirError):
-            return None
-
-    def entries(self) -> list[Entry]:
-        with self._lock:
-            return list(self._entries.values())
-
-    def ids(self) -> list[int]:
-        with self._lock:
-            return list(self._entries) + [i for i in self._pending if i not in self._entries]
-
-    def __contains__(self, record_id: int) -> bool:
-        with self._lock:
-            return record_id in self._entries or record_id in self._pending
-
-    @property
-    def next_id(self) -> int:
-        return self._next_id
-
-    def note_id(self, record_id: int) -> None:
-        with self._lock:
-            self._next_id = max(self._next_id, record_id + 1)
-
-    def reserve_id(self) -> int:
-        with self._lock:
-            rid = self._next_id
-            self._next_id += 1
-            return rid
-
-    @property
-    def recorded_next_id(self) -> int:
-        return self._recorded_next_id
-
-    @property
-    def num_records(self) -> int:
-        return len(self._entries)
+        return super().embedding(record_id)
 
     @property
     def disk_bytes(self) -> int:
@@ -409,11 +329,7 @@ class RemoteStore:
                     except BaseException as exc:
                         self._error = exc
                 continue
-            while len(batch) < 256:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            self._drain(batch)
             group: list[Record] = []
             for kind, payload in batch:
                 if kind not in ("rec", "rm") or self._error is not None:
@@ -433,15 +349,7 @@ class RemoteStore:
                     self._commit(group)
                 except BaseException as exc:
                     self._error = exc
-            for kind, payload in batch:
-                if kind == "flush":
-                    payload.set()
-            if any(kind == "stop" for kind, _ in batch):
-                if self._error is None and self._next_id > self._recorded_next_id:
-                    try:  # ids handed out but never stored are not handed out again after a restart
-                        self._put_manifest({"op": "header"})
-                    except BaseException as exc:
-                        self._error = exc
+            if self._end_batch(batch, lambda: self._put_manifest({"op": "header"})):
                 return
 
     def _commit(self, group: list[Record]) -> None:

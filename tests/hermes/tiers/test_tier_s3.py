@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 
 import pytest
 import torch
@@ -26,7 +25,7 @@ from hermes.tiers.directory import MemoryDirectory  # noqa: E402
 from hermes.tiers.errors import MemoryDirError  # noqa: E402
 from hermes.tiers.lease import Lease, LeaseLost  # noqa: E402
 from hermes.tiers.objects import LocalObjects, PreconditionFailed  # noqa: E402
-from hermes.tiers.remote import RemoteStore, manifest_key  # noqa: E402
+from hermes.tiers.remote import manifest_key  # noqa: E402
 from hermes.tiers.remote_level import RemoteOptions  # noqa: E402
 from hermes.tiers.s3 import S3Location, S3Objects, S3Settings, parse_location  # noqa: E402
 from hermes.tiers.summarise import summarise  # noqa: E402
