@@ -101,6 +101,10 @@ class StreamingSession:
         max_new_tokens: answer length cap.
         progress: show a progress bar over frames (for terminals).
         total_frames: expected number of frames, for the progress bar (None if unknown).
+        memory_dir: where levels 2 and 3 and checkpoints persist (a folder or ``s3://bucket/prefix``).
+        resume: continue the stream saved in `memory_dir`.
+        read_only: follow a stream another process writes into `memory_dir`: restore its last
+            checkpoint, recall from its records, write nothing.
 
     Raises:
         ConfigError: an unknown memory policy or invalid memory settings.

@@ -75,7 +75,9 @@ class MemoryDirectory:
     """DRAM + disk + FAISS index + checkpoints in one directory. Thread-safe for one writer.
 
     Args:
-        path: The directory (created if missing).
+        path: The directory (created if missing), or ``s3://bucket/prefix``: level 3, level 2's log and
+            the checkpoints then live in that object store (`hermes.tiers.remote_level`), and ``self.path``
+            is this machine's local folder for the cache, the index and checkpoint copies.
         fingerprint: Model/config fingerprint (`hermes.tiers.fingerprint.make_fingerprint`); a
             directory made with another is refused. None only with ``readonly=True``.
         dram_bytes: DRAM budget for stored records.
@@ -87,7 +89,7 @@ class MemoryDirectory:
         pin_memory: Page-lock DRAM copies when CUDA is available.
         segment_bytes: Disk segment size (default: see `DiskStore`).
         prefetch_bytes: Prefetch cache budget.
-        readonly: Inspect or verify only: no writes, no repairs, no lock.
+        readonly: Inspect, verify or follow only: no writes, no repairs, no lock (no lease).
         durable_dram: Keep level 2's write-ahead log (off only for a throw-away directory).
         remote: For an ``s3://`` path: how to reach the store, where the local cache lives, its bound
             and the lease's length (`RemoteOptions`); None takes the defaults.
