@@ -124,7 +124,14 @@ class RemoteStore(RecordLedger):
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
         self._writer: threading.Thread | None = None
         if lease is not None:
-            self._put_manifest({"op": "epoch"})  # fences a stale writer (module docstring)
+            for attempt in range(3):  # fences a stale writer (module docstring); one may commit meanwhile
+                try:
+                    self._put_manifest({"op": "epoch"})
+                    break
+                except MemoryDirError:
+                    if attempt == 2:
+                        raise
+                    self.refresh()  # take in what it committed, then mark the next number
             self._writer = threading.Thread(target=self._run, name="hermes-remote-writer", daemon=True)
             self._writer.start()
 

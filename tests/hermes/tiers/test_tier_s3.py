@@ -240,3 +240,20 @@ def test_local_objects_create_only_and_compare_and_swap(tmp_path):
         cache.put(f"k{i}", b"x" * 4)
     assert sum(p.stat().st_size for p in (tmp_path / "c").iterdir() if p.is_file()) <= 10
     assert cache.get("k4") is not None and cache.get("k0") is None
+
+
+def test_a_stale_writer_that_skips_its_lease_check_is_refused_by_the_store_itself(s3, tmp_path):
+    old = _open(tmp_path, "a", dram_bytes=0)
+    old.add(_rec(0))
+    old.flush()
+    old.remote.lease.check = lambda: None  # as if its check ran just before the takeover
+    body = json.loads(s3.get_object(Bucket="mem", Key="cams/door/lease.json")["Body"].read())
+    s3.put_object(Bucket="mem", Key="cams/door/lease.json", Body=json.dumps({**body, "expires_unix": 0}).encode())
+    new = _open(tmp_path, "b", dram_bytes=0)  # its epoch marker takes the sequence number old would use next
+    with pytest.raises(MemoryDirError, match="another writer committed manifest"):
+        old.disk.add(_rec(1))
+        old.disk.flush()
+    new.add(_rec(2))
+    new.flush()
+    assert set(new.disk.ids()) == {0, 2}  # exactly one of the two writers committed
+    new.close()
