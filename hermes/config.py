@@ -106,6 +106,16 @@ class MemoryConfig:
     # frames after the last checkpoint are re-encoded on --resume)
     live_checkpoint_every: int = 1  # the same for a live source, whose frames cannot be read again: 1 loses
     # at most the chunk in flight on a crash; more trades level-1 durability for fewer checkpoint writes
+    # Level 3 in an S3-compatible object store (--memory-dir s3://bucket/prefix). "" takes the usual AWS
+    # environment variables (AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION); credentials come only
+    # from the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and are never logged.
+    s3_endpoint: str = ""  # e.g. http://127.0.0.1:8333 for a local SeaweedFS or MinIO
+    s3_region: str = ""  # "" : the environment's, else us-east-1
+    s3_timeout_s: float = 10.0  # connect and read timeout of one request to the store
+    s3_retries: int = 3  # attempts per request before a one-line storage error (exit 3)
+    s3_lease_s: float = 60.0  # a writer's lease: another machine may take the stream over this long after it stops
+    s3_cache_dir: str = ""  # local read-through cache, index and checkpoint copies ("": ~/.cache/hermes-video/s3/...)
+    s3_cache_bytes: int = 2**30  # bound on the cached copies of segment objects
 
 
 @dataclass
@@ -228,6 +238,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "memory.compress_threshold": (0.0, 1.0),
     "memory.dram_bytes": (0, None),  # 0: every evicted record goes straight to disk
     "memory.disk_bytes": (1, None),
+    "memory.s3_timeout_s": (0.01, None),
+    "memory.s3_retries": (1, 20),
+    "memory.s3_lease_s": (0.5, None),
+    "memory.s3_cache_bytes": (0, None),
     "memory.summary_anchors": (1, None),
     "memory.recall_top_k": (1, None),
     "memory.checkpoint_every": (1, None),

@@ -37,6 +37,8 @@ from hermes.model_protocol import CoreModel
 from hermes.probe import probe_queries
 from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
+from hermes.tiers.remote_level import remote_options
+from hermes.tiers.s3 import parse_location
 from hermes.tiers.fingerprint import make_fingerprint, weights_digest
 from hermes.tiers.records import RECORD_FIELDS, Record
 from hermes.tiers.summarise import summarise
@@ -90,22 +92,26 @@ class LowerLevels:
     Args:
         cfg: memory configuration (thresholds, budgets, recall).
         model: the adapter (rotary scheme, probe).
-        directory: where records persist; None uses a temporary directory removed at `close`.
+        directory: where records persist (a folder or ``s3://bucket/prefix``); None uses a temporary
+            directory removed at `close`.
+        read_only: follow a stream another process writes (recall only; nothing is stored).
     """
 
-    def __init__(self, cfg: MemoryConfig, model: CoreModel, directory: str | Path | None) -> None:
+    def __init__(self, cfg: MemoryConfig, model: CoreModel, directory: str | Path | None,
+                 read_only: bool = False) -> None:
         self.cfg = cfg
         self.model = model
         self.spec = RotarySpec.from_text_config(model.text_config)
         self._tmp = None if directory is not None else tempfile.TemporaryDirectory(prefix="hermes-memory-")
-        path = Path(directory) if directory is not None else Path(self._tmp.name)
+        path = parse_location(directory) if directory is not None else Path(self._tmp.name)
         # a temporary directory is never reopened: no weights hash (a first hash of large files takes a while)
         fingerprint = fingerprint_for(model, cfg, with_weights=directory is not None)
         self.store = MemoryDirectory(path, fingerprint, cfg.dram_bytes, cfg.disk_bytes,
                                      dram_dtype=cfg.dram_dtype,
                                      summarise_fn=functools.partial(summarise, anchors_per_layer=cfg.summary_anchors,
                                                                     spec=self.spec),
-                                     durable_dram=directory is not None)  # a temporary directory needs no log
+                                     durable_dram=directory is not None,  # a temporary directory needs no log
+                                     readonly=read_only, remote=remote_options(cfg))
         self.last_vector: torch.Tensor | None = None  # the last question's search vector, for prefetching
 
     # ---- eviction ------------------------------------------------------------------------------------

@@ -117,7 +117,14 @@ def cmd_bench_tiers(args) -> int:
     check_output_path(args.output, "--output")
     from hermes.tiers.bench import run
 
-    rows, table = run(sizes, write_bytes=args.write_mib << 20)
+    if args.store:
+        from hermes.pipelines.run import check_memory_dir
+        from hermes.tiers.s3 import S3Location, parse_location
+
+        if not isinstance(parse_location(args.store), S3Location):
+            raise UsageError(f"--store expects s3://bucket/prefix, found {args.store}")
+        check_memory_dir(args.store)
+    rows, table = run(sizes, write_bytes=args.write_mib << 20, store=args.store)
     print(json.dumps(rows, default=str) if args.json else table)
     if args.output:
         from hermes.tiers.files import write_bytes_atomic
@@ -222,6 +229,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                        help="record counts for the recall and search rows (100000 takes minutes) "
                             "(default: %(default)s)")
     tiers.add_argument("--write-mib", type=int, default=64, help="MiB written per throughput row (default: 64)")
+    tiers.add_argument("--store", metavar="s3://BUCKET/PREFIX",
+                       help="measure an S3-compatible object store instead of the local disk (commit throughput vs "
+                            "a plain PUT, recall with a cold and a warm local cache); endpoint and credentials from "
+                            "the AWS environment variables")
     tiers.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
     tiers.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
     add_common_options(tiers)

@@ -66,7 +66,7 @@ def cmd_run(args) -> int:
                        lambda: config_from_args(args, default_memory=True), questions_file=args.questions,
                        ask_every=args.ask_every, reconnect_timeout=args.reconnect_timeout,
                        interactive=args.interactive, memory_dir=args.memory_dir, resume=args.resume,
-                       memory_chosen=memory_chosen(args))
+                       memory_chosen=memory_chosen(args), read_only=args.read_only)
     progress = sys.stderr.isatty() and not args.quiet
     config = plan.cfg.to_dict() if args.json else None
 
@@ -82,8 +82,8 @@ def add_run_parser(subparsers) -> argparse.ArgumentParser:
     """Register `run SOURCE ...` on a subparsers object; returns its parser (handler `cmd_run`)."""
     run = subparsers.add_parser("run", help="stream a video, camera or folder and answer questions at chosen "
                                             "moments")
-    run.add_argument("source", help="a video file, an image folder, a webcam index (0, 1, ...) or an rtsp://, "
-                                    "rtmp:// or http(s):// stream URL")
+    run.add_argument("source", nargs="?", help="a video file, an image folder, a webcam index (0, 1, ...) or an "
+                                               "rtsp://, rtmp:// or http(s):// stream URL (none with --read-only)")
     add_config_options(run, flags=("--device", "--fps", "--chunk-frames", "--max-new-tokens"))
     run.add_argument("--json", action="store_true", help="JSON on stdout (one object per answer or run)")
     add_common_options(run)
@@ -104,6 +104,10 @@ def add_run_parser(subparsers) -> argparse.ArgumentParser:
                      help="keep evicted memory (levels 2 and 3) and checkpoints of the stream in DIR")
     run.add_argument("--resume", action="store_true",
                      help="continue the stream saved in --memory-dir (frames already seen are skipped)")
+    run.add_argument("--read-only", action="store_true",
+                     help="answer from the stream another process writes into --memory-dir (e.g. s3://...): "
+                          "its last checkpoint plus recall over its records, followed as they arrive; "
+                          "nothing is written")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
     return run

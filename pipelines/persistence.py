@@ -91,14 +91,14 @@ def restore_session(session) -> None:
     try:
         tensors, meta = lower.store.load_checkpoint(CHECKPOINT)
     except KeyError:
-        raise UsageError(f"memory directory {lower.store.path} holds no session to resume; run without "
+        raise UsageError(f"memory directory {lower.store.location} holds no session to resume; run without "
                          f"--resume to start one") from None
     version = meta.get("state_format", 1)
     if version not in (1, STATE_FORMAT):
-        raise UsageError(f"memory directory {lower.store.path} holds a session of state format {version}, newer "
+        raise UsageError(f"memory directory {lower.store.location} holds a session of state format {version}, newer "
                          f"than this version reads ({STATE_FORMAT}); resume it with the version that wrote it")
     if meta["policy"] != session.memory.name:
-        raise UsageError(f"memory directory {lower.store.path} was written with memory policy {meta['policy']!r}, "
+        raise UsageError(f"memory directory {lower.store.location} was written with memory policy {meta['policy']!r}, "
                          f"not {session.memory.name!r}; use the same --memory or another --memory-dir")
     if version == 1:
         state = from_format_1(tensors, meta)

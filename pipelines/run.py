@@ -59,13 +59,14 @@ class RunPlan:
     memory_dir: str | None = None  # levels 2 and 3 and checkpoints of the stream live here
     resume: bool = False  # continue the stream saved in `memory_dir`
     memory_chosen: bool = False  # the user chose the memory: a live source keeps even an unbounded one
+    read_only: bool = False  # answer from the stream another process writes into `memory_dir`; no source
     notes: list[str] = field(default_factory=list)  # printed on stderr before the stream starts
 
 
-def prepare_run(source: str, asked: list[tuple[str, str | None]], resolve_config: Callable[[], Any], *,
+def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve_config: Callable[[], Any], *,
                 questions_file: str | None = None, ask_every: str | None = None,
                 reconnect_timeout: str | None = None, interactive: bool = False, memory_dir: str | None = None,
-                resume: bool = False, memory_chosen: bool = False) -> RunPlan:
+                resume: bool = False, memory_chosen: bool = False, read_only: bool = False) -> RunPlan:
     """Every check `run` can make before importing torch.
 
     Args:
@@ -74,7 +75,7 @@ def prepare_run(source: str, asked: list[tuple[str, str | None]], resolve_config
         resolve_config: builds the configuration (called after the question checks).
         questions_file: a JSONL questions file, or None.
         ask_every, reconnect_timeout: the flags' text in seconds, or None.
-        interactive, memory_dir, resume, memory_chosen: as `RunPlan`.
+        interactive, memory_dir, resume, memory_chosen, read_only: as `RunPlan`.
 
     Returns:
         The checked plan.
@@ -82,7 +83,15 @@ def prepare_run(source: str, asked: list[tuple[str, str | None]], resolve_config
     Raises:
         UsageError, SourceError, ConfigError, ModelError: one line, before anything heavy loads.
     """
-    check_source_spec(source)
+    if read_only:
+        if not memory_dir or source is not None or resume or interactive:
+            raise UsageError("--read-only answers from the stream another process writes: give --memory-dir DIR "
+                             "and --ask, and no SOURCE, --resume or --interactive")
+    elif source is None:
+        raise UsageError("the following arguments are required: source (a video file, an image folder, a "
+                         "webcam index or a stream URL; none with --read-only)")
+    else:
+        check_source_spec(source)
     questions = questions_from_args(asked)
     if questions_file:
         questions += read_questions_file(questions_file)
@@ -96,10 +105,14 @@ def prepare_run(source: str, asked: list[tuple[str, str | None]], resolve_config
                          "(or --memory-dir DIR to only build a memory of the video)")
     if resume and not memory_dir:
         raise UsageError("--resume continues a stream saved in a memory directory: give --memory-dir DIR")
-    if memory_dir and Path(memory_dir).exists() and not Path(memory_dir).is_dir():
-        raise UsageError(f"--memory-dir expects a directory, found a file: {memory_dir}")
-    plan = RunPlan(resolve_config(), source, questions, ask_every_s, reconnect_s, interactive, memory_dir, resume,
-                   memory_chosen)
+    if memory_dir:
+        check_memory_dir(memory_dir)
+    if read_only and not questions:
+        raise UsageError("--read-only answers questions: give --ask TEXT or --questions FILE")
+    plan = RunPlan(resolve_config(), source or "", questions, ask_every_s, reconnect_s, interactive, memory_dir,
+                   resume, memory_chosen, read_only=read_only)
+    if read_only:
+        plan.cfg.memory.recall = True  # a follower answers from the writer's records: recall is the point
     from hermes.model_registry import resolve_source  # the registry and paths only: no torch
 
     resolve_source(plan.cfg.model.name, plan.cfg.model.hub_id)
@@ -192,6 +205,44 @@ class ProgressBar:
             self.bar.close()
 
 
+def check_memory_dir(memory_dir: str) -> None:
+    """What can be said about ``--memory-dir`` before anything loads: a file, a bad s3:// URL, no boto3.
+
+    Raises:
+        UsageError: one line.
+    """
+    from hermes.tiers.s3 import S3Location, parse_location
+
+    location = parse_location(memory_dir)
+    if isinstance(location, S3Location):
+        try:
+            import boto3  # noqa: F401
+        except ImportError:
+            raise UsageError("an s3:// --memory-dir needs boto3: pip install 'hermes-video[s3]'") from None
+    elif location.exists() and not location.is_dir():
+        raise UsageError(f"--memory-dir expects a directory, found a file: {memory_dir}")
+
+
+def answer_read_only(plan: RunPlan, on_answer: Callable[[Any, Question | None], None]) -> None:
+    """``--read-only``: the writer's last checkpoint as level 1, recall over its records (followed as
+    they arrive), each question answered at once; nothing is written to the memory directory."""
+    from hermes.models.loading import load_model
+    from hermes.pipelines.session import StreamingSession
+
+    cfg = plan.cfg
+    model = load_model(cfg.model)
+    check_prompts(model, cfg, plan.questions)
+    session = StreamingSession(model, cfg.memory, (), chunk_frames=cfg.stream.chunk_frames,
+                               max_new_tokens=cfg.model.max_new_tokens, memory_dir=plan.memory_dir,
+                               resume=True, read_only=True)
+    try:
+        for question in plan.questions:
+            for answer in session.run([question]):
+                on_answer(answer, question)
+    finally:
+        session.close()
+
+
 def execute_run(plan: RunPlan, *, progress: bool,
                 on_answer: Callable[[Any, Question | None], None]) -> str | None:
     """Open the source, load the model, check capacity and prompts, then stream and answer.
@@ -212,6 +263,8 @@ def execute_run(plan: RunPlan, *, progress: bool,
     from hermes.pipelines.session import StreamingSession
     from hermes.pipelines.sources import open_source
 
+    if plan.read_only:
+        return answer_read_only(plan, on_answer)
     cfg = plan.cfg
     options = {}
     if plan.reconnect_timeout_s is not None:

@@ -101,6 +101,10 @@ class StreamingSession:
         max_new_tokens: answer length cap.
         progress: show a progress bar over frames (for terminals).
         total_frames: expected number of frames, for the progress bar (None if unknown).
+        memory_dir: where levels 2 and 3 and checkpoints persist (a folder or ``s3://bucket/prefix``).
+        resume: continue the stream saved in `memory_dir`.
+        read_only: follow a stream another process writes into `memory_dir`: restore its last
+            checkpoint, recall from its records, write nothing.
 
     Raises:
         ConfigError: an unknown memory policy or invalid memory settings.
@@ -109,7 +113,7 @@ class StreamingSession:
     def __init__(self, model: VLMAdapter, memory: MemoryConfig | str = "full", source: Iterable[Frame] = (),
                  *, chunk_frames: int = 16, max_new_tokens: int = 64, progress: bool = False,
                  total_frames: int | None = None, memory_dir: str | Path | None = None,
-                 resume: bool = False) -> None:
+                 resume: bool = False, read_only: bool = False) -> None:
         if chunk_frames < 1:
             raise ConfigError(f"stream.chunk_frames must be at least 1, found {chunk_frames}")
         if resume and memory_dir is None:
@@ -134,8 +138,16 @@ class StreamingSession:
             from hermes.lower import LowerLevels
 
             self.memory.check_lower_levels()
-            self.lower = LowerLevels(memory_cfg, model, memory_dir)
-        self._persistent = memory_dir is not None
+            self.lower = LowerLevels(memory_cfg, model, memory_dir, read_only=read_only)
+        self._persistent = memory_dir is not None and not read_only  # a follower never writes
+        if read_only:
+            from hermes.pipelines.persistence import restore_session
+
+            try:
+                restore_session(self)  # the writer's last checkpoint: level 1 as it saved it
+            except BaseException:
+                self.lower.close()
+                raise
         self._checkpoint_every = memory_cfg.checkpoint_every
         self.stop_requested = False  # set by `request_stop` (signals); honoured between chunks
         self.broken: str | None = None  # why the working cache can no longer be trusted (never checkpointed)

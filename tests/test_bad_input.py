@@ -61,6 +61,11 @@ CASES = [
     (["run", "{file}", "--ask", "q"], 3, "not a readable video"),
     (["run", "{mp4_dir}", *TINY, "--ask", "q"], 3, "no images"),
     (["run", "ftp://host/clip.mp4", *TINY, "--ask", "q"], 3, "unsupported source scheme 'ftp'"),
+    # ---- run: memory directory in an object store
+    (["run", "{video}", *TINY, "--ask", "q", "--memory-dir", "s3://Not_A_Bucket/x"], 2, "is not an S3 bucket name"),
+    (["run", "{video}", *TINY, "--ask", "q", "--memory-dir", "gs://bucket/x"], 2, "gs:// is not supported"),
+    (["run", "{video}", *TINY, "--ask", "q", "--memory-dir", "s3://mem/x", "--read-only"], 2,
+     "--read-only answers from the stream another process writes"),
     # ---- run: questions
     (["run", "{video}", *TINY], 2, "no question to answer"),
     (["run", "{video}", *TINY, "--at", "1", "--ask", "q"], 2, "--at 1 comes before any --ask"),

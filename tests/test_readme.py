@@ -47,6 +47,8 @@ SKIPS = [
      "the Serving section: run against a live server by tests/pipelines/test_serve_readme.py"),
     (r"^hermes-video bench", "a measurement of minutes to an hour (tested small in test_cli.py)"),
     (r"^python scripts/|^bash scripts/|^DEVICE=", "trains or measures for minutes to hours"),
+    (r"^mkdir -p /tmp/weed|^weed |^export AWS_|create_bucket",
+     "starts or needs a local S3 server (tests/hermes/tiers/test_tier_s3_server.py starts its own)"),
 ]
 
 

@@ -19,6 +19,12 @@ records below level 1 and finds them again:
 - `checkpoint`: named, atomic tensor + JSON checkpoints (level 1 and session state);
 - `directory`: `MemoryDirectory`, all of the above behind one object, with level 2 made durable by a
   write-ahead log (a second `DiskStore`);
+- `ledger`: `RecordLedger`, the bookkeeping both level-3 stores share (ids, queued records, batches);
+- `objects`: the small object-store interface, with `LocalObjects` (a folder; the bounded cache);
+- `s3`: ``s3://bucket/prefix`` parsed once, and `S3Objects` (boto3: create-only and If-Match puts);
+- `remote`: `RemoteStore`, level 3 (and level 2's log) as immutable objects in an S3 store;
+- `lease`: the writer's lease on a stream in an object store (compare-and-swap, epochs that fence);
+- `remote_level`: a stream's connection, lease, local cache folder and checkpoints in the store;
 - `bench`: timings behind ``hermes-video bench tiers``.
 
 Everything works on plain tensors; nothing here knows the model or the level-1 cache.

@@ -7,6 +7,8 @@ Three questions, each answered on synthetic records in a temporary directory:
   each query is a stored record's embedding plus noise, so the result is a real hit. The prefetch
   cache is not used, so this is the disk path (served by the page cache, as on a warm machine).
 - *Search*: FAISS search time per query alone, at the same sizes.
+- With ``--store s3://...``: commit throughput into the object store vs one plain PUT of the same
+  bytes, and recall latency from a reader with a cold (empty) and then warm local cache.
 - *Disk write throughput*: records through `DiskStore` (serialise, checksum, append, group fsync,
   manifest) as a fraction of a plain sequential write of the same bytes (one file, one fsync) in
   the same run, on the same filesystem. Above 0.5 means the crash-safety machinery costs less than
@@ -173,22 +175,120 @@ def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory
             "plain_mb_s": round(statistics.median(plain), 1), "ratio": round(statistics.median(ratios), 3)}
 
 
+def bench_store_write(store: str, total_bytes: int = 16 << 20, *, repeats: int = 3, seed: int = 0,
+                      settings=None, **shape) -> dict:
+    """Commit throughput into an object store (``s3://bucket/prefix``) relative to one plain PUT of the
+    same bytes, paired and alternated as `bench_disk_write`; each trial writes under a fresh prefix.
+
+    Returns:
+        ``{"bench": "store_write", "records", "bytes", "store_mb_s", "plain_mb_s", "ratio"}``.
+    """
+    from hermes.tiers.lease import Lease
+    from hermes.tiers.objects import LocalObjects
+    from hermes.tiers.remote import RemoteStore
+    from hermes.tiers.s3 import S3Objects, parse_location
+
+    location = parse_location(store)
+    probe = len(to_safetensors(synthetic_record(0, seed=seed, **shape).compress("int8")))
+    n = max(1, total_bytes // probe)
+    records = [pack(synthetic_record(i, seed=seed, **shape).compress("int8")) for i in range(n)]
+    blob = b"".join(to_safetensors(r) for r in records)
+    mb = len(blob) / 2**20
+    plain, stored, ratios = [], [], []
+    for trial in range(repeats):
+        objects = S3Objects(location.child(f"bench-{time.time_ns()}"), settings)
+        t0 = time.perf_counter()
+        objects.put("plain.bin", blob)
+        plain_s = time.perf_counter() - t0
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            lease = Lease(objects, 60)
+            lease.acquire()
+            remote = RemoteStore(objects, LocalObjects(tmp), 1 << 40, _FINGERPRINT, lease=lease)
+            for r in records:
+                remote.add(r)
+            remote.flush()
+            store_s = time.perf_counter() - t0
+            remote.close()
+            lease.release()
+        plain.append(mb / plain_s)
+        stored.append(mb / store_s)
+        ratios.append(plain_s / store_s)
+    return {"bench": "store_write", "records": n, "bytes": len(blob), "store_mb_s": round(statistics.median(stored), 1),
+            "plain_mb_s": round(statistics.median(plain), 1), "ratio": round(statistics.median(ratios), 3)}
+
+
+def bench_store_recall(store: str, n_records: int, *, top_k: int = 4, queries: int = 50, seed: int = 0,
+                       settings=None, **shape) -> dict:
+    """Recall latency from an object store: a writer commits `n_records`, then a reader with an empty
+    local cache answers `queries` (cold: every record read from the store), then the same queries
+    again (warm: from its cache).
+
+    Returns:
+        ``{"bench": "store_recall", "records", "cold_median_ms", "cold_p95_ms", "warm_median_ms",
+        "warm_p95_ms", "populate_s"}``.
+    """
+    from hermes.tiers.remote_level import RemoteOptions
+    from hermes.tiers.s3 import S3Settings, parse_location
+
+    url = str(parse_location(store).child(f"bench-recall-{time.time_ns()}"))
+    with tempfile.TemporaryDirectory() as tmp:
+        options = RemoteOptions(settings or S3Settings(), str(Path(tmp) / "writer"))
+        start = time.perf_counter()
+        md = MemoryDirectory(url, _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40, prefetch_bytes=0, remote=options,
+                             durable_dram=False)
+        for rid in range(n_records):
+            md.add(synthetic_record(rid, seed=seed, **shape).compress("int8"))
+        md.close()
+        populate_s = time.perf_counter() - start
+        reader = MemoryDirectory(url, None, 0, 0, readonly=True, prefetch_bytes=0,
+                                 remote=RemoteOptions(options.settings, str(Path(tmp) / "reader")))
+        g = torch.Generator().manual_seed(seed + 1)
+        targets = torch.randint(0, n_records, (queries,), generator=g).tolist()
+        vectors = []
+        for rid in targets:
+            q = synthetic_record(rid, seed=seed, **shape).embedding
+            vectors.append((rid, q + 0.1 * q.norm() / q.numel() ** 0.5 * torch.randn(q.shape, generator=g)))
+        timings = {}
+        try:
+            for phase in ("cold", "warm"):
+                ms = []
+                for rid, q in vectors:
+                    t0 = time.perf_counter()
+                    records = reader.fetch([h[0] for h in reader.search(q, top_k)])
+                    ms.append((time.perf_counter() - t0) * 1e3)
+                    assert records and records[0].record_id == rid, "recall missed the planted record"
+                timings[phase] = _quantiles(ms)
+        finally:
+            reader.close(spill_dram=False)
+    return {"bench": "store_recall", "records": n_records, "top_k": top_k,
+            "cold_median_ms": round(timings["cold"][0], 3), "cold_p95_ms": round(timings["cold"][1], 3),
+            "warm_median_ms": round(timings["warm"][0], 3), "warm_p95_ms": round(timings["warm"][1], 3),
+            "populate_s": round(populate_s, 2)}
+
+
 FULL_RECORD = {"layers": 24, "heads": 2, "tokens": 256, "head_dim": 64}  # ~1.6 MB int8: a chunk's evicted tokens
 
 
 def run(sizes: tuple[int, ...] = (1000, 10000), *, write_bytes: int = 64 << 20, directory: str | Path | None = None,
-        **shape) -> tuple[list[dict], str]:
+        store: str | None = None, **shape) -> tuple[list[dict], str]:
     """Every tier benchmark; returns the rows and a markdown table of them.
 
     Args:
         sizes: Record counts for the recall and search rows (add 100000 by hand: a few minutes, ~2.4 GB).
         write_bytes: Bytes written by each throughput row.
         directory: Where temporary directories go (default: the system's temp dir).
+        store: An object store (``s3://bucket/prefix``, reached as `hermes.tiers.s3` says): instead of
+            the local rows, commit throughput vs a plain PUT and recall cold/warm at `sizes` there.
         **shape: Passed to `synthetic_record` for the recall rows and the first throughput row
             (layers, heads, tokens, head_dim, embed_dim); the second throughput row writes full
             records (`FULL_RECORD`).
     """
     rows = []
+    if store is not None:
+        rows.append(bench_store_write(store, write_bytes, **shape))
+        rows += [bench_store_recall(store, n, **shape) for n in sizes]
+        return rows, markdown(rows)
     for n in sizes:
         rows.append(bench_recall(n, directory=directory, **shape))
         rows.append(bench_search(n, embed_dim=shape.get("embed_dim", 128)))

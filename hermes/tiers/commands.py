@@ -10,15 +10,29 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from hermes.errors import UsageError
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.fingerprint import FINGERPRINT
+from hermes.tiers.remote_level import RemoteOptions
+from hermes.tiers.s3 import S3Location, parse_location
 
 
 def open_readonly(directory: str) -> MemoryDirectory:
-    """A memory directory opened read-only (no lock, no repairs), or a one-line error."""
+    """A memory directory opened read-only (no lock, no repairs), or a one-line error.
+
+    An ``s3://bucket/prefix`` stream is reached through the AWS environment variables
+    (``AWS_ENDPOINT_URL``, ``AWS_REGION``, credentials); its segment objects are read into a
+    temporary cache, removed on close.
+    """
+    location = parse_location(directory)
+    if isinstance(location, S3Location):
+        cache = tempfile.TemporaryDirectory(prefix="hermes-memory-inspect-")
+        store = MemoryDirectory(location, None, 0, 0, readonly=True, remote=RemoteOptions(cache_dir=cache.name))
+        store._inspect_cache = cache  # removed with the object, after close
+        return store
     path = Path(directory)
     if not (path / FINGERPRINT).is_file():
         raise UsageError(f"{directory} is not a memory directory (no {FINGERPRINT}); expected what "
@@ -67,6 +81,9 @@ def repair_command(directory: str) -> int:
     """Repair the directory (`hermes.tiers.repair`), print each step, then verify it."""
     from hermes.tiers.repair import repair
 
+    if isinstance(parse_location(directory), S3Location):
+        raise UsageError(f"{directory}: repair works on local memory directories; an object store's objects are "
+                         f"immutable and `memory verify` names any damaged one (never served)")
     open_readonly(directory).close(spill_dram=False)  # the same one-line error for a folder that is not ours
     report = repair(directory)
     for line in report.actions:

@@ -53,6 +53,9 @@ from hermes.tiers.index import INDEX_META, normalise, open_index
 from hermes.tiers.recovery import quarantined_files
 from hermes.tiers.repair import WAL
 from hermes.tiers.prefetch import Prefetcher
+from hermes.tiers.remote import RemoteStore
+from hermes.tiers.remote_level import RemoteLevel, RemoteOptions
+from hermes.tiers.s3 import S3Location, parse_location
 from hermes.tiers.records import Record, compress, default_embedding
 
 
@@ -72,7 +75,9 @@ class MemoryDirectory:
     """DRAM + disk + FAISS index + checkpoints in one directory. Thread-safe for one writer.
 
     Args:
-        path: The directory (created if missing).
+        path: The directory (created if missing), or ``s3://bucket/prefix``: level 3, level 2's log and
+            the checkpoints then live in that object store (`hermes.tiers.remote_level`), and ``self.path``
+            is this machine's local folder for the cache, the index and checkpoint copies.
         fingerprint: Model/config fingerprint (`hermes.tiers.fingerprint.make_fingerprint`); a
             directory made with another is refused. None only with ``readonly=True``.
         dram_bytes: DRAM budget for stored records.
@@ -84,8 +89,10 @@ class MemoryDirectory:
         pin_memory: Page-lock DRAM copies when CUDA is available.
         segment_bytes: Disk segment size (default: see `DiskStore`).
         prefetch_bytes: Prefetch cache budget.
-        readonly: Inspect or verify only: no writes, no repairs, no lock.
+        readonly: Inspect, verify or follow only: no writes, no repairs, no lock (no lease).
         durable_dram: Keep level 2's write-ahead log (off only for a throw-away directory).
+        remote: For an ``s3://`` path: how to reach the store, where the local cache lives, its bound
+            and the lease's length (`RemoteOptions`); None takes the defaults.
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use.
@@ -95,22 +102,33 @@ class MemoryDirectory:
                  dram_dtype: str = "int8", disk_dtype: str = "int8",
                  summarise_fn: Callable[[Record], Record] | None = None, pin_memory: bool = True,
                  segment_bytes: int | None = None, prefetch_bytes: int = 64 << 20, readonly: bool = False,
-                 durable_dram: bool = True) -> None:
+                 durable_dram: bool = True, remote: RemoteOptions | None = None) -> None:
         if fingerprint is None and not readonly:
             raise ValueError("a fingerprint is required to open a memory directory for writing")
-        self.path = Path(path)
+        self.location = parse_location(path)  # an S3Location, or the local folder itself
         self.readonly = readonly
         self.disk_dtype = disk_dtype
         self.summarise_fn = summarise_fn
         self.dram_dtype = dram_dtype
-        self.wal: DiskStore | None = None
-        claims = checkpoint_claims(self.path)  # checked by each store before it cuts anything
-        self.disk = DiskStore(self.path, disk_bytes, fingerprint, segment_bytes=segment_bytes, readonly=readonly,
-                              prepare=self._prepare, on_drop=self._on_drop, on_commit=self._on_disk_commit,
-                              min_next_id=claims.get("disk_next_id", 0))
+        self.wal: DiskStore | RemoteStore | None = None
+        self.remote: RemoteLevel | None = None
+        if isinstance(self.location, S3Location):
+            self.remote = RemoteLevel(self.location, remote or RemoteOptions(), readonly)
+            self.path = self.remote.cache_dir  # index, checkpoints (copies of the store's) and cache live here
+            self.disk = self.remote.open_store("", disk_bytes, fingerprint, prepare=self._prepare,
+                                               on_drop=self._on_drop, on_commit=self._on_disk_commit)
+        else:
+            self.path = self.location
+            claims = checkpoint_claims(self.path)  # checked by each store before it cuts anything
+            self.disk = DiskStore(self.path, disk_bytes, fingerprint, segment_bytes=segment_bytes, readonly=readonly,
+                                  prepare=self._prepare, on_drop=self._on_drop, on_commit=self._on_disk_commit,
+                                  min_next_id=claims.get("disk_next_id", 0))
         self.skipped: list[str] = []  # corrupt records left out of an answer, with why
         try:
-            if (durable_dram and not readonly) or (self.path / WAL).is_dir():
+            if self.remote is not None:
+                if (durable_dram and not readonly) or self.remote.has_store(WAL):
+                    self.wal = self.remote.open_store(WAL, 1 << 62, self.disk.fingerprint)
+            elif (durable_dram and not readonly) or (self.path / WAL).is_dir():
                 # one record per log segment, so a record leaving DRAM frees its file at once
                 self.wal = DiskStore(self.path / WAL, 1 << 62, self.disk.fingerprint, segment_bytes=1,
                                      readonly=readonly, min_next_id=claims.get("dram_next_id", 0))
@@ -127,9 +145,13 @@ class MemoryDirectory:
             raise
         self._account_index()
         self.dram = DramStore(dram_bytes, dram_dtype, pin_memory, spill=self._spill)
-        self.prefetcher = Prefetcher(self.disk.load, prefetch_bytes)
+        self.prefetcher = Prefetcher(self._load, prefetch_bytes)
         self._lock = threading.RLock()
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
+        # a follower of a remote stream recalls the writer's level 2 from its log (a local reader need not)
+        self._follows_log = self.remote is not None and readonly and self.wal is not None
+        if self._follows_log:
+            self._follow(self.wal.ids(), [])  # a follower recalls the writer's level 2 from its log
         if self.wal is not None and not readonly:
             try:
                 self._replay_wal()
@@ -139,9 +161,13 @@ class MemoryDirectory:
                 raise
 
     def _close_stores(self) -> None:
-        for store in (self.wal, self.disk):
-            if store is not None:
-                store.close()
+        try:
+            for store in (self.wal, self.disk):
+                if store is not None:
+                    store.close()
+        finally:
+            if self.remote is not None:
+                self.remote.release()
 
     def _replay_wal(self) -> None:
         """Load the log's records back into DRAM (after a crash or a close that kept them)."""
@@ -191,10 +217,7 @@ class MemoryDirectory:
         self.prefetcher.invalidate(ids)
 
     def _embedding_from_disk(self, record_id: int) -> torch.Tensor | None:
-        try:
-            return self.disk.load(record_id).embedding
-        except (KeyError, MemoryDirError):
-            return None
+        return self.disk.embedding(record_id)
 
     def _account_index(self) -> None:
         # each record costs the disk budget its index row: E float32 plus an int64 id
@@ -285,12 +308,49 @@ class MemoryDirectory:
 
     # ---- recall ----------------------------------------------------------------------------------
 
+    def refresh(self) -> int:
+        """Read-only: take in the records the writer committed since the last look (an object store's
+        new manifest objects; a local directory has one process and nothing to follow). Returns how many."""
+        if not self.readonly or self.remote is None:
+            return 0
+        added, removed = self.disk.refresh()
+        if self.wal is not None:  # level 2's log: what the writer holds in DRAM is recalled from it
+            more, gone = self.wal.refresh()
+            added, removed = added + more, removed + gone
+        return self._follow(added, removed)
+
+    def _follow(self, added: list[int], removed: list[int]) -> int:
+        """Read-only remote: bring the index in line with records that appeared in or left the stores."""
+        gone = [rid for rid in removed if not self._holds(rid)]
+        if gone:
+            self._on_drop(gone)
+        have = set(self.index.ids().tolist())
+        vectors = [(rid, self._store_of(rid).embedding(rid)) for rid in dict.fromkeys(added) if rid not in have
+                   and self._holds(rid)]
+        vectors = [(rid, v) for rid, v in vectors if v is not None]
+        if vectors:
+            self.index.add([rid for rid, _ in vectors], torch.stack([v.reshape(-1) for _, v in vectors]))
+        return len(vectors)
+
+    def _holds(self, rid: int) -> bool:
+        return rid in self.disk or (self._follows_log and rid in self.wal)
+
+    def _store_of(self, rid: int) -> DiskStore | RemoteStore:
+        """Where a record is read from: level 3, else (a read-only follower) level 2's log."""
+        return self.disk if rid in self.disk or not self._follows_log else self.wal
+
+    def _load(self, rid: int) -> Record:
+        return self._store_of(rid).load(rid)
+
     def search(self, vector: torch.Tensor, k: int) -> list[tuple[int, float]]:
         """The `k` records (DRAM or disk) whose embeddings are most similar (cosine) to `vector`.
+
+        A read-only directory first takes in what its writer committed since (`refresh`).
 
         Returns:
             ``[(record_id, similarity)]``, best first.
         """
+        self.refresh()
         results = self.index.search(vector, k)
         ids, mat = self.dram.embeddings()
         if len(ids):
@@ -319,13 +379,13 @@ class MemoryDirectory:
         for rid in ids:
             with self._lock:
                 stored, source = self.dram.peek(rid), "dram"
-                if stored is None and rid not in self.disk:
+                if stored is None and not self._holds(rid):
                     raise KeyError(f"record {rid} is not in memory directory {self.path}")
             if stored is None:
                 try:
                     stored, source = self.prefetcher.get(rid), "prefetch"
                     if stored is None:
-                        stored, source = self.disk.load(rid), "disk"
+                        stored, source = self._load(rid), "disk"
                 except RecordCorruptError as exc:  # one damaged record must not fail the question
                     warnings.warn(f"{exc}; left out of this answer", stacklevel=2)
                     self.skipped.append(str(exc))
@@ -352,6 +412,8 @@ class MemoryDirectory:
             checkpoint.save_checkpoint(self.path, name, tensors, {**meta, "store": claims})
         except OSError as exc:
             raise storage_error(self.path, f"saving checkpoint {name!r}", exc) from exc
+        if self.remote is not None:
+            self.remote.upload_checkpoint(name)
 
     def load_checkpoint(self, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """``(tensors, meta)`` saved under `name`; KeyError if none, MemoryDirError if damaged."""
@@ -380,7 +442,7 @@ class MemoryDirectory:
         entries = self.disk.entries()
         shown = entries if max_records is None else entries[len(entries) - max_records:] if max_records else []
         return {
-            "path": str(self.path), "fingerprint": self.disk.fingerprint,
+            "path": str(self.location), "fingerprint": self.disk.fingerprint,
             "disk": {"records": len(entries), "bytes": self.disk.disk_bytes, "capacity_bytes": self.disk.capacity_bytes,
                      "segments": self.disk.segments()},
             "dram": self.dram.stats(),
@@ -397,12 +459,8 @@ class MemoryDirectory:
 
     def counts(self) -> dict[str, Any]:
         """Records per source of truth: each store's manifest, its segments, the index, the checkpoints."""
-        from hermes.tiers.repair import scan_segment
-
-        def scanned(store: DiskStore | None) -> int:
-            if store is None:
-                return 0
-            return sum(len(scan_segment(p.read_bytes())[0]) for p in sorted((store.directory / "segments").glob("*")))
+        def scanned(store: DiskStore | RemoteStore | None) -> int:
+            return store.scanned_records() if store is not None else 0
 
         out: dict[str, Any] = {"disk_manifest": self.disk.num_records, "disk_segments": scanned(self.disk),
                                "dram_log_manifest": self.wal.num_records if self.wal is not None else 0,
@@ -431,7 +489,8 @@ class MemoryDirectory:
             wal_report = self.wal.verify()
             problems += [f"{WAL}/: {p}" for p in wal_report.problems]
             notes += [f"{WAL}/: {n}" for n in wal_report.notes]
-        on_disk = set(self.disk.ids())
+        on_disk = {rid for rid in set(self.disk.ids()) | set(self.wal.ids() if self.wal is not None else ())
+                   if self._holds(rid)}
         indexed = set(self.index.ids().tolist())
         if indexed != on_disk:
             problems.append(f"index holds {len(indexed - on_disk)} ids the manifest lacks and lacks "

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes.tiers.codec import encode_record, from_safetensors
+from hermes.tiers.codec import encode_record
 from hermes.errors import StorageError
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.files import (
@@ -71,11 +71,13 @@ from hermes.tiers.manifest import (
     drop_line,
     header_line,
 )
+from hermes.tiers.ledger import RecordLedger, parse_checked
 from hermes.tiers.records import Record
 from hermes.tiers.recovery import recover
 
 LOCK = "lock"
 __all__ = ["MANIFEST", "SEGMENTS", "SUFFIX", "DiskStore", "VerifyReport"]
+GROUP_BYTES = 16 << 20  # a commit group closes at this size even while more records are queued
 _COMPACT_MIN_BYTES = 4096  # below this, dead manifest lines are not worth a rewrite
 # room kept for one drop line, or the header line `close` may append
 _DROP_RESERVE = max(len(drop_line(f"{10**9}{SUFFIX}")), len(header_line(10**15)))
@@ -99,7 +101,7 @@ class _Active:
         self.name, self.fd, self.size, self.new = name, fd, size, new
 
 
-class DiskStore:
+class DiskStore(RecordLedger):
     """Append-only record store; see the module docstring for layout and crash safety.
 
     Args:
@@ -227,51 +229,6 @@ class DiskStore:
 
     # ---- public: writing -------------------------------------------------------------------------
 
-    def add(self, record: Record, prepare: bool = True) -> None:
-        """Queue a record for writing; it is committed (durable) once `flush` returns.
-
-        The record must not be modified afterwards. Until committed, `load` returns it as given.
-
-        Args:
-            record: The record.
-            prepare: Pass it through the store's `prepare` function (False: write it as given).
-
-        Raises:
-            MemoryDirError: The store is read-only or closed, or an earlier write failed.
-            ValueError: A record with this id is already stored or queued.
-        """
-        self._raise_if_failed()
-        if self.readonly or self._closed:
-            raise MemoryDirError(f"memory directory {self.directory} is {'read-only' if self.readonly else 'closed'}")
-        with self._lock:
-            if record.record_id in self._entries or record.record_id in self._pending:
-                raise ValueError(f"record {record.record_id} is already on disk")
-            self._pending[record.record_id] = record
-            self._next_id = max(self._next_id, record.record_id + 1)
-        self._queue.put(("rec", (record, prepare)))
-
-    def remove(self, ids: list[int]) -> None:
-        """Queue the removal of records (ids not held are ignored); durable once `flush` returns.
-
-        Runs on the writer thread after everything queued before it, so a record added and then
-        removed is never left behind; a segment whose records are all removed is dropped whole.
-        """
-        self._raise_if_failed()
-        if ids:
-            self._queue.put(("rm", list(ids)))
-
-    def flush(self) -> None:
-        """Wait until every record added so far is committed.
-
-        Raises:
-            MemoryDirError: A write failed (disk full, I/O error, record larger than the capacity).
-        """
-        if self._writer is not None and self._writer.is_alive():
-            done = threading.Event()
-            self._queue.put(("flush", done))
-            done.wait()
-        self._raise_if_failed()
-
     def close(self) -> None:
         """Flush, stop the writer, release the directory. Safe to call twice."""
         if self._closed:
@@ -296,15 +253,6 @@ class DiskStore:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            err = self._error
-            if isinstance(err, (MemoryDirError, StorageError)):
-                raise err
-            if isinstance(err, OSError):
-                raise storage_error(self.directory, "writing", err) from err
-            raise MemoryDirError(f"writing to memory directory {self.directory} failed: {err}") from err
-
     # ---- public: reading -------------------------------------------------------------------------
 
     def load(self, record_id: int) -> Record:
@@ -314,13 +262,9 @@ class DiskStore:
             KeyError: No such record (never stored, or dropped).
             RecordCorruptError: Its bytes are missing, cut short, fail the checksum or do not parse.
         """
-        with self._lock:
-            entry = self._entries.get(record_id)
-            pending = self._pending.get(record_id)
-        if entry is None:
-            if pending is not None:
-                return pending
-            raise KeyError(f"record {record_id} is not on disk in {self.directory}")
+        entry = self._lookup(record_id)
+        if isinstance(entry, Record):  # queued, not yet committed: as given
+            return entry
         path = self.directory / SEGMENTS / entry.segment
         where = f"record {record_id} in {path} (bytes {entry.offset}..{entry.offset + entry.length})"
         hint = f"; run `hermes-video memory verify {self.directory}`"
@@ -334,54 +278,13 @@ class DiskStore:
             raise RecordCorruptError(f"{where}: cut short, {len(data)} of {entry.length} bytes{hint}")
         if sha256(data) != entry.sha256:
             raise RecordCorruptError(f"{where}: bytes fail their sha256 checksum{hint}")
-        try:
-            record = from_safetensors(data)
-        except ValueError as exc:
-            raise RecordCorruptError(f"{where}: checksum matches but the bytes are no record ({exc}){hint}") from exc
-        if record.record_id != record_id:
-            raise RecordCorruptError(f"{where}: holds record {record.record_id} instead{hint}")
-        return record
+        return parse_checked(data, record_id, where, hint)
 
-    def entries(self) -> list[Entry]:
-        """Committed records' manifest entries, oldest first."""
-        with self._lock:
-            return list(self._entries.values())
+    def scanned_records(self) -> int:
+        """Records the segment files hold, read from the files themselves (for `verify`'s counts)."""
+        from hermes.tiers.repair import scan_segment
 
-    def ids(self) -> list[int]:
-        """Ids of committed and queued records."""
-        with self._lock:
-            return list(self._entries) + [i for i in self._pending if i not in self._entries]
-
-    def __contains__(self, record_id: int) -> bool:
-        with self._lock:
-            return record_id in self._entries or record_id in self._pending
-
-    @property
-    def next_id(self) -> int:
-        """One more than the largest record id this directory has ever held, been given or handed out."""
-        return self._next_id
-
-    def note_id(self, record_id: int) -> None:
-        """Record that `record_id` is in use elsewhere (e.g. in DRAM), so it is never handed out."""
-        with self._lock:
-            self._next_id = max(self._next_id, record_id + 1)
-
-    def reserve_id(self) -> int:
-        """A fresh record id; ids are never handed out twice, across restarts too (saved on close)."""
-        with self._lock:
-            rid = self._next_id
-            self._next_id += 1
-            return rid
-
-    @property
-    def recorded_next_id(self) -> int:
-        """One more than the largest id the manifest's durable lines name (what a restart will see)."""
-        return self._recorded_next_id
-
-    @property
-    def num_records(self) -> int:
-        """Committed records."""
-        return len(self._entries)
+        return sum(len(scan_segment(p.read_bytes())[0]) for p in sorted((self.directory / SEGMENTS).glob("*")))
 
     @property
     def disk_bytes(self) -> int:
@@ -424,11 +327,7 @@ class DiskStore:
     def _run(self) -> None:
         while True:
             batch = [self._queue.get()]
-            while len(batch) < 256:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            self._drain(batch)
             for kind, payload in batch:
                 if kind in ("rec", "rm") and self._error is None:
                     try:
@@ -439,20 +338,15 @@ class DiskStore:
                             self._remove(payload)
                     except BaseException as exc:  # kept and raised to the caller by add/flush/close
                         self._error = exc
-            if self._error is None:
+            # one commit group spans every batch the queue delivers without waiting, up to
+            # GROUP_BYTES: one fsync pair per group, not per batch (a flush or stop commits at once)
+            if self._error is None and (self._queue.empty() or any(kind != "rec" for kind, _ in batch)
+                                        or sum(e.length for e in self._group) >= GROUP_BYTES):
                 try:
                     self._commit()
                 except BaseException as exc:
                     self._error = exc
-            for kind, payload in batch:
-                if kind == "flush":
-                    payload.set()
-            if any(kind == "stop" for kind, _ in batch):
-                if self._error is None and self._next_id > self._recorded_next_id:
-                    try:  # ids handed out but never stored must not be handed out again after a restart
-                        self._append_manifest(header_line(self._next_id))
-                    except BaseException as exc:
-                        self._error = exc
+            if self._end_batch(batch, lambda: self._append_manifest(header_line(self._next_id))):
                 return
 
     def _write(self, record: Record, prepare: bool) -> None:

@@ -160,12 +160,17 @@ def check_or_create(directory: Path, fingerprint: dict[str, Any] | None, create:
         stored = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise MemoryDirError(f"{path} is unreadable ({exc}); use another --memory-dir") from exc
+    return compare(directory, stored, fingerprint)
+
+
+def compare(where: Path | str, stored: dict[str, Any], fingerprint: dict[str, Any] | None) -> dict[str, Any]:
+    """`stored` if `fingerprint` is None or equal to it, else a `MemoryDirError` naming the differences."""
     if fingerprint is None:
         return stored
     ours = normalise(fingerprint)
     if stored != ours:
         keys = sorted(k for k in set(stored) | set(ours) if stored.get(k) != ours.get(k))
         raise MemoryDirError(
-            f"memory directory {directory} was made by {describe(stored)}, but this run uses {describe(ours)} "
+            f"memory directory {where} was made by {describe(stored)}, but this run uses {describe(ours)} "
             f"(they differ in: {', '.join(keys)}); use another --memory-dir")
     return stored

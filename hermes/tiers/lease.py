@@ -1,0 +1,125 @@
+"""The writer's lease on a stream in an object store: one holder at a time, a stale one fenced.
+
+``lease.json`` holds ``{"holder", "epoch", "expires_unix"}``. It is only ever changed by a
+compare-and-swap on its ETag (``If-Match``; the first one create-only, ``If-None-Match: *``), so of
+two writers racing for it exactly one wins and the other is refused by the store itself. The
+winner's epoch is one more than the last; its record store writes an ``epoch`` manifest object
+before any of its own, so a stale writer that wakes up after losing the lease either fails its
+create-only manifest put or, if it still gets one in, writes under an older epoch than the
+marker before it, which every reader ignores (`hermes.tiers.remote`).
+
+`check` runs before every commit: if the lease object's ETag is no longer ours, another writer
+has taken the stream and this one stops (`LeaseLost`). A holder renews its lease when half its
+time is gone (at a commit or when its writer is idle); one that cannot renew in time loses it.
+Expiry compares wall clocks of different machines: keep them in sync (NTP) and the lease long
+against their skew (``memory.s3_lease_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+
+from hermes.tiers.errors import MemoryDirError
+from hermes.tiers.objects import ObjectStore, PreconditionFailed
+
+LEASE = "lease.json"
+
+
+class LeaseLost(MemoryDirError):
+    """Another writer holds the stream now; this one must not commit (it has been fenced)."""
+
+
+class Lease:
+    """This process's claim on a stream (see the module docstring).
+
+    Args:
+        objects: The stream's objects.
+        ttl_s: How long a lease lasts without renewal.
+    """
+
+    def __init__(self, objects: ObjectStore, ttl_s: float = 60.0) -> None:
+        self.objects = objects
+        self.ttl_s = float(ttl_s)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.epoch = 0
+        self.etag: str | None = None
+        self.expires_unix = 0.0
+        self._lock = threading.Lock()
+
+    def _body(self, expires_unix: float) -> bytes:
+        return json.dumps({"holder": self.holder, "epoch": self.epoch, "expires_unix": expires_unix}).encode()
+
+    def acquire(self) -> int:
+        """Take the lease if it is free or expired; returns our epoch.
+
+        Raises:
+            MemoryDirError: Another writer holds it (and it has not expired), or won it just now.
+        """
+        with self._lock:
+            now = time.time()
+            got = self.objects.get(LEASE)
+            previous = _parse(got[0]) if got is not None else {}
+            if got is not None and previous.get("holder") != self.holder and previous.get("expires_unix", 0) > now:
+                raise MemoryDirError(
+                    f"memory directory {self.objects.name} is in use by writer {previous.get('holder')} "
+                    f"(lease epoch {previous.get('epoch')}, {previous['expires_unix'] - now:.0f} s left); wait for it "
+                    f"to stop or its lease to expire, or open it --read-only")
+            self.epoch = int(previous.get("epoch", 0)) + 1
+            expires = now + self.ttl_s
+            try:
+                self.etag = self.objects.put(LEASE, self._body(expires), create_only=got is None,
+                                             if_match=got[1] if got is not None else None)
+            except PreconditionFailed:
+                raise MemoryDirError(f"memory directory {self.objects.name}: another writer took it at the same "
+                                     f"moment; this one is refused (open it --read-only to follow it)") from None
+            self.expires_unix = expires
+            return self.epoch
+
+    def check(self) -> None:
+        """Before a commit: still ours? Renew it when half its time is gone.
+
+        Raises:
+            LeaseLost: Another writer holds the lease (this one is fenced).
+        """
+        with self._lock:
+            got = self.objects.get(LEASE)
+            if got is None or got[1] != self.etag:
+                holder = _parse(got[0]).get("holder") if got is not None else None
+                raise LeaseLost(f"memory directory {self.objects.name}: this writer's lease (epoch {self.epoch}) "
+                                f"was taken over by {holder or 'nobody'}; it stopped without committing more "
+                                f"(records committed before are kept)")
+            now = time.time()
+            if now > self.expires_unix - self.ttl_s / 2:
+                self._swap(now + self.ttl_s)
+
+    def _swap(self, expires: float) -> None:
+        try:
+            self.etag = self.objects.put(LEASE, self._body(expires), if_match=self.etag)
+            self.expires_unix = expires
+        except PreconditionFailed:
+            raise LeaseLost(f"memory directory {self.objects.name}: this writer's lease (epoch {self.epoch}) was "
+                            f"taken over while renewing it; it stopped without committing more") from None
+
+    def release(self) -> None:
+        """Give the lease up (expired at once) so the next writer need not wait; no error if lost."""
+        with self._lock:
+            if self.etag is None:
+                return
+            try:
+                self._swap(0.0)
+            except LeaseLost:
+                pass
+            self.etag = None
+
+
+def _parse(data: bytes) -> dict:
+    try:
+        obj = json.loads(data)
+        return obj if isinstance(obj, dict) else {}
+    except ValueError:
+        return {}

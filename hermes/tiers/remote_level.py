@@ -1,0 +1,115 @@
+"""One ``s3://`` stream as `hermes.tiers.directory.MemoryDirectory` holds it: connection, lease,
+local cache folder and the checkpoints kept in the store.
+
+`RemoteLevel` owns what a stream in an object store needs beside its record stores: the
+connection (`hermes.tiers.s3.S3Objects`), the writer's lease (`hermes.tiers.lease.Lease`, taken
+on open unless read-only, released on close), and a local folder that holds the read-through
+cache of segment objects (bounded by ``memory.s3_cache_bytes``), this machine's FAISS index
+(derived, as for a local directory) and copies of the checkpoints. Checkpoints are the store's:
+each save is uploaded (its tensor file first, then its metadata, after a lease check), and an
+open downloads them, so ``--resume`` works from any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermes.tiers import checkpoint
+from hermes.tiers.files import write_bytes_atomic
+from hermes.tiers.lease import Lease
+from hermes.tiers.objects import LocalObjects
+from hermes.tiers.remote import MANIFEST_PREFIX, RemoteStore
+from hermes.tiers.s3 import S3Location, S3Objects, S3Settings
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """`hermes.config.MemoryConfig`'s ``s3_*`` keys, as the memory directory needs them."""
+
+    settings: S3Settings = field(default_factory=S3Settings)
+    cache_dir: str | None = None  # None: ~/.cache/hermes-video/s3/<bucket>/<prefix>
+    cache_bytes: int = 1 << 30  # bound on the local copies of segment objects
+    lease_s: float = 60.0  # a writer's lease; another may take over this long after it stops renewing
+
+
+def remote_options(cfg) -> RemoteOptions:
+    """The `RemoteOptions` of a `hermes.config.MemoryConfig` (its ``s3_*`` keys)."""
+    return RemoteOptions(S3Settings(cfg.s3_endpoint or None, cfg.s3_region or None, cfg.s3_timeout_s, cfg.s3_retries),
+                         cfg.s3_cache_dir or None, cfg.s3_cache_bytes, cfg.s3_lease_s)
+
+
+def default_cache_dir(location: S3Location) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hermes-video" / "s3"
+    return root / location.bucket / (location.prefix or "_")
+
+
+class RemoteLevel:
+    """The stream's connection, lease and local folder (module docstring).
+
+    Raises:
+        MemoryDirError: Another writer holds the lease (writable open).
+        StorageError: The store cannot be reached.
+    """
+
+    def __init__(self, location: S3Location, options: RemoteOptions, readonly: bool, client=None) -> None:
+        self.location, self.options, self.readonly = location, options, readonly
+        self.objects = S3Objects(location, options.settings, client=client)
+        self.cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir(location)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.lease = None if readonly else Lease(self.objects, options.lease_s)
+        if self.lease is not None:
+            self.lease.acquire()
+        try:
+            self.download_checkpoints()
+        except BaseException:
+            self.release()
+            raise
+
+    def has_store(self, name: str) -> bool:
+        return bool(self.objects.child(name).keys(MANIFEST_PREFIX))
+
+    def open_store(self, name: str, capacity_bytes: int, fingerprint: dict | None, **kwargs) -> RemoteStore:
+        """The record store under ``prefix/name`` ("" the stream's level 3), with its own cache folder."""
+        objects = self.objects.child(name) if name else self.objects
+        cache = LocalObjects(self.cache_dir / "cache" / (name or "level3"), self.options.cache_bytes)
+        return RemoteStore(objects, cache, capacity_bytes, fingerprint, lease=self.lease, **kwargs)
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+
+    def upload_checkpoint(self, name: str) -> None:
+        """Put a checkpoint saved locally into the store: tensors, then metadata (the switch)."""
+        self.lease.check()
+        folder = self.cache_dir / checkpoint.CHECKPOINTS
+        info = checkpoint.read_info(folder / f"{name}.json") or {}
+        tensor_file = str(info.get("file", ""))
+        remote = set(self.objects.keys(f"{checkpoint.CHECKPOINTS}/"))
+        key = f"{checkpoint.CHECKPOINTS}/{tensor_file}"
+        if key not in remote:  # its name carries its digest: an object of that name holds these bytes
+            self.objects.put(key, (folder / tensor_file).read_bytes())
+        self.objects.put(f"{checkpoint.CHECKPOINTS}/{name}.json", (folder / f"{name}.json").read_bytes())
+        for old in remote:  # earlier tensor files of this checkpoint, no longer named by its metadata
+            if old.startswith(f"{checkpoint.CHECKPOINTS}/{name}.") and old.endswith(".safetensors") and old != key:
+                self.objects.delete(old)
+
+    def download_checkpoints(self) -> None:
+        """Make the local checkpoint copies the store's (metadata and the tensor files they name)."""
+        folder = self.cache_dir / checkpoint.CHECKPOINTS
+        keys = self.objects.keys(f"{checkpoint.CHECKPOINTS}/")
+        if not keys:
+            return
+        folder.mkdir(exist_ok=True)
+        for key in sorted(keys, key=lambda k: k.endswith(".json")):  # tensors before the metadata naming them
+            local = folder / key.split("/", 1)[1]
+            got = self.objects.get(key)
+            if got is None:
+                continue
+            if not local.exists() or hashlib.md5(local.read_bytes(), usedforsecurity=False).hexdigest() != \
+                    hashlib.md5(got[0], usedforsecurity=False).hexdigest():
+                write_bytes_atomic(local, got[0])

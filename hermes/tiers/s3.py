@@ -1,0 +1,199 @@
+"""An S3-compatible object store as level 3's truth: ``s3://bucket/prefix/stream`` (boto3).
+
+`parse_location` reads a ``--memory-dir`` once: ``s3://bucket/prefix`` is an `S3Location`, anything
+else a local folder (before this, ``s3://b/x`` silently became a folder named ``s3:``). `S3Objects`
+is `hermes.tiers.objects.ObjectStore` over one bucket and prefix, for any server that speaks the S3
+API (AWS, MinIO, Ceph, SeaweedFS): create-only puts with ``If-None-Match: *``, compare-and-swap
+with ``If-Match``, ranged gets, ``StartAfter`` listings.
+
+Where it connects: the endpoint from ``memory.s3_endpoint`` or ``AWS_ENDPOINT_URL``, the region
+from ``memory.s3_region``, ``AWS_REGION`` or ``AWS_DEFAULT_REGION`` (else us-east-1), credentials
+only from boto3's usual chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, profiles). No
+credential ever enters a message: errors name the bucket, the key and the endpoint (redacted).
+
+An endpoint that does not answer is tried a bounded number of times with connect and read
+timeouts (``memory.s3_timeout_s``, ``memory.s3_retries``); then a one-line
+`hermes.errors.StorageError` (exit 3). Nothing committed is lost: a commit is a manifest object
+the store accepted, and a failed one leaves only an unreferenced segment object.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes.errors import StorageError, UsageError
+from hermes.redact import redact_url
+from hermes.tiers.objects import ObjectStore, PreconditionFailed
+
+SCHEME = "s3://"
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """``s3://bucket/prefix``: a stream's objects are the keys under ``prefix/``."""
+
+    bucket: str
+    prefix: str  # no leading or trailing "/"; may be empty
+
+    def __str__(self) -> str:
+        return f"{SCHEME}{self.bucket}/{self.prefix}" if self.prefix else f"{SCHEME}{self.bucket}"
+
+    def child(self, name: str) -> S3Location:
+        return S3Location(self.bucket, f"{self.prefix}/{name}" if self.prefix else name)
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach the store (`hermes.config.MemoryConfig`'s ``s3_*`` keys)."""
+
+    endpoint: str | None = None  # None: AWS_ENDPOINT_URL, else AWS itself
+    region: str | None = None  # None: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1
+    timeout_s: float = 10.0  # connect and read timeout of one request
+    retries: int = 3  # attempts per request before a StorageError
+
+
+def is_s3(location: str | os.PathLike) -> bool:
+    return isinstance(location, (str, S3Location)) and str(location).startswith(SCHEME)
+
+
+def parse_location(text: str | os.PathLike) -> S3Location | Path:
+    """A ``--memory-dir`` value: an `S3Location` for ``s3://bucket[/prefix]``, else a local `Path`.
+
+    Raises:
+        UsageError: An ``s3://`` value without a valid bucket name, or another URL scheme.
+    """
+    if isinstance(text, (Path, S3Location)):
+        return text
+    if not text.startswith(SCHEME):
+        scheme = text.split("://", 1)[0] if "://" in text else ""
+        if scheme and scheme.isalnum():
+            raise UsageError(f"--memory-dir {redact_url(text)}: {scheme}:// is not supported; use a local folder "
+                             f"or s3://bucket/prefix")
+        return Path(text)
+    bucket, _, prefix = text[len(SCHEME):].partition("/")
+    if not (3 <= len(bucket) <= 63) or not all(c.isalnum() or c in ".-" for c in bucket) or bucket != bucket.lower():
+        raise UsageError(f"--memory-dir {redact_url(text)}: {bucket!r} is not an S3 bucket name (3-63 lower-case "
+                         f"letters, digits, '.' or '-'); expected s3://bucket/prefix")
+    return S3Location(bucket, prefix.strip("/"))
+
+
+class S3Objects(ObjectStore):
+    """`ObjectStore` over the keys under one `S3Location` (see the module docstring).
+
+    Args:
+        location: Bucket and prefix.
+        settings: Endpoint, region, timeouts and retries.
+        client: A boto3 S3 client to use instead of building one (tests).
+
+    Raises:
+        UsageError: boto3 is not installed (``pip install 'hermes-video[s3]'``).
+    """
+
+    def __init__(self, location: S3Location, settings: S3Settings | None = None, client=None) -> None:
+        self.location = location
+        self.settings = settings or S3Settings()
+        endpoint = self.settings.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+        self.name = str(location) + (f" at {redact_url(endpoint)}" if endpoint else "")
+        if client is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError:
+                raise UsageError("an s3:// memory directory needs boto3: pip install 'hermes-video[s3]'") from None
+            region = self.settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            config = Config(connect_timeout=self.settings.timeout_s, read_timeout=self.settings.timeout_s,
+                            retries={"total_max_attempts": max(1, self.settings.retries), "mode": "standard"},
+                            s3={"addressing_style": "path"})
+            client = boto3.client("s3", endpoint_url=endpoint, region_name=region or "us-east-1", config=config)
+        self.client = client
+
+    def child(self, name: str) -> S3Objects:
+        """The same store and connection, under ``prefix/name``."""
+        out = S3Objects.__new__(S3Objects)
+        out.location, out.settings, out.client = self.location.child(name), self.settings, self.client
+        out.name = self.name.replace(str(self.location), str(out.location), 1)
+        return out
+
+    def _key(self, key: str) -> str:
+        return f"{self.location.prefix}/{key}" if self.location.prefix else key
+
+    def _fail(self, what: str, key: str, exc: Exception) -> StorageError:
+        code = _code(exc)
+        hint = {"NoSuchBucket": f"the bucket {self.location.bucket!r} does not exist; create it first",
+                "AccessDenied": "access denied; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+                "InvalidAccessKeyId": "the access key is not known to the store; check AWS_ACCESS_KEY_ID",
+                "SignatureDoesNotMatch": "the secret key does not match; check AWS_SECRET_ACCESS_KEY"}.get(
+            code, "check that the endpoint is up and reachable (memory.s3_endpoint or AWS_ENDPOINT_URL)")
+        reason = code or type(exc).__name__
+        return StorageError(f"object store {self.name}: {what} {key} failed ({redact_url(reason)}) after "
+                            f"{self.settings.retries} attempts; {hint}; records committed before this are kept")
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            out = self.client.get_object(Bucket=self.location.bucket, Key=self._key(key))
+            return out["Body"].read(), out["ETag"].strip('"')
+        except Exception as exc:
+            if _code(exc) in ("NoSuchKey", "404"):
+                return None
+            raise self._fail("reading", key, exc) from None
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        try:
+            out = self.client.get_object(Bucket=self.location.bucket, Key=self._key(key),
+                                         Range=f"bytes={offset}-{offset + length - 1}")
+            return out["Body"].read()
+        except Exception as exc:
+            if _code(exc) in ("NoSuchKey", "404"):
+                raise FileNotFoundError(key) from None
+            if _code(exc) == "InvalidRange":
+                return b""
+            raise self._fail("reading", key, exc) from None
+
+    def put(self, key: str, data: bytes, *, create_only: bool = False, if_match: str | None = None) -> str:
+        extra = {"IfNoneMatch": "*"} if create_only else {"IfMatch": f'"{if_match}"'} if if_match else {}
+        try:
+            out = self.client.put_object(Bucket=self.location.bucket, Key=self._key(key), Body=data, **extra)
+            return out["ETag"].strip('"')
+        except Exception as exc:
+            if _code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise PreconditionFailed(f"{self.name}/{key}: {_code(exc)}") from None
+            if if_match and _code(exc) in ("NoSuchKey", "404"):
+                raise PreconditionFailed(f"{self.name}/{key}: gone") from None
+            raise self._fail("writing", key, exc) from None
+
+    def keys(self, prefix: str, after: str = "") -> list[str]:
+        out, token = [], None
+        base = len(self._key(""))
+        try:
+            while True:
+                kwargs = {"Bucket": self.location.bucket, "Prefix": self._key(prefix)}
+                if token:
+                    kwargs["ContinuationToken"] = token
+                elif after:
+                    kwargs["StartAfter"] = self._key(after)
+                page = self.client.list_objects_v2(**kwargs)
+                out += [item["Key"][base:] for item in page.get("Contents", [])]
+                token = page.get("NextContinuationToken")
+                if not page.get("IsTruncated") or not token:
+                    return out
+        except Exception as exc:
+            raise self._fail("listing", prefix or "/", exc) from None
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.location.bucket, Key=self._key(key))
+        except Exception as exc:
+            raise self._fail("deleting", key, exc) from None
+
+
+def _code(exc: Exception) -> str:
+    """The S3 error code of a botocore ClientError ("NoSuchKey", "PreconditionFailed", "412"), else ""."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        err = response.get("Error") or {}
+        return str(err.get("Code") or response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "")
+    return ""
