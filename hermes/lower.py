@@ -8,7 +8,8 @@
   rest are dropped. Every layer keeps equally many, its best: as many as the layer with the most
   above the threshold. The record gets a search embedding: the mean content of its last layer's
   keys (keys rotated back to position 0, so the vector says *what* was seen, not *where* it sat).
-- `recall` (called by the session before a question, with `memory.recall: on`): the question's own
+- `recall` (called by the session before a question, with `memory.recall: on`; nothing runs while
+  levels 2-3 are empty): the question's own
   last-layer queries, rotated back to position 0 and grouped per key head, are the search vector;
   the top records are fetched (host memory, prefetch cache or disk), spliced in time order into the
   working cache as an answer-time view, and removed with the question when the answer is done.
@@ -34,7 +35,7 @@ from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache
 from hermes.config import MemoryConfig
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
-from hermes.probe import probe_queries
+from hermes.probe import question_queries
 from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.fingerprint import make_fingerprint, weights_digest
@@ -157,8 +158,8 @@ class LowerLevels:
     # ---- answering -----------------------------------------------------------------------------------
 
     def question_vector(self, cache: HermesCache, question_embeds: torch.Tensor) -> torch.Tensor:
-        """The search vector of a question: its last-layer queries' content, per key head."""
-        queries, positions = probe_queries(self.model, cache, question_embeds, layer=-1)
+        """The search vector of a question: its last-layer queries' content, per key head (a queries-only pass)."""
+        queries, positions = question_queries(self.model, cache, question_embeds, layer=-1)
         groups = queries.shape[0] // self.model.text_config.num_key_value_heads
         return content_vector(queries, positions, self.spec, groups=groups)
 
@@ -169,6 +170,8 @@ class LowerLevels:
         differ per layer), so the cache stays rectangular for the model's attention mask.
         """
         start = time.perf_counter()
+        if len(self.store.index) == 0 and len(self.store.dram) == 0:  # nothing below level 1: no pass, no search
+            return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         self.last_vector = self.question_vector(cache, question_embeds)
         hits = self.store.search(self.last_vector, self.cfg.recall_top_k)
         if not hits:

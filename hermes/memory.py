@@ -356,14 +356,16 @@ class HermesPolicy(BudgetPolicy):
         global_text = self.last_question if (self.cfg.condition_on_question and self.last_question) \
             else self.cfg.global_query
         local = self.model.question_embeds(self.cfg.local_query)
-        weights = probe_attention(self.model, cache, torch.cat([local, self.model.question_embeds(global_text)]))
+        maps = probe_attention(self.model, cache, torch.cat([local, self.model.question_embeds(global_text)]))
+        maps = torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps  # (L, Q, T) on the host
         n_local = local.shape[0]
+        local_mean, global_mean = maps[:, :n_local].mean(1), maps[:, n_local:].mean(1)  # (L, T) each
+        is_longterm = torch.tensor([band == "longterm" for band in self.bands])[:, None]
+        fresh_rows = torch.where(is_longterm, global_mean, (local_mean + global_mean) / 2)  # (L, T)
         rows = []
-        for layer, band in enumerate(self.bands):
-            w = weights[layer]  # (Q, T)
-            fresh = w[n_local:].mean(0) if band == "longterm" else (w[:n_local].mean(0) + w[n_local:].mean(0)) / 2
+        for layer, fresh in enumerate(fresh_rows):
             ids = cache.layers[layer].token_ids
-            running = accumulate(self._running[layer], fresh.cpu(), ids, self.cfg.accumulation,
+            running = accumulate(self._running[layer], fresh, ids, self.cfg.accumulation,
                                  self.cfg.accumulate_decay)
             if self.cfg.accumulation != "none":
                 self._running[layer] = (ids, running)
