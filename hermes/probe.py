@@ -18,7 +18,8 @@ key heads (query head h reads key head h // G, as `repeat_interleave` would), so
 per layer runs against the cache as it is stored; scores accumulate in float32 (on CUDA straight
 from bf16/fp16 inputs, `out_dtype`; elsewhere one layer's keys are widened at a time). Each
 layer's weights are reduced over heads inside the attention function to one (Q, T) map, written
-into a preallocated (L, Q, T) device buffer; that buffer reaches the host in one transfer. So the
+into a preallocated (L, Q, T) device buffer; that buffer reaches the host in one transfer. The pass
+stops inside the last layer once its map is written (its output is never read). So the
 transient memory is one layer's (Hq, Q, T) scores plus the (L, Q, T) maps, not every layer's
 weights at once.
 
@@ -56,8 +57,8 @@ class _ProbeRecorder:
         self.queries: torch.Tensor | None = None  # (Hq, Q, D) of `query_layer`
 
 
-class _QueriesCaptured(Exception):
-    """Raised inside the last needed layer: what follows it is not needed (caught by `question_queries`)."""
+class _PassDone(Exception):
+    """Raised inside the last layer a pass needs, once it has what it came for (caught by `_run`)."""
 
 
 _recorder: _ProbeRecorder | None = None
@@ -106,6 +107,9 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
 
     Returns:
         (output (B, Q, Hq, D), None): the eager output; the weights stay in the recorder.
+
+    Raises:
+        _PassDone: in the last layer, once its map is recorded.
     """
     b, hq, q_len, d = query.shape
     hkv, t_len = key.shape[1], key.shape[2]
@@ -120,6 +124,8 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
             rec.maps = torch.empty(rec.num_layers, q_len, rec.cached, dtype=torch.float32, device=query.device)
         # mean over every query head of batch 0, cached columns only, into this layer's row of the buffer
         torch.mean(weights[0, ..., :rec.cached].reshape(hq, q_len, rec.cached), dim=0, out=rec.maps[module.layer_idx])
+        if module.layer_idx == rec.num_layers - 1:
+            raise _PassDone  # the last layer's output (o_proj, MLP, norm) is never read
     output = torch.bmm(weights.view(b * hkv, groups * q_len, t_len).to(value.dtype),
                        value.reshape(b * hkv, t_len, d))  # (B*Hkv, G*Q, D)
     return output.view(b, hq, q_len, d).transpose(1, 2).contiguous(), None
@@ -135,12 +141,12 @@ def queries_attention_forward(module, query, key, value, attention_mask, scaling
         (output (B, Q, Hq, D), None).
 
     Raises:
-        _QueriesCaptured: in the query layer (nothing after it is needed).
+        _PassDone: in the query layer (nothing after it is needed).
     """
     rec = _recorder
     if rec is not None and module.layer_idx == rec.query_layer:
         rec.queries = query[0]  # (Hq, Q, D), rotated at the pass's positions
-        raise _QueriesCaptured
+        raise _PassDone
     q_len, t_len = query.shape[-2], key.shape[-2]
     visible = torch.ones(q_len, t_len, dtype=torch.bool, device=query.device)
     visible[:, t_len - q_len:] = ~_future_mask(q_len, query.device)
@@ -171,7 +177,7 @@ def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, implementat
         positions = cache.allocate_positions(embeds.shape[0])
         try:
             model.prefill(embeds, positions, cache)
-        except _QueriesCaptured:
+        except _PassDone:
             pass
     finally:
         config._attn_implementation = previous

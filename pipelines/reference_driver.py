@@ -130,7 +130,7 @@ def main() -> int:
         decoder.rotary_emb = _table_rotary(decoder.rotary_emb)
         causal = LegacyCacheLM(config.text_config)
         causal.model, causal.lm_head = net.model.language_model, net.lm_head  # shared, not copied
-        net._causal_lm = causal.eval().to(device, dtype)
+        object.__setattr__(net, "_causal_lm", causal.eval().to(device, dtype))  # a plain attribute, copied by load_model
         n_local, n_global = spec["pseudo_query_tokens"]
         lengths = {"local": n_local, "global": n_global, "local; global": n_local + n_global,
                    "question": spec["question_tokens"], "prefix": spec["prefix_tokens"]}

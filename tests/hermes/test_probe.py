@@ -69,7 +69,7 @@ def test_grouped_probe_equals_repeat_interleave_in_float32(dtype, groups):
     expected_out = (weights @ v32).transpose(1, 2)  # (1, Q, Hq, D)
 
     module = types.SimpleNamespace(layer_idx=0, num_key_value_groups=groups)
-    hermes.probe._recorder = hermes.probe._ProbeRecorder(num_layers=1, cached=cached)
+    hermes.probe._recorder = hermes.probe._ProbeRecorder(num_layers=2, cached=cached)  # layer 0 is not the last
     try:
         out, _ = hermes.probe.probe_attention_forward(module, query, key, value, None, scaling)
         maps = hermes.probe._recorder.maps[0]
