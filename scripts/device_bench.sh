@@ -125,7 +125,7 @@ for i in "${!MODELS[@]}"; do
   left=$(( TOTAL_S - $(elapsed) ))
   # the first model (the one the targets are about) gets 55% of the time left, the last one the rest
   limit=$(( i + 1 < ${#MODELS[@]} ? ((left - EXTRAS_S) * 11) / 20 : left - EXTRAS_S - 10 ))
-  if [ "$limit" -lt 60 ]; then say "$name: skipped, only ${left}s of the time budget left"; continue; fi
+  if [ "$limit" -lt 60 ]; then say "$name: skipped, only ${left}s of the time budget left (${EXTRAS_S}s of it kept for the extras)"; continue; fi
   say "$name: sweep (limit ${limit}s)"
   # shellcheck disable=SC2086  # model_args is two words on purpose
   timeout --signal=INT --kill-after=15 "$limit" "$PY" -m hermes bench sweep $model_args --device "$DEVICE" \
