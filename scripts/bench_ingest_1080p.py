@@ -6,7 +6,7 @@ in chunks of 8, one torch thread, and prints frames per second of wall time from
 the end of the last chunk. Uses only APIs older than the reader thread, so the same command
 measures an older checkout too (run it with that checkout's python).
 
-    OMP_NUM_THREADS=1 python scripts/bench_ingest_1080p.py [--video PATH] [--fps 2]
+    python scripts/bench_ingest_1080p.py [--seconds 12] [--video PATH] [--fps 2]
 """
 
 import argparse
@@ -34,12 +34,13 @@ def write_1080p(path: Path, seconds: float = 12.0, fps: float = 25.0) -> None:
 
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--video", default="/tmp/hermes-1080p.mp4")
+parser.add_argument("--seconds", type=float, default=12.0, help="length of the video written (default: 12)")
+parser.add_argument("--video", help="the 1080p file (default: /tmp/hermes-1080p-<seconds>s.mp4, written if missing)")
 parser.add_argument("--fps", type=float, default=2.0)
 args = parser.parse_args()
-video = Path(args.video)
+video = Path(args.video or f"/tmp/hermes-1080p-{args.seconds:g}s.mp4")
 if not video.exists():
-    write_1080p(video)
+    write_1080p(video, seconds=args.seconds)
 torch.set_num_threads(1)
 net, tokenizer = tiny_llava_onevision(seed=0, image_size=28, hidden_size=512, num_layers=8)
 model = make_adapter("llava_onevision", "cpu-small", net, tokenizer, ModelConfig(device="cpu", dtype="float32"))

@@ -154,13 +154,15 @@ extra() {  # extra SECONDS TITLE COMMAND...: one section of extras.md, cut at it
 }
 : > "$OUT/extras.md"
 first_arch=${MODELS[0]#*--arch }; first_arch=${first_arch%% *}
-if [ "$DEVICE" = cpu ]; then probe_tokens=1024; records=1000; else probe_tokens=7232; records=10000; fi
+# the CPU dry run proves the steps at small sizes; the GPU run measures at the 7B geometry
+if [ "$DEVICE" = cpu ]; then probe_tokens=256; records=200; write_mib=4; video_s=4
+else probe_tokens=7232; records=10000; write_mib=16; video_s=12; fi
 extra 60 "probe transient memory vs KV cache ($first_arch)" \
   "$PY" scripts/bench_probe_memory.py --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" --tokens "$probe_tokens"
 extra 120 "recall and search ($records records)" \
-  "$PY" -m hermes bench tiers --records "$records" --write-mib 16
+  "$PY" -m hermes bench tiers --records "$records" --write-mib "$write_mib"
 extra 120 "ingest of a 1080p file (cpu-small, decode on a reader thread)" \
-  "$PY" scripts/bench_ingest_1080p.py --video "/tmp/hermes-1080p.mp4"
+  "$PY" scripts/bench_ingest_1080p.py --seconds "$video_s"
 if [ -n "${REF_DIR:-}" ] && [ -n "${REF_PYTHON:-}" ]; then
   extra 240 "ours vs the reference (bench reference)" \
     "$PY" -m hermes bench reference --ref-dir "$REF_DIR" --ref-python "$REF_PYTHON" --geometries 4x64,8x512
