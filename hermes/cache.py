@@ -46,7 +46,15 @@ class UnsupportedCacheError(ModelError):
     """The model's cache layout is one hermes cannot manage (exit 4, like any unsupported model)."""
 
 
-@dataclass(frozen=True)
+def to_device_no_sync(index: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`index` (host) on `device` without stalling the host: on CUDA through pinned memory with a
+    non-blocking copy (ordered on the stream before the kernels that read it); elsewhere a plain `.to`."""
+    if device.type == "cuda" and index.device.type == "cpu":
+        return index.pin_memory().to(device, non_blocking=True)
+    return index.to(device)
+
+
+@dataclass
 class TokenEntries:
     """Copies of some of one layer's tokens: keys, values and their metadata, in cache order.
 
@@ -173,15 +181,21 @@ class HermesLayer(DynamicLayer):
 
     # ---- shrinking and rewriting ---------------------------------------------------------------------
 
-    def entries(self, index: torch.Tensor) -> TokenEntries:
-        """Copies of the described tokens at cache indices `index` (n,), in that order."""
-        dev = index.to(self.keys.device)
+    def entries(self, index: torch.Tensor, index_on_device: torch.Tensor | None = None) -> TokenEntries:
+        """Copies of the described tokens at cache indices `index` (n,), in that order.
+
+        `index_on_device`: the same indices already on the keys' device (callers batch that move).
+        """
+        dev = index_on_device if index_on_device is not None else index.to(self.keys.device)
         return TokenEntries(keys=self.keys[0].index_select(-2, dev), values=self.values[0].index_select(-2, dev),
                             **{name: getattr(self, name)[..., index] for name in METADATA})
 
-    def select(self, keep: torch.Tensor) -> None:
-        """Keep the tokens at cache indices `keep` (K,), in that order (every token must be described)."""
-        idx = keep.to(self.keys.device)
+    def select(self, keep: torch.Tensor, keep_on_device: torch.Tensor | None = None) -> None:
+        """Keep the tokens at cache indices `keep` (K,), in that order (every token must be described).
+
+        `keep_on_device`: the same indices already on the keys' device (callers batch that move).
+        """
+        idx = keep_on_device if keep_on_device is not None else keep.to(self.keys.device)
         self.keys = self.keys.index_select(-2, idx)
         self.values = self.values.index_select(-2, idx)
         for name in METADATA:
@@ -406,8 +420,9 @@ class HermesCache(DynamicCache):
         Args:
             keep: (L, K) int64 cache indices; the same K for every layer.
         """
-        for layer, row in zip(self.layers, keep):
-            layer.select(row)
+        keep_on_device = to_device_no_sync(keep, self.layers[0].keys.device)  # one move for every layer
+        for layer, row, row_on_device in zip(self.layers, keep, keep_on_device):
+            layer.select(row, row_on_device)
 
     # ---- answering without leaving a trace ----------------------------------------------------
 

@@ -8,8 +8,10 @@
   rest are dropped. Every layer keeps equally many, its best: as many as the layer with the most
   above the threshold. The record gets a search embedding: the mean content of its last layer's
   keys (keys rotated back to position 0, so the vector says *what* was seen, not *where* it sat).
-- `recall` (called by the session before a question, with `memory.recall: on`): the question's own
-  last-layer queries, rotated back to position 0 and grouped per key head, are the search vector;
+- `recall` (called by the session before a question, with `memory.recall: on`; nothing runs while
+  levels 2-3 are empty): the question's own last-layer queries (from a queries-only pass with the
+  model's SDPA kernel, `hermes.probe.question_queries`), rotated back to position 0 and grouped per
+  key head, are the search vector;
   the top records are fetched (host memory, prefetch cache or disk), spliced in time order into the
   working cache as an answer-time view, and removed with the question when the answer is done.
 - Prefetch: after each eviction, the records nearest the last question are loaded in the
@@ -30,11 +32,11 @@ from pathlib import Path
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache
+from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache, to_device_no_sync
 from hermes.config import MemoryConfig
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
-from hermes.probe import probe_queries
+from hermes.probe import question_queries
 from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.remote_level import remote_options
@@ -163,8 +165,8 @@ class LowerLevels:
     # ---- answering -----------------------------------------------------------------------------------
 
     def question_vector(self, cache: HermesCache, question_embeds: torch.Tensor) -> torch.Tensor:
-        """The search vector of a question: its last-layer queries' content, per key head."""
-        queries, positions = probe_queries(self.model, cache, question_embeds, layer=-1)
+        """The search vector of a question: its last-layer queries' content, per key head (a queries-only pass)."""
+        queries, positions = question_queries(self.model, cache, question_embeds, layer=-1)
         groups = queries.shape[0] // self.model.text_config.num_key_value_heads
         return content_vector(queries, positions, self.spec, groups=groups)
 
@@ -175,6 +177,8 @@ class LowerLevels:
         differ per layer), so the cache stays rectangular for the model's attention mask.
         """
         start = time.perf_counter()
+        if len(self.store.index) == 0 and len(self.store.dram) == 0:  # nothing below level 1: no pass, no search
+            return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         self.last_vector = self.question_vector(cache, question_embeds)
         hits = self.store.search(self.last_vector, self.cfg.recall_top_k)
         if not hits:
@@ -200,18 +204,20 @@ class LowerLevels:
                 delta = 0
             shifted.append((record, delta))
         spliced: dict[str, list[torch.Tensor]] = {"keys": [], "values": [], "positions": [], "frame_index": []}
+        layers_kv, tops = [], []
         for layer in range(cache.num_layers):
             parts = [self._layer_tokens(record.layers[layer], delta) for record, delta in reversed(shifted)]
-            keys = torch.cat([p[0] for p in parts], dim=1)  # (H, m, D)
-            values = torch.cat([p[1] for p in parts], dim=1)
-            positions = torch.cat([p[2] for p in parts], dim=1)  # (A, m)
             scores = torch.cat([p[3] for p in parts])
-            frames = torch.cat([p[4] for p in parts])
-            top = torch.sort(torch.topk(scores, n).indices).values  # the best n, in time order
-            spliced["keys"].append(keys[:, top.to(keys.device)])
-            spliced["values"].append(values[:, top.to(keys.device)])
-            spliced["positions"].append(positions[:, top])
-            spliced["frame_index"].append(frames[top])
+            # the best n, in time order (every record's tokens when layers hold equally many, the usual case)
+            top = torch.arange(n) if scores.shape[0] == n else torch.sort(torch.topk(scores, n).indices).values
+            tops.append(top)
+            layers_kv.append((torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)))
+            spliced["positions"].append(torch.cat([p[2] for p in parts], dim=1)[:, top])  # (A, n)
+            spliced["frame_index"].append(torch.cat([p[4] for p in parts])[top])
+        tops_on_device = to_device_no_sync(torch.stack(tops), keys0.device)  # (L, n): one move for every layer
+        for (keys, values), top in zip(layers_kv, tops_on_device):  # (H, m, D) each
+            spliced["keys"].append(keys.index_select(1, top))
+            spliced["values"].append(values.index_select(1, top))
         cache.append(spliced["keys"], spliced["values"], spliced["positions"], KIND_RECALLED, spliced["frame_index"])
         elapsed = (time.perf_counter() - start) * 1e3
         return RecallStats(recall_ms=elapsed, records=len(records), tokens=n,

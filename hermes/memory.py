@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, TokenEntries
+from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, TokenEntries, to_device_no_sync
 from hermes.config import MemoryConfig, preset_names
 from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
@@ -252,15 +252,18 @@ class BudgetPolicy(MemoryPolicy):
         prefix = torch.arange(prefix_len).expand(choice.keep.shape[0], prefix_len)
         keep = torch.cat([prefix, choice.keep], dim=1)
         index, scores, entries = [], [], []
+        host_scores = choice.scores.float().cpu() if choice.scores is not None else None  # one transfer
         for l, layer in enumerate(cache.layers):
             kept = torch.zeros(length, dtype=torch.bool)
             kept[keep[l]] = True
             gone = (~kept & (layer.kinds != KIND_PREFIX) & (layer.kinds != KIND_SUMMARY)).nonzero().squeeze(1)
             index.append(gone)
-            scores.append(choice.scores[l, gone - prefix_len].float().cpu() if choice.scores is not None
+            scores.append(host_scores[l, gone - prefix_len] if host_scores is not None
                           else torch.ones(gone.shape[0]))
-            if copy_evicted:
-                entries.append(layer.entries(gone))
+        if copy_evicted:  # every layer's evicted indices reach the device in one move
+            on_device = to_device_no_sync(torch.cat(index), cache.layers[0].keys.device).split(
+                [g.shape[0] for g in index])
+            entries = [layer.entries(gone, dev) for layer, gone, dev in zip(cache.layers, index, on_device)]
         cache.select_(keep)
         self.write_summaries(cache, prefix_len, choice.summaries)
         if self.cfg.reindex == "eager":
@@ -356,14 +359,16 @@ class HermesPolicy(BudgetPolicy):
         global_text = self.last_question if (self.cfg.condition_on_question and self.last_question) \
             else self.cfg.global_query
         local = self.model.question_embeds(self.cfg.local_query)
-        weights = probe_attention(self.model, cache, torch.cat([local, self.model.question_embeds(global_text)]))
+        maps = probe_attention(self.model, cache, torch.cat([local, self.model.question_embeds(global_text)]))
+        maps = torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps  # (L, Q, T) on the host
         n_local = local.shape[0]
+        local_mean, global_mean = maps[:, :n_local].mean(1), maps[:, n_local:].mean(1)  # (L, T) each
+        is_longterm = torch.tensor([band == "longterm" for band in self.bands])[:, None]
+        fresh_rows = torch.where(is_longterm, global_mean, (local_mean + global_mean) / 2)  # (L, T)
         rows = []
-        for layer, band in enumerate(self.bands):
-            w = weights[layer]  # (Q, T)
-            fresh = w[n_local:].mean(0) if band == "longterm" else (w[:n_local].mean(0) + w[n_local:].mean(0)) / 2
+        for layer, fresh in enumerate(fresh_rows):
             ids = cache.layers[layer].token_ids
-            running = accumulate(self._running[layer], fresh.cpu(), ids, self.cfg.accumulation,
+            running = accumulate(self._running[layer], fresh, ids, self.cfg.accumulation,
                                  self.cfg.accumulate_decay)
             if self.cfg.accumulation != "none":
                 self._running[layer] = (ids, running)

@@ -10,8 +10,22 @@ construction.)
 How: the pseudo-query is prefilled through the language model with the working cache, exactly as
 a question would be, while every attention layer runs `probe_attention_forward` instead of its
 usual kernel. That function receives the layer's real rotated queries and the full key/value
-cache, computes attention eagerly (so the weights exist), keeps the weights, and returns the same
-output the eager kernel would. The cache is rewound afterwards: the probe leaves no trace.
+cache and computes attention eagerly, so the weights exist; it returns the same output the eager
+kernel would. The cache is rewound afterwards: the probe leaves no trace.
+
+What it costs (DESIGN §8): nothing is copied to widen K/V. The queries are grouped against the
+key heads (query head h reads key head h // G, as `repeat_interleave` would), so one batched matmul
+per layer runs against the cache as it is stored; scores accumulate in float32 (on CUDA straight
+from bf16/fp16 inputs, `out_dtype`; elsewhere one layer's keys are widened at a time). Each
+layer's weights are reduced over heads inside the attention function to one (Q, T) map, written
+into a preallocated (L, Q, T) device buffer; that buffer reaches the host in one transfer. The pass
+stops inside the last layer once its map is written (its output is never read). So the
+transient memory is one layer's (Hq, Q, T) scores plus the (L, Q, T) maps, not every layer's
+weights at once.
+
+`question_queries` is the cheap sibling used by recall: a pass with the model's own SDPA kernel
+that stops inside the last layer once its rotated queries exist (no eager attention anywhere, no
+last-layer attention or MLP).
 """
 
 from __future__ import annotations
@@ -23,25 +37,68 @@ from hermes.cache import HermesCache
 from hermes.model_protocol import CoreModel
 
 PROBE_ATTENTION = "hermes_probe"
+QUERIES_ATTENTION = "hermes_queries"
 
 
 class _ProbeRecorder:
-    """Per-layer attention weights (and rotated queries) captured during one probe forward."""
+    """What one probe forward captures: head-mean weights of every layer, or one layer's queries.
 
-    def __init__(self) -> None:
-        self.weights: dict[int, torch.Tensor] = {}
-        self.queries: dict[int, torch.Tensor] = {}
+    Args:
+        num_layers: decoder layers L.
+        cached: T, cache length before the probe (the columns kept).
+        query_layer: the layer whose rotated queries `question_queries` wants (None: attention maps).
+    """
+
+    def __init__(self, num_layers: int, cached: int, query_layer: int | None = None) -> None:
+        self.num_layers = num_layers
+        self.cached = cached
+        self.query_layer = query_layer
+        self.maps: torch.Tensor | None = None  # (L, Q, T) float32 on the device, allocated by layer 0
+        self.queries: torch.Tensor | None = None  # (Hq, Q, D) of `query_layer`
+
+
+class _PassDone(Exception):
+    """Raised inside the last layer a pass needs, once it has what it came for (caught by `_run`)."""
 
 
 _recorder: _ProbeRecorder | None = None
 
 
-def probe_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
-                            **kwargs):
-    """Eager attention that records its weights; registered as the `hermes_probe` implementation.
+def _future_mask(q_len: int, device: torch.device) -> torch.Tensor:
+    """(Q, Q) True above the diagonal: query i (cache index T + i) sees the cache and new tokens up to itself."""
+    return torch.ones(q_len, q_len, dtype=torch.bool, device=device).triu(1)
+
+
+def grouped_scores_fp32(query: torch.Tensor, key: torch.Tensor, scaling: float) -> torch.Tensor:
+    """Scaled scores of grouped queries against their key heads, accumulated in float32.
 
     Args:
-        module: the attention module (gives `layer_idx`, `num_key_value_groups`).
+        query: (B, Hq, Q, D) queries; Hq = G * Hkv, head h belonging to key head h // G.
+        key: (B, Hkv, T, D) keys as cached (no copy is made to widen them over groups).
+        scaling: the softmax scale.
+
+    Returns:
+        (B, Hkv, G * Q, T) float32 scores; row g * Q + i is query head (kv * G + g), token i.
+    """
+    b, hq, q_len, d = query.shape
+    hkv, t_len = key.shape[1], key.shape[2]
+    grouped = query.reshape(b * hkv, hq // hkv * q_len, d)  # heads of one group are adjacent
+    keys_t = key.reshape(b * hkv, t_len, d).transpose(1, 2)  # (B*Hkv, D, T), a view
+    if key.dtype == torch.float32:
+        scores = torch.bmm(grouped.float(), keys_t)
+    elif key.is_cuda:  # tensor cores accumulate in fp32; out_dtype keeps that precision in the result
+        scores = torch.bmm(grouped.to(key.dtype), keys_t, out_dtype=torch.float32)
+    else:  # no mixed-precision bmm on this device: widen this layer's keys only (transient)
+        scores = torch.bmm(grouped.float(), keys_t.float())
+    return scores.mul_(scaling).view(b, hkv, hq // hkv * q_len, t_len)
+
+
+def probe_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
+                            **kwargs):
+    """Eager grouped attention that records its head-mean weights; the `hermes_probe` implementation.
+
+    Args:
+        module: the attention module (gives `layer_idx`).
         query: (B, Hq, Q, D) rotated queries of the tokens being prefilled (the pseudo-query).
         key, value: (B, Hkv, T, D) the layer's whole cache, the Q new tokens last.
         attention_mask: ignored: the mask is rebuilt here (all cached tokens visible, causal among
@@ -49,52 +106,89 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
         scaling: the softmax scale the model uses.
 
     Returns:
-        (output (B, Q, Hq, D), weights (B, Hq, Q, T)) as transformers' eager attention does.
+        (output (B, Q, Hq, D), None): the eager output; the weights stay in the recorder.
+
+    Raises:
+        _PassDone: in the last layer, once its map is recorded.
     """
-    groups = module.num_key_value_groups
-    key = key.repeat_interleave(groups, dim=1)  # (B, Hq, T, D)
-    value = value.repeat_interleave(groups, dim=1)
-    q_len, t_len = query.shape[-2], key.shape[-2]
-    scores = torch.matmul(query.float(), key.float().transpose(2, 3)) * scaling  # (B, Hq, Q, T)
-    # Query i sits at cache index t_len - q_len + i: it sees everything up to itself.
-    future = torch.ones(q_len, q_len, dtype=torch.bool, device=query.device).triu(1)
-    scores[..., t_len - q_len:] = scores[..., t_len - q_len:].masked_fill(future, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    b, hq, q_len, d = query.shape
+    hkv, t_len = key.shape[1], key.shape[2]
+    groups = hq // hkv
+    scores = grouped_scores_fp32(query, key, scaling).view(b, hkv, groups, q_len, t_len)
+    tail = scores[..., t_len - q_len:]
+    tail.masked_fill_(_future_mask(q_len, query.device), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (B, Hkv, G, Q, T) float32
     if _recorder is not None:
-        _recorder.weights[module.layer_idx] = weights
-        _recorder.queries[module.layer_idx] = query[0]  # (Hq, Q, D), rotated at the probe's positions
-    output = torch.matmul(weights.to(value.dtype), value).transpose(1, 2).contiguous()
-    return output, weights.to(query.dtype)
+        rec = _recorder
+        if rec.maps is None:
+            rec.maps = torch.empty(rec.num_layers, q_len, rec.cached, dtype=torch.float32, device=query.device)
+        # mean over every query head of batch 0, cached columns only, into this layer's row of the buffer
+        torch.mean(weights[0, ..., :rec.cached].reshape(hq, q_len, rec.cached), dim=0, out=rec.maps[module.layer_idx])
+        if module.layer_idx == rec.num_layers - 1:
+            raise _PassDone  # the last layer's output (o_proj, MLP, norm) is never read
+    output = torch.bmm(weights.view(b * hkv, groups * q_len, t_len).to(value.dtype),
+                       value.reshape(b * hkv, t_len, d))  # (B*Hkv, G*Q, D)
+    return output.view(b, hq, q_len, d).transpose(1, 2).contiguous(), None
+
+
+def queries_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
+                              **kwargs):
+    """The model's SDPA kernel, except in the recorder's query layer, where it keeps the queries and stops.
+
+    The mask is rebuilt as in `probe_attention_forward` (the cache visible, causal among the new tokens).
+
+    Returns:
+        (output (B, Q, Hq, D), None).
+
+    Raises:
+        _PassDone: in the query layer (nothing after it is needed).
+    """
+    rec = _recorder
+    if rec is not None and module.layer_idx == rec.query_layer:
+        rec.queries = query[0]  # (Hq, Q, D), rotated at the pass's positions
+        raise _PassDone
+    q_len, t_len = query.shape[-2], key.shape[-2]
+    visible = torch.ones(q_len, t_len, dtype=torch.bool, device=query.device)
+    visible[:, t_len - q_len:] = ~_future_mask(q_len, query.device)
+    output = torch.nn.functional.scaled_dot_product_attention(query, key.to(query.dtype), value.to(query.dtype),
+                                                              attn_mask=visible, scale=scaling,
+                                                              enable_gqa=query.shape[1] != key.shape[1])
+    return output.transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(PROBE_ATTENTION, probe_attention_forward)
+AttentionInterface.register(QUERIES_ATTENTION, queries_attention_forward)
 
 
-def _probe(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) -> tuple[_ProbeRecorder, torch.Tensor, int]:
-    """Prefill `embeds` through every layer with the recording attention, then rewind the cache.
+def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, implementation: str,
+         recorder: _ProbeRecorder) -> torch.Tensor:
+    """Prefill `embeds` through the model with `implementation` recording into `recorder`, then rewind.
 
     Returns:
-        (recorder, positions (A, Q) the probe tokens took, cache length before the probe).
+        (A, Q) positions the tokens took.
     """
     global _recorder
     config = model.text_config
     previous = config._attn_implementation
     mark = cache.mark()
-    recorder = _recorder = _ProbeRecorder()
+    _recorder = recorder
     try:
-        config._attn_implementation = PROBE_ATTENTION
+        config._attn_implementation = implementation
         positions = cache.allocate_positions(embeds.shape[0])
-        model.prefill(embeds, positions, cache)
+        try:
+            model.prefill(embeds, positions, cache)
+        except _PassDone:
+            pass
     finally:
         config._attn_implementation = previous
         _recorder = None
         cache.rewind(mark)
-    return recorder, positions, mark.length
+    return positions
 
 
 @torch.inference_mode()
-def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) -> list[torch.Tensor]:
-    """Attention each cached token receives from a pseudo-query, per layer.
+def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) -> torch.Tensor:
+    """Attention each cached token receives from a pseudo-query, per layer, on the host.
 
     Args:
         model: a `VLMAdapter` (uses `prefill` and `text_config`).
@@ -102,16 +196,28 @@ def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) 
         embeds: (Q, hidden) pseudo-query embeddings, placed after everything cached.
 
     Returns:
-        One (Q, T) float32 tensor per layer: the attention weight each pseudo-query token puts on
-        each of the T cached tokens, averaged over heads (the pseudo-query's own tokens excluded).
+        (L, Q, T) float32 on the CPU (one transfer for all layers): the attention weight each
+        pseudo-query token puts on each of the T cached tokens, averaged over heads (the
+        pseudo-query's own tokens excluded). `probe[l]` is layer l's (Q, T) map.
     """
-    recorder, _, cached = _probe(model, cache, embeds)
-    return [recorder.weights[i][0, :, :, :cached].mean(dim=0) for i in range(len(recorder.weights))]
+    recorder = _ProbeRecorder(model.text_config.num_hidden_layers, cache.num_tokens)
+    _run(model, cache, embeds, PROBE_ATTENTION, recorder)
+    return recorder.maps.cpu()
+
+
+def probe_transient_bytes(num_layers: int, q_heads: int, q_len: int, cached: int) -> int:
+    """Bytes the probe holds beyond the model's own activations: one layer's float32 (Hq, Q, T) scores
+    and weights, plus the (L, Q, T) float32 maps (the figure the bench reports)."""
+    return 4 * (2 * q_heads * q_len * (cached + q_len) + num_layers * q_len * cached)
 
 
 @torch.inference_mode()
-def probe_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+def question_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor,
+                     layer: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotated query vectors one layer computes for `embeds` placed after the cache.
+
+    A queries-only pass: the layers before `layer` run the model's SDPA attention, and the pass
+    stops inside `layer` as soon as its queries are rotated.
 
     Args:
         model: a `VLMAdapter`.
@@ -122,5 +228,7 @@ def probe_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, la
     Returns:
         (queries (Hq, Q, D) as rotated by the model, positions (A, Q) they were rotated at).
     """
-    recorder, positions, _ = _probe(model, cache, embeds)
-    return recorder.queries[layer % len(recorder.queries)], positions
+    num_layers = model.text_config.num_hidden_layers
+    recorder = _ProbeRecorder(num_layers, cache.num_tokens, query_layer=layer % num_layers)
+    positions = _run(model, cache, embeds, QUERIES_ATTENTION, recorder)
+    return recorder.queries, positions

@@ -79,7 +79,16 @@ def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int 
     from transformers import LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration
 
     tokenizer = tiny_tokenizer()
-    config = LlavaOnevisionConfig(
+    config = LlavaOnevisionConfig(**tiny_llava_onevision_config(tokenizer, image_size, hidden_size, num_layers))
+    torch.manual_seed(seed)
+    model = LlavaOnevisionForConditionalGeneration(config).eval()
+    return model, tokenizer
+
+
+def tiny_llava_onevision_config(tokenizer, image_size: int = 108, hidden_size: int = 64, num_layers: int = 4) -> dict:
+    """The `LlavaOnevisionConfig` keyword arguments of `tiny_llava_onevision`, as plain JSON-able data
+    (`bench reference` builds the same geometry under the reference's transformers from them)."""
+    return dict(
         vision_config=dict(
             model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
             num_attention_heads=2, image_size=image_size, patch_size=4, num_channels=3,
@@ -97,9 +106,6 @@ def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int 
         video_token_index=tokenizer.convert_tokens_to_ids("<video>"),
         tie_word_embeddings=False,
     )
-    torch.manual_seed(seed)
-    model = LlavaOnevisionForConditionalGeneration(config).eval()
-    return model, tokenizer
 
 
 def _tiny_text(tokenizer, **extra) -> dict:

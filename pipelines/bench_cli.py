@@ -1,4 +1,4 @@
-"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers and serve.
+"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers, serve and reference.
 
 Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. The bench's configuration is the
 same `HermesConfig` as `run`'s: `memory.budget` is the budget of every bounded policy measured, set by
@@ -185,6 +185,25 @@ def cmd_bench_serve(args) -> int:
     return 0
 
 
+def cmd_bench_reference(args) -> int:
+    from hermes.pipelines.reference_bench import check_reference, compare, parse_geometries, ratio_table
+
+    geometries = parse_geometries(args.geometries, args.tokens_per_frame)
+    for flag in ("frames", "chunk_frames", "budget", "repeats"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {getattr(args, flag)}")
+    check_output_path(args.output, "--output")
+    check_reference(args.ref_dir, args.ref_python)  # before any model is built
+    rows = compare(args.ref_dir, args.ref_python, geometries, frames=args.frames, chunk_frames=args.chunk_frames,
+                   budget=args.budget, repeats=args.repeats)
+    print(json.dumps(rows) if args.json else ratio_table(rows))
+    if args.output:
+        from hermes.tiers.files import write_bytes_atomic
+
+        write_bytes_atomic(Path(args.output), json.dumps(rows, indent=2).encode())
+    return 0
+
+
 def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...]) -> None:
     """The configuration (with `config_flags`), --json, and --arch, --num-layers, --vision-layers: which
     random-weight model to build (not configuration: they choose the model measured)."""
@@ -237,6 +256,28 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     tiers.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
     add_common_options(tiers)
     tiers.set_defaults(func=cmd_bench_tiers)
+
+    reference = bench_sub.add_parser(
+        "reference", help="the authors' HERMES pipeline (from a checkout you give, in its own environment) "
+                          "against ours on the same random geometry, frames and budget: TTFT, maintenance and "
+                          "peak-memory ratios", description=BENCH_COSTS)
+    reference.add_argument("--ref-dir", required=True, metavar="DIR",
+                           help="checkout of the reference code (has inference/llavaov_hermes.py)")
+    reference.add_argument("--ref-python", default="python3", metavar="PY",
+                           help="interpreter of the reference's environment (transformers 4.57.1; default: %(default)s)")
+    reference.add_argument("--geometries", default="4x64,8x512",
+                           help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
+    reference.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=196,
+                           help="visual tokens per frame (default: %(default)s)")
+    reference.add_argument("--frames", type=int, default=48, help="stream length (default: %(default)s)")
+    reference.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
+    reference.add_argument("--budget", type=int, default=4096,
+                           help="visual tokens kept per layer, both sides (default: %(default)s)")
+    reference.add_argument("--repeats", type=int, default=3, help="questions; medians (default: %(default)s)")
+    reference.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
+    reference.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
+    add_common_options(reference)
+    reference.set_defaults(func=cmd_bench_reference)
 
     sweep = bench_sub.add_parser(
         "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "

@@ -1,7 +1,11 @@
-"""The unit every source yields: one decoded RGB frame with its timestamp."""
+"""The unit every source yields: one decoded RGB frame with its timestamp; and `ReadAhead`, which decodes
+them on a reader thread ahead of the model."""
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,3 +25,67 @@ class Frame:
     t_s: float
     rgb: np.ndarray
     index: int
+
+
+# Frames decoded ahead of the consumer: one 16-frame chunk, so that the next chunk decodes while the
+# model encodes this one (about 100 MB of 1080p RGB at most).
+READ_AHEAD_FRAMES = 16
+
+
+class ReadAhead:
+    """Iterates `frames` on a reader thread, at most `max_frames` ahead of the consumer.
+
+    Decoding (FFmpeg in decord or OpenCV) releases the GIL, as do the model's kernels, so a file's
+    decode no longer waits for the model to finish a chunk, nor the model for the decoder. An error
+    raised by the reader (a `SourceError` for a damaged file) is raised in the consumer, in order,
+    after the frames decoded before it. `close` stops the reader and waits for it, so that the
+    decoder it uses can be released safely afterwards.
+
+    Args:
+        frames: the iterator to read (used by the reader thread only, once iteration starts).
+        max_frames: frames held at most.
+    """
+
+    _DONE = object()
+
+    def __init__(self, frames: Iterator[Frame], max_frames: int = READ_AHEAD_FRAMES) -> None:
+        self._frames = frames
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_frames))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> None:
+        try:
+            for frame in self._frames:
+                if not self._put(frame):
+                    return
+            self._put(self._DONE)
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put(exc)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[Frame]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._read, name="hermes-frame-reader", daemon=True)
+            self._thread.start()
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stop the reader thread and wait for it (it finishes the frame it is decoding)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -32,7 +32,7 @@ import cv2  # noqa: F401
 
 from hermes.errors import SourceError, UsageError, closest
 from hermes.redact import redact_url  # noqa: F401 (the sources' messages use it; callers import it from here too)
-from hermes.pipelines.frames import Frame
+from hermes.pipelines.frames import Frame, ReadAhead
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,8 @@ class VideoFileSource(FrameSource):
         self._fps = fps
         try:
             # Called now, not on first iteration: a bad start_s/end_s fails at open time.
-            self._frames = video.frames(fps=fps, start_s=start_s, end_s=end_s)
+            # decoded on a reader thread, a chunk ahead of the model (`ReadAhead`)
+            self._frames = ReadAhead(video.frames(fps=fps, start_s=start_s, end_s=end_s))
         except BaseException:
             self.close()
             raise
@@ -173,6 +174,9 @@ class VideoFileSource(FrameSource):
             yield frame
 
     def close(self) -> None:
+        frames = getattr(self, "_frames", None)
+        if frames is not None:
+            frames.close()  # the reader stops before the decoder it uses is released
         close = getattr(self._video, "close", None)
         if callable(close):
             close()

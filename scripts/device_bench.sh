@@ -10,8 +10,13 @@
 #   4. runs the sweep on random-weight LLaVA-OV-7B in bf16 (built on the GPU, `--arch llava-ov-7b`),
 #      policies full, sliding, hermes, hermes+recall at a 4096-token budget, 16 to 1024 frames, chunks of 16 and 8,
 #      then Qwen2.5-VL-7B the same way if the qwen2_5_vl adapter exists and time is left;
-#   5. writes <arch>.json and <arch>.md per model, targets.md (scripts/check_targets.py on LLaVA-OV-7B),
-#      env.txt and log.txt under $OUT (7 files, within the tool's 8), and prints the tables.
+#   5. the issue-21 extras, into extras.md (each under its own time limit, in the EXTRAS_S kept back from
+#      the sweeps): the probe's transient memory against the KV cache at the first model's geometry
+#      (scripts/bench_probe_memory.py), recall and FAISS search over 10^4 / 10^5 records (`bench tiers`),
+#      the ingest rate of a 1080p file (scripts/bench_ingest_1080p.py), and `bench reference` when
+#      REF_DIR and REF_PYTHON name a reference checkout and its environment on the machine;
+#   6. writes <arch>.json and <arch>.md per model, targets.md (scripts/check_targets.py on LLaVA-OV-7B),
+#      extras.md, env.txt and log.txt under $OUT (8 files, the tool's limit), and prints the tables.
 # Each sweep rewrites its JSON and markdown after every stream, so a run cut short by its time limit
 # still returns what it measured. Designed to finish in under 8 minutes on an H100/H200.
 #
@@ -26,7 +31,7 @@
 # would need httpx2, which the image does not have.
 #
 # Knobs (environment): DEVICE (cuda|cpu), OUT, WHEELS, TOTAL_S (time budget, default 450),
-# LENGTHS, CHUNKS, POLICIES, BUDGET, DECODE_TOKENS, REPEATS.
+# LENGTHS, CHUNKS, POLICIES, BUDGET, DECODE_TOKENS, REPEATS, EXTRAS_S (default 150), REF_DIR, REF_PYTHON.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START_S=$(date +%s)
@@ -34,6 +39,7 @@ DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-runs/device_bench}
 WHEELS=${WHEELS:-wheels}
 TOTAL_S=${TOTAL_S:-450}
+EXTRAS_S=${EXTRAS_S:-150}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 PY=${PYTHON:-python3}
@@ -118,8 +124,8 @@ for i in "${!MODELS[@]}"; do
   fi
   left=$(( TOTAL_S - $(elapsed) ))
   # the first model (the one the targets are about) gets 55% of the time left, the last one the rest
-  limit=$(( i + 1 < ${#MODELS[@]} ? (left * 11) / 20 : left - 10 ))
-  if [ "$limit" -lt 60 ]; then say "$name: skipped, only ${left}s of the time budget left"; continue; fi
+  limit=$(( i + 1 < ${#MODELS[@]} ? ((left - EXTRAS_S) * 11) / 20 : left - EXTRAS_S - 10 ))
+  if [ "$limit" -lt 60 ]; then say "$name: skipped, only ${left}s of the time budget left (${EXTRAS_S}s of it kept for the extras)"; continue; fi
   say "$name: sweep (limit ${limit}s)"
   # shellcheck disable=SC2086  # model_args is two words on purpose
   timeout --signal=INT --kill-after=15 "$limit" "$PY" -m hermes bench sweep $model_args --device "$DEVICE" \
@@ -135,6 +141,36 @@ for i in "${!MODELS[@]}"; do
     "$PY" scripts/check_targets.py "$OUT/$name.json" --policy hermes --chunk 16 | tee "$OUT/targets.md"
   fi
 done
+# ---- 5. extras (issue 21) ------------------------------------------------------------------------------------
+extra() {  # extra SECONDS TITLE COMMAND...: one section of extras.md, cut at its time limit
+  local limit=$1 title=$2; shift 2
+  local left=$(( TOTAL_S + EXTRAS_S - $(elapsed) ))
+  [ "$limit" -gt "$left" ] && limit=$left
+  if [ "$limit" -lt 20 ]; then echo "## $title: skipped (time budget spent)" >> "$OUT/extras.md"; return; fi
+  say "extra: $title (limit ${limit}s)"
+  { echo "## $title"; echo; echo '```'; echo "\$ $*"; } >> "$OUT/extras.md"
+  timeout --signal=INT --kill-after=10 "$limit" "$@" >> "$OUT/extras.md" 2>&1 || echo "(exit $?)" >> "$OUT/extras.md"
+  echo '```' >> "$OUT/extras.md"
+}
+: > "$OUT/extras.md"
+first_arch=${MODELS[0]#*--arch }; first_arch=${first_arch%% *}
+# the CPU dry run proves the steps at small sizes; the GPU run measures at the 7B geometry
+if [ "$DEVICE" = cpu ]; then probe_tokens=256; records=200; write_mib=4; video_s=4
+else probe_tokens=7232; records=10000; write_mib=16; video_s=12; fi
+extra 60 "probe transient memory vs KV cache ($first_arch)" \
+  "$PY" scripts/bench_probe_memory.py --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" --tokens "$probe_tokens"
+extra 120 "recall and search ($records records)" \
+  "$PY" -m hermes bench tiers --records "$records" --write-mib "$write_mib"
+extra 120 "ingest of a 1080p file (cpu-small, decode on a reader thread)" \
+  "$PY" scripts/bench_ingest_1080p.py --seconds "$video_s"
+if [ -n "${REF_DIR:-}" ] && [ -n "${REF_PYTHON:-}" ]; then
+  extra 240 "ours vs the reference (bench reference)" \
+    "$PY" -m hermes bench reference --ref-dir "$REF_DIR" --ref-python "$REF_PYTHON" --geometries 4x64,8x512
+else
+  echo "## bench reference: skipped (set REF_DIR and REF_PYTHON to a reference checkout and its environment)" \
+    >> "$OUT/extras.md"
+fi
+cat "$OUT/extras.md"
 say "done; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 return $status
 }

@@ -143,6 +143,10 @@ CASES = [
     (["bench", "memory", "--chunk-frames", "0"], 2, "stream.chunk_frames: expected a positive whole number"),
     (["bench", "memory", "--output", "{dir}"], 2, "--output expects a file, found a directory"),
     (["bench", "memory", "--output", "{nowhere}"], 2, "does not exist (create it first)"),
+    (["bench", "reference", "--ref-dir", "{missing}"], 2, "no such directory (give a checkout of the HERMES"),
+    (["bench", "reference", "--ref-dir", "{dir}"], 2, "is not a HERMES reference checkout: inference/llavaov_hermes.py"),
+    (["bench", "reference", "--ref-dir", "{dir}", "--geometries", "4by64"], 2, "--geometries expects LAYERSxWIDTH"),
+    (["bench", "reference", "--ref-dir", "{dir}", "--frames", "0"], 2, "--frames expects a positive whole number"),
     (["bench", "memory", "--arch", "gpt-9"], 2, "argument --arch: invalid choice: 'gpt-9'"),
     (["bench", "memory", "--arch", "cpu-small", "--model", "tiny-llava-onevision"], 2, "not both"),
     (["bench", "memory", "--num-layers", "0"], 2, "--num-layers expects a positive whole number"),
@@ -262,6 +266,7 @@ EARLY = [
     (["serve", "--memory", "hermes-5k"], 2),
     (["serve", "--allow-source", "ftp://host/*"], 2),
     (["serve", "--model", "llava-onevison-7b"], 4),
+    (["bench", "reference", "--ref-dir", "{dir}"], 2),
 ]
 
 

@@ -1,8 +1,12 @@
 """The attention probe is the model's real attention, and it leaves the cache as it was."""
 
 import copy
+import types
 
+import pytest
 import torch
+
+import hermes.probe
 
 from hermes.cache import METADATA
 from hermes.pipelines.session import StreamingSession
@@ -40,3 +44,39 @@ def test_probe_equals_eager_output_attentions(tiny_model):
     after = [t for kv in cache.layer_tensors() for t in kv] + [getattr(cache, n) for n in METADATA]
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     assert config._attn_implementation == previous
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("groups", [1, 7])
+def test_grouped_probe_equals_repeat_interleave_in_float32(dtype, groups):
+    """The grouped probe (no widened K/V) gives the scores of the straightforward computation: keys and
+    values repeated over query groups, everything in float32, weights averaged over heads."""
+    gen = torch.Generator().manual_seed(groups)
+    kv_heads, q_len, cached, dim = 2, 5, 37, 16
+    t_len = cached + q_len
+    query = torch.randn(1, kv_heads * groups, q_len, dim, generator=gen).to(dtype)
+    key = torch.randn(1, kv_heads, t_len, dim, generator=gen).to(dtype)
+    value = torch.randn(1, kv_heads, t_len, dim, generator=gen).to(dtype)
+    scaling = dim ** -0.5
+
+    k32 = key.float().repeat_interleave(groups, dim=1)
+    v32 = value.float().repeat_interleave(groups, dim=1)
+    scores = query.float() @ k32.transpose(2, 3) * scaling  # (1, Hq, Q, T)
+    scores[..., cached:] = scores[..., cached:].masked_fill(torch.ones(q_len, q_len, dtype=torch.bool).triu(1),
+                                                             float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    expected_maps = weights[0, :, :, :cached].mean(dim=0)  # (Q, T)
+    expected_out = (weights @ v32).transpose(1, 2)  # (1, Q, Hq, D)
+
+    module = types.SimpleNamespace(layer_idx=0, num_key_value_groups=groups)
+    hermes.probe._recorder = hermes.probe._ProbeRecorder(num_layers=2, cached=cached)  # layer 0 is not the last
+    try:
+        out, _ = hermes.probe.probe_attention_forward(module, query, key, value, None, scaling)
+        maps = hermes.probe._recorder.maps[0]
+    finally:
+        hermes.probe._recorder = None
+    assert maps.dtype == torch.float32
+    torch.testing.assert_close(maps, expected_maps, atol=1e-6, rtol=1e-5)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), expected_out, **tol)

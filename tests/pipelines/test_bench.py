@@ -267,3 +267,7 @@ def test_device_script_cpu_dry_run(tmp_path):
         rows = json.loads((tmp_path / f"{name}.json").read_text())["rows"]
         assert [r["policy"] for r in rows] == ["full", "hermes"]
     assert (tmp_path / "env.txt").is_file() and "done;" in (tmp_path / "log.txt").read_text()
+    extras = (tmp_path / "extras.md").read_text()
+    assert "| cpu-small |" in extras  # the probe-memory row
+    assert "| recall | 200 |" in extras and "1080p ingest at 2 fps sampling" in extras
+    assert "bench reference: skipped" in extras

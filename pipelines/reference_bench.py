@@ -1,0 +1,184 @@
+"""`hermes-video bench reference`: the authors' HERMES pipeline and ours, side by side, in one run.
+
+The reference (a checkout the user gives, `--ref-dir`) runs in its own environment (`--ref-python`,
+default `python3`; it needs transformers 4.57.1) as a subprocess: `pipelines/reference_driver.py`
+imports the checkout's code there and calls it (no reference code is copied here). Ours runs in this
+process. Both get the same random-weight LLaVA-OneVision geometry (`tiny_llava_onevision_config`,
+same seed), the same frames (one .npy file), the same chunking and budget, pseudo-queries of equal
+token lengths (ours: `memory.local_query` / `memory.global_query`; the reference's two get the same
+lengths, its third the sum) and a question of equal length. Ours runs first, then the reference,
+back to back.
+
+Measured per side: median TTFT of a question after the last chunk, mean maintenance time over the
+chunks that evicted, maintenance / encode over those chunks, peak KV-cache bytes (and device peak
+on CUDA); the table gives ours / reference for each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hermes.errors import HermesError, UsageError
+
+DRIVER = Path(__file__).with_name("reference_driver.py")
+REQUIRED = ("inference/llavaov_hermes.py", "inference/reindex_1d.py")  # what the driver imports
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A random LLaVA-OneVision: decoder layers x width, and visual tokens per frame (196 or 16)."""
+
+    num_layers: int
+    hidden_size: int
+    tokens_per_frame: int = 196
+
+    @property
+    def image_size(self) -> int:
+        return {196: 108, 16: 28}[self.tokens_per_frame]  # 4 px patches, 2x2 pooling
+
+    @property
+    def label(self) -> str:
+        return f"{self.num_layers}x{self.hidden_size}, {self.tokens_per_frame} tok/frame"
+
+
+def parse_geometries(text: str, tokens_per_frame: int) -> list[Geometry]:
+    """"4x64,8x512" -> geometries. Raises UsageError (one line) on anything else."""
+    out = []
+    for item in (s.strip() for s in text.split(",") if s.strip()):
+        layers, _, width = item.partition("x")
+        if not (layers.isdigit() and width.isdigit()) or int(layers) < 1 or int(width) < 32 or int(width) % 32:
+            raise UsageError(f"--geometries expects LAYERSxWIDTH items (width a multiple of 32), found {item!r}")
+        out.append(Geometry(int(layers), int(width), tokens_per_frame))
+    if not out:
+        raise UsageError("--geometries needs at least one LAYERSxWIDTH item, e.g. 4x64,8x512")
+    return out
+
+
+def check_reference(ref_dir: str, ref_python: str) -> tuple[Path, str]:
+    """The checkout and interpreter, checked before anything loads.
+
+    Raises:
+        UsageError: the directory is missing, is not a HERMES checkout, or the interpreter is not found.
+    """
+    root = Path(ref_dir).expanduser()
+    if not root.is_dir():
+        raise UsageError(f"--ref-dir {ref_dir}: no such directory (give a checkout of the HERMES reference code)")
+    missing = [p for p in REQUIRED if not (root / p).is_file()]
+    if missing:
+        raise UsageError(f"--ref-dir {ref_dir} is not a HERMES reference checkout: {', '.join(missing)} missing")
+    python = shutil.which(ref_python) or (ref_python if os.access(ref_python, os.X_OK) else None)
+    if python is None or not Path(python).is_file():
+        raise UsageError(f"--ref-python {ref_python}: no such interpreter")
+    return root.resolve(), python
+
+
+def run_reference(root: Path, python: str, spec: dict, workdir: Path, timeout_s: float) -> dict:
+    """Run the driver under the reference's interpreter; its JSON result.
+
+    Raises:
+        HermesError: the reference failed (its last stderr line) or printed no result.
+    """
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "PYTHONPATH": str(root)}
+    try:
+        proc = subprocess.run([python, str(DRIVER), "--ref-dir", str(root), "--spec", str(spec_path)],
+                              capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise HermesError(f"the reference pipeline ran past {timeout_s:g} s") from None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        lines = proc.stderr.strip().splitlines() or ["(no output)"]
+        errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]  # a traceback's last line
+        last = (errors or lines)[-1]
+        raise HermesError(f"the reference pipeline failed (exit {proc.returncode}): {last}")
+    return json.loads(lines[-1])
+
+
+def _ours(model, cfg, frames: list, chunk_frames: int, repeats: int):
+    from hermes.pipelines.bench import PolicySpec, _warm_up, measure_stream
+
+    policy = PolicySpec("hermes", cfg)
+    _warm_up(model, policy, chunk_frames, 1, frames[0].rgb.shape[0])
+    rows, note = measure_stream(model, policy, [len(frames)], chunk_frames=chunk_frames, decode_tokens=1,
+                                repeats=repeats, frame_px=frames[0].rgb.shape[0])
+    if note or not rows:
+        raise HermesError(note or "our pipeline measured nothing")
+    return rows[-1]
+
+
+def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames: int, chunk_frames: int,
+            budget: int, repeats: int = 3, frame_px: int = 64, seed: int = 0, threads: int = 1,
+            timeout_s: float = 1800.0, memory=None) -> list[dict]:
+    """Both pipelines at every geometry; one row per (geometry, metric).
+
+    Returns:
+        Rows ``{"geometry", "metric", "ours", "reference", "ratio"}`` (ratio = ours / reference).
+    """
+    import dataclasses
+
+    import torch
+
+    from hermes.config import MemoryConfig, ModelConfig
+    from hermes.models.loading import make_adapter
+    from hermes.models.tiny import tiny_llava_onevision, tiny_llava_onevision_config
+    from hermes.pipelines.bench import BENCH_QUESTION, synthetic_frames
+    from hermes.pipelines.session import format_prompt
+
+    root, python = check_reference(ref_dir, ref_python)
+    torch.set_num_threads(threads)
+    memory = dataclasses.replace(memory or MemoryConfig(), policy="hermes", budget=budget, recall=False)
+    stream = list(synthetic_frames(frames, side_px=frame_px, seed=seed))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-reference-") as tmp:
+        workdir = Path(tmp)
+        np.save(workdir / "frames.npy", np.stack([f.rgb for f in stream]))
+        for geo in geometries:
+            net, tokenizer = tiny_llava_onevision(seed=seed, image_size=geo.image_size, hidden_size=geo.hidden_size,
+                                                  num_layers=geo.num_layers)
+            model = make_adapter("llava_onevision", f"random llava-onevision {geo.label}", net, tokenizer,
+                                 ModelConfig(device="cpu", dtype="float32"))
+            ours = _ours(model, memory, stream, chunk_frames, repeats)
+            spec = {"config": tiny_llava_onevision_config(tokenizer, geo.image_size, geo.hidden_size, geo.num_layers),
+                    "seed": seed, "frames": str(workdir / "frames.npy"), "chunk_frames": chunk_frames,
+                    "budget": budget, "repeats": repeats, "threads": threads, "device": "cpu", "dtype": "float32",
+                    "pseudo_query_tokens": [model.question_embeds(memory.local_query).shape[0],
+                                            model.question_embeds(memory.global_query).shape[0]],
+                    "question_tokens": model.question_embeds(format_prompt(BENCH_QUESTION)).shape[0],
+                    "prefix_tokens": model.embed_text(model.prefix_text()).shape[0],
+                    "eos_token_id": tokenizer.eos_token_id}
+            ref = run_reference(root, python, spec, workdir, timeout_s)
+            # its first chunk carries the one-off costs our warm-up absorbs: left out
+            evicting = [c for c in ref["chunks"][1:] if c["evicted"]] or ref["chunks"][-1:]
+            ref_values = {
+                "ttft_ms": statistics.median(ref["ttft_ms"]),
+                "maintain_ms_per_chunk": statistics.fmean(c["maintain_ms"] for c in evicting),
+                "maintain_over_encode": sum(c["maintain_ms"] for c in evicting) / sum(c["encode_ms"] for c in evicting),
+                "peak_kv_mb": ref["peak_kv_bytes"] / 2**20,
+            }
+            our_values = {"ttft_ms": ours.ttft_ms, "maintain_ms_per_chunk": ours.maintain_ms_per_chunk,
+                          "maintain_over_encode": ours.maintain_ratio, "peak_kv_mb": ours.peak_kv_mb}
+            for metric, ref_value in ref_values.items():
+                value = our_values[metric]
+                rows.append({"geometry": geo.label, "metric": metric, "ours": value, "reference": ref_value,
+                             "ratio": value / ref_value if ref_value else None})
+    return rows
+
+
+def ratio_table(rows: list[dict]) -> str:
+    """Markdown: geometry, metric, ours, reference, ours / reference."""
+    lines = ["| geometry | metric | ours | reference | ours / reference |", "|---|---|---:|---:|---:|"]
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        lines.append(f"| {r['geometry']} | {r['metric']} | {r['ours']:.3f} | {r['reference']:.3f} | {ratio} |")
+    return "\n".join(lines)
