@@ -93,7 +93,7 @@ def test_markdown_and_json_round_trip(sweep, tmp_path):
 
 
 def test_tpot_from_a_known_fake_generation(tiny_model, monkeypatch):
-    def fake_generate(prompt, cache, max_new_tokens):  # 10 ms to the first token, then 5 ms per token
+    def fake_generate(prompt, cache, max_new_tokens, on_text=None):  # 10 ms to the first token, then 5 ms per token
         assert tiny_model.eos_token_ids == set()  # answers are forced to full length while measured
         return Generation("x", [7] * max_new_tokens, torch.zeros(4), 10.0, 10.0 + 5.0 * (max_new_tokens - 1))
 
