@@ -28,6 +28,11 @@ when it is asked); an object counts as seen once one of its frames is among them
 `hermes-video eval ovo-bench --data-root DIR --model micro-llava-onevision` (another model: add
 `--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays
 with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything is a pure function of the seed.
+
+`write_suite_set` writes one set of the suite (`SUITE_S`: 20, 180, 600 and 1,800 s streams, seed
+`SUITE_SEED` unless given): the same families at every length, with the episodic questions balanced
+over depth (`plan_suite_questions`: the first object, and "just before X" with X at 10 ... 90 % of the
+question time), each tagged with its depth, for `scripts/eval_micro.py --sweep`.
 """
 
 from __future__ import annotations

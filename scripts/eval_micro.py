@@ -2,6 +2,11 @@
 
     python scripts/eval_micro.py                                   # writes benchmarks/MICRO.md + PNG
     python scripts/eval_micro.py --weights /tmp/other.safetensors --videos 4 --md /tmp/M.md   # quick
+    python scripts/eval_micro.py --sweep      # the suite sweep with intervals (scripts/micro_suite.py)
+    python scripts/eval_micro.py --quick      # its CI smoke variant
+
+This docstring describes the default page (benchmarks/MICRO.md); `--sweep` and `--quick` are
+described in `micro_suite`.
 
 Benchmarks are generated (`hermes.datasets.synthetic_bench`, OVO-Bench format):
 - short: 20 s streams (as long as the clips the model was trained on), answered with `full` memory (the
