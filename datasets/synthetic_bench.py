@@ -28,6 +28,11 @@ when it is asked); an object counts as seen once one of its frames is among them
 `hermes-video eval ovo-bench --data-root DIR --model micro-llava-onevision` (another model: add
 `--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays
 with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything is a pure function of the seed.
+
+`write_suite_set` writes one set of the suite (`SUITE_S`: 20, 180, 600 and 1,800 s streams, seed
+`SUITE_SEED` unless given): the same families at every length, with the episodic questions balanced
+over depth (`plan_suite_questions`: the first object, and "just before X" with X at 10 ... 90 % of the
+question time), each tagged with its depth, for `scripts/eval_micro.py --sweep`.
 """
 
 from __future__ import annotations
@@ -193,6 +198,10 @@ class SynthQuestion:
         answer: the right option's text, or the count as a string.
         t_s: when it is asked.
         activity: counting only: the REC activity ("show a red object").
+        depth: episodic questions of a suite (`plan_suite_questions`): "first", or the nominal depth
+            of the object named, in % of the question time ("10" ... "90"); "" otherwise.
+        subject_s: with `depth`: `start_s` of the object the question names (the first object for
+            "first", X for "just before X").
     """
 
     kind: str
@@ -202,6 +211,8 @@ class SynthQuestion:
     answer: str
     t_s: float
     activity: str = ""
+    depth: str = ""  # suite episodic questions: "first", or the nominal depth "10" ... "90" (% of `t_s`)
+    subject_s: int | None = None  # suite episodic questions: start of the object named ("first": the first one)
 
     @property
     def family(self) -> str:
@@ -223,7 +234,8 @@ def _choice_question(kind: str, text: str, right: str, pool: tuple[str, ...], t_
 
 
 def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[int], kind: str, t_s: float, *,
-                  colour: str | None = None, older_than_s: float = 0.0) -> SynthQuestion | None:
+                  colour: str | None = None, older_than_s: float = 0.0,
+                  subject_s: int | None = None) -> SynthQuestion | None:
     """A question of `kind` about the frames `visible`, asked at `t_s`; None when they cannot support one.
 
     For a benchmark, `visible` is every frame before `t_s`. For training it may be a subset (what a
@@ -238,6 +250,8 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
         t_s: question time in seconds (recorded in the question).
         colour: counting only: the colour to count (default: a random colour seen).
         older_than_s: episodic_before only: the object asked about ended at least this long before `t_s`.
+        subject_s: episodic_before only: name the object that starts at this second (None: a random
+            one); None is returned when its name is not unique among the objects seen.
 
     Returns:
         The question, or None (e.g. nothing on screen for a real-time question).
@@ -261,6 +275,8 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
     if kind == "episodic_before":
         names = [a.name for a in seen]
         unique = [i for i in range(1, len(seen)) if names.count(names[i]) == 1 and seen[i].end_s <= t_s - older_than_s]
+        if subject_s is not None:
+            unique = [i for i in unique if seen[i].start_s == subject_s]
         if not unique:
             return None
         i = int(rng.choice(unique))
@@ -353,6 +369,8 @@ def ovo_entries(video: str, questions: list[SynthQuestion]) -> list[dict]:
         entries.append({"id": f"{stem}-{q.family}-{n:02d}", "task": q.task, "video": video, "question": q.question,
                         "options": q.options, "gt": q.gt, "answer": q.answer, "realtime": q.t_s,
                         "family": q.family, "kind": q.kind})
+        if q.depth:
+            entries[-1].update(depth=q.depth, subject_s=q.subject_s)
     return entries
 
 
@@ -391,6 +409,115 @@ def write_benchmark(root: str | Path, *, seed: int = 0, num_videos: int = 8, dur
     return root
 
 
+# ---- the benchmark suite: every length, episodic questions balanced over depth ---------------------
+
+SUITE_S = {"short": 20, "long": 180, "long600": 600, "long1800": 1800}  # set name -> stream length (s)
+SUITE_SEED = 2000  # the shipped suite's seed (training draws from seed 0-2 and `[seed, 1]`, never from it)
+DEPTHS_PCT = (10, 20, 30, 40, 50, 60, 70, 80, 90)  # "just before X" with X at this % of the question time
+ASK_LATE = 0.9  # suite episodic questions are asked in the last tenth of the stream
+
+
+def _depth_subjects(rng: np.random.Generator, timeline: Timeline, times_s: list[float]) -> tuple[Timeline, list[int]]:
+    """For each depth of `DEPTHS_PCT` (asked at the matching time), the object X to name, made nameable.
+
+    X is the object (not the first one, gone by the question time) whose start is nearest to
+    depth x time. "Just before the red triangle" needs a name seen once, and a long stream repeats
+    every one of the 18 names, so every other object of X's name gets another shape (its colour, so
+    counts and colour answers, stays). At most two subjects share a colour, so that a free shape is
+    always left for the others; a short stream may name one object at several depths.
+
+    Returns:
+        (the timeline with shapes changed, start_s of each depth's X).
+    """
+    apps = list(timeline.appearances)
+    subjects: list[int] = []  # indices into apps
+    for pct, t_s in zip(DEPTHS_PCT, times_s):
+        gone = [i for i in range(1, len(apps)) if apps[i].end_s <= t_s]
+        for i in sorted(gone, key=lambda i: (abs(apps[i].start_s - pct / 100 * t_s), i)):
+            names = {apps[j].name for j in subjects}
+            if i in subjects or (apps[i].name not in names
+                                 and sum(apps[j].colour == apps[i].colour for j in set(subjects)) < 2):
+                subjects.append(i)
+                break
+        else:
+            raise ValueError(f"no object before {t_s} s to ask about ({len(apps)} objects)")
+    taken = {apps[j].name for j in subjects}
+    for i, app in enumerate(apps):
+        if i not in subjects and app.name in taken:
+            free = [s for s in SHAPES if f"{app.colour} {s}" not in taken]
+            apps[i] = replace(app, shape=str(rng.choice(free)))
+    return replace(timeline, appearances=apps), [apps[j].start_s for j in subjects]
+
+
+def plan_suite_questions(rng: np.random.Generator, timeline: Timeline,
+                         per_family: int) -> tuple[Timeline, list[SynthQuestion]]:
+    """The questions of one suite stream: episodic ones balanced over depth, the rest as `plan_questions`.
+
+    Episodic: one "what colour was the first object?" and one "just before X" per depth of
+    `DEPTHS_PCT`, each asked in the stream's last tenth and tagged with its depth. Real-time,
+    ordering and counting: `per_family` each, as `plan_questions` draws them.
+
+    Returns:
+        (the timeline, some shapes changed so every X is named once; questions sorted by time).
+
+    Raises:
+        ValueError: the stream is too short to name an object at every depth.
+    """
+    d = timeline.duration_s
+    times_s = [int(rng.integers(int(ASK_LATE * d), d)) + 0.5 for _ in range(len(DEPTHS_PCT) + 1)]
+    timeline, subjects = _depth_subjects(rng, timeline, times_s[1:])
+    questions = [q for q in plan_questions(rng, timeline, per_family) if q.family != "episodic"]
+    first = make_question(rng, timeline, timeline.frames_before(times_s[0]), "episodic_first", times_s[0])
+    questions.append(replace(first, depth="first", subject_s=timeline.appearances[0].start_s))
+    for pct, t_s, subject_s in zip(DEPTHS_PCT, times_s[1:], subjects):
+        q = make_question(rng, timeline, timeline.frames_before(t_s), "episodic_before", t_s, subject_s=subject_s)
+        questions.append(replace(q, depth=str(pct), subject_s=subject_s))
+    return timeline, sorted(questions, key=lambda q: q.t_s)
+
+
+def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_videos: int = 8,
+                    per_family: int = 4, size_px: int = FRAME_SIZE_PX) -> Path:
+    """Write one set of the suite (`SUITE_S[name]`-second streams) as an OVO-Bench folder, like `write_benchmark`.
+
+    Video `v` of set `name` draws from `default_rng([seed, index of name in SUITE_S, v])`, so the sets
+    of one seed are apart, and a set's streams do not depend on how many are written. The meta file
+    records every timeline (after `plan_suite_questions`' renames), so answers can be checked from it.
+
+    Args:
+        root: output folder (created).
+        name: a key of `SUITE_S`.
+        seed: the suite seed (`SUITE_SEED` for the shipped suite).
+        num_videos: streams to write.
+        per_family: real-time, ordering and counting questions per stream (episodic: 10, see
+            `plan_suite_questions`).
+        size_px: frame side in pixels.
+
+    Returns:
+        The root folder.
+
+    Raises:
+        ValueError: an unknown set name.
+    """
+    if name not in SUITE_S:
+        raise ValueError(f"unknown suite set {name!r}; expected one of {', '.join(SUITE_S)}")
+    duration_s = SUITE_S[name]
+    root = Path(root)
+    (root / "src_videos").mkdir(parents=True, exist_ok=True)
+    entries, meta = [], {}
+    for v in range(num_videos):
+        rng = np.random.default_rng([seed, list(SUITE_S).index(name), v])
+        timeline, questions = plan_suite_questions(rng, random_timeline(rng, duration_s, rare_count=4), per_family)
+        video = f"{name}_{v:03d}.mp4"
+        write_mp4(root / "src_videos" / video, render_frames(timeline, size_px=size_px), 1.0, (size_px, size_px))
+        entries += ovo_entries(video, questions)
+        meta[video] = [asdict(a) for a in timeline.appearances]
+    (root / ANNOTATION_FILE).write_text(json.dumps(entries, indent=1) + "\n")
+    info = {"generator": __name__, "suite": name, "seed": seed, "num_videos": num_videos, "duration_s": duration_s,
+            "per_family": per_family, "size_px": size_px, "fps": 1.0, "timelines": meta}
+    (root / META_FILE).write_text(json.dumps(info) + "\n")
+    return root
+
+
 def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tuple[Path, list[SynthQuestion]]:
     """One stream for `hermes-video demo`: `folder/demo.mp4` and a question of each family, with answers.
 
@@ -405,18 +532,28 @@ def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tu
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m hermes.datasets.synthetic_bench DIR [--videos N] [--duration-s S] [--per-family K] [--seed X]`."""
+    """`python -m hermes.datasets.synthetic_bench DIR [--videos N] [--duration-s S | --suite SET] [--per-family K] [--seed X]`."""
     import argparse
 
     p = argparse.ArgumentParser(description="Write a synthetic streaming benchmark in the OVO-Bench format.")
     p.add_argument("root", help="output folder")
     p.add_argument("--videos", type=int, default=8)
     p.add_argument("--duration-s", type=int, default=180)
-    p.add_argument("--per-family", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--per-family", type=int, default=None,
+                   help="questions of each family per stream (default 2; --suite: 4 real-time, ordering, counting)")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"benchmark seed (default 0; with --suite the shipped suite's, {SUITE_SEED})")
+    p.add_argument("--suite", choices=SUITE_S,
+                   help="write this set of the suite instead (depth-balanced episodic questions; "
+                        "its length is the set's, --duration-s is ignored)")
     args = p.parse_args(argv)
-    root = write_benchmark(args.root, seed=args.seed, num_videos=args.videos, duration_s=args.duration_s,
-                           per_family=args.per_family)
+    if args.suite:
+        seed = SUITE_SEED if args.seed is None else args.seed
+        root = write_suite_set(args.root, args.suite, seed=seed, num_videos=args.videos,
+                               per_family=args.per_family or 4)
+    else:
+        root = write_benchmark(args.root, seed=args.seed or 0, num_videos=args.videos, duration_s=args.duration_s,
+                               per_family=args.per_family or 2)
     print(f"wrote {root}; evaluate with: hermes-video eval ovo-bench --data-root {root} --model micro-llava-onevision")
     return 0
 

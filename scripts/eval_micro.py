@@ -2,6 +2,11 @@
 
     python scripts/eval_micro.py                                   # writes benchmarks/MICRO.md + PNG
     python scripts/eval_micro.py --weights /tmp/other.safetensors --videos 4 --md /tmp/M.md   # quick
+    python scripts/eval_micro.py --sweep      # the suite sweep with intervals (scripts/micro_suite.py)
+    python scripts/eval_micro.py --quick      # its CI smoke variant
+
+This docstring describes the default page (benchmarks/MICRO.md); `--sweep` and `--quick` are
+described in `micro_suite`.
 
 Benchmarks are generated (`hermes.datasets.synthetic_bench`, OVO-Bench format):
 - short: 20 s streams (as long as the clips the model was trained on), answered with `full` memory (the
@@ -415,10 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--videos", type=int, default=32, help="streams per benchmark")
     p.add_argument("--short-s", type=int, default=20, help="short streams: as long as training clips")
     p.add_argument("--long-s", type=int, default=180)
-    p.add_argument("--budgets", default="64,128,256", help="visual tokens per layer for bounded policies")
+    p.add_argument("--budgets", help="visual tokens per layer for bounded policies (default 64,128,256; "
+                                     "--sweep: 64,256; --quick: 128)")
     p.add_argument("--chunk-frames", type=int, default=16, help="frames per forward (hermes's default for files)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--md", type=Path, default=Path("benchmarks/MICRO.md"))
+    p.add_argument("--md", type=Path, help="page to write (default benchmarks/MICRO.md; --sweep: WORK/SUITE.md, "
+                                          "--quick: WORK/QUICK.md)")
     p.add_argument("--png", type=Path, help="plot (default: next to --md, micro_accuracy.png)")
     p.add_argument("--options", action="store_true", help="also sweep the hermes memory options (long and 600 s sets)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="option variants to run (labels of VARIANTS)")
@@ -432,9 +439,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-baseline", action="store_true", help="skip the policy comparison runs (with --no-page)")
     p.add_argument("--note", default="", help="a paragraph for the top of the page (e.g. how the runs were filled)")
     p.add_argument("--option-sets", default="long,long600", help="sets the option sweep runs on")
+    p.add_argument("--sweep", action="store_true",
+                   help="run the suite sweep instead (every policy on 20 / 180 / 600 / 1,800 s sets, with intervals; "
+                        "scripts/micro_suite.py) and write its page to --md (default WORK/SUITE.md)")
+    p.add_argument("--quick", action="store_true", help="a smoke-test sweep: one short and one long stream, budget 128")
+    p.add_argument("--suite-seed", type=int, default=sb.SUITE_SEED, help="seed of the suite's sets (--sweep)")
+    p.add_argument("--set-videos", help="streams per suite set, e.g. short=8,long=4,long600=2,long1800=0 (--sweep)")
+    p.add_argument("--sweep-policies", help="policies of --sweep / --quick (default: all nine)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    budgets = [int(b) for b in args.budgets.split(",")]
+    if args.sweep or args.quick:
+        import micro_suite
+
+        args.sweep_policies = [q for q in (args.sweep_policies or ",".join(micro_suite.POLICIES)).split(",") if q]
+        args.md = args.md or args.work / ("QUICK.md" if args.quick else "SUITE.md")
+        return micro_suite.sweep(args, [args.weights or WEIGHTS_FILE, *args.compare_weights])
+    budgets = [int(b) for b in (args.budgets or "64,128,256").split(",")]
+    args.md = args.md or Path("benchmarks/MICRO.md")
     variants = [v for v in args.variants.split(",") if v]
     checkpoints = [int(c) for c in args.admission_chunks.split(",")]
     policies = tuple(q for q in args.policies.split(",") if q)

@@ -39,6 +39,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -52,7 +53,7 @@ from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
 from hermes.models.loading import make_adapter
-from hermes.models.micro import MICRO_NAME, build_micro, save_micro
+from hermes.models.micro import MICRO_NAME, build_micro, load_micro, save_micro
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
 
@@ -72,6 +73,7 @@ class Stage:
     style_weights: tuple[float, ...]  # over STYLES
     max_frames: int  # most frames in memory in one example
     batch_size: int  # examples per step (cheap early stages take bigger batches: steadier, same wall time)
+    layouts: tuple[str, ...] = ("full", "window", "uniform", "sparse")  # what `layout_weights` weighs
 
 
 # A curriculum: each stage is cheaper per step than the next, and teaches what the next builds on.
@@ -84,6 +86,14 @@ STAGES = {
     "main": Stage(KINDS, (0.4, 0.2, 0.2, 0.2), (0.35, 0.4, 0.25), 20, 16),
 }
 MAIN = STAGES["main"]
+# The long recipe (`--recipe long`) adds a fourth stage: memories of up to 128 frames drawn as every
+# policy selects them (all frames, a recent window, evenly spaced, hermes's scattered partial frames,
+# a window plus recalled records spliced in time order), with counting and ordering drawn twice as
+# often: they need moments minutes apart, which 20-frame memories never showed the model.
+LONG = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "counting", "counting"),
+             (0.3, 0.15, 0.1, 0.25, 0.2), (0.35, 0.4, 0.25), 128, 8,
+             ("full", "window", "uniform", "sparse", "recall"))
+RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG}}  # v1: the shipped weights' recipe
 
 
 @dataclass
@@ -134,6 +144,14 @@ def choose_memory(rng: np.random.Generator, layout: str, streamed: int, k: int) 
         kept = (token >= start) | (token < 4)
         frames = np.unique(token[kept] // per)
         return frames, kept.reshape(streamed, per)[frames]
+    if layout == "recall":  # a recent window, and older records brought back, spliced in time order
+        window = int(rng.integers(1, k))
+        older = rng.choice(streamed - window, size=min(k - window, streamed - window), replace=False)
+        frames = np.unique(np.concatenate([older, np.arange(streamed - window, streamed)]))
+        keep = rng.random((len(frames), per)) < rng.uniform(0.5, 1.0, size=(len(frames), 1))
+        keep[frames >= streamed - window] = True
+        keep[keep.sum(1) == 0, 0] = True
+        return frames, keep
     # sparse: a scattered subset with partly kept frames (per-token importance keeps pieces)
     older = np.sort(rng.choice(streamed - 1, size=min(k - 1, streamed - 1), replace=False))
     frames = np.append(older, streamed - 1)
@@ -180,7 +198,7 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
                  layout: str | None = None) -> Example:
     """Draw one example of `stage` (retrying until the drawn stream supports the drawn question)."""
     kind = kind or str(rng.choice(stage.kinds))
-    layout = layout or str(rng.choice(LAYOUTS, p=stage.layout_weights))
+    layout = layout or str(rng.choice(stage.layouts, p=stage.layout_weights))
     max_frames = stage.max_frames
     target_count = str(rng.integers(1, 5))  # counts drawn evenly, not as they fall (mostly 1 in short clips)
     for attempt in range(1000):
@@ -304,8 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="weights file to write (.safetensors)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--recipe", choices=RECIPES, default="v1",
+                   help="v1: the shipped weights' three stages; long: a fourth stage of memories up to 128 frames "
+                        "from every policy's selections (give its steps as a fourth --stage-steps number)")
     p.add_argument("--stage-steps", default="500,1400,2000",
-                   help="steps of the bootstrap, broaden and main stages (see STAGES)")
+                   help="steps of the bootstrap, broaden and main stages (see STAGES), and of long with --recipe long")
+    p.add_argument("--init-weights", help="start from this weights file instead of a fresh model (e.g. to run "
+                                          "only the long stage: --recipe long --stage-steps 0,0,0,N)")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="stop the last stage once this much wall time has passed (a pilot's hard cap); the run "
+                        "then records its steps done, and is not reproducible bit for bit")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--init-std", type=float, default=0.2, help="std of the language model's initial matrices")
     p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps; the lr then stays, and decays "
@@ -321,8 +347,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    model, tokenizer = build_micro(seed=args.seed)
-    widen_init(model, args.init_std)
+    stages = RECIPES[args.recipe]
+    steps = [int(n) for n in args.stage_steps.split(",")]
+    if len(steps) != len(stages):
+        p.error(f"--stage-steps needs {len(stages)} numbers for --recipe {args.recipe} ({', '.join(stages)})")
+    if args.init_weights:
+        model, tokenizer = load_micro(path=args.init_weights)
+    else:
+        model, tokenizer = build_micro(seed=args.seed)
+        widen_init(model, args.init_std)
     # One matrix for reading and writing words: what the model learns to say ("red") is then what it
     # looks for among the options. Saved as two equal tensors, so the untied architecture loads it.
     model.lm_head.weight = model.model.language_model.embed_tokens.weight
@@ -330,18 +363,23 @@ def main(argv: list[str] | None = None) -> int:
     batcher = Batcher(adapter)
     print(f"forward matches StreamingSession within {check_against_session(batcher, rng):.1e}", flush=True)
     val_rng = np.random.default_rng([args.seed, 1])  # a fixed validation set, apart from the training draw
-    val = [make_example(val_rng, MAIN, args.max_stream_s, kind=k) for k in KINDS for _ in range(args.val_per_kind)]
+    val_stage = list(stages.values())[-1]  # v1: MAIN; long: LONG's memories
+    val = [make_example(val_rng, val_stage, args.max_stream_s, kind=k) for k in KINDS for _ in range(args.val_per_kind)]
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    stage_steps = dict(zip(STAGES, (int(n) for n in args.stage_steps.split(","))))
-    last_stage = list(STAGES)[-1]
+    stage_steps = dict(zip(stages, steps))
+    last_stage = list(stages)[-1]
     log_path = args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl"
     curve, step, started = [], 0, time.perf_counter()
     stage_log = []
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        for name, stage in STAGES.items():
+        for name, stage in stages.items():
             pool, smooth, letter_rate, first = [], None, 0.0, step
             for step in range(first, first + stage_steps[name]):
+                if args.max_seconds is not None and time.perf_counter() - started > args.max_seconds:
+                    stage_steps[name] = step - first  # the cap: what was done is what is recorded
+                    break
                 # lr: linear warm-up, constant, then a cosine to 10% over the last stage
                 if step < args.warmup:
                     lr = args.lr * (step + 1) / args.warmup
@@ -384,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     final_acc = first_token_accuracy(batcher, val, MAIN.batch_size)
     training = {"command": "python scripts/train_micro.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                "seed": args.seed, "stages": stage_log,
+                "seed": args.seed, "stages": stage_log, "recipe": args.recipe, "init_weights": args.init_weights,
                 "lr": args.lr, "init_std": args.init_std,
                 "max_stream_s": args.max_stream_s, "threads": args.threads, "torch": torch.__version__,
                 "wall_s": round(time.perf_counter() - started, 1), "curve": curve,

@@ -119,3 +119,109 @@ def test_question_from_a_memory_subset_uses_only_those_frames():
     first, second = timeline.appearances[:2]
     q = sb.make_question(np.random.default_rng(0), timeline, list(range(second.start_s, 40)), "episodic_first", 40.5)
     assert q.answer == second.colour != first.colour
+
+
+# ---- the suite: every length, episodic questions balanced over depth ------------------------------
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """Every set of the suite, at the shipped seed, a few streams each (a 1,800 s stream writes in about a second)."""
+    base = tmp_path_factory.mktemp("suite")
+    counts = {"short": 3, "long": 2, "long600": 1, "long1800": 1}
+    return {name: sb.write_suite_set(base / name, name, num_videos=n) for name, n in counts.items()}
+
+
+def suite_entries(root):
+    return json.loads((root / sb.ANNOTATION_FILE).read_text()), json.loads((root / sb.META_FILE).read_text())
+
+
+def test_suite_lengths_and_every_family_at_every_length(suite):
+    assert {name: json.loads((root / sb.META_FILE).read_text())["duration_s"] for name, root in suite.items()} == \
+        {"short": 20, "long": 180, "long600": 600, "long1800": 1800}
+    for name, root in suite.items():
+        entries, meta = suite_entries(root)
+        for video in meta["timelines"]:
+            families = {e["family"] for e in entries if e["video"] == video}
+            assert families == set(sb.FAMILIES), (name, video)
+
+
+def test_suite_episodic_questions_are_balanced_over_depth(suite):
+    """Per stream: one 'first object' question and one 'just before X' per depth 10 ... 90 %; on long
+    streams X starts within 5 % of the question time of its nominal depth."""
+    for name, root in suite.items():
+        entries, meta = suite_entries(root)
+        for video in meta["timelines"]:
+            episodic = [e for e in entries if e["video"] == video and e["family"] == "episodic"]
+            assert sorted(e["depth"] for e in episodic) == sorted(["first", "10", "20", "30", "40", "50", "60",
+                                                                   "70", "80", "90"])
+            for e in episodic:
+                assert e["realtime"] >= 0.9 * meta["duration_s"]  # asked late: depth is a share of the stream
+                if e["depth"] != "first" and meta["duration_s"] >= 180:
+                    assert abs(100 * e["subject_s"] / e["realtime"] - int(e["depth"])) <= 5, e
+
+
+def test_suite_answers_follow_from_the_timelines(suite):
+    """Expected answers recomputed from the recorded world (objects seen before the question), not the planner."""
+    for root in suite.values():
+        entries, meta = suite_entries(root)
+        for e in entries:
+            apps = sorted(meta["timelines"][e["video"]], key=lambda a: a["start_s"])
+            assert all(a["colour"] != b["colour"] and b["start_s"] > a["end_s"] for a, b in zip(apps, apps[1:]))
+            if e["task"] == "REC":
+                colour = e["activity"].split()[2]
+                for probe in e["test_info"]:
+                    assert probe["count"] == sum(a["colour"] == colour and a["start_s"] < probe["realtime"]
+                                                 for a in apps)
+                continue
+            seen = [a for a in apps if a["start_s"] < e["realtime"]]
+            if e["task"] == "ATR":
+                now = math.ceil(e["realtime"]) - 1
+                assert e["answer"] == next(a["colour"] for a in apps if a["start_s"] <= now < a["end_s"])
+            elif e["question"].endswith("first object?"):
+                assert e["answer"] == seen[0]["colour"] and e.get("subject_s", seen[0]["start_s"]) == seen[0]["start_s"]
+            elif e["task"] == "ASI":
+                n = sb.ORDINALS.index(e["question"].split()[4])
+                assert e["answer"] == seen[n]["colour"]
+            else:
+                named = e["question"].removesuffix("?").split("before the ")[1]
+                names = [f"{a['colour']} {a['shape']}" for a in seen]
+                assert names.count(named) == 1  # a long stream repeats names: the generator renamed the others
+                i = names.index(named)
+                assert seen[i]["start_s"] == e["subject_s"] and seen[i]["end_s"] <= e["realtime"]
+                assert e["answer"] == seen[i - 1]["colour"]
+            assert e["options"][e["gt"]] == e["answer"]
+
+
+def test_suite_short_set_answers_match_the_decoded_video(suite):
+    """The renamed shapes are what the video shows: names and answers read back from the mp4's pixels."""
+    root = suite["short"]
+    for record in ovo_bench.load(root):
+        with open_record_frames(record, fps=1.0) as source:
+            decoded = np.stack([f.rgb for f in source.frames])
+        colours = [colour_of(f) for f in decoded]
+        for q in record.questions:
+            if q.task != "EPM" or "just before" not in q.question:
+                continue
+            seen = colours[: math.ceil(q.t_s)]
+            onsets = [i for i, c in enumerate(seen) if c is not None and (i == 0 or seen[i - 1] != c)]
+            # the middle frame of each object: away from the mp4's blur at its first frame
+            names = []
+            for j, i in enumerate(onsets):
+                end = next((k for k in range(i, len(seen)) if seen[k] != seen[i]), len(seen))
+                names.append(f"{colours[i]} {shape_of(decoded[(i + end - 1) // 2])}")
+            named = q.question.removesuffix("?").split("before the ")[1]
+            assert names.count(named) == 1
+            assert q.answer == colours[onsets[names.index(named) - 1]]
+
+
+def test_suite_seed_flag_and_shipped_seed(tmp_path):
+    shipped = sb.write_suite_set(tmp_path / "a", "short", num_videos=2)
+    assert sb.main([str(tmp_path / "b"), "--suite", "short", "--videos", "2"]) == 0
+    assert sb.main([str(tmp_path / "c"), "--suite", "short", "--videos", "2", "--seed", "5"]) == 0
+    text = {k: (tmp_path / k / sb.ANNOTATION_FILE).read_text() for k in "abc"}
+    assert text["a"] == text["b"] != text["c"]
+    assert json.loads((tmp_path / "b" / sb.META_FILE).read_text())["seed"] == sb.SUITE_SEED
+    assert shipped == tmp_path / "a"
+    with pytest.raises(ValueError, match="unknown suite set"):
+        sb.write_suite_set(tmp_path / "d", "hours")

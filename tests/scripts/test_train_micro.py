@@ -42,3 +42,46 @@ def test_same_seed_gives_the_same_weights_and_another_seed_does_not(tmp_path):
     assert "--seed 3" in info["command"]
     model, tokenizer = micro.load_micro(path=tmp_path / "a.safetensors")  # what it wrote loads as the micro model
     assert json.loads(model.config.to_json_string())["vision_config"]["image_size"] == micro.MICRO_IMAGE_SIZE_PX
+
+
+def train_long(out: Path, seed: int, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "train_micro.py"), "--out", str(out),
+                           "--seed", str(seed), "--recipe", "long", "--val-per-kind", "1", "--eval-every", "1000",
+                           "--warmup", "2", *extra], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_long_recipe_is_reproducible_bit_for_bit(tmp_path):
+    runs = [train_long(tmp_path / f"{name}.safetensors", 5, "--stage-steps", "1,1,1,2") for name in "ab"]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    a, b = (load_file(tmp_path / f"{name}.safetensors") for name in "ab")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    info = micro.read_training_info(tmp_path / "a.safetensors")
+    assert info["recipe"] == "long" and [s["stage"] for s in info["stages"]] == ["bootstrap", "broaden", "main", "long"]
+    assert [s["steps"] for s in info["stages"]] == [1, 1, 1, 2]
+
+
+def test_long_recipe_needs_its_fourth_stage_steps(tmp_path):
+    run = train_long(tmp_path / "x.safetensors", 0, "--stage-steps", "1,1,1")
+    assert run.returncode == 2 and "--stage-steps needs 4 numbers" in run.stderr
+
+
+def test_recall_memories_are_a_window_plus_older_records_in_time_order():
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("train_micro", ROOT / "scripts" / "train_micro.py")
+    tm = importlib.util.module_from_spec(spec)
+    sys.modules["train_micro"] = tm  # its dataclasses look their module up there
+    spec.loader.exec_module(tm)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        k = int(rng.integers(4, 129))
+        streamed = int(rng.integers(k + 4, 600))
+        frames, keep = tm.choose_memory(rng, "recall", streamed, k)
+        assert len(frames) <= k and frames[-1] == streamed - 1
+        assert (np.diff(frames) > 0).all()  # spliced in time order, no frame twice
+        assert keep.shape == (len(frames), 16) and keep[-1].all() and keep.any(axis=1).all()

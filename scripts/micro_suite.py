@@ -1,0 +1,219 @@
+"""The micro testbed's sweep: every policy on the suite's sets, each number with a 95 % bootstrap interval.
+
+    python scripts/eval_micro.py --sweep                      # the standard sweep (see README for its cost)
+    python scripts/eval_micro.py --quick --md /tmp/Q.md       # a CI smoke run (seconds)
+
+Sets are `hermes.datasets.synthetic_bench`'s suite (`SUITE_S`: 20, 180, 600 and 1,800 s streams, every
+question family at every length, episodic questions one per depth). Each (set, policy, budget) is
+one `run_eval("ovo-bench", ...)` through `eval_micro.run_one`, the official protocol and scorer.
+Per cell the page shows accuracy % [95 % bootstrap interval over questions, 2000 resamples, seed 0];
+several weights files (training seeds) are pooled with each question's verdicts kept together, and
+their spread (per-seed accuracy) gets its own table. (+) / (-): the paired difference to `hermes` on
+the same questions has a 95 % interval above / below 0. Beside accuracy: device memory (the largest
+`hbm_bytes`, the KV cache on the device, over the run's questions) and time per chunk (the run's
+wall time less its answers' latency, over the chunks streamed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hermes.datasets import synthetic_bench as sb
+
+# label -> (bench policy spec for `run_one`, memory preset to start from)
+POLICIES: dict[str, tuple[str, str | None]] = {
+    "full": ("full", None), "sliding": ("sliding", None), "uniform": ("uniform", None),
+    "recent-frames": ("recent-frames", None), "rekv": ("rekv", None), "recall-only": ("recall-only", None),
+    "hermes": ("hermes", None), "hermes+recall": ("hermes+recall", None), "hermes-plus": ("hermes", "hermes-plus"),
+}
+MIN_MARKED = 10  # fewer questions than this: a percentile bootstrap is too coarse to mark a difference
+DEPTH_COLUMNS = ("first", *(str(p) for p in sb.DEPTHS_PCT))
+# The standard sweep: streams per set, and budgets (visual tokens per layer; 16 per frame).
+STANDARD_VIDEOS = {"short": 8, "long": 4, "long600": 2, "long1800": 1}
+STANDARD_BUDGETS = (64, 256)
+# The smoke run: one short and one long stream, one budget, every policy.
+QUICK_VIDEOS = {"short": 1, "long": 1}
+QUICK_BUDGETS = (128,)
+
+
+def suite_set(work: Path, name: str, seed: int, num_videos: int) -> Path:
+    """The set `name` under `work`, written unless a finished copy with the same arguments is there."""
+    root = work / f"suite-{seed}" / f"{name}-{num_videos}"
+    meta = root / sb.META_FILE
+    if meta.is_file() and (root / sb.ANNOTATION_FILE).is_file():
+        info = json.loads(meta.read_text())
+        if (info.get("suite"), info.get("seed"), info.get("num_videos")) == (name, seed, num_videos):
+            return root
+    return sb.write_suite_set(root, name, seed=seed, num_videos=num_videos)
+
+
+def question_tags(root: Path) -> dict[str, tuple[str, str]]:
+    """{qid as run_eval names it: (family, depth tag or "")} of one suite set."""
+    tags = {}
+    for e in json.loads((root / sb.ANNOTATION_FILE).read_text()):
+        if e["task"] == "REC":
+            tags.update({f"ovo-{e['id']}-{i}": ("counting", "") for i in range(len(e["test_info"]))})
+        else:
+            tags[f"ovo-{e['id']}"] = (e["family"], e.get("depth", ""))
+    return tags
+
+
+def cost(out: Path, chunk_frames: int, wall_s: float) -> dict[str, float]:
+    """Device KV bytes (largest over the run's questions) and ms per streamed chunk, from samples.jsonl."""
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    frames: dict[str, int] = {}
+    for s in samples:
+        frames[s["video_id"]] = max(frames.get(s["video_id"], 0), int(s.get("frames_seen") or 0))
+    chunks = sum(math.ceil(n / chunk_frames) for n in frames.values())
+    answering_s = sum(float(s.get("latency_ms") or 0) for s in samples) / 1000
+    return {"kv_bytes": max(int((s.get("memory") or {}).get("hbm_bytes") or 0) for s in samples),
+            "ms_per_chunk": 1000 * max(0.0, wall_s - answering_s) / max(1, chunks)}
+
+
+def run_grid(adapter, sets: dict[str, Path], runs: Path, policies: list[str], budgets: list[int], chunk_frames: int,
+             reuse: bool) -> dict[str, dict]:
+    """{"<set>/<policy>/<budget>": run_one's result + cost} ("<set>/full" once: it ignores the budget)."""
+    import eval_micro
+
+    # one throw-away run first: the first run_eval of a process pays one-off costs (imports, allocator
+    # warm-up) that would otherwise land on the first policy's time per chunk
+    first_set = next(iter(sets.values()))
+    eval_micro.run_one(adapter, first_set, runs / "warm-up", "sliding", 64, chunk_frames, reuse=reuse)
+    results = {}
+    for name, root in sets.items():
+        for policy in policies:
+            spec, preset = POLICIES[policy]
+            for budget in ([0] if policy == "full" else budgets):
+                key = f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
+                out = eval_micro.run_dir(runs, key)
+                result = eval_micro.run_one(adapter, root, out, spec, budget or 1, chunk_frames, memory=preset,
+                                            reuse=reuse)
+                result.update(cost(out, chunk_frames, float(result["wall_s"] or 0)))
+                results[key] = result
+                print(key, result["families"], result["wall_s"], flush=True)
+    return results
+
+
+def interval(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None) -> str:
+    """"acc [lo, hi]", marked (+) / (-) when the paired difference to `base` excludes 0."""
+    import eval_micro
+
+    if not qids:
+        return "-"
+    acc, lo, hi = eval_micro.bootstrap(runs, qids)
+    mark = ""
+    if base is not None and len(qids) >= MIN_MARKED:
+        _, dlo, dhi = eval_micro.bootstrap(runs, qids, base)
+        mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
+    return f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}"
+
+
+def rows_of(all_runs: list[dict], name: str, policies: list[str], budget: int) -> list[tuple[str, str]]:
+    """(label, result key) of each policy at `budget` on set `name`."""
+    return [(p if p == "full" else f"{p} @{budget}", f"{name}/{p}" + ("" if p == "full" else f"/{budget}"))
+            for p in policies if (f"{name}/{p}" + ("" if p == "full" else f"/{budget}")) in all_runs[0]]
+
+
+def tables(all_runs: list[dict], tags: dict[str, dict], policies: list[str], budgets: list[int]) -> str:
+    """Markdown: per set and budget, a family table (with cost) and an episodic-by-depth table."""
+    parts = []
+    for name, set_tags in tags.items():
+        for budget in budgets:
+            base_key = f"{name}/hermes/{budget}"
+            base = [r[base_key]["outcomes"] for r in all_runs] if base_key in all_runs[0] else None
+            fam_cols = (*sb.FAMILIES, "all")
+            n = {c: sum(1 for f, _ in set_tags.values() if c in ("all", f)) for c in fam_cols}
+            head = " | ".join(f"{c} (n={n[c]})" for c in fam_cols)
+            fam = [f"**{name} ({sb.SUITE_S[name]} s), budget {budget}**", "",
+                   f"| policy | {head} | KV bytes | ms / chunk |", "|---" * (len(fam_cols) + 3) + "|"]
+            dcount = {d: sum(1 for _, t in set_tags.values() if t == d) for d in DEPTH_COLUMNS}
+            depth = [f"*{name}, budget {budget}: episodic by depth* (first object; \"just before X\" with X at "
+                     "this % of the question time)", "",
+                     "| policy | " + " | ".join(f"{d} (n={dcount[d]})" for d in DEPTH_COLUMNS) + " |",
+                     "|---" * (len(DEPTH_COLUMNS) + 1) + "|"]
+            for label, key in rows_of(all_runs, name, policies, budget):
+                runs = [r[key]["outcomes"] for r in all_runs]
+                marked = base if base is not None and key != base_key else None
+                have = set.intersection(*(set(o) for o in runs + (marked or [])))
+
+                def qids(test):
+                    return sorted(q for q, t in set_tags.items() if q in have and test(*t))
+
+                cells = [interval(runs, qids(lambda f, _, c=c: c in ("all", f)), marked) for c in fam_cols]
+                first = all_runs[0][key]
+                fam.append(f"| {label} | " + " | ".join(cells)
+                           + f" | {first['kv_bytes']:,} | {first['ms_per_chunk']:.0f} |")
+                cells = [interval(runs, qids(lambda _, t, d=d: t == d), marked) for d in DEPTH_COLUMNS]
+                depth.append(f"| {label} | " + " | ".join(cells) + " |")
+            parts += ["\n".join(fam), "", "\n".join(depth), ""]
+    return "\n".join(parts)
+
+
+def spread_table(all_runs: list[dict], seeds: list[str]) -> str:
+    """Markdown: overall accuracy % of every run per weights file, and the spread (max - min) over them."""
+    lines = ["| run | " + " | ".join(f"seed {s}" for s in seeds) + " | spread |", "|---" * (len(seeds) + 2) + "|"]
+    for key in all_runs[0]:
+        accs = [100 * float(np.mean(list(r[key]["outcomes"].values()))) for r in all_runs]
+        lines.append(f"| {key} | " + " | ".join(f"{a:.0f}" for a in accs) + f" | {max(accs) - min(accs):.0f} |")
+    return "\n".join(lines)
+
+
+def sweep(args, weights: list[Path]) -> int:
+    """Run the suite sweep (`--sweep`, or `--quick`) for every weights file and write its page to `--md`."""
+    import eval_micro
+    from hermes.models.micro import file_sha256, read_training_info
+
+    started = time.perf_counter()
+    videos = dict(QUICK_VIDEOS if args.quick else STANDARD_VIDEOS)
+    for spec in filter(None, (args.set_videos or "").split(",")):
+        name, _, count = spec.partition("=")
+        videos[name] = int(count)
+    unknown = sorted(set(videos) - set(sb.SUITE_S)) + sorted(set(args.sweep_policies) - set(POLICIES))
+    if unknown:
+        raise SystemExit(f"error: unknown set or policy {', '.join(unknown)}; sets: {', '.join(sb.SUITE_S)}, "
+                         f"policies: {', '.join(POLICIES)}")
+    budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else list(QUICK_BUDGETS if args.quick
+                                                                                    else STANDARD_BUDGETS)
+    sets = {name: suite_set(args.work, name, args.suite_seed, n) for name, n in videos.items() if n > 0}
+    tags = {name: question_tags(root) for name, root in sets.items()}
+    all_runs = []
+    for path in weights:
+        adapter = eval_micro.micro_adapter(path)
+        runs = args.work / f"suite-runs-{file_sha256(path)[:12]}"
+        all_runs.append(run_grid(adapter, sets, runs, args.sweep_policies, budgets, args.chunk_frames, args.reuse))
+    seeds = [str(read_training_info(p).get("seed", "?")) for p in weights]
+    text = PAGE.format(weights=", ".join(f"`{Path(p).name}` (seed {s}, sha256 `{file_sha256(p)[:12]}...`)"
+                                         for p, s in zip(weights, seeds)),
+                       seed=args.suite_seed, sets=", ".join(f"{n} = {sb.SUITE_S[n]} s x {k} streams"
+                                                            for n, k in videos.items() if k > 0),
+                       n_weights=len(weights), tables=tables(all_runs, tags, args.sweep_policies, budgets),
+                       wall=round(time.perf_counter() - started), min_marked=MIN_MARKED)
+    if len(weights) > 1:
+        text += "\n## Spread over training seeds\n\nOverall accuracy (%) of each run per weights file:\n\n"
+        text += spread_table(all_runs, seeds) + "\n"
+    args.md.parent.mkdir(parents=True, exist_ok=True)
+    args.md.write_text(text)
+    (args.md.with_suffix(".json")).write_text(json.dumps(all_runs, indent=1))
+    print(f"wrote {args.md}")
+    return 0
+
+
+PAGE = """# Memory policies on the micro testbed's suite (micro model, CPU)
+
+Weights: {weights}. Suite seed {seed}: {sets}; 1 frame per second, 16 visual tokens per frame.
+Each cell: accuracy % [95 % bootstrap interval over questions], pooled over the {n_weights} weights
+file(s), each question's verdicts kept together; (+) / (-): the paired difference to `hermes` at the
+same budget has a 95 % interval above / below 0 (unmarked: within noise; never marked under
+{min_marked} questions). Budgets are visual tokens
+per layer (64 = 4 frames). KV bytes: the largest device KV cache over the run's questions; ms / chunk:
+the run's wall time less its answers' latency, per 16-frame chunk (first weights file; a shared CPU,
+so compare within one page). Episodic questions: one "first object" and one "just before X" per depth
+(X at 10 ... 90 % of the question time) per stream. This run took {wall} s.
+
+{tables}
+"""

@@ -1,0 +1,82 @@
+"""`scripts/eval_micro.py --quick`: every policy on the suite's sets, intervals, cost columns; and the marks.
+
+The smoke run is the CI variant of the standard sweep (one short and one long stream, budget 128).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import micro_suite  # noqa: E402  (a script module beside eval_micro.py)
+
+CELL = re.compile(r"^(\d+) \[(\d+), (\d+)\]( \([+-]\))?$")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    work = tmp_path_factory.mktemp("quick")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_micro.py"), "--quick", "--work", str(work)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return work
+
+
+def rows(page: str, title: str) -> dict[str, list[str]]:
+    """{policy label: cells} of the table under the bold or italic title starting with `title`."""
+    block = page.split(title, 1)[1].split("\n\n", 2)[1]
+    out = {}
+    for line in block.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        out[cells[0]] = cells[1:]
+    return out
+
+
+@pytest.mark.slow
+def test_quick_sweep_reports_every_policy_with_intervals_and_cost(quick):
+    page = (quick / "QUICK.md").read_text()
+    results = json.loads((quick / "QUICK.json").read_text())[0]
+    for name in ("short", "long"):
+        table = rows(page, f"**{name} (")
+        assert list(table) == ["full"] + [f"{p} @128" for p in micro_suite.POLICIES if p != "full"]
+        for label, cells in table.items():
+            for text in cells[:5]:  # realtime, episodic, counting, ordering, all
+                acc, lo, hi, _ = CELL.match(text).groups()
+                assert int(lo) <= int(acc) <= int(hi)
+        depth = rows(page, f"*{name}, budget 128: episodic by depth*")
+        assert len(depth["hermes @128"]) == len(micro_suite.DEPTH_COLUMNS)
+        # one stream: one question per depth, each either right or wrong
+        assert all(c in ("0 [0, 0]", "100 [100, 100]") for c in depth["full"])
+    # device memory: full keeps all 180 frames (2,880 visual tokens), a bounded policy 128 per layer
+    assert results["long/full"]["kv_bytes"] > 10 * results["long/hermes/128"]["kv_bytes"] > 0
+    assert results["short/full"]["kv_bytes"] > results["short/sliding/128"]["kv_bytes"]
+    # every question of the set was answered and kept (22 per stream: 4 + 10 + 4 + 4 counting probes)
+    assert len(results["short/hermes/128"]["outcomes"]) == 22
+    assert all(r["ms_per_chunk"] > 0 for r in results.values())
+
+
+@pytest.mark.slow  # imports eval_micro (torch, the runner): ~10 s on a shared CPU
+def test_marks_only_differences_beyond_their_intervals():
+    qids = [f"q{i}" for i in range(20)]
+    right = [{q: True for q in qids}]
+    wrong = [{q: False for q in qids}]
+    half = [{q: i % 2 == 0 for i, q in enumerate(qids)}]
+    assert micro_suite.interval(right, qids, wrong) == "100 [100, 100] (+)"
+    assert micro_suite.interval(wrong, qids, right) == "0 [0, 0] (-)"
+    assert micro_suite.interval(half, qids, half) == "50 " + micro_suite.interval(half, qids, None)[3:]
+    assert "(" not in micro_suite.interval(half, qids, half)
+    # too few questions to tell: never marked, however far apart
+    assert micro_suite.interval(right, qids[:5], wrong) == "100 [100, 100]"
+
+
+def test_spread_over_seeds():
+    runs = [{"long/full": {"outcomes": {"a": True, "b": True, "c": False, "d": False}}},
+            {"long/full": {"outcomes": {"a": True, "b": True, "c": True, "d": False}}}]
+    assert micro_suite.spread_table(runs, ["0", "1"]).splitlines()[-1] == "| long/full | 50 | 75 | 25 |"
