@@ -76,11 +76,18 @@ def penalize_repeats(logits: torch.Tensor, ids: list[int], penalty: float) -> to
     """
     if penalty == 1.0 or not ids:
         return logits
-    seen = torch.tensor(sorted(set(ids)), device=logits.device)
-    picked = logits[seen]
-    out = logits.clone()
-    out[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return out
+    seen = torch.zeros_like(logits, dtype=torch.bool)
+    seen[torch.tensor(ids, device=logits.device)] = True
+    return penalize_seen_no_sync(logits, seen, penalty)
+
+
+def penalize_seen_no_sync(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """`penalize_repeats` with the answered tokens as a (V,) bool mask on the logits' device (no host read).
+
+    Returns:
+        (V,) logits, a new tensor.
+    """
+    return torch.where(seen, torch.where(logits < 0, logits * penalty, logits / penalty), logits)
 
 
 class VLMAdapter(ABC):
@@ -320,8 +327,8 @@ class VLMAdapter(ABC):
                 if seen is not None:
                     seen.index_fill_(0, chosen[-1], True)
                 logits = self.decode_one_token_no_sync(chosen[-1], cache)
-                if seen is not None:  # `penalize_repeats` on the device: the same arithmetic
-                    logits = torch.where(seen, torch.where(logits < 0, logits * penalty, logits / penalty), logits)
+                if seen is not None:
+                    logits = penalize_seen_no_sync(logits, seen, penalty)
                 chosen.append(logits.argmax().reshape(1))
                 if on_text is not None or len(chosen) % EOS_CHECK_EVERY == 0 or len(chosen) >= max_new_tokens:
                     break
