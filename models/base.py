@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from hermes.cache import KIND_PREFIX, HermesCache
+from hermes.cache import KIND_PREFIX, HermesCache, to_device_no_sync
 from hermes.models.attention import use_hermes_sdpa
 from hermes.positions import GridStep, Run
 from hermes.rope import RotarySpec
@@ -274,7 +274,8 @@ class VLMAdapter(ABC):
             (V,) float32 logits of the next token, on the device.
         """
         embeds = self.language_model.get_input_embeddings()(token)  # (1, hidden), what `embed_ids` gives
-        hidden = self.prefill(embeds, cache.allocate_positions(1), cache)
+        position = to_device_no_sync(cache.allocate_positions(1), self.device)  # a plain `.to` stalls on CUDA
+        hidden = self.prefill(embeds, position, cache)
         return self.logits(hidden[-1:])[0]
 
     @torch.inference_mode()
