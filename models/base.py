@@ -23,9 +23,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from hermes.cache import KIND_PREFIX, HermesCache
+from hermes.cache import KIND_PREFIX, HermesCache, to_device_no_sync
+from hermes.models.attention import use_hermes_sdpa
 from hermes.positions import GridStep, Run
 from hermes.rope import RotarySpec
+
+
+EOS_CHECK_EVERY = 8  # decoded tokens between the host's end-of-answer checks when nothing streams
 
 
 @dataclass
@@ -72,11 +76,18 @@ def penalize_repeats(logits: torch.Tensor, ids: list[int], penalty: float) -> to
     """
     if penalty == 1.0 or not ids:
         return logits
-    seen = torch.tensor(sorted(set(ids)), device=logits.device)
-    picked = logits[seen]
-    out = logits.clone()
-    out[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return out
+    seen = torch.zeros_like(logits, dtype=torch.bool)
+    seen[torch.tensor(ids, device=logits.device)] = True
+    return penalize_seen_no_sync(logits, seen, penalty)
+
+
+def penalize_seen_no_sync(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """`penalize_repeats` with the answered tokens as a (V,) bool mask on the logits' device (no host read).
+
+    Returns:
+        (V,) logits, a new tensor.
+    """
+    return torch.where(seen, torch.where(logits < 0, logits * penalty, logits / penalty), logits)
 
 
 class VLMAdapter(ABC):
@@ -108,6 +119,7 @@ class VLMAdapter(ABC):
         self.dtype = dtype
         self.system_prompt = system_prompt
         self.eos_token_ids: set[int] = set()
+        use_hermes_sdpa(self.text_config)  # no per-layer copies of grouped K/V heads (hermes.models.attention)
 
     # ---- what each family defines ----------------------------------------------------------------
 
@@ -251,12 +263,32 @@ class VLMAdapter(ABC):
         self.prefill(embeds, positions, cache)
         cache.record(positions, KIND_PREFIX)
 
+    def decode_one_token_no_sync(self, token: torch.Tensor, cache: HermesCache) -> torch.Tensor:
+        """One decode step: `token` appended to `cache` at the next position, without reading it on the host.
+
+        Args:
+            token: (1,) int64 on the model's device (the token just chosen).
+            cache: the working cache; grows by one token in every layer.
+
+        Returns:
+            (V,) float32 logits of the next token, on the device.
+        """
+        embeds = self.language_model.get_input_embeddings()(token)  # (1, hidden), what `embed_ids` gives
+        position = to_device_no_sync(cache.allocate_positions(1), self.device)  # a plain `.to` stalls on CUDA
+        hidden = self.prefill(embeds, position, cache)
+        return self.logits(hidden[-1:])[0]
+
     @torch.inference_mode()
     def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int,
                         on_text: Callable[[str], None] | None = None) -> Generation:
         """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache`.
 
-        The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`).
+        The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`). Chosen tokens stay
+        on the device: the host reads them once for the first token (TTFT), then every
+        `EOS_CHECK_EVERY` tokens to look for an end-of-answer token, or after every token while
+        `on_text` streams. Steps decoded past an end-of-answer token before it is seen are dropped
+        (at most `EOS_CHECK_EVERY - 1`; they are in `cache` until the rewind): the answer is token
+        for token the one a step-by-step loop gives.
 
         Args:
             prompt_embeds: (Q, hidden) question embeddings placed after everything cached.
@@ -271,23 +303,37 @@ class VLMAdapter(ABC):
         start = time.perf_counter()
         hidden = self.prefill(prompt_embeds, cache.allocate_positions(prompt_embeds.shape[0]), cache)
         first_logits = self.logits(hidden[-1:])[0]
-        next_id = int(first_logits.argmax())  # nothing to penalise before the first token
+        token = first_logits.argmax().reshape(1)  # (1,) nothing to penalise before the first token
+        chosen_ids = [int(token)]  # the one read TTFT needs: the first token is known here
         ttft_ms = (time.perf_counter() - start) * 1e3
-        ids: list[int] = []
+        chosen: list[torch.Tensor] = [token]  # (1,) device tensors: chosen_ids is their host copy so far
+        penalty = self.repetition_penalty
+        seen = torch.zeros_like(first_logits, dtype=torch.bool) if penalty != 1.0 else None  # (V,) answered tokens
+        answer_len: int | None = None  # known once an end-of-answer token or the cap is seen
         sent = ""  # the text already handed to on_text (decoded as a whole: a token may be half a character)
-        for _ in range(max_new_tokens):
-            if next_id in self.eos_token_ids:
-                break
-            ids.append(next_id)
+        while True:
+            if len(chosen) > len(chosen_ids):  # due (see the check below): one read for the whole window
+                chosen_ids += torch.cat(chosen[len(chosen_ids):]).tolist()
+            ended = next((i for i, t in enumerate(chosen_ids) if t in self.eos_token_ids), None)
+            if ended is not None or len(chosen_ids) >= max_new_tokens:
+                answer_len = min(n for n in (ended, max_new_tokens) if n is not None)
             if on_text is not None:
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                text = self.tokenizer.decode(chosen_ids[:answer_len], skip_special_tokens=True)
                 if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
                     on_text(text[len(sent):])
                     sent = text
-            if len(ids) == max_new_tokens:
+            if answer_len is not None:
                 break
-            hidden = self.prefill(self.embed_ids([next_id]), cache.allocate_positions(1), cache)
-            next_id = int(penalize_repeats(self.logits(hidden[-1:])[0], ids, self.repetition_penalty).argmax())
+            while True:  # decode until the host must look again
+                if seen is not None:
+                    seen.index_fill_(0, chosen[-1], True)
+                logits = self.decode_one_token_no_sync(chosen[-1], cache)
+                if seen is not None:
+                    logits = penalize_seen_no_sync(logits, seen, penalty)
+                chosen.append(logits.argmax().reshape(1))
+                if on_text is not None or len(chosen) % EOS_CHECK_EVERY == 0 or len(chosen) >= max_new_tokens:
+                    break
+        ids = chosen_ids[:answer_len]
         latency_ms = (time.perf_counter() - start) * 1e3
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         if on_text is not None and text.startswith(sent) and len(text) > len(sent):
