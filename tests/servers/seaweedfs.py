@@ -67,11 +67,18 @@ def seaweedfs(tmp_path: Path, bucket: str = "mem", timeout_s: float = 60.0):
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                               aws_access_key_id="any", aws_secret_access_key="any")
         deadline = time.monotonic() + timeout_s
+        created = False
         while True:
             try:
-                client.create_bucket(Bucket=bucket)
+                if not created:
+                    client.create_bucket(Bucket=bucket)
+                    created = True
+                # ready means writable: the first object write waits for a volume to be allocated,
+                # which takes seconds after the bucket answers
+                client.put_object(Bucket=bucket, Key="_ready", Body=b"")
+                client.delete_object(Bucket=bucket, Key="_ready")
                 break
-            except Exception:
+            except Exception:  # not up (or not writable) yet: look again
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"SeaweedFS did not start: {(tmp_path / 'weed.log').read_text()[-2000:]}")
                 time.sleep(0.5)

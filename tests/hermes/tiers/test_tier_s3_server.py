@@ -118,7 +118,8 @@ def test_real_server_faults_flipped_byte_and_server_gone(tmp_path):
 
     fp = {"model": "s3-server-test"}
     with seaweedfs(tmp_path) as endpoint:
-        options = RemoteOptions(S3Settings(endpoint=endpoint, timeout_s=1.0, retries=2), str(tmp_path / "c1"))
+        # a timeout of seconds: a refused connection (the server gone, below) fails at once anyway
+        options = RemoteOptions(S3Settings(endpoint=endpoint, timeout_s=10.0, retries=2), str(tmp_path / "c1"))
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "x")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "x")
         md = MemoryDirectory("s3://mem/faults", fp, 0, 1 << 30, remote=options)
