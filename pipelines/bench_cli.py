@@ -62,13 +62,20 @@ def bench_config(args, suite_budget: int):
     return config_from_args(args, base={"memory": {"budget": suite_budget}})
 
 
+def write_json_output(path: str | None, payload) -> None:
+    """Write `payload` as indented JSON to `path` (`--output`) atomically, if a path was given."""
+    if path:
+        from hermes.tiers.files import write_bytes_atomic  # a stop mid-rewrite keeps the previous results
+
+        write_bytes_atomic(Path(path), json.dumps(payload, indent=2, default=str).encode())
+
+
 def write_bench_files(args, meta: dict, result, columns) -> None:
     """`--output` JSON and `--markdown` report, when asked (rewritten as results come in)."""
     from hermes.pipelines.bench_report import report_markdown
-    from hermes.tiers.files import write_bytes_atomic  # a stop mid-rewrite keeps the previous results
+    from hermes.tiers.files import write_bytes_atomic
 
-    if args.output:
-        write_bytes_atomic(Path(args.output), json.dumps(bench_record(meta, result), indent=2).encode())
+    write_json_output(args.output, bench_record(meta, result))
     if getattr(args, "markdown", None):
         write_bytes_atomic(Path(args.markdown), report_markdown(meta, result, columns).encode())
 
@@ -126,10 +133,7 @@ def cmd_bench_tiers(args) -> int:
         check_memory_dir(args.store)
     rows, table = run(sizes, write_bytes=args.write_mib << 20, store=args.store)
     print(json.dumps(rows, default=str) if args.json else table)
-    if args.output:
-        from hermes.tiers.files import write_bytes_atomic
-
-        write_bytes_atomic(Path(args.output), json.dumps(rows, indent=2, default=str).encode())
+    write_json_output(args.output, rows)
     return 0
 
 
@@ -178,10 +182,7 @@ def cmd_bench_serve(args) -> int:
               "stream_fps": args.stream_fps, "seconds": args.seconds, "ask_every_s": args.ask_every,
               "threads": args.threads, "rows": rows}
     print(json.dumps(record) if args.json else rows_table(rows))
-    if args.output:
-        from hermes.tiers.files import write_bytes_atomic
-
-        write_bytes_atomic(Path(args.output), json.dumps(record, indent=2).encode())
+    write_json_output(args.output, record)
     return 0
 
 
@@ -197,10 +198,7 @@ def cmd_bench_reference(args) -> int:
     rows = compare(args.ref_dir, args.ref_python, geometries, frames=args.frames, chunk_frames=args.chunk_frames,
                    budget=args.budget, repeats=args.repeats)
     print(json.dumps(rows) if args.json else ratio_table(rows))
-    if args.output:
-        from hermes.tiers.files import write_bytes_atomic
-
-        write_bytes_atomic(Path(args.output), json.dumps(rows, indent=2).encode())
+    write_json_output(args.output, rows)
     return 0
 
 
