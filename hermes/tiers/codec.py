@@ -46,51 +46,61 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
         ``(buffers, total length in bytes)``; the buffers view the record's own host tensors (or
         small new ones), so the record must stay alive and unmodified until they are written.
     """
-    parts: list[tuple[str, list[torch.Tensor], torch.dtype, list[int]]] = []  # name, pieces, dtype, shape
+    # why so terse: a summarised record is ~23 KB, and per-tensor Python calls here once cost four
+    # times the write of its bytes; each field is one `packed_base` check and one buffer when packed
+    header: dict = {}
+    buffers: list[memoryview | bytes] = []
+    offset = 0
+
+    def put(name: str, pieces: list[torch.Tensor], dtype: torch.dtype, shape: list[int]) -> None:
+        nonlocal offset
+        size = 0
+        for piece in pieces:
+            nbytes = piece.nbytes
+            if nbytes:
+                flat = piece.contiguous().view(-1)
+                buffers.append(memoryview((flat.view(torch.int16) if dtype == torch.bfloat16 else flat).numpy()))
+                size += nbytes
+        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+
     layers = record.layers
+    num_layers = len(layers)
     if layers:
-        h, d, dv = layers[0].keys.shape[0], layers[0].keys.shape[-1], layers[0].values.shape[-1]
+        first = layers[0]
+        h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]
         for name in ("keys", "values"):
             pieces = [getattr(layer, name) for layer in layers]
             base = packed_base(pieces)  # a packed record (`pack`, as DRAM keeps them) is one buffer
             pieces = [base] if base is not None else [p.detach().to("cpu").reshape(-1) for p in pieces]
-            parts.append((name, pieces, pieces[0].dtype, [sum(p.numel() for p in pieces)]))
-        if layers[0].key_scale is not None:
+            put(name, pieces, pieces[0].dtype, [sum(p.numel() for p in pieces)])
+        if first.key_scale is not None:
             for name in ("key_scale", "value_scale"):
                 pieces = [getattr(layer, name) for layer in layers]
                 t = packed_base(pieces)
                 t = (t if t is not None else torch.stack(pieces)).to("cpu", torch.float32)
-                parts.append((name, [t], t.dtype, [len(layers), *pieces[0].shape]))
-        offsets = torch.tensor([0] + [layer.num_tokens for layer in layers], dtype=torch.long).cumsum(0)
-        parts.append(("offsets", [offsets], torch.long, [len(layers) + 1]))
+                put(name, [t], torch.float32, [num_layers, *pieces[0].shape])
+        tokens = [layer.keys.shape[-2] for layer in layers]
+        ends, total = [0], 0
+        for n in tokens:
+            total += n
+            ends.append(total)
+        put("offsets", [torch.tensor(ends, dtype=torch.long)], torch.long, [num_layers + 1])
         for name in RECORD_FIELDS:
             pieces = [getattr(layer, name) for layer in layers]
             t = packed_base(pieces)
             if t is None:  # metadata is on the host already; one cat per field
                 t = torch.cat(pieces, dim=-1)
-            parts.append((name, [t], t.dtype, [*pieces[0].shape[:-1], sum(p.shape[-1] for p in pieces)]))
+            put(name, [t], t.dtype, [*pieces[0].shape[:-1], t.shape[-1]])
     else:
         h = d = dv = 0
     if record.embedding is not None:
         t = record.embedding.detach().to("cpu", torch.float32).contiguous()
-        parts.append(("embedding", [t], t.dtype, list(t.shape)))
+        put("embedding", [t], torch.float32, list(t.shape))
     meta = {"format": RECORD_FORMAT, "record_id": record.record_id, "t_start_s": record.t_start_s,
             "t_end_s": record.t_end_s, "frame_start": record.frame_start, "frame_end": record.frame_end,
             "value": record.value, "source_dtype": record.source_dtype, "kind": record.kind,
-            "num_layers": len(layers), "heads": h, "head_dim": d, "value_dim": dv, "extra": record.extra}
-    header: dict = {}
-    buffers: list[memoryview | bytes] = []
-    offset = 0
-    for name, pieces, dtype, shape in parts:
-        size = 0
-        for piece in pieces:
-            nbytes = piece.numel() * piece.element_size()
-            if nbytes:
-                flat = piece.contiguous().reshape(-1)
-                buffers.append(memoryview((flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat).numpy()))
-            size += nbytes
-        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
+            "num_layers": num_layers, "heads": h, "head_dim": d, "value_dim": dv, "extra": record.extra}
     header["__metadata__"] = {_META_KEY: json.dumps(meta)}
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)  # data starts 8-byte aligned, as the reference writer does

@@ -41,7 +41,6 @@ OS errors (disk full, read-only file system, a file where a folder belongs) beco
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import threading
@@ -165,6 +164,7 @@ class DiskStore(RecordLedger):
             raise
         self._pending: dict[int, Record] = {}
         self._group: list[Entry] = []
+        self._group_buffers: list = []  # the group's record bytes, back to back from its first entry's offset
         self._active: _Active | None = None
         self._error: BaseException | None = None
         self._closed = False
@@ -368,8 +368,9 @@ class DiskStore(RecordLedger):
         if self._active is None or (self._active.size and self._active.size + length > self.segment_bytes):
             self._roll()
         active = self._active
-        write_buffers(active.fd, buffers, active.size)
-        entry = dataclasses.replace(draft, segment=active.name, offset=active.size, sha256=sha256(*buffers))
+        # the bytes are written at `_commit`, the whole group's in one pwritev (one call, not one per record)
+        self._group_buffers += buffers
+        entry = draft.placed(active.name, active.size, sha256(*buffers))
         with self._lock:
             active.size += length
             self._seg_sizes[active.name] = active.size
@@ -398,6 +399,8 @@ class DiskStore(RecordLedger):
         """Make the group durable: fsync its segment, then append and fsync its manifest lines."""
         if not self._group:
             return
+        write_buffers(self._active.fd, self._group_buffers, self._group[0].offset)
+        self._group_buffers = []
         os.fsync(self._active.fd)  # every group entry is in the active segment (rolls commit first)
         if self._active.new:
             fsync_dir(self.directory / SEGMENTS)

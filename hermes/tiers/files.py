@@ -29,14 +29,15 @@ def write_all(fd: int, data: bytes | memoryview, offset: int | None = None) -> N
 def write_buffers(fd: int, buffers: list, offset: int) -> None:
     """Write buffers back to back at `offset` with ``pwritev`` (no joined copy), finishing short writes."""
     views = [memoryview(b).cast("B") for b in buffers if len(b)]
-    while views:
-        n = os.pwritev(fd, views[:512], offset)  # stay well under IOV_MAX
+    first = 0  # views before it are written (an index: popping the list's front is quadratic in a group)
+    while first < len(views):
+        n = os.pwritev(fd, views[first:first + 512], offset)  # stay well under IOV_MAX
         offset += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
+        while first < len(views) and n >= len(views[first]):
+            n -= len(views[first])
+            first += 1
         if n:
-            views[0] = views[0][n:]
+            views[first] = views[first][n:]
 
 
 def read_exact(path: Path, offset: int, length: int) -> bytes:

@@ -76,7 +76,7 @@ class LayerTokens:
         return {k: v for k, v in out.items() if v is not None}
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.keys, self.values, self.positions, self.token_ids,
+        return sum(t.nbytes for t in (self.keys, self.values, self.positions, self.token_ids,
                    self.frame_index, self.scores, self.counts, self.key_scale, self.value_scale) if t is not None)
 
 

@@ -369,7 +369,7 @@ class RemoteStore(RecordLedger):
         for record in group:
             buffers, length = encode_record(record)
             entries.append(json.loads(Entry.of(record, segment, offset, length, sha256(*buffers)).line()))
-            parts += [bytes(b) for b in buffers]
+            parts += buffers  # joined once below (bytes.join takes the memoryviews as they are)
             offset += length
             if record.embedding is not None:
                 vec = record.embedding.detach().to("cpu", torch.float32).contiguous().numpy()
