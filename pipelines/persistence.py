@@ -59,11 +59,16 @@ def check_invariants(session) -> None:
                              f"the last checkpoint stands")
 
 
-def save_session(session) -> None:
+def save_session(session, wait: bool = True) -> None:
     """Write the session's state dict to its memory directory, after checking it.
 
-    The memory directory flushes both record stores first, so the checkpoint claims only what is
-    durable (`hermes.tiers.directory.MemoryDirectory.save_checkpoint`).
+    This thread takes a snapshot (host copies of the tensors); the memory directory's disk writer
+    serialises, checksums and fsyncs it once both record stores have caught up, so the checkpoint
+    claims only what is durable (`hermes.tiers.directory.MemoryDirectory.save_checkpoint`).
+
+    Args:
+        session: The streaming session.
+        wait: Return once the checkpoint is durable (False: it lands while the next chunk encodes).
 
     Raises:
         InvariantError: the cache is not whole; nothing is written.
@@ -73,7 +78,7 @@ def save_session(session) -> None:
     tensors = {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
     meta = {name: value for name, value in state.items() if not isinstance(value, torch.Tensor)}
     meta.update(state_format=STATE_FORMAT, frames=len(session.encoded_t_s))
-    session.lower.store.save_checkpoint(CHECKPOINT, tensors, meta)
+    session.lower.store.save_checkpoint(CHECKPOINT, tensors, meta, wait=wait)
 
 
 def has_checkpoint(lower) -> bool:

@@ -213,14 +213,21 @@ class StreamingSession:
             self._progress.update(len(frames))
         n = len(self.chunk_stats)
         if self._persistent and (n == 1 or n % self._checkpoint_every == 0):  # the first one early
-            self.checkpoint()
+            # saved on the disk writer's thread from a snapshot; every chunk (a live source, whose frames
+            # cannot be read again) waits for it, so a crash still loses at most the chunk in flight;
+            # otherwise it lands while the next chunk encodes (a crash re-reads from the previous one)
+            self.checkpoint(wait=self._checkpoint_every == 1)
 
     def request_stop(self) -> None:
         """Ask the stream to stop at the next chunk boundary (safe from a signal handler)."""
         self.stop_requested = True
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, wait: bool = True) -> None:
         """Save level 1 and the stream position to the memory directory (no-op without one).
+
+        Args:
+            wait: Return once it is durable (False: it is written on the disk writer's thread while
+                the caller goes on; the next checkpoint, `barrier` or close waits for it).
 
         Raises:
             UsageError: the session is broken (a chunk failed half-way): its cache is never saved.
@@ -230,7 +237,7 @@ class StreamingSession:
         if self._persistent:
             from hermes.pipelines.persistence import save_session
 
-            save_session(self)
+            save_session(self, wait=wait)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the session's owners need to resume: the cache's (``cache.*``), the policy's

@@ -44,7 +44,7 @@ CHECKPOINT_FORMAT = "hermes-checkpoint/2"  # /2: the metadata is checksummed too
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 
 
-def _check_name(name: str) -> None:
+def check_name(name: str) -> None:
     if not _NAME.match(name):
         raise ValueError(f"checkpoint name must be letters, digits, '_' or '-' (at most 100), got {name!r}")
 
@@ -61,7 +61,7 @@ def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor]
     Raises:
         ValueError: Bad name, or metadata that is not JSON-able.
     """
-    _check_name(name)
+    check_name(name)
     meta_json = json.loads(json.dumps(meta))  # fail before touching the disk if meta is not JSON-able
     folder = directory / CHECKPOINTS
     folder.mkdir(exist_ok=True)
@@ -85,6 +85,20 @@ def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor]
         fsync_dir(folder)
 
 
+def snapshot(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Host copies of `tensors` and a deep copy of `meta` that later changes to the originals never reach.
+
+    The cheap half of a save, for the caller's thread: one copy per tensor (the device-to-host copy
+    itself for a device tensor); `save_checkpoint` of the result (serialise, sha256, fsync) can then run
+    on another thread while the caller goes on changing its state.
+
+    Raises:
+        ValueError: Metadata that is not JSON-able (before anything is queued).
+    """
+    meta_copy = json.loads(json.dumps(meta))
+    return {key: t.detach().to("cpu", copy=True) for key, t in tensors.items()}, meta_copy
+
+
 def meta_digest(name: str, file: str, digest: str, meta: dict[str, Any]) -> str:
     """SHA-256 binding a checkpoint's metadata to its name and tensor file (canonical JSON)."""
     return sha256(json.dumps([name, file, digest, meta], sort_keys=True, separators=(",", ":")).encode())
@@ -100,7 +114,7 @@ def load_checkpoint(directory: Path, name: str) -> tuple[dict[str, torch.Tensor]
         KeyError: No checkpoint of that name.
         MemoryDirError: Its files are unreadable or fail the checksum.
     """
-    _check_name(name)
+    check_name(name)
     folder = directory / CHECKPOINTS
     info = read_info(folder / f"{name}.json")
     if info is None:

@@ -71,6 +71,14 @@ def checkpoint_claims(path: Path) -> dict[str, int]:
     return out
 
 
+class _WriterJob:
+    """A save queued on a store's writer thread: set when it ends, with its error if it failed."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
 class MemoryDirectory:
     """DRAM + disk + FAISS index + checkpoints in one directory. Thread-safe for one writer.
 
@@ -147,6 +155,7 @@ class MemoryDirectory:
         self.dram = DramStore(dram_bytes, dram_dtype, pin_memory, spill=self._spill)
         self.prefetcher = Prefetcher(self._load, prefetch_bytes)
         self._lock = threading.RLock()
+        self._checkpoint_job: _WriterJob | None = None  # the checkpoint save in flight on the disk writer
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
         # a follower of a remote stream recalls the writer's level 2 from its log (a local reader need not)
         self._follows_log = self.remote is not None and readonly and self.wal is not None
@@ -268,6 +277,9 @@ class MemoryDirectory:
         if self.wal is not None:
             self.wal.flush()
         self.disk._raise_if_failed()
+        job = self._checkpoint_job
+        if job is not None and job.done.is_set():
+            self.wait_checkpoint()  # done: raises its error, if any
 
     def drain(self) -> None:
         """Move DRAM's records to disk whole (no summary), commit them, and save the index."""
@@ -283,11 +295,15 @@ class MemoryDirectory:
         self.disk.flush()
         if self.wal is not None:
             self.wal.flush()  # after the disk: its commits queue the log's removals
+        self.wait_checkpoint()  # ran on the disk writer before the flush above returned
         if not self.readonly:
-            try:
-                self.index.save(self.path, self._binding)
-            except OSError as exc:
-                raise storage_error(self.path, "saving the index", exc) from exc
+            self._save_index()
+
+    def _save_index(self) -> None:
+        try:
+            self.index.save(self.path, self._binding)
+        except OSError as exc:
+            raise storage_error(self.path, "saving the index", exc) from exc
 
     def close(self, spill_dram: bool = True) -> None:
         """Write DRAM's records to disk whole (if `spill_dram`), flush, save the index, release all."""
@@ -396,24 +412,69 @@ class MemoryDirectory:
 
     # ---- checkpoints -----------------------------------------------------------------------------
 
-    def save_checkpoint(self, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        """Flush both stores, then save tensors + metadata atomically under `name` (`hermes.tiers.checkpoint`).
+    def save_checkpoint(self, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                        wait: bool = True) -> None:
+        """Save tensors + metadata atomically under `name` (`hermes.tiers.checkpoint`), and the index,
+        on the disk writer's thread from a snapshot taken here.
 
-        The checkpoint records how far each store's manifest reached (``meta["store"]``): everything
-        it claims is durable before it exists, and a manifest later cut short of it is damage.
+        This thread only copies the tensors (`checkpoint.snapshot`); the writer, once every record
+        queued before is committed and the level-2 log has caught up, saves the index, then
+        serialises, checksums and fsyncs the checkpoint. The checkpoint records how far each store's
+        manifest reached then (``meta["store"]``): everything it claims is durable before it exists,
+        and a manifest later cut short of it is damage. At most one save is in flight: a second
+        waits for the first. A crash before the save lands leaves the previous checkpoint, whole.
+
+        Args:
+            name: Letters, digits, '_' and '-'.
+            tensors: Tensors by name (any device); later changes to them do not reach the checkpoint.
+            meta: JSON-able metadata.
+            wait: Return only once the checkpoint is durable (False: `wait_checkpoint`, `barrier`
+                and `flush` wait for it, or report its failure).
+
+        Raises:
+            MemoryDirError, StorageError: Read-only directory, or this or the previous save failed.
+            ValueError: Bad name, or metadata that is not JSON-able.
         """
         if self.readonly:
             raise MemoryDirError(f"memory directory {self.path} is open read-only")
-        self.flush()
-        claims = {"disk_next_id": self.disk.recorded_next_id, "disk_records": self.disk.num_records,
-                  "dram_next_id": self.wal.recorded_next_id if self.wal is not None else 0,
-                  "dram_records": self.wal.num_records if self.wal is not None else 0}
-        try:
-            checkpoint.save_checkpoint(self.path, name, tensors, {**meta, "store": claims})
-        except OSError as exc:
-            raise storage_error(self.path, f"saving checkpoint {name!r}", exc) from exc
-        if self.remote is not None:
-            self.remote.upload_checkpoint(name)
+        checkpoint.check_name(name)
+        self.wait_checkpoint()
+        host, meta_copy = checkpoint.snapshot(tensors, meta)
+        job = _WriterJob()
+
+        def save() -> None:  # on the disk writer's thread
+            try:
+                if self.wal is not None:
+                    self.wal.flush()  # its records and removals queued before this save are durable
+                self._save_index()
+                claims = {"disk_next_id": self.disk.recorded_next_id, "disk_records": self.disk.num_records,
+                          "dram_next_id": self.wal.recorded_next_id if self.wal is not None else 0,
+                          "dram_records": self.wal.num_records if self.wal is not None else 0}
+                try:
+                    checkpoint.save_checkpoint(self.path, name, host, {**meta_copy, "store": claims})
+                except OSError as exc:
+                    raise storage_error(self.path, f"saving checkpoint {name!r}", exc) from exc
+                if self.remote is not None:
+                    self.remote.upload_checkpoint(name)
+            except BaseException as exc:  # raised to the caller by wait_checkpoint
+                job.error = exc
+            finally:
+                job.done.set()
+
+        self._checkpoint_job = job
+        self.disk.call_on_writer(save)
+        if wait:
+            self.wait_checkpoint()
+
+    def wait_checkpoint(self) -> None:
+        """Wait until the checkpoint save in flight (if any) is durable; raise its error if it failed."""
+        job, self._checkpoint_job = self._checkpoint_job, None
+        if job is None:
+            return
+        while not job.done.wait(0.5):
+            self.disk._raise_if_failed()  # a writer that failed before reaching the job never runs it
+        if job.error is not None:
+            raise job.error
 
     def load_checkpoint(self, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """``(tensors, meta)`` saved under `name`; KeyError if none, MemoryDirError if damaged."""

@@ -329,10 +329,13 @@ class DiskStore(RecordLedger):
             batch = [self._queue.get()]
             self._drain(batch)
             for kind, payload in batch:
-                if kind in ("rec", "rm") and self._error is None:
+                if kind in ("rec", "rm", "call") and self._error is None:
                     try:
                         if kind == "rec":
                             self._write(*payload)
+                        elif kind == "call":
+                            self._commit()  # what the job follows is durable before it runs
+                            payload()
                         else:
                             self._commit()  # the records' own lines come first
                             self._remove(payload)

@@ -88,6 +88,20 @@ class RecordLedger:
         if ids and not self.readonly:
             self._queue.put(("rm", list(ids)))
 
+    def call_on_writer(self, job: Callable[[], None]) -> None:
+        """Run `job` on the writer thread once everything queued before it is committed.
+
+        Its exceptions are its own to keep (the store's writer goes on); used for checkpoints and
+        index saves, which must follow the records they claim and stay off the caller's thread.
+
+        Raises:
+            MemoryDirError: The store is read-only or closed, or an earlier write failed.
+        """
+        self._raise_if_failed()
+        if self.readonly or self._closed or self._writer is None:
+            raise MemoryDirError(f"memory directory {self.directory} has no writer ({'read-only' if self.readonly else 'closed'})")
+        self._queue.put(("call", job))
+
     def flush(self) -> None:
         """Wait until every record added so far is committed.
 

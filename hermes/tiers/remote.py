@@ -339,12 +339,16 @@ class RemoteStore(RecordLedger):
             self._drain(batch)
             group: list[Record] = []
             for kind, payload in batch:
-                if kind not in ("rec", "rm") or self._error is not None:
+                if kind not in ("rec", "rm", "call") or self._error is not None:
                     continue
                 try:
                     if kind == "rec":
                         record, prepare = payload
                         group.append(self._prepare(record) if self._prepare and prepare else record)
+                    elif kind == "call":
+                        self._commit(group)  # what the job follows is durable before it runs
+                        group = []
+                        payload()
                     else:
                         self._commit(group)  # the records' own commit comes first
                         group = []

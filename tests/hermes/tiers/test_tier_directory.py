@@ -172,3 +172,99 @@ def test_disk_budget_bounds_records_and_index(tmp_path):
     assert sorted(md.index.ids().tolist()) == sorted(md.disk.ids())  # dropped records left the index
     assert md.verify()[0]
     md.close()
+
+
+def _block_writer(md):
+    """Hold the disk writer thread until the returned event is set (a slow disk, made to order)."""
+    release, started = threading.Event(), threading.Event()
+    md.disk.call_on_writer(lambda: (started.set(), release.wait(30)))
+    assert started.wait(30)
+    return release
+
+
+def test_checkpoint_and_index_save_run_on_the_writer_thread_from_a_snapshot(tmp_path, monkeypatch):
+    from hermes.tiers import checkpoint as ckpt
+    from hermes.tiers.index import RecordIndex
+
+    threads = {"checkpoint": [], "index": []}
+    real_save, real_index_save = ckpt.save_checkpoint, RecordIndex.save
+    monkeypatch.setattr(ckpt, "save_checkpoint", lambda *a, **k: (
+        threads["checkpoint"].append(threading.current_thread().name), real_save(*a, **k))[1])
+    monkeypatch.setattr(RecordIndex, "save", lambda self, *a, **k: (
+        threads["index"].append(threading.current_thread().name), real_index_save(self, *a, **k))[1])
+    md = _open(tmp_path, dram_bytes=0)
+    threads["index"].clear()  # opening saves a new directory's empty index, on the opening thread
+    for rid in range(4):
+        md.add(_rec(rid))
+    md.save_checkpoint("session", {"x": torch.zeros(3)}, {"frames": 1})
+    assert threads["checkpoint"] == [md.disk._writer.name] and threads["index"] == [md.disk._writer.name]
+    assert md.load_checkpoint("session")[1] == {"frames": 1}
+    # the writer is busy: the caller queues the next checkpoint and goes on, the previous one stands
+    release = _block_writer(md)
+    level1 = torch.ones(3)
+    md.save_checkpoint("session", {"x": level1}, {"frames": 2}, wait=False)
+    level1.mul_(7)  # the caller's state moves on; the checkpoint holds the snapshot
+    md.add(_rec(4))  # ingest continues while the checkpoint waits for the writer
+    tensors, meta = md.load_checkpoint("session")
+    assert meta == {"frames": 1} and torch.equal(tensors["x"], torch.zeros(3))
+    assert len(threads["checkpoint"]) == 1
+    release.set()
+    md.wait_checkpoint()
+    tensors, meta = md.load_checkpoint("session")
+    assert meta == {"frames": 2} and torch.equal(tensors["x"], torch.ones(3))
+    assert threads["checkpoint"] == [md.disk._writer.name] * 2
+    # what it claims was committed before it was written: the 4 records added before, not the 5th
+    claims = json.loads((tmp_path / CHECKPOINTS / "session.json").read_text())["meta"]["store"]
+    assert claims["disk_records"] == 4
+    md.close()
+
+
+def test_a_failed_background_checkpoint_is_reported_and_the_previous_stands(tmp_path, monkeypatch):
+    from hermes.tiers import checkpoint as ckpt
+
+    md = _open(tmp_path)
+    md.save_checkpoint("session", {"x": torch.zeros(2)}, {"frames": 1})
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", disk_full)
+    md.save_checkpoint("session", {"x": torch.ones(2)}, {"frames": 2}, wait=False)
+    with pytest.raises(Exception, match="No space left"):
+        md.wait_checkpoint()
+    assert md.load_checkpoint("session")[1] == {"frames": 1}
+    md.add(_rec(0))  # the stores are unharmed: the failure was the checkpoint's
+    md.close()
+
+
+_KILLED_WRITER = """
+import sys, threading, time, torch
+from hermes.tiers.directory import MemoryDirectory
+md = MemoryDirectory(sys.argv[1], {"model": "dir-test", "family": "synthetic", "num_layers": 3}, 0, 1 << 30)
+md.save_checkpoint("session", {"x": torch.zeros(4)}, {"frames": 1})
+md.disk.call_on_writer(lambda: time.sleep(60))  # the disk is slow: the next save waits behind this
+md.save_checkpoint("session", {"x": torch.ones(4)}, {"frames": 2}, wait=False)  # snapshot taken, queued
+print("queued", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_kill_between_snapshot_and_write_leaves_the_previous_checkpoint(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(tmp_path / "m")], stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        assert child.stdout.readline().strip() == "queued"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    md = MemoryDirectory(tmp_path / "m", FP, 0, 1 << 30)
+    tensors, meta = md.load_checkpoint("session")
+    assert meta == {"frames": 1} and torch.equal(tensors["x"], torch.zeros(4))
+    ok, messages = md.verify()
+    assert ok, messages
+    md.close()
