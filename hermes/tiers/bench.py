@@ -13,6 +13,9 @@ Three questions, each answered on synthetic records in a temporary directory:
   manifest) as a fraction of a plain sequential write of the same bytes (one file, one fsync) in
   the same run, on the same filesystem. Above 0.5 means the crash-safety machinery costs less than
   the write itself.
+- *Checkpoint*: the ingest thread's time for one level-1 checkpoint (a ``write_bytes`` state and
+  the index of 10^4 records) when it waits for the save vs when it only takes the snapshot and
+  the disk writer does the rest (`MemoryDirectory.save_checkpoint`); ratio = time saved.
 
 Synthetic record shape (defaults): 4 layers x 2 KV heads x 16 tokens x head_dim 64, int8, 128-d
 embedding: about 23 KB stored, the size of a summarised record of a small model. The throughput
@@ -175,6 +178,46 @@ def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory
             "plain_mb_s": round(statistics.median(plain), 1), "ratio": round(statistics.median(ratios), 3)}
 
 
+def bench_checkpoint(state_bytes: int = 64 << 20, *, records: int = 10000, repeats: int = 3,
+                     directory: str | Path | None = None, seed: int = 0) -> dict:
+    """The ingest thread's time for one level-1 checkpoint: saved in place (the caller waits while the
+    writer serialises, checksums and fsyncs it and saves the index) vs snapshot and go on (the writer
+    does the rest while the caller works), alternated `repeats` times in one directory.
+
+    Args:
+        state_bytes: Size of the level-1 state (fp32 tensors of 28 layers' keys and values).
+        records: Records in the index saved with it (embeddings only: the save's cost).
+
+    Returns:
+        ``{"bench": "checkpoint", "state_bytes", "index_records", "wait_ms", "snapshot_ms", "ratio"}``:
+        medians, and the median of the paired ratios wait_ms / snapshot_ms (the ingest time saved).
+    """
+    g = torch.Generator().manual_seed(seed)
+    per_tensor = max(1, state_bytes // 4 // 56)
+    state = {f"cache.layers.{l}.{kv}": torch.randn(per_tensor, generator=g) for l in range(28) for kv in ("keys", "values")}
+    waited, snapped, ratios = [], [], []
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        md = MemoryDirectory(Path(tmp) / "mem", _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40, prefetch_bytes=0)
+        try:
+            md.index.add(range(records), torch.randn(records, 128, generator=g))
+            for trial in range(repeats):
+                t0 = time.perf_counter()
+                md.save_checkpoint("session", state, {"trial": trial})
+                wait_s = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                md.save_checkpoint("session", state, {"trial": trial}, wait=False)
+                snap_s = time.perf_counter() - t0
+                md.wait_checkpoint()  # outside the timing: the ingest thread would be encoding now
+                waited.append(wait_s * 1e3)
+                snapped.append(snap_s * 1e3)
+                ratios.append(wait_s / snap_s)
+        finally:
+            md.close(spill_dram=False)
+    return {"bench": "checkpoint", "state_bytes": sum(t.nbytes for t in state.values()), "index_records": records,
+            "wait_ms": round(statistics.median(waited), 2), "snapshot_ms": round(statistics.median(snapped), 2),
+            "ratio": round(statistics.median(ratios), 2)}
+
+
 def bench_store_write(store: str, total_bytes: int = 16 << 20, *, repeats: int = 3, seed: int = 0,
                       settings=None, **shape) -> dict:
     """Commit throughput into an object store (``s3://bucket/prefix``) relative to one plain PUT of the
@@ -294,6 +337,7 @@ def run(sizes: tuple[int, ...] = (1000, 10000), *, write_bytes: int = 64 << 20, 
         rows.append(bench_search(n, embed_dim=shape.get("embed_dim", 128)))
     for name, kw in (("summary-size", shape), ("full-size", FULL_RECORD)):
         rows.append({**bench_disk_write(write_bytes, directory=directory, **kw), "records_of": name})
+    rows.append(bench_checkpoint(write_bytes, directory=directory))
     return rows, markdown(rows)
 
 

@@ -58,7 +58,7 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
         for piece in pieces:
             nbytes = piece.nbytes
             if nbytes:
-                flat = piece.contiguous().view(-1)
+                flat = piece if piece.is_contiguous() else piece.contiguous()  # a C-contiguous buffer is flat bytes
                 buffers.append(memoryview((flat.view(torch.int16) if dtype == torch.bfloat16 else flat).numpy()))
                 size += nbytes
         header[name] = {"dtype": _ST_DTYPES[dtype], "shape": shape, "data_offsets": [offset, offset + size]}
