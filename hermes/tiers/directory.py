@@ -27,10 +27,12 @@ durable in one place or the other, or is still in the queue of the chunk in flig
 for that queue (the session calls it before evicting the next chunk, by when the write has long
 finished). On open, the log's records are loaded back into DRAM (a record found in both places, a
 crash between the two commits, stays on disk and leaves the log). `drain` moves DRAM to disk whole
-(for `close`, before the final checkpoint). `save_checkpoint` flushes both stores first and records
-in the checkpoint how far each store reached, so a checkpoint never claims records that are not
-durable, and a manifest that later ends before that point is recognised as damage. The index is
-saved on `flush` and `close`; after a crash it is repaired from the manifest on open.
+(for `close`, before the final checkpoint). `save_checkpoint` takes a snapshot on the caller's thread
+and saves it on the disk writer's, after every record queued before it is committed and the log has
+caught up, recording in the checkpoint how far each store reached then, so a checkpoint never claims
+records that are not durable, and a manifest that later ends before that point is recognised as
+damage. The index is saved with each checkpoint (on the writer), on `flush` and on `close`; after a
+crash it is repaired from the manifest on open.
 """
 
 from __future__ import annotations
