@@ -96,6 +96,7 @@ def test_a_cache_that_fails_its_invariants_is_not_saved(tiny_model, tmp_path):
     session.cache.token_ids = session.cache.token_ids[:, :-1]  # one layer's metadata out of step
     with pytest.raises(InvariantError, match="fails its invariants"):
         save_session(session)
+    session.lower.store.wait_checkpoint()  # chunk 1's, written on the disk writer while ingest went on
     assert _saved_frames(tmp_path / "mem") == 4  # the checkpoint after chunk 1 stands
 
 
