@@ -301,9 +301,9 @@ class MemoryDirectory:
         if not self.readonly:
             self._save_index()
 
-    def _save_index(self) -> None:
+    def _save_index(self, exclude: Iterable[int] = ()) -> None:
         try:
-            self.index.save(self.path, self._binding)
+            self.index.save(self.path, self._binding, exclude)
         except OSError as exc:
             raise storage_error(self.path, "saving the index", exc) from exc
 
@@ -448,7 +448,7 @@ class MemoryDirectory:
             try:
                 if self.wal is not None:
                     self.wal.flush()  # its records and removals queued before this save are durable
-                self._save_index()
+                self._save_index(exclude=self.disk.pending_ids())  # those ingest queued meanwhile
                 claims = {"disk_next_id": self.disk.recorded_next_id, "disk_records": self.disk.num_records,
                           "dram_next_id": self.wal.recorded_next_id if self.wal is not None else 0,
                           "dram_records": self.wal.num_records if self.wal is not None else 0}

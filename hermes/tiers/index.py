@@ -135,17 +135,26 @@ class RecordIndex:
 
     # ---- persistence ----------------------------------------------------------------------------
 
-    def save(self, directory: Path, binding: Callable[[list[int]], str] | None = None) -> None:
+    def save(self, directory: Path, binding: Callable[[list[int]], str] | None = None,
+             exclude: Iterable[int] = ()) -> None:
         """Write ``index.faiss`` and ``index.json`` atomically (each: temp, fsync, rename).
 
         Args:
             directory: The memory directory.
             binding: Maps the held ids to the digest of their records' content (stored, checked on open).
+            exclude: Ids left out of the saved copy (records not yet committed when a save runs beside
+                ingest: a saved index naming records a crash then loses would be rebuilt whole on open).
         """
         with self._lock:
-            data = faiss.serialize_index(self._index).tobytes() if self._index is not None else b""
-            meta = {"format": INDEX_FORMAT, "dim": self.dim, "count": len(self), "sha256": sha256(data),
-                    "binding": binding(self.ids().tolist()) if binding is not None else None}
+            index, ids = self._index, self.ids()
+            left_out = np.asarray([i for i in exclude if i in self._ids], dtype=np.int64)
+            if index is not None and left_out.size:
+                index = faiss.clone_index(index)  # the live index keeps them
+                index.remove_ids(left_out)
+                ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+            data = faiss.serialize_index(index).tobytes() if index is not None else b""
+            meta = {"format": INDEX_FORMAT, "dim": self.dim, "count": int(ids.size), "sha256": sha256(data),
+                    "binding": binding(ids.tolist()) if binding is not None else None}
         write_bytes_atomic(directory / INDEX, data)
         write_json_atomic(directory / INDEX_META, meta)
 

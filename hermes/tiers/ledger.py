@@ -167,6 +167,11 @@ class RecordLedger:
         with self._lock:
             return list(self._entries) + [i for i in self._pending if i not in self._entries]
 
+    def pending_ids(self) -> list[int]:
+        """Ids of records queued but not yet committed."""
+        with self._lock:
+            return [i for i in self._pending if i not in self._entries]
+
     def __contains__(self, record_id: int) -> bool:
         with self._lock:
             return record_id in self._entries or record_id in self._pending

@@ -216,7 +216,12 @@ def test_checkpoint_and_index_save_run_on_the_writer_thread_from_a_snapshot(tmp_
     # what it claims was committed before it was written: the 4 records added before, not the 5th
     claims = json.loads((tmp_path / CHECKPOINTS / "session.json").read_text())["meta"]["store"]
     assert claims["disk_records"] == 4
+    # and so does the index saved with it (a record a crash could still lose would force a rebuild on open)
+    assert json.loads((tmp_path / "index.json").read_text())["count"] == 4 and len(md.index) == 5
     md.close()
+    again = _open(tmp_path, dram_bytes=0)
+    assert again.index_state == "loaded" and len(again.index) == 5
+    again.close()
 
 
 def test_a_failed_background_checkpoint_is_reported_and_the_previous_stands(tmp_path, monkeypatch):
