@@ -194,7 +194,8 @@ def bench_checkpoint(state_bytes: int = 64 << 20, *, records: int = 10000, repea
     """
     g = torch.Generator().manual_seed(seed)
     per_tensor = max(1, state_bytes // 4 // 56)
-    state = {f"cache.layers.{l}.{kv}": torch.randn(per_tensor, generator=g) for l in range(28) for kv in ("keys", "values")}
+    state = {f"cache.layers.{l}.{kv}": torch.randn(per_tensor, generator=g)
+             for l in range(28) for kv in ("keys", "values")}
     waited, snapped, ratios = [], [], []
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         md = MemoryDirectory(Path(tmp) / "mem", _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40, prefetch_bytes=0)

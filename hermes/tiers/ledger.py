@@ -99,7 +99,8 @@ class RecordLedger:
         """
         self._raise_if_failed()
         if self.readonly or self._closed or self._writer is None:
-            raise MemoryDirError(f"memory directory {self.directory} has no writer ({'read-only' if self.readonly else 'closed'})")
+            why = "read-only" if self.readonly else "closed"
+            raise MemoryDirError(f"memory directory {self.directory} has no writer ({why})")
         self._queue.put(("call", job))
 
     def flush(self) -> None:

@@ -194,12 +194,14 @@ def test_pending_records_read_back_before_commit(tmp_path):
             store.add(rec)
 
 
-@pytest.mark.parametrize("value, kind", [(0.1 + 1 / 3, "summary"), (float("inf"), "full"), (-2.5e-12, 'odd "kind"\\é')])
+@pytest.mark.parametrize("value, kind", [(0.1 + 1 / 3, "summary"), (float("inf"), "full"),
+                                         (-2.5e-12, 'odd "kind"\\é')])
 def test_manifest_line_is_the_compact_json_of_its_entry(value, kind):
     # the line is formatted by hand for speed; it must stay byte for byte what json.dumps writes
     from hermes.tiers.manifest import Entry
 
-    e = Entry(17, "000003.safetensors", 40960, 7312, "ab" * 32, 6144, 12.0, 19.5, 24, 40, value, kind, "int8", (5, 4, 5))
+    e = Entry(17, "000003.safetensors", 40960, 7312, "ab" * 32, 6144, 12.0, 19.5, 24, 40, value, kind, "int8",
+              (5, 4, 5))
     obj = {"op": "add", "id": 17, "seg": "000003.safetensors", "off": 40960, "len": 7312, "sha256": "ab" * 32,
            "nbytes": 6144, "t": [12.0, 19.5], "frames": [24, 40], "value": value, "kind": kind, "storage": "int8",
            "tokens": [5, 4, 5]}
