@@ -24,22 +24,12 @@ never cut. So is a manifest whose first line is not a header (emptied, replaced,
 from __future__ import annotations
 
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from hermes.tiers.fingerprint import FORMAT
 
 MANIFEST, SEGMENTS, SUFFIX = "manifest.jsonl", "segments", ".safetensors"
-
-
-_PLAIN = re.compile(r"[A-Za-z0-9._-]*")  # strings JSON writes as they are, between quotes
-
-
-def _quoted(text: str) -> str:
-    """``json.dumps(text)``, cheaply for the plain names a manifest holds (segments, hex digests, kinds)."""
-    return f'"{text}"' if _PLAIN.fullmatch(text) else json.dumps(text)
 
 
 @dataclass(frozen=True)
@@ -67,21 +57,11 @@ class Entry:
 
     @cached_property
     def _line(self) -> bytes:  # computed once: the writer asks for it several times
-        floats = (self.t_start_s, self.t_end_s, self.value)
-        if not all(math.isfinite(x) for x in floats):  # JSON's spelling of inf/nan, as json.dumps writes it
-            obj = {"op": "add", "id": self.record_id, "seg": self.segment, "off": self.offset, "len": self.length,
-                   "sha256": self.sha256, "nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s],
-                   "frames": [self.frame_start, self.frame_end], "value": self.value, "kind": self.kind,
-                   "storage": self.storage, "tokens": list(self.tokens)}
-            return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-        # formatted by hand: json.dumps of a dict costs more than the rest of a small record's write;
-        # finite floats print as float.__repr__, as json.dumps does, so the bytes are the same
-        return (f'{{"op":"add","id":{self.record_id:d},"seg":{_quoted(self.segment)},"off":{self.offset:d},'
-                f'"len":{self.length:d},"sha256":{_quoted(self.sha256)},"nbytes":{self.nbytes:d},'
-                f'"t":[{float(self.t_start_s)!r},{float(self.t_end_s)!r}],"frames":[{self.frame_start:d},'
-                f'{self.frame_end:d}],"value":{float(self.value)!r},"kind":{_quoted(self.kind)},'
-                f'"storage":{_quoted(self.storage)},"tokens":[{",".join(str(int(n)) for n in self.tokens)}]}}\n'
-                ).encode()
+        obj = {"op": "add", "id": self.record_id, "seg": self.segment, "off": self.offset, "len": self.length,
+               "sha256": self.sha256, "nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s],
+               "frames": [self.frame_start, self.frame_end], "value": self.value, "kind": self.kind,
+               "storage": self.storage, "tokens": list(self.tokens)}
+        return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
 
     @classmethod
     def of(cls, record, segment: str, offset: int, length: int, digest: str) -> Entry:

@@ -197,7 +197,7 @@ def test_pending_records_read_back_before_commit(tmp_path):
 @pytest.mark.parametrize("value, kind", [(0.1 + 1 / 3, "summary"), (float("inf"), "full"),
                                          (-2.5e-12, 'odd "kind"\\é')])
 def test_manifest_line_is_the_compact_json_of_its_entry(value, kind):
-    # the line is formatted by hand for speed; it must stay byte for byte what json.dumps writes
+    # readers (recovery, repair, other languages) parse the line as compact JSON; it must round-trip
     from hermes.tiers.manifest import Entry
 
     e = Entry(17, "000003.safetensors", 40960, 7312, "ab" * 32, 6144, 12.0, 19.5, 24, 40, value, kind, "int8",
