@@ -127,7 +127,8 @@ def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory
     fmed, fp95 = _quantiles(full_scan)
     return {"bench": "recall", "records": n_records, "top_k": top_k, "median_ms": round(med, 3),
             "p95_ms": round(p95, 3), "search_median_ms": round(smed, 3), "search_p95_ms": round(sp95, 3),
-            "full_scan_median_ms": round(fmed, 3), "full_scan_p95_ms": round(fp95, 3), "populate_s": round(populate_s, 2)}
+            "full_scan_median_ms": round(fmed, 3), "full_scan_p95_ms": round(fp95, 3),
+            "populate_s": round(populate_s, 2)}
 
 
 def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, queries: int = 200, seed: int = 0) -> dict:
@@ -147,8 +148,8 @@ def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, querie
         full_ms.append((time.perf_counter() - t1) * 1e3)
     med, p95 = _quantiles(ms)
     fmed, fp95 = _quantiles(full_ms)
-    return {"bench": "search", "records": n_records, "top_k": top_k, "median_ms": round(med, 4), "p95_ms": round(p95, 4),
-            "full_scan_median_ms": round(fmed, 4), "full_scan_p95_ms": round(fp95, 4)}
+    return {"bench": "search", "records": n_records, "top_k": top_k, "median_ms": round(med, 4),
+            "p95_ms": round(p95, 4), "full_scan_median_ms": round(fmed, 4), "full_scan_p95_ms": round(fp95, 4)}
 
 
 def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory: str | Path | None = None,

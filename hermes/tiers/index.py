@@ -12,8 +12,9 @@ bytes) is scanned first and only the candidates it cannot rule out are scored in
 FAISS kernel (`_search_fp16_prefilter`). It is exact because the fp16 score of row v is within
 ``eps = ||q|| * max_v ||x_v - fp16(x_v)|| + rounding`` of its fp32 score: every row whose fp16 score
 is at least (k-th best fp16 score - 2 eps) is a candidate, and every true top-k row is among them.
-When near-ties leave too many candidates it falls back to the full fp32 scan. Results equal a full
-scan's, ids, scores (bit for bit) and order, exact ties included.
+The copy lives in memory only (2 E bytes per record, rebuilt from the fp32 rows at the first search
+after a load). When near-ties leave too many candidates it falls back to the full fp32 scan.
+Results equal a full scan's: ids, scores (bit for bit) and order, exact ties included.
 
 The index is *derived*: the manifest and segments are the truth (DESIGN §3). It is saved as
 ``index.faiss`` (FAISS's own serialisation, never pickle) with ``index.json`` beside it (format,
