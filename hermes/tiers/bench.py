@@ -6,6 +6,12 @@ Three questions, each answered on synthetic records in a temporary directory:
   from disk + dequantise), with 10^3, 10^4, 10^5 records on disk? Median and p95 over queries;
   each query is a stored record's embedding plus noise, so the result is a real hit. The prefetch
   cache is not used, so this is the disk path (served by the page cache, as on a warm machine).
+  Also FAISS alone within the same run: `search` as recall uses it (the exact fp16 prefilter from
+  `hermes.tiers.index.PREFILTER_MIN_RECORDS` records on) and one full fp32 scan (``full_scan_*``).
+  Populating goes through the real level-3 commit path (DRAM budget 0, every record summarised to
+  disk) without level 2's write-ahead log: with nothing in DRAM, the log would write one file per
+  record and delete it after the disk commit (~2.5 of the ~3 ms each record took), which is not
+  what recall reads.
 - *Search*: FAISS search time per query alone, at the same sizes.
 - With ``--store s3://...``: commit throughput into the object store vs one plain PUT of the same
   bytes, and recall latency from a reader with a cold (empty) and then warm local cache.
@@ -87,13 +93,14 @@ def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory
 
     Returns:
         ``{"bench": "recall", "records", "top_k", "median_ms", "p95_ms", "search_median_ms",
-        "search_p95_ms", "populate_s"}``.
+        "search_p95_ms", "full_scan_median_ms", "full_scan_p95_ms", "populate_s"}``.
     """
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         start = time.perf_counter()
         # DRAM budget 0: every record goes straight to disk, as the oldest records of a long stream do
+        # (no level-2 log: see the module docstring)
         md = MemoryDirectory(Path(tmp) / "mem", _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40,
-                             prefetch_bytes=0, segment_bytes=64 << 20)
+                             prefetch_bytes=0, segment_bytes=64 << 20, durable_dram=False)
         try:
             for rid in range(n_records):
                 md.add(synthetic_record(rid, seed=seed, **shape).compress("int8"))
@@ -101,7 +108,7 @@ def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory
             populate_s = time.perf_counter() - start
             g = torch.Generator().manual_seed(seed + 1)
             targets = torch.randint(0, n_records, (queries,), generator=g).tolist()
-            total, search = [], []
+            total, search, full_scan = [], [], []
             for rid in targets:
                 q = synthetic_record(rid, seed=seed, **shape).embedding
                 q = q + 0.1 * q.norm() / q.numel() ** 0.5 * torch.randn(q.shape, generator=g)
@@ -113,28 +120,39 @@ def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory
                 assert records and records[0].record_id == rid, "recall missed the planted record"
                 total.append((t2 - t0) * 1e3)
                 search.append((t1 - t0) * 1e3)
+                t3 = time.perf_counter()
+                md.index.search(q, top_k, exhaustive=True)
+                full_scan.append((time.perf_counter() - t3) * 1e3)
         finally:
             md.close()
     med, p95 = _quantiles(total)
     smed, sp95 = _quantiles(search)
+    fmed, fp95 = _quantiles(full_scan)
     return {"bench": "recall", "records": n_records, "top_k": top_k, "median_ms": round(med, 3),
             "p95_ms": round(p95, 3), "search_median_ms": round(smed, 3), "search_p95_ms": round(sp95, 3),
+            "full_scan_median_ms": round(fmed, 3), "full_scan_p95_ms": round(fp95, 3),
             "populate_s": round(populate_s, 2)}
 
 
 def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, queries: int = 200, seed: int = 0) -> dict:
-    """FAISS search time per query over `n_records` random embeddings (no disk)."""
+    """FAISS search time per query over `n_records` random embeddings (no disk): as recall searches, and
+    by one full fp32 scan (``full_scan_*``), alternated query by query."""
     g = torch.Generator().manual_seed(seed)
     index = RecordIndex(embed_dim)
     index.add(range(n_records), torch.randn(n_records, embed_dim, generator=g))
     qs = torch.randn(queries, embed_dim, generator=g)
-    ms = []
-    for q in qs:
+    ms, full_ms = [], []
+    for q in qs:  # as recall searches, then one full fp32 scan, alternated
         t0 = time.perf_counter()
         index.search(q, top_k)
-        ms.append((time.perf_counter() - t0) * 1e3)
+        t1 = time.perf_counter()
+        index.search(q, top_k, exhaustive=True)
+        ms.append((t1 - t0) * 1e3)
+        full_ms.append((time.perf_counter() - t1) * 1e3)
     med, p95 = _quantiles(ms)
-    return {"bench": "search", "records": n_records, "top_k": top_k, "median_ms": round(med, 4), "p95_ms": round(p95, 4)}
+    fmed, fp95 = _quantiles(full_ms)
+    return {"bench": "search", "records": n_records, "top_k": top_k, "median_ms": round(med, 4),
+            "p95_ms": round(p95, 4), "full_scan_median_ms": round(fmed, 4), "full_scan_p95_ms": round(fp95, 4)}
 
 
 def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory: str | Path | None = None,

@@ -42,6 +42,7 @@ import hashlib
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,9 @@ class MemoryDirectory:
         pin_memory: Page-lock DRAM copies when CUDA is available.
         segment_bytes: Disk segment size (default: see `DiskStore`).
         prefetch_bytes: Prefetch cache budget.
+        fetch_readers: Threads that read one `fetch`'s disk records at once (their preads overlap: a
+            record not in the page cache costs ~0.8 ms of waiting here, four in a row 3 ms); 1 reads
+            them one after another on the caller's thread.
         readonly: Inspect, verify or follow only: no writes, no repairs, no lock (no lease).
         durable_dram: Keep level 2's write-ahead log (off only for a throw-away directory).
         remote: For an ``s3://`` path: how to reach the store, where the local cache lives, its bound
@@ -112,7 +116,7 @@ class MemoryDirectory:
                  dram_dtype: str = "int8", disk_dtype: str = "int8",
                  summarise_fn: Callable[[Record], Record] | None = None, pin_memory: bool = True,
                  segment_bytes: int | None = None, prefetch_bytes: int = 64 << 20, readonly: bool = False,
-                 durable_dram: bool = True, remote: RemoteOptions | None = None) -> None:
+                 durable_dram: bool = True, remote: RemoteOptions | None = None, fetch_readers: int = 4) -> None:
         if fingerprint is None and not readonly:
             raise ValueError("a fingerprint is required to open a memory directory for writing")
         self.location = parse_location(path)  # an S3Location, or the local folder itself
@@ -156,6 +160,7 @@ class MemoryDirectory:
         self._account_index()
         self.dram = DramStore(dram_bytes, dram_dtype, pin_memory, spill=self._spill)
         self.prefetcher = Prefetcher(self._load, prefetch_bytes)
+        self._readers = ThreadPoolExecutor(fetch_readers, "hermes-fetch") if fetch_readers > 1 else None
         self._lock = threading.RLock()
         self._checkpoint_job: _WriterJob | None = None  # the checkpoint save in flight on the disk writer
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
@@ -316,6 +321,8 @@ class MemoryDirectory:
                 self.flush()
         finally:
             self.prefetcher.close()
+            if self._readers is not None:
+                self._readers.shutdown()
             self._close_stores()
 
     def __enter__(self) -> MemoryDirectory:
@@ -393,24 +400,40 @@ class MemoryDirectory:
         Raises:
             KeyError: An id this directory does not hold.
         """
-        out = []
+        found: list[tuple[Record, str] | None] = []  # None: to be read from disk
         for rid in ids:
             with self._lock:
-                stored, source = self.dram.peek(rid), "dram"
+                stored = self.dram.peek(rid)
                 if stored is None and not self._holds(rid):
                     raise KeyError(f"record {rid} is not in memory directory {self.path}")
-            if stored is None:
-                try:
-                    stored, source = self.prefetcher.get(rid), "prefetch"
-                    if stored is None:
-                        stored, source = self._load(rid), "disk"
-                except RecordCorruptError as exc:  # one damaged record must not fail the question
-                    warnings.warn(f"{exc}; left out of this answer", stacklevel=2)
-                    self.skipped.append(str(exc))
-                    continue
+            if stored is not None:
+                found.append((stored, "dram"))
+                continue
+            try:
+                stored = self.prefetcher.get(rid)
+            except RecordCorruptError as exc:
+                stored = exc
+            found.append(None if stored is None else (stored, "prefetch"))
+        on_disk = [rid for rid, f in zip(ids, found) if f is None]
+        read = iter(self._readers.map(self._load_or_error, on_disk) if self._readers is not None and len(on_disk) > 1
+                    else map(self._load_or_error, on_disk))
+        out = []
+        for rid, f in zip(ids, found):
+            stored, source = f if f is not None else (next(read), "disk")
+            if isinstance(stored, RecordCorruptError):  # one damaged record must not fail the question
+                warnings.warn(f"{stored}; left out of this answer", stacklevel=2)
+                self.skipped.append(str(stored))
+                continue
             self.fetched[source] += 1
             out.append(stored.dequantize(device, dtype, non_blocking=non_blocking))
         return out
+
+    def _load_or_error(self, rid: int) -> Record | RecordCorruptError:
+        """A disk record, or the damage found in it (returned: the caller reports it in order)."""
+        try:
+            return self._load(rid)
+        except RecordCorruptError as exc:
+            return exc
 
     # ---- checkpoints -----------------------------------------------------------------------------
 

@@ -272,4 +272,30 @@ def test_a_kill_between_snapshot_and_write_leaves_the_previous_checkpoint(tmp_pa
     assert meta == {"frames": 1} and torch.equal(tensors["x"], torch.zeros(4))
     ok, messages = md.verify()
     assert ok, messages
+
+
+@pytest.mark.parametrize("fetch_readers", [1, 4])
+def test_fetch_reads_disk_records_in_the_order_asked_and_leaves_out_a_damaged_one(tmp_path, fetch_readers):
+    # several disk records per fetch are read at once (fetch_readers > 1): the answer must be the same
+    shape = dict(layers=2, tokens=4, head_dim=8, embed_dim=16)
+    md = MemoryDirectory(tmp_path, FP, dram_bytes=0, disk_bytes=1 << 30, durable_dram=False, prefetch_bytes=0,
+                         fetch_readers=fetch_readers)
+    for rid in range(12):
+        md.add(synthetic_record(rid, **shape).compress("int8"))
+    md.flush()
+    damaged = next(e for e in md.disk.entries() if e.record_id == 7)
+    with open(tmp_path / SEGMENTS / damaged.segment, "r+b") as f:
+        f.seek(damaged.offset + damaged.length - 3)
+        byte = f.read(1)
+        f.seek(damaged.offset + damaged.length - 3)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    asked = [9, 7, 2, 11, 0]
+    with pytest.warns(UserWarning, match="record 7"):
+        got = md.fetch(asked)
+    assert [r.record_id for r in got] == [9, 2, 11, 0]
+    for r in got:
+        want = synthetic_record(r.record_id, **shape).compress("int8").dequantize()
+        assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+                   for a, b in zip(r.layers, want.layers))
+    assert len(md.skipped) == 1 and md.fetched["disk"] == 4
     md.close()

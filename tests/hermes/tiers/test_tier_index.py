@@ -105,3 +105,48 @@ def test_an_index_saved_before_records_were_dropped_is_rebuilt_not_called_foreig
     assert md.index_state.startswith("rebuilt (stale: 2 of its records are gone)")
     assert sorted(md.index.ids().tolist()) == [i for i in range(60) if i not in (5, 6)]
     md.close()
+
+
+def _exact_pairs(index: RecordIndex, query: torch.Tensor, k: int) -> list[tuple[int, float]]:
+    return index.search(query, k, exhaustive=True)
+
+
+@pytest.mark.parametrize("dim", [16, 96])
+def test_fp16_prefilter_returns_what_a_full_scan_returns(dim):
+    # clustered vectors (scores crowd together, as content vectors of one video do), removals and
+    # re-adds (rows compact in both copies), queries near a record and at random
+    g = torch.Generator().manual_seed(11)
+    centre = torch.randn(dim, generator=g)
+    index = RecordIndex(dim, prefilter_min_records=1)
+    index.add(range(3000), centre + 0.4 * torch.randn(3000, dim, generator=g))
+    index.search(centre, 1)  # builds the fp16 copy; what follows must keep it in step
+    index.remove(range(500, 900))
+    index.add(range(100, 200), centre + 0.4 * torch.randn(100, dim, generator=g))  # replaces
+    index.add(range(5000, 5300), torch.randn(300, dim, generator=g))
+    assert index._fp16.ntotal == len(index) == 3000 - 400 + 300
+    for trial in range(40):
+        query = centre + 0.4 * torch.randn(dim, generator=g) if trial % 2 else torch.randn(dim, generator=g)
+        for k in (1, 4, 50):
+            assert index.search(query, k) == _exact_pairs(index, query, k)
+
+
+def test_fp16_prefilter_keeps_a_full_scans_choice_among_exact_ties():
+    # duplicated embeddings tie exactly; which duplicates come back, and in which order, must not change
+    g = torch.Generator().manual_seed(5)
+    distinct = torch.randn(200, 32, generator=g)
+    vectors = torch.cat([distinct, distinct[:50].repeat(4, 1), torch.zeros(20, 32)])  # 4 more copies, zero rows
+    index = RecordIndex(32, prefilter_min_records=1)
+    index.add(torch.randperm(vectors.shape[0], generator=g).tolist(), vectors)
+    for q in list(distinct[:10]) + [torch.zeros(32)] + list(torch.randn(10, 32, generator=g)):
+        for k in (1, 3, 7):
+            assert index.search(q, k) == _exact_pairs(index, q, k)
+
+
+def test_fp16_prefilter_is_used_only_from_its_threshold_on():
+    index = RecordIndex(8, prefilter_min_records=100)
+    index.add(range(99), torch.randn(99, 8))
+    index.search(torch.randn(8), 3)
+    assert index._fp16 is None  # a small index is one fp32 scan, with no second copy
+    index.add([99], torch.randn(1, 8))
+    index.search(torch.randn(8), 3)
+    assert index._fp16 is not None and index._fp16.ntotal == 100
