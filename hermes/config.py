@@ -55,6 +55,16 @@ class ModelConfig:
     # Greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
     # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy.
     repetition_penalty: float = 1.0
+    # Where frames are resized and normalised: "host" (the CPU, before upload); "device" (the uint8 frames
+    # are uploaded and resized on the model's device); "auto": the device on CUDA when its resize agrees
+    # with the host's (hermes.models.preprocess), else the host. Host by default: on CUDA the kernel rounds
+    # float32 differently (an 8-bit rounding can land one level apart), and no GPU measurement exists yet.
+    preprocess_on: Literal["host", "device", "auto"] = "host"
+    # Decode steps through torch.compile with dynamic shapes (the KV cache grows every step): "default"
+    # (inductor kernels) or "reduce-overhead" (plus CUDA graphs, CUDA only). Off by default: the first
+    # answer pays the compile (~50 s on a CPU), and fused kernels round differently, so the tokens may
+    # differ from eager's (hermes.models.compiled_decode).
+    compile_decode: Literal["off", "default", "reduce-overhead"] = "off"
 
 
 @dataclass

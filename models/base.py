@@ -104,11 +104,16 @@ class VLMAdapter(ABC):
         eos_token_ids: token ids that end an answer.
         repetition_penalty: greedy decoding's penalty on tokens already in the answer (1.0: none;
             `model.repetition_penalty`, set by the loader).
+        preprocess_device: where frames are resized and normalised: None on the host, else the
+            device the uint8 frames are uploaded to first (`model.preprocess_on`, set by the loader).
+        decode_step: `decode_logits` compiled by `model.compile_decode` (set by the loader); None: eager.
     """
 
     family: str = ""
     tokens_per_frame: int = 0
     repetition_penalty: float = 1.0
+    preprocess_device: torch.device | None = None
+    decode_step: Callable[[torch.Tensor, torch.Tensor, HermesCache], torch.Tensor] | None = None
 
     def __init__(self, name: str, model, tokenizer, device: torch.device, dtype: torch.dtype,
                  system_prompt: str) -> None:
@@ -273,10 +278,25 @@ class VLMAdapter(ABC):
         Returns:
             (V,) float32 logits of the next token, on the device.
         """
-        embeds = self.language_model.get_input_embeddings()(token)  # (1, hidden), what `embed_ids` gives
         position = to_device_no_sync(cache.allocate_positions(1), self.device)  # a plain `.to` stalls on CUDA
-        hidden = self.prefill(embeds, position, cache)
-        return self.logits(hidden[-1:])[0]
+        step = self.decode_step or self.decode_logits
+        return step(token, self.positions_for(position), cache)
+
+    def decode_logits(self, token: torch.Tensor, position_ids: torch.Tensor, cache: HermesCache) -> torch.Tensor:
+        """The language model's work in one decode step (what `model.compile_decode` compiles).
+
+        Args:
+            token: (1,) int64 on the device.
+            position_ids: its position, as `positions_for` shapes it.
+            cache: the working cache; grows by one token in every layer.
+
+        Returns:
+            (V,) float32 logits of the next token.
+        """
+        embeds = self.language_model.get_input_embeddings()(token)  # (1, hidden), what `embed_ids` gives
+        out = self.language_model(inputs_embeds=embeds[None].to(self.dtype), position_ids=position_ids,
+                                  cache=cache, use_cache=True)
+        return self.logits(out.last_hidden_state[0, -1:])[0]
 
     @torch.inference_mode()
     def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int,

@@ -44,7 +44,7 @@ class LlavaOnevisionAdapter(VLMAdapter):
 
     def preprocess(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
         """(N, 3, S, S) normalised pixels: bicubic resize to the tower's square input."""
-        pixels = resize_frames(frames_rgb, self.image_size, self.image_size)  # (N, 3, S, S) in [0, 1]
+        pixels = resize_frames(frames_rgb, self.image_size, self.image_size, device=self.preprocess_device)  # (N, 3, S, S)
         return normalise(pixels, self.mean, self.std).to(self.device, self.dtype)
 
     @torch.inference_mode()

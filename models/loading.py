@@ -135,8 +135,18 @@ def load_model(model: str | ModelConfig, *, builder_options: dict[str, Any] | No
     if cfg.repetition_penalty <= 0:
         raise ConfigError(f"model.repetition_penalty must be positive, found {cfg.repetition_penalty}")
     adapter = _load(resolve_auto(cfg), builder_options or {})
-    adapter.repetition_penalty = cfg.repetition_penalty
+    apply_model_options(adapter, cfg)
     return adapter
+
+
+def apply_model_options(adapter: VLMAdapter, cfg: ModelConfig) -> None:
+    """Set what `cfg` says about decoding and preprocessing on a built adapter (the loader's one place for it)."""
+    from hermes.models.compiled_decode import compiled_decode_step
+    from hermes.models.preprocess import resolve_preprocess_device
+
+    adapter.repetition_penalty = cfg.repetition_penalty
+    adapter.preprocess_device = resolve_preprocess_device(cfg.preprocess_on, adapter.device)
+    adapter.decode_step = compiled_decode_step(adapter, cfg.compile_decode)
 
 
 def make_adapter(family: str, name: str, model, tokenizer, cfg: ModelConfig | None = None,
@@ -157,8 +167,10 @@ def make_adapter(family: str, name: str, model, tokenizer, cfg: ModelConfig | No
     cfg = cfg or ModelConfig()
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
-    return ADAPTERS[family](name, model.to(device, dtype), tokenizer, device=device, dtype=dtype,
-                            system_prompt=cfg.system_prompt, **options)
+    adapter = ADAPTERS[family](name, model.to(device, dtype), tokenizer, device=device, dtype=dtype,
+                               system_prompt=cfg.system_prompt, **options)
+    apply_model_options(adapter, cfg)
+    return adapter
 
 
 def _build_builtin(name: str, cfg: ModelConfig, builder_options: dict[str, Any]) -> VLMAdapter:
@@ -183,7 +195,7 @@ def build_random_model(arch: str, cfg: ModelConfig, *, num_layers: int | None = 
     device = resolve_device(cfg.device)
     adapter = build_random(arch, device, resolve_dtype(cfg.dtype, device), num_layers=num_layers,
                            vision_layers=vision_layers, seed=cfg.seed, system_prompt=cfg.system_prompt)
-    adapter.repetition_penalty = cfg.repetition_penalty
+    apply_model_options(adapter, cfg)
     return adapter
 
 

@@ -13,11 +13,18 @@ and a reshape, so hermes does it itself, following the processors step by step:
 - `patchify`: the Qwen-VL processors' flat patch layout, `(T * gh * gw, C * tps * ps * ps)`, merge
   windows contiguous; a frame count that is not a multiple of the temporal patch size is padded by
   repeating the last frame, as the processors do.
+
+Where the resize runs (`model.preprocess_on`): on the host, or on the model's device, where the
+uint8 frames are uploaded as decoded and resized and normalised there (on a GPU: ~6 MB of PCIe per
+1080p frame instead of the host's bicubic pass over it). The same torch operations run in both
+places, so on one device the two are identical; CUDA's bicubic kernel rounds differently from the
+CPU's in the last float32 bits (and a `quantize` rounding can then land one 8-bit level apart).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -38,18 +45,30 @@ def read_normalisation(model_dir: str | Path | None) -> tuple[tuple[float, ...],
     return None
 
 
-def resize_frames(frames_rgb: list[np.ndarray], height: int, width: int, *, quantize: bool = False) -> torch.Tensor:
+def upload_frames(frames_rgb: list[np.ndarray], device: torch.device | None = None) -> torch.Tensor:
+    """Frames as one (N, H, W, 3) uint8 tensor on `device` (None: the host), stacked where they land.
+
+    On a device each frame is copied as it is (no host-side stack of the whole chunk first).
+    """
+    if device is None:
+        return torch.from_numpy(np.stack(frames_rgb))
+    return torch.stack([torch.from_numpy(np.ascontiguousarray(f)).to(device) for f in frames_rgb])
+
+
+def resize_frames(frames_rgb: list[np.ndarray], height: int, width: int, *, quantize: bool = False,
+                  device: torch.device | None = None) -> torch.Tensor:
     """Frames as (N, 3, height, width) float32 in [0, 1], bicubic-resized with antialiasing.
 
     Args:
         frames_rgb: N frames, each (H, W, 3) uint8 RGB (all the same size).
         height, width: output size.
         quantize: round the resized pixels to 8-bit levels (as a uint8 resize does).
+        device: where the resize runs (the uint8 frames are uploaded first); None: the host.
 
     Returns:
-        (N, 3, height, width) float32 tensor on the CPU.
+        (N, 3, height, width) float32 tensor on `device` (None: the CPU).
     """
-    pixels = torch.from_numpy(np.stack(frames_rgb)).permute(0, 3, 1, 2).float()  # (N, 3, H, W) in [0, 255]
+    pixels = upload_frames(frames_rgb, device).permute(0, 3, 1, 2).float()  # (N, 3, H, W) in [0, 255]
     if pixels.shape[-2:] != (height, width):
         pixels = F.interpolate(pixels, size=(height, width), mode="bicubic", antialias=True, align_corners=False)
         pixels = pixels.round() if quantize else pixels
@@ -57,10 +76,50 @@ def resize_frames(frames_rgb: list[np.ndarray], height: int, width: int, *, quan
     return pixels / 255.0
 
 
+# How far the device's resize may be from the host's, in 8-bit levels (max over pixels): float32
+# rounding of the same bicubic kernel; one level where `quantize` rounds a value near a half level.
+DEVICE_TOLERANCE_LEVELS = 0.01
+DEVICE_TOLERANCE_LEVELS_QUANTIZED = 1.0
+
+
+def device_resize_error_levels(device: torch.device, *, quantize: bool, seed: int = 0) -> float:
+    """Max |host - device| of `resize_frames`, in 8-bit levels, on a random 270x480 frame resized to 224x224.
+
+    Random pixels are the worst case for a bicubic kernel (every tap matters).
+    """
+    frame = np.random.default_rng(seed).integers(0, 256, (270, 480, 3), dtype=np.uint8)
+    host = resize_frames([frame], 224, 224, quantize=quantize)
+    on_device = resize_frames([frame], 224, 224, quantize=quantize, device=device).cpu()
+    return float((host - on_device).abs().max()) * 255.0
+
+
+def resolve_preprocess_device(preprocess_on: str, device: torch.device) -> torch.device | None:
+    """Where frames are resized for `model.preprocess_on` on a model on `device`.
+
+    Args:
+        preprocess_on: "host", "device", or "auto": the model's device when it is a CUDA device and
+            `device_resize_error_levels` stays within the tolerances there, else the host.
+        device: the model's device.
+
+    Returns:
+        None for the host, else the device.
+    """
+    if preprocess_on == "host" or (preprocess_on == "auto" and device.type != "cuda"):
+        return None
+    if preprocess_on == "auto":
+        errors = (device_resize_error_levels(device, quantize=False), device_resize_error_levels(device, quantize=True))
+        if errors[0] > DEVICE_TOLERANCE_LEVELS or errors[1] > DEVICE_TOLERANCE_LEVELS_QUANTIZED:
+            logging.getLogger(__name__).warning(
+                "model.preprocess_on=auto: resizing on the host; %s's resize differs by %.3g / %.3g 8-bit levels "
+                "(unrounded / rounded)", device, *errors)
+            return None
+    return device
+
+
 def normalise(pixels: torch.Tensor, mean, std) -> torch.Tensor:
     """(pixels - mean) / std per channel; pixels (N, 3, H, W) in [0, 1]."""
-    mean_t = torch.tensor(mean, dtype=pixels.dtype).view(1, -1, 1, 1)
-    std_t = torch.tensor(std, dtype=pixels.dtype).view(1, -1, 1, 1)
+    mean_t = torch.tensor(mean, dtype=pixels.dtype, device=pixels.device).view(1, -1, 1, 1)
+    std_t = torch.tensor(std, dtype=pixels.dtype, device=pixels.device).view(1, -1, 1, 1)
     return (pixels - mean_t) / std_t
 
 

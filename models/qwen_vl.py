@@ -103,7 +103,8 @@ class QwenVLAdapter(VLMAdapter):
              video_grid_thw (1, 3) int64: grid steps and patch rows/columns).
         """
         height, width = self.frame_size(*frames_rgb[0].shape[:2])
-        pixels = normalise(resize_frames(frames_rgb, height, width, quantize=True), self.mean, self.std)
+        pixels = resize_frames(frames_rgb, height, width, quantize=True, device=self.preprocess_device)
+        pixels = normalise(pixels, self.mean, self.std)
         patches, grid = patchify(pixels, self.patch_size, self.merge_size, self.temporal_patch_size)
         return patches.to(self.device, self.dtype), torch.tensor([grid], device=self.device)
 

@@ -66,7 +66,7 @@ class SmolVLMAdapter(VLMAdapter):
 
     def preprocess(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
         """(N, 3, S, S) normalised pixels at the vision tower's input size."""
-        pixels = resize_frames(frames_rgb, self.image_size, self.image_size, quantize=True)
+        pixels = resize_frames(frames_rgb, self.image_size, self.image_size, quantize=True, device=self.preprocess_device)
         return normalise(pixels, self.mean, self.std).to(self.device, self.dtype)
 
     @torch.inference_mode()
