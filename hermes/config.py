@@ -112,6 +112,13 @@ class MemoryConfig:
     summary_anchors: int = 4  # tokens per layer a record keeps when it moves to disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
     recall_top_k: int = 4  # records recalled per question
+    # Per-question gate (hermes.recall_gate; ours, off = the ungated recall): keep a hit only if it is more
+    # similar to the question than level 1's content (+ margin), so a question the working cache answers
+    # (the current frame) recalls nothing; compared with each frame ("above_frames") or with the mean of
+    # every level-1 visual token ("above_level1", a mean over frames as a record's embedding is)
+    recall_gate: Literal["off", "above_frames", "above_level1"] = "off"
+    recall_gate_margin: float = 0.0  # similarity a hit must exceed level 1's by (the gate on)
+    recall_max_ratio: float = 0.0  # recalled tokens per layer at most this x level-1 visual tokens (0: no cap)
     checkpoint_every: int = 8  # chunks between checkpoints of level 1 in a memory directory (a file: the
     # frames after the last checkpoint are re-encoded on --resume)
     live_checkpoint_every: int = 1  # the same for a live source, whose frames cannot be read again: 1 loses
@@ -254,6 +261,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "memory.s3_cache_bytes": (0, None),
     "memory.summary_anchors": (1, None),
     "memory.recall_top_k": (1, None),
+    "memory.recall_gate_margin": (-2.0, 2.0),
+    "memory.recall_max_ratio": (0.0, None),
     "memory.checkpoint_every": (1, None),
     "memory.live_checkpoint_every": (1, None),
     "memory.recent_frames": (1, None),

@@ -37,6 +37,7 @@ from hermes.config import MemoryConfig
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
 from hermes.probe import question_queries
+from hermes.recall_gate import gate_hits, recall_cap
 from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.remote_level import remote_options
@@ -180,13 +181,15 @@ class LowerLevels:
         if len(self.store.index) == 0 and len(self.store.dram) == 0:  # nothing below level 1: no pass, no search
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         self.last_vector = self.question_vector(cache, question_embeds)
-        hits = self.store.search(self.last_vector, self.cfg.recall_top_k)
+        hits = gate_hits(self.store.search(self.last_vector, self.cfg.recall_top_k), cache, self.last_vector,
+                         self.spec, self.cfg)
         if not hits:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         keys0, _ = cache.layer_tensors()[0]
         records = self.store.fetch([rid for rid, _ in hits], device=keys0.device, dtype=keys0.dtype)
         records.sort(key=lambda r: r.t_start_s)  # time order
-        n = min(sum(r.layers[layer].num_tokens for r in records) for layer in range(cache.num_layers))
+        n = recall_cap(cache, min(sum(r.layers[layer].num_tokens for r in records) for layer in range(cache.num_layers)),
+                       self.cfg)
         if n == 0:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3, records=len(records))
         first_layer = cache.layers[0]

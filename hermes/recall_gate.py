@@ -1,0 +1,96 @@
+"""Whether, and how much, a question recalls: the gate between the index's hits and the splice.
+
+`LowerLevels.recall` (hermes.lower) searches levels 2-3 with the question's vector and splices the
+top `recall_top_k` records into the working cache. Spliced records compete in attention with what
+level 1 holds, the newest frames included: on 600 s micro streams, recall cost questions about the
+current frame (realtime 17/24 with recall, 24/24 without). Two options, both off by default (the
+ungated recall is what `memory.recall` has always done):
+
+- `memory.recall_gate`: a hit is kept only if its similarity to the question is above that of what
+  level 1 already holds (plus `memory.recall_gate_margin`): a question that the working cache
+  answers best (the current frame) recalls nothing; one about something level 1 no longer holds
+  still recalls. Both sides are the same kind of vector (`hermes.lower.content_vector`: last-layer
+  keys rotated back to position 0, mean per key head, L2-normalised), a record's over its tokens,
+  level 1's per frame (`above_frames`: the best frame) or over all its visual tokens
+  (`above_level1`: like a record, a mean over many frames, so the two are on one scale).
+- `memory.recall_max_ratio`: at most this many recalled tokens per level-1 visual token (0: no cap),
+  so recalled records never outnumber the working cache by more than that.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hermes.cache import KIND_VISUAL, HermesCache
+from hermes.config import MemoryConfig
+from hermes.rope import RotarySpec, rotate_between
+
+
+def level1_similarity(cache: HermesCache, question_vector: torch.Tensor, spec: RotarySpec,
+                      per_frame: bool) -> torch.Tensor:
+    """Cosine similarity of the question's vector with the content of what level 1 holds (last layer).
+
+    Args:
+        cache: the working cache.
+        question_vector: (H * D,) the question's search vector (L2-normalised, on the host).
+        spec: the rotary scheme.
+        per_frame: one content vector per frame; else one over every visual token (as a record's is
+            over its tokens).
+
+    Returns:
+        (F,) float32 similarity per frame level 1 holds in its last layer, or (1,) (empty if none).
+    """
+    layer = cache.layers[-1]
+    visual = (layer.kinds == KIND_VISUAL).nonzero().squeeze(1)  # (V,) summaries and recalled tokens excluded
+    if visual.numel() == 0:
+        return torch.empty(0)
+    keys = layer.keys.index_select(-2, visual.to(layer.keys.device)).float().flatten(0, -3)  # (B * H, V, D), B = 1
+    positions = layer.positions[:, visual]
+    pos = (positions[0] if spec.kind == "1d" else positions).to(keys.device)
+    at_zero = rotate_between(keys, pos, torch.zeros_like(pos), spec).to("cpu")  # (H, V, D)
+    frames, group = torch.unique(layer.frame_index[visual], return_inverse=True)  # (F,), (V,)
+    if not per_frame:
+        frames, group = frames[:1], torch.zeros_like(group)
+    flat = at_zero.permute(1, 0, 2).reshape(visual.numel(), -1)  # (V, H * D)
+    sums = torch.zeros(frames.numel(), flat.shape[1]).index_add_(0, group, flat)  # (F, H * D); a mean's direction
+    return torch.nn.functional.normalize(sums, dim=1) @ question_vector.float()
+
+
+def gate_hits(hits: list[tuple[int, float]], cache: HermesCache, question_vector: torch.Tensor, spec: RotarySpec,
+              cfg: MemoryConfig) -> list[tuple[int, float]]:
+    """The hits worth splicing under `memory.recall_gate` (all of them when it is off).
+
+    Args:
+        hits: (record id, cosine similarity to the question) from the index, best first.
+        cache: the working cache (level 1), before anything is spliced.
+        question_vector: (H * D,) the question's search vector.
+        spec: the rotary scheme.
+        cfg: the memory configuration.
+
+    Returns:
+        The kept hits, in their order.
+    """
+    if cfg.recall_gate == "off" or not hits:
+        return hits
+    in_cache = level1_similarity(cache, question_vector, spec, per_frame=cfg.recall_gate == "above_frames")
+    if in_cache.numel() == 0:
+        return hits
+    floor = float(in_cache.max()) + cfg.recall_gate_margin
+    return [(rid, score) for rid, score in hits if score > floor]
+
+
+def recall_cap(cache: HermesCache, n_tokens: int, cfg: MemoryConfig) -> int:
+    """Recalled tokens per layer after `memory.recall_max_ratio` (`n_tokens` when it is 0).
+
+    Args:
+        cache: the working cache (level 1), before anything is spliced.
+        n_tokens: tokens per layer the recalled records hold.
+        cfg: the memory configuration.
+
+    Returns:
+        How many of them to splice (the highest-scoring ones, in time order, as recall picks).
+    """
+    if cfg.recall_max_ratio <= 0:
+        return n_tokens
+    visual = int((cache.layers[0].kinds == KIND_VISUAL).sum())
+    return min(n_tokens, int(cfg.recall_max_ratio * visual))
