@@ -93,7 +93,18 @@ MAIN = STAGES["main"]
 LONG = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "counting", "counting"),
              (0.3, 0.15, 0.1, 0.25, 0.2), (0.35, 0.4, 0.25), 128, 8,
              ("full", "window", "uniform", "sparse", "recall"))
-RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG}}  # v1: the shipped weights' recipe
+# The curriculum recipe (`--recipe curriculum`): LONG's draw on memories that grow 16 -> 32 -> 64 -> 128 frames,
+# so each longer stage starts from a model that already counts and orders on shorter memories (a
+# 128-frame step costs about 20 times a 16-frame one, and from scratch it learns nothing in a CPU budget).
+CURRICULUM = {f"long{n}": Stage(LONG.kinds, LONG.layout_weights, LONG.style_weights, n, LONG.batch_size, LONG.layouts)
+              for n in (16, 32, 64, 128)}
+RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
+           "curriculum": {**STAGES, **CURRICULUM}}
+# Auxiliary per-visual-token targets (`--aux-weight`): what a frame in memory shows, read from one
+# layer's hidden state by a linear head that is trained with the model and never saved. Counting needs
+# each appearance marked once (its onset) and ordering needs its rank among those in memory; a 4-layer
+# model given only the answer's loss does not find either on its own.
+AUX_CLASSES = {"colour": 1 + len(sb.COLOURS), "shape": 1 + len(sb.SHAPES), "onset": 2, "rank": 5}
 
 
 @dataclass
@@ -108,6 +119,30 @@ class Example:
     answer: str
     kind: str
     layout: str
+    labels: np.ndarray  # (K, 4) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none, 1-4)
+
+
+def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: list[int]) -> np.ndarray:
+    """Per frame in memory: its object's colour and shape, whether it is the object's first frame in
+    memory (its onset), and the object's rank (1-4, capped) among the objects memory shows.
+
+    Frames that do not show their object (too few of its pixels kept) count as empty, as the answers do.
+
+    Returns:
+        (K, 4) int64, columns as `AUX_CLASSES`.
+    """
+    shown = set(label_frames)
+    labels = np.zeros((len(frame_index), 4), np.int64)
+    rank, last = 0, None
+    for row, i in enumerate(frame_index):
+        app = timeline.on_screen(int(i)) if int(i) in shown else None
+        if app is None:
+            continue
+        onset = app is not last
+        rank += onset
+        last = app
+        labels[row] = (1 + sb.COLOURS.index(app.colour), 1 + sb.SHAPES.index(app.shape), int(onset), min(rank, 4))
+    return labels
 
 
 def widen_init(model, std: float) -> None:
@@ -221,7 +256,8 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
         if rng.random() < 0.8:
             frames = np.stack([jpeg_like(f, rng) for f in frames])
         prompt, answer = prompt_text(q, str(rng.choice(STYLES, p=stage.style_weights)))
-        return Example(frames, frames_idx, keep, streamed, prompt, answer, kind, layout)
+        return Example(frames, frames_idx, keep, streamed, prompt, answer, kind, layout,
+                       frame_labels(timeline, frames_idx, label_frames))
     raise RuntimeError(f"no {kind} question fits {layout} memories of at most {max_frames} frames")
 
 
@@ -235,12 +271,18 @@ class Batcher:
         self.im_end = tok.convert_tokens_to_ids("<|im_end|>")
         self.per_frame = adapter.tokens_per_frame
 
-    def forward(self, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits at every answer position and their targets.
+    def forward(self, examples: list[Example], aux_layer: int | None = None) -> tuple[torch.Tensor, ...]:
+        """Logits at every answer position and their targets (and, with `aux_layer`, the visual tokens' states).
+
+        Args:
+            examples: one padded batch.
+            aux_layer: also return the hidden state after this many decoder layers at every kept
+                visual token, with its frame's `Example.labels` row.
 
         Returns:
             (logits (n, V), targets (n,)): for each example, one row per answer token (the option
             letter or count, then <|im_end|>); row 0 of each example is the first answer token.
+            With `aux_layer`: also (states (m, hidden), labels (m, 4)) over the m kept visual tokens.
         """
         model, tok = self.adapter.model, self.adapter.tokenizer
         embed = self.adapter.language_model.get_input_embeddings()
@@ -249,7 +291,7 @@ class Batcher:
         visual = visual.reshape(len(pixels), self.per_frame, -1)  # (N, 16, hidden)
         newline = model.model.image_newline[None]
         p = len(self.prefix_ids)
-        rows, positions, answer_at, targets = [], [], [], []
+        rows, positions, answer_at, targets, visual_at, labels = [], [], [], [], [], []
         start = 0
         for ex in examples:
             q_ids = tok.encode(f"\n{ex.prompt}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
@@ -265,13 +307,22 @@ class Batcher:
             first = rows[-1].shape[0] - len(a_ids)  # the last question token predicts the first answer token
             answer_at.append(torch.arange(first, first + len(a_ids)))
             targets.append(torch.tensor(a_ids))
+            visual_at.append(torch.arange(p, p + int(keep.sum())))
+            labels.append(torch.from_numpy(ex.labels)[:, None].expand(-1, self.per_frame, -1)[keep])
         length = max(r.shape[0] for r in rows)
         embeds = torch.stack([F.pad(r, (0, 0, 0, length - r.shape[0])) for r in rows])
         pos = torch.stack([F.pad(q, (0, length - q.shape[0])) for q in positions])
         mask = torch.stack([(torch.arange(length) < r.shape[0]).long() for r in rows])
-        hidden = self.adapter.language_model(inputs_embeds=embeds, position_ids=pos, attention_mask=mask).last_hidden_state
+        out = self.adapter.language_model(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
+                                          output_hidden_states=aux_layer is not None)
+        hidden = out.last_hidden_state
         picked = torch.cat([hidden[b, idx] for b, idx in enumerate(answer_at)])
-        return model.lm_head(picked).float(), torch.cat(targets)
+        logits = model.lm_head(picked).float()
+        if aux_layer is None:
+            return logits, torch.cat(targets)
+        states = out.hidden_states[aux_layer]  # (B, L, hidden); index 0 is the embeddings
+        return (logits, torch.cat(targets), torch.cat([states[b, idx] for b, idx in enumerate(visual_at)]),
+                torch.cat(labels))
 
 
 def check_against_session(batcher: Batcher, rng: np.random.Generator) -> float:
@@ -342,12 +393,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads; results are reproducible for a given count (1 is robust on a shared CPU)")
     p.add_argument("--log", help="JSON lines of loss and validation accuracy (default: OUT with .log.jsonl)")
+    p.add_argument("--aux-weight", type=float, default=0.0,
+                   help="weight of the auxiliary per-visual-token loss (AUX_CLASSES: colour, shape, onset, rank) "
+                        "from a linear head on --aux-layer's hidden state; the head is not saved (0: off)")
+    p.add_argument("--aux-layer", type=int, default=2, help="decoder layers before the auxiliary head reads")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     stages = RECIPES[args.recipe]
+    if not 1 <= args.aux_layer <= 4:
+        p.error("--aux-layer must be 1-4 (the micro decoder has 4 layers)")
     steps = [int(n) for n in args.stage_steps.split(",")]
     if len(steps) != len(stages):
         p.error(f"--stage-steps needs {len(stages)} numbers for --recipe {args.recipe} ({', '.join(stages)})")
@@ -365,8 +422,16 @@ def main(argv: list[str] | None = None) -> int:
     val_rng = np.random.default_rng([args.seed, 1])  # a fixed validation set, apart from the training draw
     val_stage = list(stages.values())[-1]  # v1: MAIN; long: LONG's memories
     val = [make_example(val_rng, val_stage, args.max_stream_s, kind=k) for k in KINDS for _ in range(args.val_per_kind)]
+    # and every kind with all frames in memory, as long as the last stage's memories (`full` on long streams)
+    val_full = [make_example(val_rng, val_stage, args.max_stream_s, kind=k, layout="full")
+                for k in KINDS for _ in range(args.val_per_kind)]
+    aux_layer = args.aux_layer if args.aux_weight > 0 else None
+    # the auxiliary head: one linear map to every target's classes, trained with the model, never saved
+    aux_head = torch.nn.Linear(model.config.text_config.hidden_size, sum(AUX_CLASSES.values())) if aux_layer else None
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    params = list(model.parameters()) + (list(aux_head.parameters()) if aux_head is not None else [])
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    aux_rate = dict.fromkeys(AUX_CLASSES, 0.0)
     stage_steps = dict(zip(stages, steps))
     last_stage = list(stages)[-1]
     log_path = args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl"
@@ -396,24 +461,37 @@ def main(argv: list[str] | None = None) -> int:
                     pool = [drawn[i:i + stage.batch_size] for i in range(0, len(drawn), stage.batch_size)]
                     pool = [pool[i] for i in rng.permutation(len(pool))]
                 batch = pool.pop()
-                logits, targets = batcher.forward(batch)
-                loss = F.cross_entropy(logits, targets)
+                if aux_layer is None:
+                    logits, targets = batcher.forward(batch)
+                    loss = answer_loss = F.cross_entropy(logits, targets)
+                else:
+                    logits, targets, states, labels = batcher.forward(batch, aux_layer)
+                    answer_loss = F.cross_entropy(logits, targets)
+                    heads = aux_head(states).split(list(AUX_CLASSES.values()), dim=-1)
+                    aux = sum(F.cross_entropy(h, labels[:, j]) for j, h in enumerate(heads)) / len(heads)
+                    loss = answer_loss + args.aux_weight * aux
+                    for j, (name_j, h) in enumerate(zip(AUX_CLASSES, heads)):
+                        aux_rate[name_j] = 0.95 * aux_rate[name_j] + 0.05 * float((h.argmax(-1) == labels[:, j]).float().mean())
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
                 opt.step()
-                smooth = loss.item() if smooth is None else 0.98 * smooth + 0.02 * loss.item()
+                smooth = answer_loss.item() if smooth is None else 0.98 * smooth + 0.02 * answer_loss.item()
                 letters = first_answer_hits(tokenizer, batch, logits, targets, letters_only=True)
                 letter_rate = 0.95 * letter_rate + 0.05 * (float(np.mean(letters)) if letters else letter_rate)
-                record = {"step": step + 1, "stage": name, "loss": round(loss.item(), 4),
+                record = {"step": step + 1, "stage": name, "loss": round(answer_loss.item(), 4),
                           "loss_ema": round(smooth, 4), "letter_acc_ema": round(letter_rate, 3), "lr": round(lr, 6),
                           "elapsed_s": round(time.perf_counter() - started, 1)}
+                if aux_layer is not None:
+                    record["aux_acc_ema"] = {k: round(v, 3) for k, v in aux_rate.items()}
                 if (step + 1) % args.eval_every == 0:
                     model.eval()
                     record["val_first_token_acc"] = first_token_accuracy(batcher, val, MAIN.batch_size)
+                    record["val_full_first_token_acc"] = first_token_accuracy(batcher, val_full, MAIN.batch_size)
                     model.train()
                     curve.append({k: record[k] for k in ("step", "stage", "loss_ema", "letter_acc_ema", "elapsed_s")}
-                                 | {"val_acc": record["val_first_token_acc"]["all"]})
+                                 | {"val_acc": record["val_first_token_acc"],
+                                    "val_full_acc": record["val_full_first_token_acc"]})
                     print(json.dumps(record), flush=True)
                 log.write(json.dumps(record) + "\n")
             step = first + stage_steps[name]
@@ -421,12 +499,14 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(stage_log[-1]), flush=True)
     model.eval()
     final_acc = first_token_accuracy(batcher, val, MAIN.batch_size)
+    final_full_acc = first_token_accuracy(batcher, val_full, MAIN.batch_size)
     training = {"command": "python scripts/train_micro.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "seed": args.seed, "stages": stage_log, "recipe": args.recipe, "init_weights": args.init_weights,
                 "lr": args.lr, "init_std": args.init_std,
                 "max_stream_s": args.max_stream_s, "threads": args.threads, "torch": torch.__version__,
                 "wall_s": round(time.perf_counter() - started, 1), "curve": curve,
-                "final_val_first_token_acc": final_acc}
+                "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
+                "aux_weight": args.aux_weight, "aux_layer": args.aux_layer}
     digest = save_micro(model, tokenizer, args.out, training)
     print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)
     return 0

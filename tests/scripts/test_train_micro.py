@@ -85,3 +85,46 @@ def test_recall_memories_are_a_window_plus_older_records_in_time_order():
         assert len(frames) <= k and frames[-1] == streamed - 1
         assert (np.diff(frames) > 0).all()  # spliced in time order, no frame twice
         assert keep.shape == (len(frames), 16) and keep[-1].all() and keep.any(axis=1).all()
+
+
+def load_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_micro", ROOT / "scripts" / "train_micro.py")
+    tm = importlib.util.module_from_spec(spec)
+    sys.modules["train_micro"] = tm  # its dataclasses look their module up there
+    spec.loader.exec_module(tm)
+    return tm
+
+
+def test_frame_labels_mark_each_appearance_once_and_rank_them_in_memory_order():
+    import numpy as np
+
+    from hermes.datasets import synthetic_bench as sb
+
+    tm = load_script()
+    app = lambda colour, shape, start, end: sb.Appearance(colour, shape, start, end, 0.5, 0.5, 0.0, 0.0, 0.25)
+    timeline = sb.Timeline(20, [app("red", "circle", 1, 4), app("blue", "square", 5, 8), app("red", "triangle", 9, 12),
+                                app("green", "circle", 13, 16)])
+    frames = np.array([0, 2, 3, 6, 7, 10, 14])
+    # frame 10 (the second red) is in memory but does not show its object: it must count as empty
+    labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
+    red, blue, green = (1 + sb.COLOURS.index(c) for c in ("red", "blue", "green"))
+    circle, square = (1 + sb.SHAPES.index(s) for s in ("circle", "square"))
+    assert labels.tolist() == [[0, 0, 0, 0], [red, circle, 1, 1], [red, circle, 0, 1], [blue, square, 1, 2],
+                               [blue, square, 0, 2], [0, 0, 0, 0], [green, circle, 1, 3]]
+
+
+def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
+    import numpy as np
+
+    from hermes.datasets import synthetic_bench as sb
+
+    tm = load_script()
+    rng = np.random.default_rng(0)
+    stage = tm.CURRICULUM["long32"]
+    for _ in range(20):
+        ex = tm.make_example(rng, stage, 120, kind="counting", layout="full")
+        colour = ex.prompt.split("show a ")[1].split(" object")[0]
+        onsets = ex.labels[:, 2] == 1
+        assert str(int((ex.labels[onsets, 0] == 1 + sb.COLOURS.index(colour)).sum())) == ex.answer
