@@ -64,10 +64,11 @@ def test_bench_tiers_reports_recall_search_and_write_rows(capsys, tmp_path):
     out_file = tmp_path / "tiers.json"
     assert main(["bench", "tiers", "--records", "200", "--write-mib", "1", "--output", str(out_file)]) == 0
     rows = json.loads(out_file.read_text())
-    assert [r["bench"] for r in rows] == ["recall", "search", "disk_write", "disk_write"]
+    assert [r["bench"] for r in rows] == ["recall", "search", "disk_write", "disk_write", "checkpoint"]
     recall = rows[0]
     assert recall["records"] == 200 and 0 < recall["median_ms"] <= recall["p95_ms"]
-    assert all(0 < r["ratio"] for r in rows[2:])
+    assert all(0 < r["ratio"] for r in rows[2:4])
+    assert 0 < rows[4]["snapshot_ms"] and 0 < rows[4]["wait_over_snapshot"]
     assert "| recall | 200 |" in capsys.readouterr().out
 
 
