@@ -294,6 +294,8 @@ class VLMAdapter(ABC):
             (V,) float32 logits of the next token.
         """
         embeds = self.language_model.get_input_embeddings()(token)  # (1, hidden), what `embed_ids` gives
+        # `prefill`'s call, with positions shaped by the caller: inside a compiled step, `positions_for`'s
+        # `.to` of an inference tensor fails to trace ("Cannot set version_counter for inference tensor")
         out = self.language_model(inputs_embeds=embeds[None].to(self.dtype), position_ids=position_ids,
                                   cache=cache, use_cache=True)
         return self.logits(out.last_hidden_state[0, -1:])[0]
