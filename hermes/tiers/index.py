@@ -168,6 +168,11 @@ class RecordIndex:
 
     # ---- the exact fp16 prefilter (see the module docstring) ------------------------------------
 
+    def _rows_fp32(self) -> np.ndarray:
+        """(N, E) view of the fp32 index's rows, in scan order (no copy)."""
+        flat = faiss.downcast_index(self._index.index)
+        return faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * self.dim).reshape(flat.ntotal, self.dim)
+
     def _fp16_add(self, x: np.ndarray) -> None:
         codes = self._fp16.sa_encode(x)
         self._fp16.add_sa_codes(codes)
@@ -178,8 +183,7 @@ class RecordIndex:
         """The exact top `k` for a (1, E) normalised query, or None where one fp32 scan is cheaper."""
         if self._fp16 is None:
             self._fp16 = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
-            flat = faiss.downcast_index(self._index.index)
-            self._fp16_add(faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * self.dim).reshape(flat.ntotal, self.dim))
+            self._fp16_add(self._rows_fp32())
         n = self._fp16.ntotal
         q_norm = float(np.linalg.norm(q.astype(np.float64)))
         # |fp16 score - fp32 score| <= ||q|| ||x - fp16(x)|| + the fp32 rounding of both dot products
@@ -200,10 +204,8 @@ class RecordIndex:
         # the candidates' fp32 rows scanned by the same kernel and heap as a full scan: bit-identical
         # scores, and the same rows among exact ties (a full scan's choice among ties depends only
         # on the order of the rows scoring at least the k-th score, and every such row is here)
-        flat = faiss.downcast_index(self._index.index)
-        rows_fp32 = faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * self.dim).reshape(flat.ntotal, self.dim)
         subset = faiss.IndexFlatIP(self.dim)
-        subset.add(np.ascontiguousarray(rows_fp32[candidates]))
+        subset.add(np.ascontiguousarray(self._rows_fp32()[candidates]))
         scores, picked = subset.search(q, k)
         id_map = self._index.id_map
         return [(int(id_map.at(int(candidates[j]))), float(s)) for j, s in zip(picked[0], scores[0])]
