@@ -13,6 +13,7 @@ open downloads them, so ``--resume`` works from any machine.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,17 +100,49 @@ class RemoteLevel:
                 self.objects.delete(old)
 
     def download_checkpoints(self) -> None:
-        """Make the local checkpoint copies the store's (metadata and the tensor files they name)."""
+        """Make the local checkpoint copies the store's (metadata and the tensor files they name).
+
+        Each checkpoint is read metadata first, then the tensor file that metadata names: a writer
+        replacing the checkpoint meanwhile deletes the old tensor file only after its new metadata
+        is in place, so a tensor file that is gone means newer metadata, read again (bounded).
+        Locally the tensor file lands before the metadata naming it, as `checkpoint` saves do.
+        """
         folder = self.cache_dir / checkpoint.CHECKPOINTS
-        keys = self.objects.keys(f"{checkpoint.CHECKPOINTS}/")
-        if not keys:
+        names = [k for k in self.objects.keys(f"{checkpoint.CHECKPOINTS}/") if k.endswith(".json")]
+        if not names:
             return
         folder.mkdir(exist_ok=True)
-        for key in sorted(keys, key=lambda k: k.endswith(".json")):  # tensors before the metadata naming them
-            local = folder / key.split("/", 1)[1]
-            got = self.objects.get(key)
+        for key in sorted(names):
+            for _attempt in range(_CHECKPOINT_READ_ATTEMPTS):
+                got = self.objects.get(key)
+                if got is None:
+                    break  # the checkpoint is gone from the store
+                tensor_file = _named_tensor_file(got[0])
+                tensors = self.objects.get(f"{checkpoint.CHECKPOINTS}/{tensor_file}") if tensor_file else None
+                if tensor_file is None or tensors is not None:
+                    break
+            else:
+                continue  # replaced faster than it can be read: the local copy stays as it was
             if got is None:
                 continue
-            if not local.exists() or hashlib.md5(local.read_bytes(), usedforsecurity=False).hexdigest() != \
-                    hashlib.md5(got[0], usedforsecurity=False).hexdigest():
-                write_bytes_atomic(local, got[0])
+            if tensors is not None:
+                _write_if_changed(folder / tensor_file, tensors[0])
+            _write_if_changed(folder / key.split("/", 1)[1], got[0])
+
+
+_CHECKPOINT_READ_ATTEMPTS = 5  # reads of a checkpoint's metadata while its writer keeps replacing it
+
+
+def _named_tensor_file(metadata: bytes) -> str | None:
+    """The tensor file a checkpoint's metadata names, or None (unparseable: its own check reports it)."""
+    try:
+        name = json.loads(metadata).get("file")
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name and "/" not in name and not name.startswith(".") else None
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if not path.exists() or hashlib.md5(path.read_bytes(), usedforsecurity=False).digest() != \
+            hashlib.md5(data, usedforsecurity=False).digest():
+        write_bytes_atomic(path, data)

@@ -205,6 +205,29 @@ def test_checkpoints_live_in_the_store_and_resume_from_an_empty_cache(s3, tmp_pa
     other.close()
 
 
+def test_a_reader_opening_while_the_writer_replaces_its_checkpoint_gets_a_whole_one(s3, tmp_path, monkeypatch):
+    # the race CI once lost: the reader read one checkpoint's metadata or tensors, the writer replaced
+    # the checkpoint (new tensor file, new metadata, old tensor file deleted), the reader read the rest
+    writer = _open(tmp_path, "a")
+    writer.save_checkpoint("session", {"level1": torch.arange(6.0)}, {"frames": 7})
+    real_get, replaced = S3Objects.get, []
+
+    def get_then_replace(self, key):
+        got = real_get(self, key)
+        if key.startswith("checkpoints/") and not replaced:
+            replaced.append(key)
+            writer.save_checkpoint("session", {"level1": torch.arange(8.0)}, {"frames": 9})
+        return got
+
+    monkeypatch.setattr(S3Objects, "get", get_then_replace)
+    reader = _open(tmp_path, "b", readonly=True)
+    assert replaced  # the replacement happened inside the reader's open
+    tensors, meta = reader.load_checkpoint("session")
+    assert meta == {"frames": 9} and torch.equal(tensors["level1"], torch.arange(8.0))
+    reader.close()
+    writer.close()
+
+
 def test_fingerprint_of_another_model_is_refused(s3, tmp_path):
     _open(tmp_path, "a").close()
     with pytest.raises(MemoryDirError, match="made by"):
