@@ -12,7 +12,8 @@
 #      then Qwen2.5-VL-7B the same way if the qwen2_5_vl adapter exists and time is left;
 #   5. the issue-21 extras, into extras.md (each under its own time limit, in the EXTRAS_S kept back from
 #      the sweeps): the probe's transient memory against the KV cache at the first model's geometry
-#      (scripts/bench_probe_memory.py), recall and FAISS search over 10^4 / 10^5 records (`bench tiers`),
+#      (scripts/bench_probe_memory.py), preprocessing on the host vs the device and decode eager vs
+#      `torch.compile`d (scripts/bench_device.py; the CPU dry run skips compiling), recall and FAISS search over 10^4 / 10^5 records (`bench tiers`),
 #      the ingest rate of a 1080p file (scripts/bench_ingest_1080p.py), and `bench reference` when
 #      REF_DIR and REF_PYTHON name a reference checkout and its environment on the machine;
 #   6. writes <arch>.json and <arch>.md per model, targets.md (scripts/check_targets.py on LLaVA-OV-7B),
@@ -21,7 +22,7 @@
 # still returns what it measured. Designed to finish in under 8 minutes on an H100/H200.
 #
 # Usage (GPU, through the device tool, from the repository root):
-#   run(command="bash scripts/device_bench.sh", carry=["wheels"], timeout_s=540)
+#   run(command="bash scripts/device_bench.sh", carry=["wheels"], timeout_s=540)  # TOTAL_S=450 + slack
 # CPU dry run here (small random models, a few lengths; writes under runs/device_bench unless $OUT is set):
 #   DEVICE=cpu bash scripts/device_bench.sh
 #
@@ -31,7 +32,7 @@
 # would need httpx2, which the image does not have.
 #
 # Knobs (environment): DEVICE (cuda|cpu), OUT, WHEELS, TOTAL_S (time budget, default 450),
-# LENGTHS, CHUNKS, POLICIES, BUDGET, DECODE_TOKENS, REPEATS, EXTRAS_S (default 150), REF_DIR, REF_PYTHON.
+# LENGTHS, CHUNKS, POLICIES, BUDGET, DECODE_TOKENS, REPEATS, EXTRAS_S (default 240), REF_DIR, REF_PYTHON.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START_S=$(date +%s)
@@ -39,7 +40,7 @@ DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-runs/device_bench}
 WHEELS=${WHEELS:-wheels}
 TOTAL_S=${TOTAL_S:-450}
-EXTRAS_S=${EXTRAS_S:-150}
+EXTRAS_S=${EXTRAS_S:-240}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 PY=${PYTHON:-python3}
@@ -144,7 +145,7 @@ done
 # ---- 5. extras (issue 21) ------------------------------------------------------------------------------------
 extra() {  # extra SECONDS TITLE COMMAND...: one section of extras.md, cut at its time limit
   local limit=$1 title=$2; shift 2
-  local left=$(( TOTAL_S + EXTRAS_S - $(elapsed) ))
+  local left=$(( TOTAL_S - $(elapsed) ))  # the sweeps stopped EXTRAS_S before TOTAL_S
   [ "$limit" -gt "$left" ] && limit=$left
   if [ "$limit" -lt 20 ]; then echo "## $title: skipped (time budget spent)" >> "$OUT/extras.md"; return; fi
   say "extra: $title (limit ${limit}s)"
@@ -156,9 +157,13 @@ extra() {  # extra SECONDS TITLE COMMAND...: one section of extras.md, cut at it
 first_arch=${MODELS[0]#*--arch }; first_arch=${first_arch%% *}
 # the CPU dry run proves the steps at small sizes; the GPU run measures at the 7B geometry
 if [ "$DEVICE" = cpu ]; then probe_tokens=256; records=200; write_mib=4; video_s=4
-else probe_tokens=7232; records=10000; write_mib=16; video_s=12; fi
+  device_args=(--sections preprocess --chunk-frames 2 --repeats 1)  # compiling decode takes minutes on a CPU
+else probe_tokens=7232; records=10000; write_mib=16; video_s=12
+  device_args=(--tokens 4096 --chunk-frames 16 --decode-tokens 32 --repeats 3); fi
 extra 60 "probe transient memory vs KV cache ($first_arch)" \
   "$PY" scripts/bench_probe_memory.py --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" --tokens "$probe_tokens"
+extra 150 "preprocess on host vs device, decode eager vs compiled ($first_arch)" \
+  "$PY" scripts/bench_device.py --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" "${device_args[@]}"
 extra 120 "recall and search ($records records)" \
   "$PY" -m hermes bench tiers --records "$records" --write-mib "$write_mib"
 extra 120 "ingest of a 1080p file (cpu-small, decode on a reader thread)" \

@@ -271,3 +271,16 @@ def test_device_script_cpu_dry_run(tmp_path):
     assert "| cpu-small |" in extras  # the probe-memory row
     assert "| recall | 200 |" in extras and "1080p ingest at 2 fps sampling" in extras
     assert "bench reference: skipped" in extras
+    assert '"host_cpu_s_device_over_host"' in extras  # bench_device's preprocess section ran
+
+
+@pytest.mark.slow
+def test_device_script_extras_stay_inside_the_total_time_budget(tmp_path):
+    """With TOTAL_S spent by the set-up steps, every sweep and every extra is skipped, none started."""
+    env = dict(os.environ, DEVICE="cpu", OUT=str(tmp_path), PYTHON=sys.executable, TOTAL_S="15", OMP_NUM_THREADS="1")
+    done = subprocess.run(["bash", str(REPO / "scripts" / "device_bench.sh")], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:]
+    log, extras = (tmp_path / "log.txt").read_text(), (tmp_path / "extras.md").read_text()
+    assert log.count("skipped, only") == 2 and "sweep (limit" not in log
+    assert extras.count("skipped (time budget spent)") == 4 and "extra:" not in log
