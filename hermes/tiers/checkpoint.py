@@ -178,7 +178,15 @@ def clean(directory: Path) -> list[str]:
 
 def read_info(path: Path) -> dict | None:
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return parse_info(path.read_bytes())
+    except OSError:
+        return None
+
+
+def parse_info(data: bytes) -> dict | None:
+    """A checkpoint's metadata from its bytes, or None if they are not a JSON object."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
         return None
     return obj if isinstance(obj, dict) else None

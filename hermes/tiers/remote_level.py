@@ -13,7 +13,6 @@ open downloads them, so ``--resume`` works from any machine.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,9 +101,6 @@ class RemoteLevel:
     def download_checkpoints(self) -> None:
         """Make the local checkpoint copies the store's (metadata and the tensor files they name).
 
-        Each checkpoint is read metadata first, then the tensor file that metadata names: a writer
-        replacing the checkpoint meanwhile deletes the old tensor file only after its new metadata
-        is in place, so a tensor file that is gone means newer metadata, read again (bounded).
         Locally the tensor file lands before the metadata naming it, as `checkpoint` saves do.
         """
         folder = self.cache_dir / checkpoint.CHECKPOINTS
@@ -113,33 +109,35 @@ class RemoteLevel:
             return
         folder.mkdir(exist_ok=True)
         for key in sorted(names):
-            for _attempt in range(_CHECKPOINT_READ_ATTEMPTS):
-                got = self.objects.get(key)
-                if got is None:
-                    break  # the checkpoint is gone from the store
-                tensor_file = _named_tensor_file(got[0])
-                tensors = self.objects.get(f"{checkpoint.CHECKPOINTS}/{tensor_file}") if tensor_file else None
-                if tensor_file is None or tensors is not None:
-                    break
-            else:
-                continue  # replaced faster than it can be read: the local copy stays as it was
+            whole = self._read_checkpoint(key)
+            if whole is None:
+                continue  # gone, or replaced faster than it can be read: the local copy stays as it was
+            metadata, tensor_file, tensors = whole
+            if tensor_file is not None:
+                _write_if_changed(folder / tensor_file, tensors)
+            _write_if_changed(folder / key.split("/", 1)[1], metadata)
+
+    def _read_checkpoint(self, key: str) -> tuple[bytes, str | None, bytes | None] | None:
+        """``(metadata, tensor file name, its bytes)`` of the checkpoint whose metadata is `key`, read
+        metadata first; None if it is gone or kept changing. A writer replacing the checkpoint deletes
+        the old tensor file only after its new metadata is in place, so a tensor file that is gone means
+        newer metadata: read again (bounded). Metadata naming no valid file comes back alone (name and
+        bytes None), for its own checksum check to report."""
+        for _attempt in range(_CHECKPOINT_READ_ATTEMPTS):
+            got = self.objects.get(key)
             if got is None:
-                continue
+                return None
+            tensor_file = (checkpoint.parse_info(got[0]) or {}).get("file")
+            if not (isinstance(tensor_file, str) and tensor_file and "/" not in tensor_file
+                    and not tensor_file.startswith(".")):  # it becomes a local path
+                return got[0], None, None
+            tensors = self.objects.get(f"{checkpoint.CHECKPOINTS}/{tensor_file}")
             if tensors is not None:
-                _write_if_changed(folder / tensor_file, tensors[0])
-            _write_if_changed(folder / key.split("/", 1)[1], got[0])
+                return got[0], tensor_file, tensors[0]
+        return None
 
 
 _CHECKPOINT_READ_ATTEMPTS = 5  # reads of a checkpoint's metadata while its writer keeps replacing it
-
-
-def _named_tensor_file(metadata: bytes) -> str | None:
-    """The tensor file a checkpoint's metadata names, or None (unparseable: its own check reports it)."""
-    try:
-        name = json.loads(metadata).get("file")
-    except (ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) and name and "/" not in name and not name.startswith(".") else None
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:
