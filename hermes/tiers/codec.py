@@ -30,13 +30,62 @@ import json
 import torch
 from safetensors.torch import load as load_bytes
 
-from hermes.tiers.records import RECORD_FIELDS, LayerTokens, Record, packed_base
+from hermes.tiers.records import RECORD_FIELDS, LayerTokens, Record, packed_base, packed_fields
 
 RECORD_FORMAT = 2
 _META_KEY = "hermes.record"
 _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
               torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
               torch.bool: "BOOL"}
+
+
+def _entry(name: str, dtype: torch.dtype, shape: list[int], start: int, end: int) -> str:
+    """One tensor's header entry, as ``json.dumps(..., separators=(",", ":"))`` writes it."""
+    dims = ",".join(map(str, shape))
+    return f'"{name}":{{"dtype":"{_ST_DTYPES[dtype]}","shape":[{dims}],"data_offsets":[{start},{end}]}}'
+
+
+def _field_buffers(record: Record) -> list[tuple[str, torch.Tensor, list[int]]]:
+    """(name, one contiguous host tensor, header shape) per stored tensor but the embedding, in file order."""
+    layers = record.layers
+    num_layers = len(layers)
+    first = layers[0]
+    tokens = [layer.keys.shape[-2] for layer in layers]
+    ends, total = [0], 0
+    for n in tokens:
+        total += n
+        ends.append(total)
+    packed = packed_fields(record)  # `pack` (as DRAM keeps records) left each field in one buffer: no checks
+    out = []
+    for name in ("keys", "values"):
+        if packed is not None:
+            t = packed[name]
+        else:
+            pieces = [getattr(layer, name) for layer in layers]
+            t = packed_base(pieces)  # e.g. a record read back from disk: views of one loaded buffer
+            if t is None:
+                t = torch.cat([p.detach().to("cpu").reshape(-1) for p in pieces])
+        out.append((name, t, [t.numel()]))
+    if first.key_scale is not None:
+        for name in ("key_scale", "value_scale"):
+            if packed is not None:
+                t = packed[name]
+            else:
+                pieces = [getattr(layer, name) for layer in layers]
+                t = packed_base(pieces)
+                t = (t if t is not None else torch.stack(pieces)).to("cpu", torch.float32)
+            out.append((name, t, [num_layers, *getattr(first, name).shape]))
+    out.append(("offsets", torch.tensor(ends, dtype=torch.long), [num_layers + 1]))
+    for name in RECORD_FIELDS:
+        if packed is not None:
+            t = packed[name]
+        else:
+            pieces = [getattr(layer, name) for layer in layers]
+            t = packed_base(pieces)
+            if t is None:  # metadata is on the host already; one cat per field
+                t = torch.cat(pieces, dim=-1)
+        out.append((name, t, [*t.shape[:-1], t.shape[-1]]))
+    return out
 
 
 def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
@@ -46,63 +95,32 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
         ``(buffers, total length in bytes)``; the buffers view the record's own host tensors (or
         small new ones), so the record must stay alive and unmodified until they are written.
     """
-    # why so terse: a summarised record is ~23 KB, and per-tensor Python calls here once cost four
-    # times the write of its bytes; each field is one `packed_base` check and one buffer when packed
-    header: dict = {}
-    buffers: list[memoryview | bytes] = []
-    offset = 0
-
-    def put(name: str, pieces: list[torch.Tensor], dtype: torch.dtype, shape: list[int]) -> None:
-        nonlocal offset
-        size = 0
-        for piece in pieces:
-            nbytes = piece.nbytes
-            if nbytes:
-                flat = piece if piece.is_contiguous() else piece.contiguous()  # a C-contiguous buffer is flat bytes
-                buffers.append(memoryview((flat.view(torch.int16) if dtype == torch.bfloat16 else flat).numpy()))
-                size += nbytes
-        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": shape, "data_offsets": [offset, offset + size]}
+    # why so terse: a summarised record is ~23 KB, and per-tensor Python work here once cost several
+    # times the write of its bytes: a packed record's fields are taken as `pack` left them (one buffer
+    # each, no per-layer checks) and the header is formatted directly rather than built as dicts
+    fields = _field_buffers(record) if record.layers else []
+    if record.embedding is not None:
+        emb = record.embedding.detach().to("cpu", torch.float32).contiguous()
+        fields.append(("embedding", emb, list(emb.shape)))
+    entries, buffers, offset = [], [], 0
+    for name, t, shape in fields:
+        size = t.nbytes
+        if size:
+            flat = t if t.is_contiguous() else t.contiguous()  # a C-contiguous buffer is flat bytes
+            buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
+        entries.append(_entry(name, t.dtype, shape, offset, offset + size))
         offset += size
-
-    layers = record.layers
-    num_layers = len(layers)
-    if layers:
-        first = layers[0]
+    if record.layers:
+        first = record.layers[0]
         h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]
-        for name in ("keys", "values"):
-            pieces = [getattr(layer, name) for layer in layers]
-            base = packed_base(pieces)  # a packed record (`pack`, as DRAM keeps them) is one buffer
-            pieces = [base] if base is not None else [p.detach().to("cpu").reshape(-1) for p in pieces]
-            put(name, pieces, pieces[0].dtype, [sum(p.numel() for p in pieces)])
-        if first.key_scale is not None:
-            for name in ("key_scale", "value_scale"):
-                pieces = [getattr(layer, name) for layer in layers]
-                t = packed_base(pieces)
-                t = (t if t is not None else torch.stack(pieces)).to("cpu", torch.float32)
-                put(name, [t], torch.float32, [num_layers, *pieces[0].shape])
-        tokens = [layer.keys.shape[-2] for layer in layers]
-        ends, total = [0], 0
-        for n in tokens:
-            total += n
-            ends.append(total)
-        put("offsets", [torch.tensor(ends, dtype=torch.long)], torch.long, [num_layers + 1])
-        for name in RECORD_FIELDS:
-            pieces = [getattr(layer, name) for layer in layers]
-            t = packed_base(pieces)
-            if t is None:  # metadata is on the host already; one cat per field
-                t = torch.cat(pieces, dim=-1)
-            put(name, [t], t.dtype, [*pieces[0].shape[:-1], t.shape[-1]])
     else:
         h = d = dv = 0
-    if record.embedding is not None:
-        t = record.embedding.detach().to("cpu", torch.float32).contiguous()
-        put("embedding", [t], torch.float32, list(t.shape))
     meta = {"format": RECORD_FORMAT, "record_id": record.record_id, "t_start_s": record.t_start_s,
             "t_end_s": record.t_end_s, "frame_start": record.frame_start, "frame_end": record.frame_end,
             "value": record.value, "source_dtype": record.source_dtype, "kind": record.kind,
-            "num_layers": num_layers, "heads": h, "head_dim": d, "value_dim": dv, "extra": record.extra}
-    header["__metadata__"] = {_META_KEY: json.dumps(meta)}
-    head = json.dumps(header, separators=(",", ":")).encode()
+            "num_layers": len(record.layers), "heads": h, "head_dim": d, "value_dim": dv, "extra": record.extra}
+    entries.append(f'"__metadata__":{{"{_META_KEY}":{json.dumps(json.dumps(meta))}}}')
+    head = ("{" + ",".join(entries) + "}").encode()
     head += b" " * (-len(head) % 8)  # data starts 8-byte aligned, as the reference writer does
     prefix = len(head).to_bytes(8, "little") + head
     return [prefix, *buffers], len(prefix) + offset

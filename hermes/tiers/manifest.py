@@ -57,11 +57,16 @@ class Entry:
 
     @cached_property
     def _line(self) -> bytes:  # computed once: the writer asks for it several times
-        obj = {"op": "add", "id": self.record_id, "seg": self.segment, "off": self.offset, "len": self.length,
-               "sha256": self.sha256, "nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s],
-               "frames": [self.frame_start, self.frame_end], "value": self.value, "kind": self.kind,
-               "storage": self.storage, "tokens": list(self.tokens)}
-        return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        # the bytes of json.dumps(every field, separators=(",", ":")), from the place (segment, offset,
+        # length, checksum) and the record's own fields, which a `placed` copy shares (one dumps per record)
+        return (f'{{"op":"add","id":{self.record_id},"seg":{json.dumps(self.segment)},"off":{self.offset},'
+                f'"len":{self.length},"sha256":{json.dumps(self.sha256)},{self._record_fields}\n').encode()
+
+    @cached_property
+    def _record_fields(self) -> str:
+        obj = {"nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s], "frames": [self.frame_start, self.frame_end],
+               "value": self.value, "kind": self.kind, "storage": self.storage, "tokens": list(self.tokens)}
+        return json.dumps(obj, separators=(",", ":"))[1:]  # without its "{": the line's rest, "}" included
 
     @classmethod
     def of(cls, record, segment: str, offset: int, length: int, digest: str) -> Entry:
@@ -72,8 +77,11 @@ class Entry:
 
     def placed(self, segment: str, offset: int, digest: str) -> Entry:
         """This entry at another place with another checksum (`dataclasses.replace`, without its cost)."""
-        return Entry(self.record_id, segment, offset, self.length, digest, self.nbytes, self.t_start_s, self.t_end_s,
-                     self.frame_start, self.frame_end, self.value, self.kind, self.storage, self.tokens)
+        entry = Entry(self.record_id, segment, offset, self.length, digest, self.nbytes, self.t_start_s, self.t_end_s,
+                      self.frame_start, self.frame_end, self.value, self.kind, self.storage, self.tokens)
+        if "_record_fields" in self.__dict__:  # the same record: its part of the line is already formatted
+            entry.__dict__["_record_fields"] = self._record_fields
+        return entry
 
     @classmethod
     def from_obj(cls, obj: dict) -> Entry:

@@ -210,6 +210,9 @@ class Record:
     def nbytes(self) -> int:
         """Bytes of every tensor in its stored form (K/V, scales, metadata, embedding)."""
         emb = self.embedding.numel() * 4 if self.embedding is not None else 0
+        packed = packed_fields(self)
+        if packed is not None:  # one buffer per field: the same sum without a pass over every layer
+            return sum(t.nbytes for t in packed.values()) + emb
         return sum(layer.nbytes() for layer in self.layers) + emb
 
     # ---- conversions -------------------------------------------------------------------------------
@@ -372,7 +375,27 @@ def pack(record: Record, pin_memory: bool = False) -> Record:
     else:
         fields["key_scale"] = fields["value_scale"] = [None] * len(layers)
     out = [LayerTokens(**{name: fields[name][i] for name in fields}) for i in range(len(layers))]
-    return dataclasses.replace(record, layers=out)
+    packed = dataclasses.replace(record, layers=out)
+    # the buffers themselves, for the disk writer (`packed_fields`); a record made from this one by
+    # `dataclasses.replace` is a new object without them, so they never describe other layers
+    packed.__dict__[_PACKED] = {name: _base_of(fields[name]) for name in fields if fields[name][0] is not None}
+    return packed
+
+
+_PACKED = "_packed_fields"
+
+
+def _base_of(views: list[torch.Tensor]) -> torch.Tensor:
+    base = views[0]._base
+    return base if base is not None else views[0]  # a single layer's split may be the buffer itself
+
+
+def packed_fields(record: Record) -> dict[str, torch.Tensor] | None:
+    """``{field: its one host buffer}`` of a record `pack` made (layers in order), else None.
+
+    Keys and values are flat (sum of numel,), scales (L, H, 1, D), the per-token fields (..., N).
+    """
+    return record.__dict__.get(_PACKED)
 
 
 def _split_flat(flat: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:

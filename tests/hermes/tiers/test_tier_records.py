@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 import torch
 from safetensors.torch import load as st_load
@@ -9,7 +12,7 @@ from safetensors.torch import load as st_load
 from hermes.tiers.bench import synthetic_record
 from hermes.tiers.codec import encode_record, from_safetensors, to_safetensors
 from hermes.tiers.dram import DramStore
-from hermes.tiers.records import Record, compress, pack, packed_base, quantize_int8
+from hermes.tiers.records import Record, compress, pack, packed_base, packed_fields, quantize_int8
 
 
 def _ragged_record(rid=0, dtype=torch.float32, axes=1):
@@ -109,6 +112,33 @@ def test_pack_makes_one_buffer_per_field():
     for a, b in zip(record.layers, packed.layers):
         for name, t in a.tensors().items():
             assert torch.equal(getattr(b, name), t)
+
+
+@pytest.mark.parametrize("storage", ["int8", "fp16", "fp32"])
+@pytest.mark.parametrize("axes", [1, 3])
+def test_a_packed_record_encodes_to_the_same_bytes_as_its_loose_layers(storage, axes):
+    record = compress(_ragged_record(axes=axes), storage)
+    packed = pack(record)
+    assert packed_fields(record) is None and packed_fields(packed) is not None  # the writer's fast path is taken
+    assert to_safetensors(packed) == to_safetensors(record)
+    # a record made from a packed one with other layers must not reuse the packed buffers
+    other = dataclasses.replace(packed, layers=packed.layers[:1])
+    assert packed_fields(other) is None
+    assert to_safetensors(other) == to_safetensors(dataclasses.replace(record, layers=record.layers[:1]))
+    assert packed.nbytes() == record.nbytes() == sum(l.nbytes() for l in record.layers) + record.embedding.nbytes
+
+
+def test_the_record_header_is_compact_json_of_the_safetensors_layout():
+    data = to_safetensors(pack(synthetic_record(5, layers=3).compress("int8")))
+    n = int.from_bytes(data[:8], "little")
+    header = data[8:8 + n]
+    parsed = json.loads(header)
+    assert header.rstrip(b" ") == json.dumps(parsed, separators=(",", ":")).encode()  # formatted as json.dumps would
+    assert n % 8 == 0 and list(parsed) == ["keys", "values", "key_scale", "value_scale", "offsets", "positions",
+                                           "token_ids", "frame_index", "scores", "counts", "embedding",
+                                           "__metadata__"]
+    ends = [parsed[k]["data_offsets"] for k in list(parsed)[:-1]]
+    assert ends[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ends, ends[1:])) and ends[-1][1] == len(data) - 8 - n
 
 
 def test_build_rejects_mismatched_shapes():
