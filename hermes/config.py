@@ -98,6 +98,11 @@ class MemoryConfig:
     # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack
     # every frame as its own block keeping its layout (1-D RoPE: both give consecutive positions)
     mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
+    # Ours (off = the reference, which evicts to exactly `budget` whenever a chunk takes the cache past it):
+    # evict to budget * (1 - headroom) instead, so the next chunks fit without a probe. The cache never
+    # holds more than before (budget + one chunk); maintenance runs about once per
+    # 1 + headroom * budget / chunk tokens chunks; between evictions it holds fewer tokens.
+    evict_headroom: float = 0.0  # fraction of `budget` freed below it at each eviction, in [0, 1)
     sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
     recent_frames: int = 4  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
     recent_fps: float = 1.0  # `recent-frames`: their rate, frames per second, counted back from the newest

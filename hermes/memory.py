@@ -14,6 +14,11 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
   long-term layers fold what they evict into one summary token placed right after the newest kept
   token. Our own variants are `memory.*` options (recency unit, accumulation, summary position).
 
+Every bounded policy evicts only when a chunk takes the cache past `budget`, and then to `budget`
+(the reference) or, with `memory.evict_headroom` h (ours), to budget * (1 - h), so that the next
+chunks fit without another eviction: for `hermes` that is one probe per several chunks instead of one
+per chunk (the probe's forward is a fixed ~30 tokens, a large share of a small chunk's encode).
+
 Positions: new tokens always take positions after the last one used, so eviction leaves gaps (lazy
 re-indexing). When the next tokens would pass `max_position_embeddings`, every layer's visual keys
 are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
@@ -236,10 +241,14 @@ class BudgetPolicy(MemoryPolicy):
         super().__init__(cfg, model)
         if cfg.budget < 1:
             raise ConfigError(f"memory.budget must be at least 1 visual token, found {cfg.budget}")
+        if not 0.0 <= cfg.evict_headroom < 1.0:
+            raise ConfigError(f"memory.evict_headroom must be in [0, 1), found {cfg.evict_headroom}")
+        # visual entries an eviction keeps: the budget, less the headroom (`memory.evict_headroom`)
+        self.keep_tokens = max(1, cfg.budget - int(round(cfg.evict_headroom * cfg.budget)))
         self.last_scores: torch.Tensor | None = None  # (L, V) of the last eviction, for inspection only
 
     def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
-        """The visual entries to keep ((L, budget) cache indices, ascending, per layer), and their scores."""
+        """The visual entries to keep ((L, keep_tokens) cache indices, ascending, per layer), and their scores."""
         raise NotImplementedError
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False) -> Evictions:
@@ -284,7 +293,7 @@ class SlidingPolicy(BudgetPolicy):
     name = "sliding"
 
     def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
-        total, budget = cache.num_tokens, self.cfg.budget
+        total, budget = cache.num_tokens, self.keep_tokens
         sink = min(self.cfg.sink_tokens, budget)
         keep = torch.cat([torch.arange(prefix_len, prefix_len + sink), torch.arange(total - (budget - sink), total)])
         return Choice(keep=keep.expand(cache.num_layers, -1))
@@ -300,12 +309,12 @@ class UniformPolicy(BudgetPolicy):
         kept_frames, per_frame = torch.unique(frames, return_counts=True)
         # tokens per frame as cached: fixed for LLaVA-OneVision, but size-dependent (and shared by the
         # two frames of a grid step, plus timestamps) for Qwen-VL, so measured (the largest frame)
-        n_keep = max(1, self.cfg.budget // int(per_frame.max()))
+        n_keep = max(1, self.keep_tokens // int(per_frame.max()))
         n_keep = min(n_keep, kept_frames.numel())
         pick = torch.linspace(0, kept_frames.numel() - 1, n_keep).round().long()
         chosen = torch.isin(frames, kept_frames[pick])
         keep = prefix_len + chosen.nonzero().squeeze(1)
-        return Choice(keep=keep[-self.cfg.budget:].expand(cache.num_layers, -1))
+        return Choice(keep=keep[-self.keep_tokens:].expand(cache.num_layers, -1))
 
 
 class HermesPolicy(BudgetPolicy):
@@ -386,7 +395,7 @@ class HermesPolicy(BudgetPolicy):
                               span=(newest - frames.clamp(min=0).min()).clamp(min=1.0))
 
     def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
-        budget = self.cfg.budget
+        budget = self.keep_tokens
         attention = self._attention(cache)[:, prefix_len:]  # (L, V)
         scores = combine_layer_scores(self._recency(cache, prefix_len), attention, self.bands, self.cfg.w0,
                                       self.cfg.gamma)

@@ -73,6 +73,10 @@ class StreamRow:
     peak_kv_vs_full: float | None = None
     peak_device_vs_full: float | None = None
     ingest_fps_vs_full: float | None = None
+    # maintenance / encode over every chunk (of these) from the first that evicted on: what ingest pays on
+    # average once the cache is full; below `maintain_ratio` when chunks that fit run no probe
+    # (memory.evict_headroom). None in result files older than this field.
+    amortised_maintain_ratio: float | None = None
 
 
 class ChunkTiming(NamedTuple):
@@ -293,6 +297,8 @@ def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], fram
     evicting = [c for c in chunks if c.evicted]
     encode_total, maintain_total = sum(c.encode_ms for c in chunks), sum(c.maintain_ms for c in chunks)
     evicting_encode = sum(c.encode_ms for c in evicting)
+    since_full = chunks[next((i for i, c in enumerate(chunks) if c.evicted), len(chunks)):]
+    since_full_encode = sum(c.encode_ms for c in since_full)
     cuda = model.device.type == "cuda"
     return StreamRow(
         policy=policy.label, chunk_frames=chunk_frames, frames=frames,
@@ -304,6 +310,7 @@ def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], fram
         decode_tokens=decode_tokens, encode_ms_per_chunk=encode_total / len(chunks),
         maintain_ms_per_chunk=statistics.fmean(c.maintain_ms for c in evicting) if evicting else 0.0,
         maintain_ratio=sum(c.maintain_ms for c in evicting) / evicting_encode if evicting else 0.0,
+        amortised_maintain_ratio=sum(c.maintain_ms for c in since_full) / since_full_encode if evicting else 0.0,
         ingest_fps=ingest_fps(sum(c.frames for c in chunks), encode_total, maintain_total))
 
 

@@ -9,9 +9,16 @@ chunk's mean encode time, mean maintenance time over the chunks that evicted, an
 rewrite, so the same command measures an older checkout too (run it with that checkout's python).
 
     OMP_NUM_THREADS=1 python scripts/bench_maintenance_cpu.py [--quick]
+    # ours: evict a quarter of the budget below it, at the default 4K budget for the small frames too
+    OMP_NUM_THREADS=1 python scripts/bench_maintenance_cpu.py --budget-16 4096 --evict-headroom 0.25
+
+`maintain/encode` is over the chunks that evicted; `amortised` over every chunk from the first
+eviction on (what ingest pays on average: with `memory.evict_headroom`, chunks that fit run no probe).
+The stream is long enough for about ten evictions at any headroom.
 """
 
-import sys
+import argparse
+import math
 
 import torch
 
@@ -20,22 +27,34 @@ from hermes.models.loading import make_adapter
 from hermes.models.tiny import tiny_llava_onevision
 from hermes.pipelines.bench import measure_stream, resolve_policies
 
+p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+p.add_argument("--quick", action="store_true", help="half the stream lengths")
+p.add_argument("--budget-16", type=int, default=512, help="budget at 16 tokens per frame (196: 4096)")
+p.add_argument("--evict-headroom", type=float, default=0.0, help="memory.evict_headroom (0: the reference)")
+p.add_argument("--tokens-per-frame", default="16,196", help="geometries to run: 16 and/or 196")
+args = p.parse_args()
 torch.set_num_threads(1)
-QUICK = "--quick" in sys.argv
-# (image side px -> tokens per frame, budget, stream length per chunk size)
-GEOMETRIES = {16: (28, 512, {8: 96, 16: 128}), 196: (108, 4096, {8: 48, 16: 64})}
-print("| tokens/frame | chunk | encode ms/chunk | maintain ms/chunk | maintain/encode |")
-print("|---:|---:|---:|---:|---:|")
-for tpf, (side, budget, lengths) in GEOMETRIES.items():
+memory = MemoryConfig(evict_headroom=args.evict_headroom) if args.evict_headroom else MemoryConfig()
+# image side px -> tokens per frame, and budget
+GEOMETRIES = {tpf: geometry for tpf, geometry in {16: (28, args.budget_16), 196: (108, 4096)}.items()
+              if str(tpf) in args.tokens_per_frame.split(",")}
+print(f"evict_headroom {args.evict_headroom}")
+print("| tokens/frame | budget | chunk | frames | encode ms/chunk | maintain ms/chunk | maintain/encode | amortised |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for tpf, (side, budget) in GEOMETRIES.items():
     net, tokenizer = tiny_llava_onevision(seed=0, image_size=side, hidden_size=512, num_layers=8)
     model = make_adapter("llava_onevision", f"small-random-llava-onevision ({tpf} tokens/frame)", net, tokenizer,
                          ModelConfig(device="cpu", dtype="float32"))
-    policy = resolve_policies("hermes", MemoryConfig(), budget=budget)[0]
-    for chunk, length in lengths.items():
-        length = length // 2 if QUICK else length
+    policy = resolve_policies("hermes", memory, budget=budget)[0]
+    for chunk in (8, 16):
+        # fill the budget, then about ten evictions (one per 1 + headroom * budget / chunk tokens chunks)
+        per_eviction = 1 + math.ceil(args.evict_headroom * budget / (chunk * tpf))
+        chunks = math.ceil(budget / (chunk * tpf)) + (5 if args.quick else 10) * per_eviction
+        length = chunks * chunk
         measure_stream(model, policy, [2 * chunk], chunk_frames=chunk, decode_tokens=1, repeats=1, frame_px=32)
         rows, _ = measure_stream(model, policy, [length], chunk_frames=chunk, decode_tokens=1, repeats=1,
                                  frame_px=32)
         r = rows[-1]
-        print(f"| {tpf} | {chunk} | {r.encode_ms_per_chunk:.1f} | {r.maintain_ms_per_chunk:.1f} | "
-              f"{r.maintain_ratio:.3f} |", flush=True)
+        amortised = getattr(r, "amortised_maintain_ratio", None)  # older checkouts lack it
+        print(f"| {tpf} | {budget} | {chunk} | {length} | {r.encode_ms_per_chunk:.1f} | {r.maintain_ms_per_chunk:.1f} | "
+              f"{r.maintain_ratio:.3f} | {'-' if amortised is None else f'{amortised:.3f}'} |", flush=True)

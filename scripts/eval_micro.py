@@ -213,6 +213,9 @@ VARIANTS: dict[str, tuple[dict, str | None]] = {
     "accumulation=ema": ({"accumulation": "ema", "accumulate_decay": 0.5}, None),
     "former (all four)": (FORMER, None),
     "hermes-plus": ({}, "hermes-plus"),
+    # ours, for speed: evict below the budget so that chunks that fit run no probe (fewer tokens between evictions)
+    "evict_headroom=0.25": ({"evict_headroom": 0.25}, None),
+    "evict_headroom=0.5": ({"evict_headroom": 0.5}, None),
 }
 OPTION_COLUMNS = ("realtime", "episodic_first", "episodic_before", "counting", "ordering", "all")
 DEPTH_BINS = ((0.0, 1 / 3), (1 / 3, 2 / 3), (2 / 3, 1.01))  # how long ago, as a share of the stream

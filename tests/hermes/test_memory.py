@@ -218,3 +218,50 @@ def test_eager_reindexing_keeps_positions_consecutive(tiny_model):
 def test_bad_memory_settings_are_config_errors(tiny_model, bad, message):
     with pytest.raises(ConfigError, match=message):
         StreamingSession(tiny_model, MemoryConfig(**bad), [])
+
+
+def _visual_lengths_and_probes(tiny_model, monkeypatch, policy: str, headroom: float, n_frames: int):
+    """Visual entries per layer after each one-frame chunk, and how many chunks ran the probe."""
+    import hermes.memory as memory_module
+
+    probes = []
+    real_probe = memory_module.probe_attention
+    monkeypatch.setattr(memory_module, "probe_attention", lambda *a, **k: probes.append(1) or real_probe(*a, **k))
+    session = StreamingSession(tiny_model, MemoryConfig(policy=policy, budget=4 * TPF, evict_headroom=headroom), [],
+                               chunk_frames=1)
+    p = prefix_len(session)
+    lengths, probed = [], []
+    for frame in random_frames(n_frames, interval_s=0.5, size=(16, 16)):
+        before = len(probes)
+        session.ingest([frame])
+        assert len({k.shape[-2] for k, _ in session.cache.layer_tensors()}) == 1  # all layers the same length
+        lengths.append(session.cache.num_tokens - p)
+        probed.append(len(probes) > before)
+    return lengths, probed, session
+
+
+@pytest.mark.slow
+def test_evict_headroom_evicts_below_the_budget_so_the_probe_runs_once_per_three_chunks(tiny_model, monkeypatch):
+    # budget 4 frames, headroom 0.5: a fifth frame evicts down to 2 frames, and two more fit before the next
+    lengths, probed, _ = _visual_lengths_and_probes(tiny_model, monkeypatch, "hermes", 0.5, 11)
+    assert lengths == [TPF * n for n in (1, 2, 3, 4, 2, 3, 4, 2, 3, 4, 2)]
+    assert probed == [False] * 4 + [True, False, False] * 2 + [True]
+    # the reference's behaviour (no headroom): back to exactly the budget, a probe after every chunk once full
+    lengths, probed, _ = _visual_lengths_and_probes(tiny_model, monkeypatch, "hermes", 0.0, 7)
+    assert lengths == [TPF * n for n in (1, 2, 3, 4, 4, 4, 4)]
+    assert probed == [False] * 4 + [True] * 3
+
+
+def test_sliding_with_headroom_keeps_its_sinks_and_the_newest_window_of_the_smaller_size(tiny_model, monkeypatch):
+    lengths, _, session = _visual_lengths_and_probes(tiny_model, monkeypatch, "sliding", 0.25, 5)
+    assert lengths == [TPF * n for n in (1, 2, 3, 4, 3)]
+    p = prefix_len(session)
+    keep = 3 * TPF  # budget 4 frames less a quarter
+    expected = list(range(p, p + 4)) + list(range(p + 5 * TPF - (keep - 4), p + 5 * TPF))
+    assert all(row.tolist() == expected for row in session.cache.token_ids[:, p:])
+
+
+@pytest.mark.parametrize("headroom", [-0.1, 1.0])
+def test_evict_headroom_outside_zero_to_one_is_a_config_error(tiny_model, headroom):
+    with pytest.raises(ConfigError, match=r"memory.evict_headroom must be in \[0, 1\)"):
+        StreamingSession(tiny_model, MemoryConfig(policy="hermes", evict_headroom=headroom), [])
