@@ -163,6 +163,55 @@ def spread_table(all_runs: list[dict], seeds: list[str]) -> str:
     return "\n".join(lines)
 
 
+def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies: list[str], budget: int) -> bool:
+    """Accuracy against stream length, one panel per family, one line per policy at `budget` (and `full`),
+    each point with its 95 % bootstrap interval; False (no file) when matplotlib is missing."""
+    import eval_micro
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = list(tags)
+    lengths = [sb.SUITE_S[n] for n in names]
+    fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
+    for ax, family in zip(axes, sb.FAMILIES):
+        for policy in policies:
+            xs, ys, err = [], [], [[], []]
+            for name, length in zip(names, lengths):
+                key = f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
+                if key not in all_runs[0]:
+                    continue
+                runs = [r[key]["outcomes"] for r in all_runs]
+                have = set.intersection(*(set(o) for o in runs))
+                qids = sorted(q for q, (f, _) in tags[name].items() if f == family and q in have)
+                if not qids:
+                    continue
+                acc, lo, hi = eval_micro.bootstrap(runs, qids)
+                xs.append(length)
+                ys.append(acc)
+                err[0].append(acc - lo)
+                err[1].append(hi - acc)
+            if xs:
+                style = {"color": "black", "linestyle": "--"} if policy == "full" else {}
+                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=policy, **style)
+        ax.set_xscale("log")
+        ax.minorticks_off()  # the log axis's own minor labels would overlap the lengths
+        ax.set_xticks(lengths, [f"{n} s" for n in lengths])
+        ax.set_title(family)
+        ax.set_xlabel("stream length")
+    axes[0].set_ylabel(f"accuracy (%), budget {budget}")
+    axes[0].set_ylim(0, 100)
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def sweep(args, weights: list[Path]) -> int:
     """Run the suite sweep (`--sweep`, or `--quick`) for every weights file and write its page to `--md`."""
     import eval_micro
@@ -193,6 +242,10 @@ def sweep(args, weights: list[Path]) -> int:
                                                             for n, k in videos.items() if k > 0),
                        n_weights=len(weights), tables=tables(all_runs, tags, args.sweep_policies, budgets),
                        wall=round(time.perf_counter() - started), min_marked=MIN_MARKED)
+    png = args.png or args.md.with_suffix(".png")
+    if suite_plot(png, all_runs, tags, args.sweep_policies, max(budgets)):
+        text += (f"\n## Accuracy against stream length (budget {max(budgets)})\n\n![accuracy against stream length]"
+                 f"({png.name})\n\nEach point pools the weights files; bars are the 95 % bootstrap intervals.\n")
     if len(weights) > 1:
         text += "\n## Spread over training seeds\n\nOverall accuracy (%) of each run per weights file:\n\n"
         text += spread_table(all_runs, seeds) + "\n"

@@ -60,6 +60,9 @@ def test_quick_sweep_reports_every_policy_with_intervals_and_cost(quick):
     # every question of the set was answered and kept (22 per stream: 4 + 10 + 4 + 4 counting probes)
     assert len(results["short/hermes/128"]["outcomes"]) == 22
     assert all(r["ms_per_chunk"] > 0 for r in results.values())
+    # the plot of accuracy against stream length, linked from the page (matplotlib is a dev dependency)
+    assert "![accuracy against stream length](QUICK.png)" in page
+    assert (quick / "QUICK.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow  # imports eval_micro (torch, the runner): ~10 s on a shared CPU
