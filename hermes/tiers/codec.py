@@ -45,46 +45,36 @@ def _entry(name: str, dtype: torch.dtype, shape: list[int], start: int, end: int
     return f'"{name}":{{"dtype":"{_ST_DTYPES[dtype]}","shape":[{dims}],"data_offsets":[{start},{end}]}}'
 
 
+def _one_buffer(record: Record, packed: dict | None, name: str, join) -> torch.Tensor:
+    """Field `name` of every layer as one host tensor: `pack`'s buffer, the base the layers view, or `join`ed."""
+    if packed is not None:  # `pack` (as DRAM keeps records) left it in one buffer: no per-layer checks
+        return packed[name]
+    pieces = [getattr(layer, name) for layer in record.layers]
+    base = packed_base(pieces)  # e.g. a record read back from disk: views of one loaded buffer
+    return base if base is not None else join(pieces)
+
+
 def _field_buffers(record: Record) -> list[tuple[str, torch.Tensor, list[int]]]:
     """(name, one contiguous host tensor, header shape) per stored tensor but the embedding, in file order."""
     layers = record.layers
-    num_layers = len(layers)
     first = layers[0]
-    tokens = [layer.keys.shape[-2] for layer in layers]
     ends, total = [0], 0
-    for n in tokens:
-        total += n
+    for layer in layers:
+        total += layer.keys.shape[-2]
         ends.append(total)
-    packed = packed_fields(record)  # `pack` (as DRAM keeps records) left each field in one buffer: no checks
+    packed = packed_fields(record)
     out = []
     for name in ("keys", "values"):
-        if packed is not None:
-            t = packed[name]
-        else:
-            pieces = [getattr(layer, name) for layer in layers]
-            t = packed_base(pieces)  # e.g. a record read back from disk: views of one loaded buffer
-            if t is None:
-                t = torch.cat([p.detach().to("cpu").reshape(-1) for p in pieces])
+        t = _one_buffer(record, packed, name, lambda ps: torch.cat([p.detach().to("cpu").reshape(-1) for p in ps]))
         out.append((name, t, [t.numel()]))
     if first.key_scale is not None:
         for name in ("key_scale", "value_scale"):
-            if packed is not None:
-                t = packed[name]
-            else:
-                pieces = [getattr(layer, name) for layer in layers]
-                t = packed_base(pieces)
-                t = (t if t is not None else torch.stack(pieces)).to("cpu", torch.float32)
-            out.append((name, t, [num_layers, *getattr(first, name).shape]))
-    out.append(("offsets", torch.tensor(ends, dtype=torch.long), [num_layers + 1]))
-    for name in RECORD_FIELDS:
-        if packed is not None:
-            t = packed[name]
-        else:
-            pieces = [getattr(layer, name) for layer in layers]
-            t = packed_base(pieces)
-            if t is None:  # metadata is on the host already; one cat per field
-                t = torch.cat(pieces, dim=-1)
-        out.append((name, t, [*t.shape[:-1], t.shape[-1]]))
+            t = _one_buffer(record, packed, name, torch.stack).to("cpu", torch.float32)
+            out.append((name, t, [len(layers), *getattr(first, name).shape]))
+    out.append(("offsets", torch.tensor(ends, dtype=torch.long), [len(layers) + 1]))
+    for name in RECORD_FIELDS:  # metadata is on the host already; one cat per field
+        t = _one_buffer(record, packed, name, lambda ps: torch.cat(ps, dim=-1))
+        out.append((name, t, list(t.shape)))
     return out
 
 
