@@ -116,6 +116,19 @@ class LowerLevels:
                                      durable_dram=directory is not None,  # a temporary directory needs no log
                                      readonly=read_only, remote=remote_options(cfg))
         self.last_vector: torch.Tensor | None = None  # the last question's search vector, for prefetching
+        # after a resume: the evictions (frames encoded when each ran) whose records the directory already
+        # holds, committed after the checkpoint and before the stream stopped; see `note_resumed`
+        self._stored_evictions: set[int] = set()
+
+    def note_resumed(self, frames: int) -> None:
+        """The stream resumed from a checkpoint taken at `frames` frames and will encode the frames after it
+        again: the evictions whose records were committed after the checkpoint are not stored twice.
+
+        Re-encoding the same frames from the restored state evicts the same tokens, so each such
+        eviction's record is already in the directory; the copy made before the stop is the one kept.
+        """
+        self._stored_evictions = {int(extra["frames_seen"]) for extra in self.store.extras_since_checkpoints()
+                                  if int(extra.get("frames_seen", 0)) > frames}
 
     # ---- eviction ------------------------------------------------------------------------------------
 
@@ -127,6 +140,10 @@ class LowerLevels:
             frame_times_s: timestamps of the frames encoded so far (the session's), for the record's span.
         """
         if not evictions.evicted:
+            return
+        frames_seen = len(frame_times_s)  # identifies this eviction within the stream
+        if frames_seen in self._stored_evictions:  # stored before a stop; the stream is encoding it again
+            self._stored_evictions.discard(frames_seen)
             return
         counts = torch.tensor([index.shape[0] for index in evictions.index])  # (L,) evicted per layer
         # Every layer keeps the same number of its best evicted tokens: as many as the layer with the most
@@ -159,6 +176,7 @@ class LowerLevels:
                               t_end_s=frame_times_s[last], frame_start=first, frame_end=last + 1,
                               embedding=embedding)
         record.extra["epoch"] = evictions.position_epoch
+        record.extra["frames_seen"] = frames_seen
         self.store.add(record)
         if self.last_vector is not None:  # warm the prefetch cache for a follow-up on the same topic
             self.store.prefetch(rid for rid, _ in self.store.search(self.last_vector, self.cfg.recall_top_k))

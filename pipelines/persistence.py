@@ -110,6 +110,7 @@ def restore_session(session) -> None:
     else:  # the directory's own entries (how far the stores reached, ...) are not the session's
         state = {**{k: v for k, v in meta.items() if k not in ("state_format", "frames", "store")}, **tensors}
     session.load_state_dict(state)
+    lower.note_resumed(len(session.encoded_t_s))  # records committed after the checkpoint are not made twice
 
 
 def from_format_1(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:

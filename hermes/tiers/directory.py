@@ -508,6 +508,25 @@ class MemoryDirectory:
         meta.pop("store", None)  # ours (see save_checkpoint), not the caller's
         return tensors, meta
 
+    def extras_since_checkpoints(self) -> list[dict[str, Any]]:
+        """The `Record.extra` of every record perhaps stored after the checkpoints were saved.
+
+        Those are the records at or past the larger manifest reach the checkpoints recorded (ids are
+        reserved in order, so every later record lies there, with perhaps a few reserved before a save
+        and committed after it). Read from DRAM or from disk; a damaged record is left out (`verify`
+        reports it).
+        """
+        first = max(checkpoint_claims(self.path).values(), default=0)
+        with self._lock:
+            held = sorted(rid for rid in {*self.dram.ids(), *self.disk.ids()} if rid >= first)
+        out = []
+        for rid in held:
+            stored = self.dram.peek(rid)
+            stored = stored if stored is not None else self._load_or_error(rid)
+            if isinstance(stored, Record):
+                out.append(dict(stored.extra))
+        return out
+
     def checkpoints(self) -> list[dict[str, Any]]:
         return checkpoint.list_checkpoints(self.path)
 

@@ -147,6 +147,44 @@ def test_resume_equals_streaming_in_one_go(tiny_model, tmp_path):
     second.close()
 
 
+def _stored_spans(directory: Path) -> list[tuple[int, int, int]]:
+    """(frame_start, frame_end, frames_seen) of every record in a closed directory, sorted."""
+    from hermes.tiers.directory import MemoryDirectory
+
+    md = MemoryDirectory(directory, None, 2**30, 2**30, readonly=True)
+    try:
+        records = [md.disk.load(rid) for rid in md.disk.ids()] + \
+            [md.wal.load(rid) for rid in (md.wal.ids() if md.wal is not None else [])]
+        return sorted((r.frame_start, r.frame_end, r.extra["frames_seen"]) for r in records)
+    finally:
+        md.close(spill_dram=False)
+
+
+@pytest.mark.slow
+def test_a_resume_after_records_outran_the_checkpoint_stores_each_eviction_once(tiny_model, tmp_path):
+    frames = random_frames(24, size=(16, 16), seed=5)
+    cfg = tiered(budget=2 * TPF, checkpoint_every=100)  # one checkpoint, after the first chunk (4 frames)
+    whole = StreamingSession(tiny_model, cfg, frames, chunk_frames=4, memory_dir=tmp_path / "whole")
+    whole.advance()
+    whole.close()
+    expected = _stored_spans(tmp_path / "whole")
+    assert [span[2] for span in expected] == [4, 8, 12, 16, 20, 24]  # every chunk evicts, one record each
+
+    # the stream stops after 16 frames without another checkpoint (as a crash would): the records of
+    # the evictions at 8, 12 and 16 frames are committed after level 1 was saved as it was at 4 frames
+    first = StreamingSession(tiny_model, cfg, frames[:16], chunk_frames=4, memory_dir=tmp_path / "split")
+    first.advance()
+    first.lower.store.wait_checkpoint()
+    first.lower.close()  # the levels close; the session is never checkpointed again
+    assert [span[2] for span in _stored_spans(tmp_path / "split")] == [4, 8, 12, 16]
+
+    second = StreamingSession(tiny_model, cfg, frames, chunk_frames=4, memory_dir=tmp_path / "split", resume=True)
+    assert second.encoded_t_s == [f.t_s for f in frames[:4]]
+    second.advance()  # frames 4-23 encoded again: 8, 12 and 16 evict as before, 20 and 24 are new
+    second.close()
+    assert _stored_spans(tmp_path / "split") == expected
+
+
 def test_a_directory_is_refused_by_another_model_and_needs_resume(tiny_model, tmp_path):
     session = StreamingSession(tiny_model, tiered(), random_frames(3, size=(16, 16)), memory_dir=tmp_path)
     session.advance()
