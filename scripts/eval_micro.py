@@ -448,13 +448,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a smoke-test sweep: one short and one long stream, budget 128")
     p.add_argument("--suite-seed", type=int, default=sb.SUITE_SEED, help="seed of the suite's sets (--sweep)")
     p.add_argument("--set-videos", help="streams per suite set, e.g. short=8,long=4,long600=2,long1800=0 (--sweep)")
-    p.add_argument("--sweep-policies", help="policies of --sweep / --quick (default: all nine)")
+    p.add_argument("--sweep-policies",
+                   help="policies of --sweep / --quick (default: the standard nine; more in micro_suite.POLICIES)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.sweep or args.quick:
         import micro_suite
 
-        args.sweep_policies = [q for q in (args.sweep_policies or ",".join(micro_suite.POLICIES)).split(",") if q]
+        chosen = args.sweep_policies or ",".join(micro_suite.STANDARD_POLICIES)
+        args.sweep_policies = [q for q in chosen.split(",") if q]
         args.md = args.md or args.work / ("QUICK.md" if args.quick else "SUITE.md")
         return micro_suite.sweep(args, [args.weights or WEIGHTS_FILE, *args.compare_weights])
     budgets = [int(b) for b in (args.budgets or "64,128,256").split(",")]

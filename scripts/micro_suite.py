@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -25,12 +26,18 @@ import numpy as np
 
 from hermes.datasets import synthetic_bench as sb
 
-# label -> (bench policy spec for `run_one`, memory preset to start from)
-POLICIES: dict[str, tuple[str, str | None]] = {
-    "full": ("full", None), "sliding": ("sliding", None), "uniform": ("uniform", None),
-    "recent-frames": ("recent-frames", None), "rekv": ("rekv", None), "recall-only": ("recall-only", None),
-    "hermes": ("hermes", None), "hermes+recall": ("hermes+recall", None), "hermes-plus": ("hermes", "hermes-plus"),
+# label -> (bench policy spec for `run_one`, memory preset to start from, memory options applied last)
+POLICIES: dict[str, tuple[str, str | None, dict]] = {
+    "full": ("full", None, {}), "sliding": ("sliding", None, {}), "uniform": ("uniform", None, {}),
+    "recent-frames": ("recent-frames", None, {}), "rekv": ("rekv", None, {}),
+    "recall-only": ("recall-only", None, {}), "hermes": ("hermes", None, {}),
+    "hermes+recall": ("hermes+recall", None, {}), "hermes-plus": ("hermes", "hermes-plus", {}),
+    # ours, opt-in (--sweep-policies): hermes+recall with the per-question recall gate (hermes.recall_gate)
+    "hermes+recall+gate=frames": ("hermes+recall", None, {"recall_gate": "above_frames"}),
+    "hermes+recall+gate=level1": ("hermes+recall", None, {"recall_gate": "above_level1"}),
 }
+STANDARD_POLICIES = ("full", "sliding", "uniform", "recent-frames", "rekv", "recall-only", "hermes", "hermes+recall",
+                     "hermes-plus")  # the standard sweep's (the issue's nine)
 MIN_MARKED = 10  # fewer questions than this: a percentile bootstrap is too coarse to mark a difference
 DEPTH_COLUMNS = ("first", *(str(p) for p in sb.DEPTHS_PCT))
 # The standard sweep: streams per set, and budgets (visual tokens per layer; 16 per frame).
@@ -87,12 +94,12 @@ def run_grid(adapter, sets: dict[str, Path], runs: Path, policies: list[str], bu
     results = {}
     for name, root in sets.items():
         for policy in policies:
-            spec, preset = POLICIES[policy]
+            spec, preset, options = POLICIES[policy]
             for budget in ([0] if policy == "full" else budgets):
                 key = f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
                 out = eval_micro.run_dir(runs, key)
                 result = eval_micro.run_one(adapter, root, out, spec, budget or 1, chunk_frames, memory=preset,
-                                            reuse=reuse)
+                                            options=options, reuse=reuse)
                 result.update(cost(out, chunk_frames, float(result["wall_s"] or 0)))
                 results[key] = result
                 print(key, result["families"], result["wall_s"], flush=True)
@@ -241,7 +248,10 @@ def sweep(args, weights: list[Path]) -> int:
                        seed=args.suite_seed, sets=", ".join(f"{n} = {sb.SUITE_S[n]} s x {k} streams"
                                                             for n, k in videos.items() if k > 0),
                        n_weights=len(weights), tables=tables(all_runs, tags, args.sweep_policies, budgets),
-                       wall=round(time.perf_counter() - started), min_marked=MIN_MARKED)
+                       wall=round(time.perf_counter() - started), min_marked=MIN_MARKED,
+                       run_s=" / ".join(str(round(sum(float(r["wall_s"] or 0) for r in runs.values())))
+                                        for runs in all_runs),
+                       command=" ".join(eval_micro.shown_args(sys.argv[1:])))
     png = args.png or args.md.with_suffix(".png")
     if suite_plot(png, all_runs, tags, args.sweep_policies, max(budgets)):
         text += (f"\n## Accuracy against stream length (budget {max(budgets)})\n\n![accuracy against stream length]"
@@ -266,7 +276,9 @@ same budget has a 95 % interval above / below 0 (unmarked: within noise; never m
 per layer (64 = 4 frames). KV bytes: the largest device KV cache over the run's questions; ms / chunk:
 the run's wall time less its answers' latency, per 16-frame chunk (first weights file; a shared CPU,
 so compare within one page). Episodic questions: one "first object" and one "just before X" per depth
-(X at 10 ... 90 % of the question time) per stream. This run took {wall} s.
+(X at 10 ... 90 % of the question time) per stream. The runs took {run_s} s per weights file (their
+wall time, summed); this page took {wall} s (finished runs are read back with `--reuse`).
+Reproduce: `python scripts/eval_micro.py {command}`.
 
 {tables}
 """
