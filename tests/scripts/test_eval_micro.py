@@ -83,3 +83,19 @@ def test_spread_over_seeds():
     runs = [{"long/full": {"outcomes": {"a": True, "b": True, "c": False, "d": False}}},
             {"long/full": {"outcomes": {"a": True, "b": True, "c": True, "d": False}}}]
     assert micro_suite.spread_table(runs, ["0", "1"]).splitlines()[-1] == "| long/full | 50 | 75 | 25 |"
+
+
+@pytest.mark.slow
+def test_an_opt_in_suite_policy_runs_with_its_memory_options(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_micro.py"), "--quick", "--work", str(tmp_path),
+                          "--set-videos", "long=0", "--sweep-policies", "hermes,hermes+recall+gate=frames"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert list(rows((tmp_path / "QUICK.md").read_text(), "**short (")) == \
+        ["hermes @128", "hermes+recall+gate=frames @128"]
+    runs = next(tmp_path.glob("suite-runs-*"))
+    gated = json.loads((runs / "short-hermes+recall+gate_frames-128" / "summary.json").read_text())["config"]["memory"]
+    plain = json.loads((runs / "short-hermes-128" / "summary.json").read_text())["config"]["memory"]
+    assert (gated["recall"], gated["recall_gate"]) == (True, "above_frames")
+    assert (plain["recall"], plain["recall_gate"]) == (False, "off")
