@@ -104,3 +104,6 @@ def test_memory_options_default_to_the_reference_and_take_only_their_choices():
     with pytest.raises(ConfigError, match="memory.accumulation: expected one of none, sum, ema, found 'max'"):
         build_config(overrides=["memory.accumulation=max"])
     assert build_config(memory="hermes-plus").memory.policy == "hermes"
+    gated = build_config(memory="hermes-recall").memory  # hermes-4k, recall on, gated (measured better)
+    assert (gated.policy, gated.budget, gated.recall, gated.recall_gate) == ("hermes", 4096, True, "above_frames")
+    assert (gated.recency_unit, gated.accumulation) == ("token", "none")  # the reference's scoring
