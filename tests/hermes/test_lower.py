@@ -148,13 +148,15 @@ def test_resume_equals_streaming_in_one_go(tiny_model, tmp_path):
 
 
 def _stored_spans(directory: Path) -> list[tuple[int, int, int]]:
-    """(frame_start, frame_end, frames_seen) of every record in a closed directory, sorted."""
+    """(frame_start, frame_end, frames_seen) of every record in a closed directory, sorted; a record in
+    both level 3 and level 2's log (committed just before the stop) is one record, read from level 3."""
     from hermes.tiers.directory import MemoryDirectory
 
     md = MemoryDirectory(directory, None, 2**30, 2**30, readonly=True)
     try:
+        logged = set(md.wal.ids()) if md.wal is not None else set()
         records = [md.disk.load(rid) for rid in md.disk.ids()] + \
-            [md.wal.load(rid) for rid in (md.wal.ids() if md.wal is not None else [])]
+            [md.wal.load(rid) for rid in sorted(logged - set(md.disk.ids()))]
         return sorted((r.frame_start, r.frame_end, r.extra["frames_seen"]) for r in records)
     finally:
         md.close(spill_dram=False)
