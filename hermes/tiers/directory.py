@@ -223,7 +223,8 @@ class MemoryDirectory:
         self._account_index()
 
     def _on_disk_commit(self, ids: list[int]) -> None:
-        """Writer thread: records are durable on disk; their copies may leave the level-2 log."""
+        """Level 3's commit thread (the disk's syncer, S3's writer): records are durable; their copies
+        may leave the level-2 log."""
         if self.wal is not None:
             self.wal.remove(ids)
 

@@ -12,9 +12,9 @@ the records that chunk's eviction kept). MODE picks where it dies:
 
 - ``random``: never by itself; the test SIGKILLs it at a random moment;
 - ``checkpoint``: SIGKILLs itself inside the N-th checkpoint save (tensor file written, JSON not);
-- ``manifest``: SIGKILLs itself before the N-th manifest append (either store's): a segment's bytes
-  are durable, the line naming them is not;
-- ``close``: after N chunks it closes the session and SIGKILLs itself at the second manifest append
+- ``manifest``: SIGKILLs itself before the N-th manifest write (either store's, on the writer or
+  the syncer thread): a segment's bytes are durable, the line naming them is not;
+- ``close``: after N chunks it closes the session and SIGKILLs itself at the second manifest write
   of the close (host memory half moved to disk).
 
 The server reaps the child and prints ``done <status>``. Memory settings are the defaults (only the
@@ -84,7 +84,7 @@ def stream(model, directory: str, mode: str, n: int, dram_bytes: int) -> None:
     if mode == "checkpoint":
         _kill_on_call(checkpoint, "write_json_atomic", n)  # inside save: after the tensor file
     elif mode == "manifest":
-        _kill_on_call(DiskStore, "_append_manifest", n)
+        _kill_on_call(DiskStore, "_write_manifest", n)
     _say("ready")
     rng = np.random.default_rng(len(session.encoded_t_s))
     chunks = 0
@@ -96,7 +96,7 @@ def stream(model, directory: str, mode: str, n: int, dram_bytes: int) -> None:
         ids.clear()
         chunks += 1
         if mode == "close" and chunks == n:
-            _kill_on_call(DiskStore, "_append_manifest", 2)
+            _kill_on_call(DiskStore, "_write_manifest", 2)
             session.close()
             _say("closed")
             return

@@ -97,7 +97,7 @@ def test_sigkill_campaign_loses_nothing_beyond_the_chunk_in_flight(tmp_path):
             n = {"random": 0, "checkpoint": rng.randint(1, 3), "manifest": rng.randint(2, 12),
                  "close": rng.randint(1, 4)}[mode]
             chunks, status = server.trial(mode, n, dram, rng.uniform(0.3, 2.5) if mode == "random" else None)
-            if os.WIFEXITED(status):  # `close` may finish before its second manifest append: a clean stop
+            if os.WIFEXITED(status):  # `close` may finish before its second manifest write: a clean stop
                 assert os.WEXITSTATUS(status) == 0 and mode == "close", f"{mode}: child exited {status}"
                 in_flight = set()
             else:

@@ -219,3 +219,37 @@ def test_a_commit_group_is_written_whole_and_reads_back(tmp_path):
         assert store.verify().ok
     with DiskStore(tmp_path / "m", 1 << 30, FP) as store:
         assert store.num_records == 300 and all(_same(store.load(r.record_id), r) for r in records)
+
+
+def test_a_failed_group_commit_stops_every_later_group(tmp_path, monkeypatch):
+    # the writer places groups while the syncer makes them durable: a group that fails to commit
+    # (here its fsync: a full disk) is reported, and no group placed after it commits, so what is
+    # durable is always a prefix of what was added, and exactly what `on_commit` was told
+    import errno
+
+    from hermes.errors import StorageError
+    from hermes.tiers import disk as disk_module
+
+    monkeypatch.setattr(disk_module, "GROUP_BYTES", 1)  # every record is a group of its own
+    real_sync, calls = DiskStore._sync_group, []
+
+    def sync_group(self, active, new, group):
+        calls.append([e.record_id for e in group])
+        if len(calls) == 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_sync(self, active, new, group)
+
+    monkeypatch.setattr(DiskStore, "_sync_group", sync_group)
+    committed: list[int] = []
+    store = DiskStore(tmp_path / "m", 1 << 30, FP, queue_size=64, on_commit=committed.extend)
+    with pytest.raises(StorageError, match="No space left"):  # from an add after the failure, or the flush
+        for rid in range(20):
+            store.add(_rec(rid))
+        store.flush()
+    with pytest.raises(StorageError):
+        store.close()
+    assert len(calls) == 4 and committed == [i for ids in calls[:3] for i in ids]  # in hand-off order
+    monkeypatch.setattr(DiskStore, "_sync_group", real_sync)
+    with DiskStore(tmp_path / "m", 1 << 30, FP) as store:
+        assert sorted(store.ids()) == committed
+        assert store.verify().ok
