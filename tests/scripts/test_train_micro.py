@@ -20,15 +20,29 @@ ROOT = Path(__file__).resolve().parents[2]
 SHORT = ["--stage-steps", "3,3,3", "--val-per-kind", "2", "--eval-every", "1000", "--warmup", "2"]
 
 
-def train(out: Path, seed: int) -> subprocess.CompletedProcess:
+def train_runs(*args_per_run: list[str]) -> list[subprocess.CompletedProcess]:
+    """Run the script once per argument list, all at once (one thread each: the results must not
+    depend on it, and CI's cores run them side by side)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "train_micro.py"), "--out", str(out),
-                           "--seed", str(seed), *SHORT], capture_output=True, text=True, env=env, timeout=600)
+    procs = [(args, subprocess.Popen([sys.executable, str(ROOT / "scripts" / "train_micro.py"), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+             for args in args_per_run]
+    runs = []
+    for args, proc in procs:
+        try:
+            out, err = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        runs.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return runs
 
 
 @pytest.mark.slow
 def test_same_seed_gives_the_same_weights_and_another_seed_does_not(tmp_path):
-    runs = {name: train(tmp_path / f"{name}.safetensors", seed) for name, seed in (("a", 3), ("b", 3), ("c", 4))}
+    seeds = {"a": 3, "b": 3, "c": 4}
+    runs = dict(zip(seeds, train_runs(*(["--out", str(tmp_path / f"{name}.safetensors"), "--seed", str(seed), *SHORT]
+                                        for name, seed in seeds.items()))))
     for run in runs.values():
         assert run.returncode == 0, run.stderr[-2000:]
         # the script refuses to train unless its batched forward equals StreamingSession's logits
@@ -44,16 +58,14 @@ def test_same_seed_gives_the_same_weights_and_another_seed_does_not(tmp_path):
     assert json.loads(model.config.to_json_string())["vision_config"]["image_size"] == micro.MICRO_IMAGE_SIZE_PX
 
 
-def train_long(out: Path, seed: int, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "train_micro.py"), "--out", str(out),
-                           "--seed", str(seed), "--recipe", "long", "--val-per-kind", "1", "--eval-every", "1000",
-                           "--warmup", "2", *extra], capture_output=True, text=True, env=env, timeout=600)
+def long_args(out: Path, seed: int, *extra: str) -> list[str]:
+    return ["--out", str(out), "--seed", str(seed), "--recipe", "long", "--val-per-kind", "1", "--eval-every", "1000",
+            "--warmup", "2", *extra]
 
 
 @pytest.mark.slow
 def test_long_recipe_is_reproducible_bit_for_bit(tmp_path):
-    runs = [train_long(tmp_path / f"{name}.safetensors", 5, "--stage-steps", "1,1,1,2") for name in "ab"]
+    runs = train_runs(*(long_args(tmp_path / f"{name}.safetensors", 5, "--stage-steps", "1,1,1,2") for name in "ab"))
     for run in runs:
         assert run.returncode == 0, run.stderr[-2000:]
     a, b = (load_file(tmp_path / f"{name}.safetensors") for name in "ab")
@@ -64,7 +76,7 @@ def test_long_recipe_is_reproducible_bit_for_bit(tmp_path):
 
 
 def test_long_recipe_needs_its_fourth_stage_steps(tmp_path):
-    run = train_long(tmp_path / "x.safetensors", 0, "--stage-steps", "1,1,1")
+    (run,) = train_runs(long_args(tmp_path / "x.safetensors", 0, "--stage-steps", "1,1,1"))
     assert run.returncode == 2 and "--stage-steps needs 4 numbers" in run.stderr
 
 
