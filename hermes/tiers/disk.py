@@ -33,7 +33,7 @@ records are all gone; both happen on the writer thread after the records' own li
 
 Writes happen on a background thread fed by a bounded queue (`add` blocks only when the writer is
 `queue_size` records behind); the writer commits whatever is queued as one group (one fsync pair
-per group, not per record), a group closing at `GROUP_BYTES` while more records wait. The writer
+per group, not per record), a group closing at `ledger.GROUP_BYTES` while more records wait. The writer
 only places a group's bytes (one ``pwritev``); a second thread, the syncer, makes it durable (the
 fsyncs and its manifest lines, in hand-off order), so that encoding and checksumming the next
 group overlaps the disk's flush of the last one; whatever must follow committed records (a
@@ -75,16 +75,13 @@ from hermes.tiers.manifest import (
     drop_line,
     header_line,
 )
+from hermes.tiers import ledger
 from hermes.tiers.ledger import RecordLedger, parse_checked
 from hermes.tiers.records import Record
 from hermes.tiers.recovery import recover
 
 LOCK = "lock"
 __all__ = ["MANIFEST", "SEGMENTS", "SUFFIX", "DiskStore", "VerifyReport"]
-# a commit group closes at this size even while more records are queued: small enough that the syncer
-# flushes one group while the writer encodes the next, large enough that fsyncs stay few (on this
-# machine's ext4, 16 MiB in groups of 4 MiB cost 1.25 x the fsync time of one group)
-GROUP_BYTES = 4 << 20
 _COMPACT_MIN_BYTES = 4096  # below this, dead manifest lines are not worth a rewrite
 # room kept for one drop line, or the header line `close` may append
 _DROP_RESERVE = max(len(drop_line(f"{10**9}{SUFFIX}")), len(header_line(10**15)))
@@ -352,7 +349,7 @@ class DiskStore(RecordLedger):
                     try:
                         if kind == "rec":
                             self._write(*payload)
-                            if self._group_bytes >= GROUP_BYTES:
+                            if self._group_bytes >= ledger.GROUP_BYTES:
                                 self._hand_off()
                         elif kind == "call":
                             self._commit()  # what the job follows is durable before it runs

@@ -55,6 +55,13 @@ class Entry:
         """The manifest line (compact JSON plus newline); the same entry always gives the same bytes."""
         return self._line
 
+    def obj(self) -> dict:
+        """The line's object, as ``json.loads(self.line())`` gives it (an S3 manifest's entries)."""
+        return {"op": "add", "id": self.record_id, "seg": self.segment, "off": self.offset, "len": self.length,
+                "sha256": self.sha256, "nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s],
+                "frames": [self.frame_start, self.frame_end], "value": self.value, "kind": self.kind,
+                "storage": self.storage, "tokens": list(self.tokens)}
+
     @cached_property
     def _line(self) -> bytes:  # computed once: the writer asks for it several times
         # the bytes of json.dumps(every field, separators=(",", ":")), from the place (segment, offset,

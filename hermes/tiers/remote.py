@@ -9,7 +9,10 @@ Layout under the stream's prefix (`hermes.tiers.objects.ObjectStore` keys)::
     dram/...                          level 2's write-ahead log, the same layout
     checkpoints/...                   level 1 and session state (`hermes.tiers.directory`)
 
-A commit is (1) put the group's segment object (a concatenation of records, each one complete
+The writer encodes each record as it takes it into an open commit group, which closes at
+`hermes.tiers.ledger.GROUP_BYTES` (or a quarter of the capacity), when the queue runs dry, or before
+whatever must follow committed records (a removal, a job, a flush, a stop): two PUTs per group, not
+per batch the queue delivers. A commit is (1) put the group's segment object (a concatenation of records, each one complete
 safetensors file, as on disk), under a name no other writer can choose (sequence, epoch, random);
 (2) put manifest object ``seq`` create-only (``If-None-Match: *``), naming each record's byte
 range and SHA-256 and carrying its embedding. A writer killed before (2) leaves only a segment
@@ -38,6 +41,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -48,6 +52,7 @@ from hermes.tiers.errors import MemoryDirError, RecordCorruptError
 from hermes.tiers.files import sha256
 from hermes.tiers.fingerprint import FINGERPRINT, compare, normalise
 from hermes.tiers.lease import Lease
+from hermes.tiers import ledger
 from hermes.tiers.ledger import RecordLedger, parse_checked
 from hermes.tiers.manifest import Entry
 from hermes.tiers.objects import LocalObjects, ObjectStore, PreconditionFailed
@@ -76,6 +81,18 @@ def unseal(data: bytes) -> dict | None:
         return None
     body = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
     return obj if sha256(body) == digest and obj.get("format") == FORMAT else None
+
+
+@dataclass
+class _Group:
+    """A commit group being filled by the writer: its records' bytes, manifest entries and embeddings."""
+
+    segment: str = ""  # its object's key, chosen when the first record comes
+    records: list[Record] = field(default_factory=list)
+    parts: list = field(default_factory=list)  # the records' safetensors buffers, back to back
+    entries: list[dict] = field(default_factory=list)
+    embeddings: dict[str, str] = field(default_factory=dict)
+    offset: int = 0  # bytes so far
 
 
 class RemoteStore(RecordLedger):
@@ -326,6 +343,7 @@ class RemoteStore(RecordLedger):
     # ---- writer thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        group = _Group()  # records taken from the queue, encoded, not yet committed
         while True:
             try:
                 batch = [self._queue.get(timeout=max(self.lease.ttl_s / 3, 0.05))]
@@ -337,58 +355,65 @@ class RemoteStore(RecordLedger):
                         self._error = exc
                 continue
             self._drain(batch)
-            group: list[Record] = []
             for kind, payload in batch:
                 if kind not in ("rec", "rm", "call") or self._error is not None:
                     continue
                 try:
                     if kind == "rec":
                         record, prepare = payload
-                        group.append(self._prepare(record) if self._prepare and prepare else record)
+                        self._encode(group, self._prepare(record) if self._prepare and prepare else record)
+                        if group.offset >= min(ledger.GROUP_BYTES, max(1, self.capacity_bytes // 4)):
+                            group = self._commit(group)
                     elif kind == "call":
-                        self._commit(group)  # what the job follows is durable before it runs
-                        group = []
+                        group = self._commit(group)  # what the job follows is durable before it runs
                         payload()
                     else:
-                        self._commit(group)  # the records' own commit comes first
-                        group = []
+                        group = self._commit(group)  # the records' own commit comes first
                         self._remove(payload)
                 except BaseException as exc:  # kept and raised to the caller by add/flush/close
                     self._error = exc
-            if self._error is None:
+            # one group spans every batch the queue delivers while this writer encodes (two PUTs per
+            # group, not per batch of `queue_size` records), up to GROUP_BYTES; a flush or stop commits
+            if self._error is None and (self._queue.empty() or any(kind != "rec" for kind, _ in batch)):
                 try:
-                    self._commit(group)
+                    group = self._commit(group)
                 except BaseException as exc:
                     self._error = exc
+            if self._error is not None:
+                group = _Group()  # never committed: its records stay readable as pending
             if self._end_batch(batch, lambda: self._put_manifest({"op": "header"})):
                 return
 
-    def _commit(self, group: list[Record]) -> None:
-        """One segment object for the group, then its create-only manifest object."""
-        if not group:
-            return
-        with self._lock:
-            segment = f"{SEGMENT_PREFIX}{self._seq:012d}.{self.lease.epoch}.{uuid.uuid4().hex[:8]}.seg"
-        parts, entries, embeddings, offset = [], [], {}, 0
-        for record in group:
-            buffers, length = encode_record(record)
-            entries.append(json.loads(Entry.of(record, segment, offset, length, sha256(*buffers)).line()))
-            parts += buffers  # joined once below (bytes.join takes the memoryviews as they are)
-            offset += length
-            if record.embedding is not None:
-                vec = record.embedding.detach().to("cpu", torch.float32).contiguous().numpy()
-                embeddings[str(record.record_id)] = base64.b64encode(vec.tobytes()).decode()
-        data = b"".join(parts)
-        self._make_room(len(data) + self.record_overhead_bytes * len(group), [r.record_id for r in group])
-        self.objects.put(segment, data)
-        self._put_manifest({"op": "add", "segment": segment, "bytes": len(data), "entries": entries,
-                            "embeddings": embeddings})
-        ids = [r.record_id for r in group]
+    def _encode(self, group: _Group, record: Record) -> None:
+        """Add one record's bytes, entry and embedding to the open group (its segment named at the first)."""
+        if not group.segment:
+            with self._lock:
+                group.segment = f"{SEGMENT_PREFIX}{self._seq:012d}.{self.lease.epoch}.{uuid.uuid4().hex[:8]}.seg"
+        buffers, length = encode_record(record)
+        group.entries.append(Entry.of(record, group.segment, group.offset, length, sha256(*buffers)).obj())
+        group.parts += buffers  # they view the record's tensors: `records` keeps it alive until the join
+        group.records.append(record)
+        group.offset += length
+        if record.embedding is not None:
+            vec = record.embedding.detach().to("cpu", torch.float32).contiguous().numpy()
+            group.embeddings[str(record.record_id)] = base64.b64encode(vec.tobytes()).decode()
+
+    def _commit(self, group: _Group) -> _Group:
+        """One segment object for the group, then its create-only manifest object; returns a new group."""
+        if not group.records:
+            return group
+        data = b"".join(group.parts)  # bytes.join takes the memoryviews as they are
+        ids = [r.record_id for r in group.records]
+        self._make_room(len(data) + self.record_overhead_bytes * len(ids), ids)
+        self.objects.put(group.segment, data)
+        self._put_manifest({"op": "add", "segment": group.segment, "bytes": len(data), "entries": group.entries,
+                            "embeddings": group.embeddings})
         with self._lock:
             for rid in ids:
                 self._pending.pop(rid, None)
         if self._on_commit:
             self._on_commit(ids)
+        return _Group()
 
     def _make_room(self, need: int, ids: list[int]) -> None:
         """Drop the oldest commit groups whole until `need` more bytes fit under the capacity."""

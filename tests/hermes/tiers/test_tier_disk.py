@@ -207,6 +207,7 @@ def test_manifest_line_is_the_compact_json_of_its_entry(value, kind):
            "tokens": [5, 4, 5]}
     assert e.line() == (json.dumps(obj, separators=(",", ":")) + "\n").encode()
     assert Entry.from_obj(json.loads(e.line())) == e
+    assert e.obj() == obj  # what an S3 manifest object holds
 
 
 def test_a_commit_group_is_written_whole_and_reads_back(tmp_path):
@@ -228,9 +229,9 @@ def test_a_failed_group_commit_stops_every_later_group(tmp_path, monkeypatch):
     import errno
 
     from hermes.errors import StorageError
-    from hermes.tiers import disk as disk_module
+    from hermes.tiers import ledger
 
-    monkeypatch.setattr(disk_module, "GROUP_BYTES", 1)  # every record is a group of its own
+    monkeypatch.setattr(ledger, "GROUP_BYTES", 1)  # every record is a group of its own
     real_sync, calls = DiskStore._sync_group, []
 
     def sync_group(self, active, new, group):

@@ -280,3 +280,39 @@ def test_a_stale_writer_that_skips_its_lease_check_is_refused_by_the_store_itsel
     new.flush()
     assert set(new.disk.ids()) == {0, 2}  # exactly one of the two writers committed
     new.close()
+
+
+@pytest.mark.parametrize("group_bytes, segments", [(4 << 20, 1), (1, 40)])
+def test_a_commit_group_spans_the_batches_queued_while_the_writer_encodes(tmp_path, monkeypatch, group_bytes,
+                                                                          segments):
+    # two PUTs per group: records queued while the writer encodes join the open group however small
+    # the queue (here 4: one group per batch would make at least 10), until it reaches GROUP_BYTES
+    import time
+
+    from hermes.tiers import ledger
+    from hermes.tiers.remote import RemoteStore
+
+    monkeypatch.setattr(ledger, "GROUP_BYTES", group_bytes)
+    encode, added = RemoteStore._encode, []
+
+    def encode_slower_than_the_caller(self, group, record):  # as real records are: more arrive meanwhile
+        deadline = time.monotonic() + 10
+        while self._queue.empty() and len(added) < 40 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        encode(self, group, record)
+
+    monkeypatch.setattr(RemoteStore, "_encode", encode_slower_than_the_caller)
+    objects = LocalObjects(tmp_path / "objects")
+    lease = Lease(objects, 30)
+    lease.acquire()
+    store = RemoteStore(objects, LocalObjects(tmp_path / "cache"), 1 << 30, FP, lease=lease, queue_size=4)
+    try:
+        for rid in range(40):
+            store.add(_rec(rid))
+            added.append(rid)
+        store.flush()
+        assert len(objects.keys("segments/")) == segments
+        assert sorted(store.ids()) == list(range(40)) and store.verify().ok
+    finally:
+        store.close()
+        lease.release()
