@@ -144,8 +144,9 @@ class DiskStore(RecordLedger):
         self._prepare, self._on_drop, self._on_commit = prepare, on_drop, on_commit
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
-        # groups whose bytes are placed, for the syncer to make durable: (segment, new, entries)
-        self._sync_queue: queue.Queue = queue.Queue()
+        # groups whose bytes are placed, for the syncer to make durable: (segment, new, entries); two
+        # at most, so that the records they hold (pending until committed) stay bounded
+        self._sync_queue: queue.Queue = queue.Queue(maxsize=2)
         self.open_problems: list[str] = []  # damage found on open (records lost)
         self.open_notes: list[str] = []  # crash leftovers found (and, unless readonly, repaired) on open
         self.stale_lock_pid: int | None = None  # pid of a writer that died holding the directory

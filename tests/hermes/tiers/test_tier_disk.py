@@ -254,3 +254,37 @@ def test_a_failed_group_commit_stops_every_later_group(tmp_path, monkeypatch):
     with DiskStore(tmp_path / "m", 1 << 30, FP) as store:
         assert sorted(store.ids()) == committed
         assert store.verify().ok
+
+
+def test_a_slow_syncer_holds_back_the_caller_so_uncommitted_records_stay_bounded(tmp_path, monkeypatch):
+    # records stay in memory until committed: when fsyncs lag, the writer may run at most two groups
+    # ahead of the syncer and the caller at most `queue_size` records ahead of the writer
+    import threading
+    import time
+
+    from hermes.tiers import ledger
+
+    monkeypatch.setattr(ledger, "GROUP_BYTES", 1)  # every record is a group of its own
+    release, real_sync = threading.Event(), DiskStore._sync_group
+
+    def stuck_sync_group(self, *job):
+        release.wait(timeout=60)
+        return real_sync(self, *job)
+
+    monkeypatch.setattr(DiskStore, "_sync_group", stuck_sync_group)
+    store = DiskStore(tmp_path / "m", 1 << 30, FP, queue_size=4)
+    adder = threading.Thread(target=lambda: [store.add(_rec(rid)) for rid in range(50)])
+    adder.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (store._sync_queue.full() and store._queue.full()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # the syncer's group, two waiting, the writer's blocked hand-off and the rest of its batch
+        # (at most queue_size + 1 items), and a full queue
+        assert adder.is_alive() and len(store._pending) <= 1 + 2 + 1 + 5 + 4
+    finally:
+        release.set()
+        adder.join()
+        store.close()
+    with DiskStore(tmp_path / "m", 1 << 30, FP) as store:
+        assert sorted(store.ids()) == list(range(50))
