@@ -58,9 +58,12 @@ class Entry:
     def obj(self) -> dict:
         """The line's object, as ``json.loads(self.line())`` gives it (an S3 manifest's entries)."""
         return {"op": "add", "id": self.record_id, "seg": self.segment, "off": self.offset, "len": self.length,
-                "sha256": self.sha256, "nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s],
-                "frames": [self.frame_start, self.frame_end], "value": self.value, "kind": self.kind,
-                "storage": self.storage, "tokens": list(self.tokens)}
+                "sha256": self.sha256, **self._record_obj()}
+
+    def _record_obj(self) -> dict:
+        """The record's own fields, in line order (a `placed` copy has the same)."""
+        return {"nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s], "frames": [self.frame_start, self.frame_end],
+                "value": self.value, "kind": self.kind, "storage": self.storage, "tokens": list(self.tokens)}
 
     @cached_property
     def _line(self) -> bytes:  # computed once: the writer asks for it several times
@@ -71,9 +74,7 @@ class Entry:
 
     @cached_property
     def _record_fields(self) -> str:
-        obj = {"nbytes": self.nbytes, "t": [self.t_start_s, self.t_end_s], "frames": [self.frame_start, self.frame_end],
-               "value": self.value, "kind": self.kind, "storage": self.storage, "tokens": list(self.tokens)}
-        return json.dumps(obj, separators=(",", ":"))[1:]  # without its "{": the line's rest, "}" included
+        return json.dumps(self._record_obj(), separators=(",", ":"))[1:]  # without its "{": the rest, "}" included
 
     @classmethod
     def of(cls, record, segment: str, offset: int, length: int, digest: str) -> Entry:
