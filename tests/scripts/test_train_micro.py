@@ -28,13 +28,15 @@ def train_runs(*args_per_run: list[str]) -> list[subprocess.CompletedProcess]:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
              for args in args_per_run]
     runs = []
-    for args, proc in procs:
-        try:
+    try:
+        for args, proc in procs:
             out, err = proc.communicate(timeout=600)
-        finally:
+            runs.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    finally:  # a timeout (or any failure) stops every run, not only the one waited for
+        for _, proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        runs.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+                proc.wait()
     return runs
 
 
