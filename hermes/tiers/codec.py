@@ -26,6 +26,7 @@ validates the header and the offsets; per-layer tensors come back as views of th
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 import torch
 from safetensors.torch import load as load_bytes
@@ -39,10 +40,28 @@ _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"
               torch.bool: "BOOL"}
 
 
-def _entry(name: str, dtype: torch.dtype, shape: list[int], start: int, end: int) -> str:
+def _entry(name: str, dtype: torch.dtype, shape: tuple[int, ...], start: int, end: int) -> str:
     """One tensor's header entry, as ``json.dumps(..., separators=(",", ":"))`` writes it."""
     dims = ",".join(map(str, shape))
     return f'"{name}":{{"dtype":"{_ST_DTYPES[dtype]}","shape":[{dims}],"data_offsets":[{start},{end}]}}'
+
+
+@lru_cache(maxsize=256)
+def _tensor_entries(layout: tuple[tuple[str, torch.dtype, tuple[int, ...], int], ...]) -> tuple[str, int]:
+    """The header's tensor entries for a layout of ``(name, dtype, shape, nbytes)`` in file order, and
+    the bytes they cover. Cached: records of one stream share a handful of layouts, and formatting
+    eleven entries per record cost as much as writing its bytes."""
+    entries, offset = [], 0
+    for name, dtype, shape, size in layout:
+        entries.append(_entry(name, dtype, shape, offset, offset + size))
+        offset += size
+    return ",".join(entries), offset
+
+
+@lru_cache(maxsize=256)
+def _offsets(ends: tuple[int, ...]) -> torch.Tensor:
+    """The ``offsets`` tensor of a split of tokens over layers (cached; never written to)."""
+    return torch.tensor(ends, dtype=torch.long)
 
 
 def _one_buffer(record: Record, packed: dict | None, name: str, join) -> torch.Tensor:
@@ -54,7 +73,7 @@ def _one_buffer(record: Record, packed: dict | None, name: str, join) -> torch.T
     return base if base is not None else join(pieces)
 
 
-def _field_buffers(record: Record) -> list[tuple[str, torch.Tensor, list[int]]]:
+def _field_buffers(record: Record) -> list[tuple[str, torch.Tensor, tuple[int, ...]]]:
     """(name, one contiguous host tensor, header shape) per stored tensor but the embedding, in file order."""
     layers = record.layers
     first = layers[0]
@@ -66,15 +85,17 @@ def _field_buffers(record: Record) -> list[tuple[str, torch.Tensor, list[int]]]:
     out = []
     for name in ("keys", "values"):
         t = _one_buffer(record, packed, name, lambda ps: torch.cat([p.detach().to("cpu").reshape(-1) for p in ps]))
-        out.append((name, t, [t.numel()]))
+        out.append((name, t, (t.numel(),)))
     if first.key_scale is not None:
         for name in ("key_scale", "value_scale"):
-            t = _one_buffer(record, packed, name, torch.stack).to("cpu", torch.float32)
-            out.append((name, t, [len(layers), *getattr(first, name).shape]))
-    out.append(("offsets", torch.tensor(ends, dtype=torch.long), [len(layers) + 1]))
+            t = _one_buffer(record, packed, name, torch.stack)
+            if t.dtype != torch.float32 or not t.is_cpu:  # `pack`'s are already: skip the call
+                t = t.to("cpu", torch.float32)
+            out.append((name, t, (len(layers), *getattr(first, name).shape)))
+    out.append(("offsets", _offsets(tuple(ends)), (len(layers) + 1,)))
     for name in RECORD_FIELDS:  # metadata is on the host already; one cat per field
         t = _one_buffer(record, packed, name, lambda ps: torch.cat(ps, dim=-1))
-        out.append((name, t, list(t.shape)))
+        out.append((name, t, tuple(t.shape)))
     return out
 
 
@@ -87,19 +108,20 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
     """
     # why so terse: a summarised record is ~23 KB, and per-tensor Python work here once cost several
     # times the write of its bytes: a packed record's fields are taken as `pack` left them (one buffer
-    # each, no per-layer checks) and the header is formatted directly rather than built as dicts
+    # each, no per-layer checks), the tensor entries come from a cache per layout (`_tensor_entries`)
+    # and only the metadata is formatted per record
     fields = _field_buffers(record) if record.layers else []
     if record.embedding is not None:
         emb = record.embedding.detach().to("cpu", torch.float32).contiguous()
-        fields.append(("embedding", emb, list(emb.shape)))
-    entries, buffers, offset = [], [], 0
+        fields.append(("embedding", emb, tuple(emb.shape)))
+    layout, buffers = [], []
     for name, t, shape in fields:
         size = t.nbytes
         if size:
             flat = t if t.is_contiguous() else t.contiguous()  # a C-contiguous buffer is flat bytes
             buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
-        entries.append(_entry(name, t.dtype, shape, offset, offset + size))
-        offset += size
+        layout.append((name, t.dtype, shape, size))
+    tensor_entries, offset = _tensor_entries(tuple(layout))
     if record.layers:
         first = record.layers[0]
         h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]
@@ -109,8 +131,8 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
             "t_end_s": record.t_end_s, "frame_start": record.frame_start, "frame_end": record.frame_end,
             "value": record.value, "source_dtype": record.source_dtype, "kind": record.kind,
             "num_layers": len(record.layers), "heads": h, "head_dim": d, "value_dim": dv, "extra": record.extra}
-    entries.append(f'"__metadata__":{{"{_META_KEY}":{json.dumps(json.dumps(meta))}}}')
-    head = ("{" + ",".join(entries) + "}").encode()
+    metadata = f'"__metadata__":{{"{_META_KEY}":{json.dumps(json.dumps(meta))}}}'
+    head = ("{" + tensor_entries + ("," if tensor_entries else "") + metadata + "}").encode()
     head += b" " * (-len(head) % 8)  # data starts 8-byte aligned, as the reference writer does
     prefix = len(head).to_bytes(8, "little") + head
     return [prefix, *buffers], len(prefix) + offset

@@ -141,6 +141,34 @@ def test_the_record_header_is_compact_json_of_the_safetensors_layout():
     assert ends[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ends, ends[1:])) and ends[-1][1] == len(data) - 8 - n
 
 
+def test_records_of_one_tensor_layout_but_other_token_splits_decode_to_their_own_layers():
+    # the encoder caches header entries per tensor layout; a split over layers is not part of it
+    g = torch.Generator().manual_seed(0)
+
+    def record(rid, ns):
+        return pack(Record.build(rid, [torch.randn(2, n, 16, generator=g) for n in ns],
+                                 [torch.randn(2, n, 16, generator=g) for n in ns],
+                                 [torch.arange(n).expand(1, n) for n in ns], [torch.arange(n) for n in ns],
+                                 [torch.zeros(n, dtype=torch.long) for n in ns], [torch.rand(n, generator=g) for n in ns],
+                                 t_start_s=0.0, t_end_s=1.0, frame_start=0, frame_end=1).compress("int8"))
+
+    splits = [[5, 3], [3, 5], [5, 3], [8, 0]]  # one total, so every tensor has the same shape
+    records = [record(i, ns) for i, ns in enumerate(splits)]
+    for rec, ns in zip(records, splits):
+        back = from_safetensors(to_safetensors(rec))
+        assert back.num_tokens() == ns
+        for a, b in zip(rec.layers, back.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.token_ids, b.token_ids)
+
+
+def test_a_record_without_layers_or_embedding_is_a_valid_file():
+    empty = Record(record_id=9, t_start_s=0.0, t_end_s=1.0, frame_start=0, frame_end=2, layers=[])
+    data = to_safetensors(empty)
+    assert st_load(data) == {}
+    back = from_safetensors(data)
+    assert (back.record_id, back.layers, back.embedding, back.frame_end) == (9, [], None, 2)
+
+
 def test_build_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="layer 0"):
         Record.build(0, [torch.zeros(2, 3, 4)], [torch.zeros(2, 3, 4)], [torch.arange(2)], [torch.arange(3)],
