@@ -20,8 +20,9 @@ from bf16/fp16 inputs, `out_dtype`; elsewhere one layer's keys are widened at a 
 layer's weights are reduced over heads inside the attention function to one (Q, T) map, written
 into a preallocated (L, Q, T) device buffer; that buffer reaches the host in one transfer. The pass
 stops inside the last layer once its map is written (its output is never read). So the
-transient memory is one layer's (Hq, Q, T) scores plus the (L, Q, T) maps, not every layer's
-weights at once.
+transient memory is at most one layer's (Hq, Q, T) scores plus the (L, Q, T) maps, not every layer's
+weights at once. On CUDA all heads of a layer go in one batched kernel; on a CPU in blocks of KV
+heads whose scores stay in cache (`kv_heads_per_block`).
 
 `question_queries` is the cheap sibling used by recall: a pass with the model's own SDPA kernel
 that stops inside the last layer once its rotated queries exist (no eager attention anywhere, no
@@ -93,6 +94,21 @@ def grouped_scores_fp32(query: torch.Tensor, key: torch.Tensor, scaling: float) 
     return scores.mul_(scaling).view(b, hkv, hq // hkv * q_len, t_len)
 
 
+# On a CPU the probe's float32 scores go through the mask, softmax, the head sum and the output matmul;
+# for every head at once they are 15 MB per layer at 32 heads x 29 queries x 4K tokens, streamed from
+# memory at each step. In blocks of KV heads whose scores fit about one core's L2 they stay in cache:
+# maintenance 162-179 -> 109-118 ms per evicting chunk at that size (benchmarks/RESULTS.md).
+CPU_SCORE_BLOCK_BYTES = 2 << 20
+
+
+def kv_heads_per_block(hkv: int, rows: int, t_len: int, device: torch.device) -> int:
+    """KV heads whose (rows, T) float32 scores the probe computes at once: all of them on CUDA (one
+    batched kernel each), else as many as fit `CPU_SCORE_BLOCK_BYTES` (at least one)."""
+    if device.type == "cuda":
+        return hkv
+    return max(1, min(hkv, CPU_SCORE_BLOCK_BYTES // max(1, 4 * rows * t_len)))
+
+
 def probe_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
                             **kwargs):
     """Eager grouped attention that records its head-mean weights; the `hermes_probe` implementation.
@@ -114,20 +130,31 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
     b, hq, q_len, d = query.shape
     hkv, t_len = key.shape[1], key.shape[2]
     groups = hq // hkv
-    scores = grouped_scores_fp32(query, key, scaling).view(b, hkv, groups, q_len, t_len)
-    tail = scores[..., t_len - q_len:]
-    tail.masked_fill_(_future_mask(q_len, query.device), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (B, Hkv, G, Q, T) float32
-    if _recorder is not None:
-        rec = _recorder
+    rec = _recorder
+    last = rec is not None and module.layer_idx == rec.num_layers - 1
+    future = _future_mask(q_len, query.device)
+    if rec is not None:
         if rec.maps is None:
-            rec.maps = torch.empty(rec.num_layers, q_len, rec.cached, dtype=torch.float32, device=query.device)
-        # mean over every query head of batch 0, cached columns only, into this layer's row of the buffer
-        torch.mean(weights[0, ..., :rec.cached].reshape(hq, q_len, rec.cached), dim=0, out=rec.maps[module.layer_idx])
-        if module.layer_idx == rec.num_layers - 1:
-            raise _PassDone  # the last layer's output (o_proj, MLP, norm) is never read
-    output = torch.bmm(weights.view(b * hkv, groups * q_len, t_len).to(value.dtype),
-                       value.reshape(b * hkv, t_len, d))  # (B*Hkv, G*Q, D)
+            rec.maps = torch.zeros(rec.num_layers, q_len, rec.cached, dtype=torch.float32, device=query.device)
+        head_sum = rec.maps[module.layer_idx]  # (Q, T): summed over query heads here, then divided
+    output = None if last else torch.empty(b * hkv, groups * q_len, d, dtype=value.dtype, device=value.device)
+    step = kv_heads_per_block(hkv, b * groups * q_len, t_len, query.device)
+    for h0 in range(0, hkv, step):  # blocks of KV heads; the query heads of each follow it
+        h1 = min(h0 + step, hkv)
+        scores = grouped_scores_fp32(query[:, h0 * groups:h1 * groups], key[:, h0:h1], scaling)
+        scores = scores.view(b, h1 - h0, groups, q_len, t_len)
+        scores[..., t_len - q_len:].masked_fill_(future, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, heads of the block, G, Q, T) float32
+        if rec is not None:  # batch 0's query heads, cached columns only
+            head_sum.add_(weights[0, ..., :rec.cached].sum(dim=(0, 1)))
+        if output is not None:
+            rows = weights.view(b * (h1 - h0), groups * q_len, t_len).to(value.dtype)
+            blocks = output.view(b, hkv, groups * q_len, d)[:, h0:h1]
+            blocks.copy_(torch.bmm(rows, value[:, h0:h1].reshape(b * (h1 - h0), t_len, d)).view_as(blocks))
+    if rec is not None:
+        head_sum.div_(hq)
+    if last:
+        raise _PassDone  # the last layer's output (o_proj, MLP, norm) is never read
     return output.view(b, hq, q_len, d).transpose(1, 2).contiguous(), None
 
 
@@ -206,8 +233,9 @@ def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) 
 
 
 def probe_transient_bytes(num_layers: int, q_heads: int, q_len: int, cached: int) -> int:
-    """Bytes the probe holds beyond the model's own activations: one layer's float32 (Hq, Q, T) scores
-    and weights, plus the (L, Q, T) float32 maps (the figure the bench reports)."""
+    """Bytes the probe holds beyond the model's own activations, at most: one layer's float32 (Hq, Q, T)
+    scores and weights (on a CPU only a block of heads' at a time), plus the (L, Q, T) float32 maps
+    (the figure the bench reports)."""
     return 4 * (2 * q_heads * q_len * (cached + q_len) + num_layers * q_len * cached)
 
 

@@ -48,11 +48,16 @@ def test_probe_equals_eager_output_attentions(tiny_model):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("groups", [1, 7])
-def test_grouped_probe_equals_repeat_interleave_in_float32(dtype, groups):
+@pytest.mark.parametrize("block_heads", [None, 1, 2])
+def test_grouped_probe_equals_repeat_interleave_in_float32(dtype, groups, block_heads, monkeypatch):
     """The grouped probe (no widened K/V) gives the scores of the straightforward computation: keys and
-    values repeated over query groups, everything in float32, weights averaged over heads."""
+    values repeated over query groups, everything in float32, weights averaged over heads; in one batch
+    of all heads, or (as on a CPU at long caches) in blocks of 1 or 2 of the 3 KV heads."""
     gen = torch.Generator().manual_seed(groups)
-    kv_heads, q_len, cached, dim = 2, 5, 37, 16
+    kv_heads, q_len, cached, dim = 3, 5, 37, 16
+    if block_heads is not None:
+        monkeypatch.setattr(hermes.probe, "CPU_SCORE_BLOCK_BYTES", block_heads * 4 * groups * q_len * (cached + q_len))
+        assert hermes.probe.kv_heads_per_block(kv_heads, groups * q_len, cached + q_len, torch.device("cpu")) == block_heads
     t_len = cached + q_len
     query = torch.randn(1, kv_heads * groups, q_len, dim, generator=gen).to(dtype)
     key = torch.randn(1, kv_heads, t_len, dim, generator=gen).to(dtype)
