@@ -110,21 +110,17 @@ def rekv_attention(module, query, key, value, attention_mask, scaling: float, dr
     q_pos = state.question_positions.to(query.device)
     raw_q = rotate_keys(query[0], -q_pos, spec, positions=q_pos)  # (Hq, Q, D) before RoPE
     q_vec = raw_q.float().mean(dim=1).flatten()  # (Hq * D)
-    keys, values, frames = policy.candidates(state.cache, layer, key.device)  # (Hkv, m, D) raw, per frame
-    reps = policy.candidate_reps(state.cache, layer).to(key.device)  # (F, Hq * D)
-    pick = top_blocks(reps @ q_vec, policy.cfg.recall_top_k).to(key.device)
-    per_frame = keys.shape[1] // reps.shape[0]
-    token_idx = (pick[:, None] * per_frame + torch.arange(per_frame, device=key.device)).flatten()
-    sel_k, sel_v = keys[:, token_idx], values[:, token_idx]
+    sel_k, sel_v, picked = policy.retrieve(state.cache, layer, q_vec, key.device)  # (Hkv, m, D) raw
+    m = sel_k.shape[1]
     prefix_len = int((state.cache.layers[layer].kinds == KIND_PREFIX).sum())
-    packed = torch.arange(prefix_len, prefix_len + token_idx.numel() + q_len, device=key.device)
-    sel_k = rotate_at(sel_k, packed[: token_idx.numel()], spec)
-    q_rot = rotate_at(raw_q, packed[token_idx.numel():], spec)  # (Hq, Q, D)
+    packed = torch.arange(prefix_len, prefix_len + m + q_len, device=key.device)
+    sel_k = rotate_at(sel_k, packed[:m], spec)
+    q_rot = rotate_at(raw_q, packed[m:], spec)  # (Hq, Q, D)
     new_k = key[0, :, -q_len:]
-    new_k = rotate_keys(new_k, packed[token_idx.numel():] - q_pos, spec, positions=q_pos)
+    new_k = rotate_keys(new_k, packed[m:] - q_pos, spec, positions=q_pos)
     full_k = torch.cat([key[0, :, :prefix_len], sel_k.to(key.dtype), new_k], dim=1)  # (Hkv, P+m+Q, D)
     full_v = torch.cat([value[0, :, :prefix_len], sel_v.to(value.dtype), value[0, :, -q_len:]], dim=1)
-    state.views[layer] = (sel_k, sel_v, frames[pick.cpu()])
+    state.views[layer] = (sel_k, sel_v, picked)
     groups = module.num_key_value_groups
     full_k, full_v = full_k.repeat_interleave(groups, dim=0), full_v.repeat_interleave(groups, dim=0)
     scores = torch.matmul(q_rot.float(), full_k.float().transpose(1, 2)) * scaling  # (Hq, Q, T)
@@ -200,32 +196,51 @@ class ReKVPolicy(NoLowerLevels):
         frames = own.frame_index[prefix_len:]
         return idx, frames
 
-    def candidates(self, cache: HermesCache, layer: int, device):
-        """Every frame's raw keys and values for one layer (host blocks, then the window), and the frames."""
+    def retrieve(self, cache: HermesCache, layer: int, q_vec: torch.Tensor, device) -> tuple[torch.Tensor, ...]:
+        """One layer's `recall_top_k` frames for a question, as ReKV retrieves them: the host blocks
+        and window frames whose representative keys best match the question's mean query.
+
+        Only the chosen frames' keys and values are gathered (ReKV loads only the blocks it
+        retrieves), so a question costs the window and k blocks, not every frame of the stream.
+
+        Args:
+            q_vec: (Hq * D) float32 on `device`: the question's queries before RoPE, averaged over tokens.
+
+        Returns:
+            (keys (Hkv, m, D) before RoPE, values (Hkv, m, D), frames (k,)): the chosen frames in
+            time order, m = k x tokens per frame.
+
+        Raises:
+            ConfigError: Frames of different sizes (a block must be one frame's tokens).
+        """
         idx, frames = self._window(cache, layer)
-        keys = [b.keys[layer].to(device) for b in self.blocks]
-        values = [b.values[layer].to(device) for b in self.blocks]
+        reps = [b.rep[layer].to(device) for b in self.blocks]  # (Hq * D) each
+        order = [b.frame for b in self.blocks]
+        sizes = {int(b.keys.shape[2]) for b in self.blocks}
+        window_k = window_v = None
+        starts: list[int] = []
         if idx.numel():
-            k, v = self._raw(cache, layer, idx)
-            keys.append(k)
-            values.append(v)
-        order = [b.frame for b in self.blocks] + torch.unique_consecutive(frames).tolist()
-        sizes = {k.shape[1] for k in keys[:-1]} | ({int(torch.unique_consecutive(frames, return_counts=True)[1][0])}
-                                                   if idx.numel() else set())
+            window_k, window_v = self._raw(cache, layer, idx)  # (Hkv, n, D), un-rotated once for both uses
+            window_frames, counts = torch.unique_consecutive(frames, return_counts=True)
+            starts = (counts.cumsum(0) - counts).tolist()
+            sizes |= set(counts.tolist())
+            for start, n in zip(starts, counts.tolist()):
+                reps.append(representative(window_k[None, :, start:start + n], self.groups)[0])
+            order += window_frames.tolist()
         if len(sizes) > 1:
             raise ConfigError(f"rekv needs the same number of tokens in every frame (a block), found {sorted(sizes)}")
-        return torch.cat(keys, dim=1), torch.cat(values, dim=1), torch.tensor(order)
-
-    def candidate_reps(self, cache: HermesCache, layer: int) -> torch.Tensor:
-        """(F, Hq * D) representative keys of every frame, in time order."""
-        reps = [b.rep[layer] for b in self.blocks]
-        idx, frames = self._window(cache, layer)
-        if idx.numel():
-            raw, _ = self._raw(cache, layer, idx)  # (Hkv, n, D)
-            for f in torch.unique_consecutive(frames).tolist():
-                mine = (frames == f).nonzero().squeeze(1).to(raw.device)
-                reps.append(representative(raw[None].index_select(2, mine), self.groups)[0].cpu())
-        return torch.stack(reps)
+        per_frame = sizes.pop()
+        pick = top_blocks(torch.stack(reps) @ q_vec, self.cfg.recall_top_k).tolist()
+        keys, values = [], []
+        for i in pick:
+            if i < len(self.blocks):
+                keys.append(self.blocks[i].keys[layer].to(device))
+                values.append(self.blocks[i].values[layer].to(device))
+            else:
+                start = starts[i - len(self.blocks)]
+                keys.append(window_k[:, start:start + per_frame])
+                values.append(window_v[:, start:start + per_frame])
+        return torch.cat(keys, dim=1), torch.cat(values, dim=1), torch.tensor(order)[pick]
 
     def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
         """Run ReKV's retrieval pass for `question` and return the answer view (prefix + each layer's blocks)."""

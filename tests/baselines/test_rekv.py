@@ -75,3 +75,40 @@ def test_layer_zero_retrieves_the_blocks_its_question_queries_match(tiny_model, 
         q = layer0.self_attn.q_proj(h).float().mean(0)  # (Hq*D), heads concatenated
     expected = top_blocks(reps.float() @ q, 2).tolist()
     assert retrieved[0] == expected
+
+
+def test_retrieve_gathers_the_chosen_frames_from_host_blocks_and_window_alike(tiny_model):
+    """Layer 0's retrieval, against the same frames cut from a full cache (layer 0's keys and values
+    depend on each token alone, so the window does not change them): the chosen frames are the best
+    k by representative key, in time order, and their keys and values (before RoPE) are those frames'
+    own, whether the frame is a host block or still in the window."""
+    per_frame = tiny_model.tokens_per_frame
+    memory = MemoryConfig(policy="rekv", budget=3 * per_frame, recall_top_k=3)
+    session = StreamingSession(tiny_model, memory, frames(8), chunk_frames=2)
+    session.advance(until_s=7.5)
+    policy = session.memory
+    assert len(policy.blocks) == 5
+
+    full = StreamingSession(tiny_model, "full", frames(8), chunk_frames=2)
+    full.advance(until_s=7.5)
+    spec = RotarySpec.from_text_config(tiny_model.text_config)
+    text = tiny_model.text_config
+    groups = text.num_attention_heads // text.num_key_value_heads
+    gen = torch.Generator().manual_seed(0)
+    mixed, layer = 0, 0
+    keys, values = full.cache.layer_tensors()[layer]
+    pos = full.cache.positions[layer][0].to(keys.device)
+    raw = rotate_keys(keys[0], -pos, spec, positions=pos)
+    prefix = int((full.cache.kinds[layer] == KIND_PREFIX).sum())
+    k_blocks = raw[:, prefix:].reshape(raw.shape[0], 8, per_frame, -1)  # (Hkv, F, n, D)
+    v_blocks = values[0][:, prefix:].reshape(raw.shape[0], 8, per_frame, -1)
+    reps = representative(k_blocks.permute(1, 0, 2, 3), groups)  # (F, Hq * D)
+    for _ in range(12):
+        q_vec = torch.randn(reps.shape[1], generator=gen)
+        want = top_blocks(reps @ q_vec, 3)
+        got_k, got_v, got_frames = policy.retrieve(session.cache, layer, q_vec, keys.device)
+        assert got_frames.tolist() == want.tolist()
+        torch.testing.assert_close(got_k, k_blocks[:, want].flatten(1, 2), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_v, v_blocks[:, want].flatten(1, 2))
+        mixed += bool((want < 5).any() and (want >= 5).any())
+    assert mixed  # some choices took frames from both the host blocks and the window
