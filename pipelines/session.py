@@ -37,6 +37,7 @@ from hermes.memory import build_policy
 from hermes.models.base import VLMAdapter
 from hermes.pipelines.asked import Question  # noqa: F401  (re-exported: the Python API's question)
 from hermes.pipelines.frames import Frame
+from hermes.pipelines.heap import freeze_startup_heap
 
 OPTION_LETTERS = "ABCDEFGHIJ"
 log = logging.getLogger(__name__)
@@ -169,6 +170,7 @@ class StreamingSession:
             from tqdm import tqdm
 
             self._progress = tqdm(total=total_frames, unit="frame", desc="encoding", leave=False)
+        freeze_startup_heap()  # the model and what this open loaded stay: no collector passes over them
 
     # ---- ingest ------------------------------------------------------------------------------------
 

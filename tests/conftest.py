@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HERMES_GC_FREEZE", "0")  # tests share a process: no test freezes what the next one frees
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
