@@ -214,30 +214,30 @@ class ReKVPolicy(NoLowerLevels):
             ConfigError: Frames of different sizes (a block must be one frame's tokens).
         """
         idx, frames = self._window(cache, layer)
-        reps = [b.rep[layer].to(device) for b in self.blocks]  # (Hq * D) each
         order = [b.frame for b in self.blocks]
         sizes = {int(b.keys.shape[2]) for b in self.blocks}
+        reps = [torch.stack([b.rep[layer] for b in self.blocks]).to(device)] if self.blocks else []  # one move
         window_k = window_v = None
-        starts: list[int] = []
         if idx.numel():
             window_k, window_v = self._raw(cache, layer, idx)  # (Hkv, n, D), un-rotated once for both uses
             window_frames, counts = torch.unique_consecutive(frames, return_counts=True)
-            starts = (counts.cumsum(0) - counts).tolist()
             sizes |= set(counts.tolist())
-            for start, n in zip(starts, counts.tolist()):
-                reps.append(representative(window_k[None, :, start:start + n], self.groups)[0])
             order += window_frames.tolist()
         if len(sizes) > 1:
             raise ConfigError(f"rekv needs the same number of tokens in every frame (a block), found {sorted(sizes)}")
         per_frame = sizes.pop()
-        pick = top_blocks(torch.stack(reps) @ q_vec, self.cfg.recall_top_k).tolist()
+        if window_k is not None:  # (F_window, Hq * D): the window's frames as blocks of per_frame tokens
+            hkv, n, d = window_k.shape
+            reps.append(representative(window_k.reshape(hkv, n // per_frame, per_frame, d).transpose(0, 1),
+                                       self.groups))
+        pick = top_blocks(torch.cat(reps) @ q_vec, self.cfg.recall_top_k).tolist()
         keys, values = [], []
         for i in pick:
             if i < len(self.blocks):
                 keys.append(self.blocks[i].keys[layer].to(device))
                 values.append(self.blocks[i].values[layer].to(device))
             else:
-                start = starts[i - len(self.blocks)]
+                start = (i - len(self.blocks)) * per_frame
                 keys.append(window_k[:, start:start + per_frame])
                 values.append(window_v[:, start:start + per_frame])
         return torch.cat(keys, dim=1), torch.cat(values, dim=1), torch.tensor(order)[pick]
