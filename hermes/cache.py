@@ -86,6 +86,11 @@ class CacheMark:
     block: VideoBlock | None = None
 
 
+# Room to spare, in tokens, when a layer's key/value buffer is made (see `HermesLayer`): a question's
+# prefill and answer, or the probe's pseudo-queries, fit in it after a chunk without another copy.
+APPEND_HEADROOM_TOKENS = 512
+
+
 class HermesLayer(DynamicLayer):
     """One layer of the working cache: keys (1, H, T, D), values, and per-token metadata (`METADATA`).
 
@@ -95,6 +100,13 @@ class HermesLayer(DynamicLayer):
     says how many the metadata covers. Ready-made tokens (recalled from a lower level) come in one
     `append` call with their metadata.
 
+    Appending writes in place: keys and values are views of the first T tokens of a buffer with room
+    for more (`_append_in_place`), so a decode step, a question's prefill or the probe copies only
+    its own tokens, where transformers' `torch.cat` copied the layer's whole cache each time (half of
+    a question's time at 4K cached tokens on a CPU). What replaces the tensors (eviction's `select`,
+    `move`, `load_state_dict`) drops the buffer; the next append makes a new one. Tokens already
+    held are never written in place by an append, so a `state_dict` taken earlier stays as it was.
+
     Args:
         num_axes: position axes, 1 for 1-D RoPE, 3 for M-RoPE.
     """
@@ -102,6 +114,8 @@ class HermesLayer(DynamicLayer):
     def __init__(self, num_axes: int = 1) -> None:
         super().__init__()
         self.num_axes = num_axes
+        self._key_room: torch.Tensor | None = None  # (1, H, capacity, D): `keys` is its first T tokens
+        self._value_room: torch.Tensor | None = None
         self.positions = torch.empty(num_axes, 0, dtype=torch.long)
         self.token_ids = torch.empty(0, dtype=torch.long)
         self.kinds = torch.empty(0, dtype=torch.int8)
@@ -126,6 +140,27 @@ class HermesLayer(DynamicLayer):
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
     # ---- growing ---------------------------------------------------------------------------------
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """transformers' protocol: append (1, H, q, D) keys and values; returns the whole layer's."""
+        if torch.compiler.is_compiling():  # a compiled decode step (`model.compile_decode`) traces the plain
+            self._drop_room()  # concatenation: one graph for every length, no checks on the buffer's storage
+            return super().update(key_states, value_states, *args, **kwargs)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys, self._key_room = _append_in_place(self.keys, self._key_room, key_states)
+        self.values, self._value_room = _append_in_place(self.values, self._value_room, value_states)
+        return self.keys, self.values
+
+    def _drop_room(self) -> None:
+        self._key_room = self._value_room = None
+
+    def release_room(self) -> None:
+        """Hold keys and values as plain contiguous tensors, without an append buffer (one copy when
+        they view one), as a compiled decode step wants them at every step."""
+        if self._key_room is not None:
+            self.keys, self.values = self.keys.contiguous(), self.values.contiguous()
+            self._drop_room()
 
     def describe(self, positions: torch.Tensor, token_ids: torch.Tensor, kind: int,
                  frame_index: torch.Tensor | None = None) -> None:
@@ -165,8 +200,10 @@ class HermesLayer(DynamicLayer):
             raise ValueError(f"cannot append while {self.num_tokens - self.num_described} tokens lack metadata")
         if not self.is_initialized:
             self.lazy_initialization(keys[None], values[None])
-        self.keys = torch.cat([self.keys, keys[None].to(self.keys.device, self.keys.dtype)], dim=-2)
-        self.values = torch.cat([self.values, values[None].to(self.values.device, self.values.dtype)], dim=-2)
+        self.keys, self._key_room = _append_in_place(self.keys, self._key_room,
+                                                     keys[None].to(self.keys.device, self.keys.dtype))
+        self.values, self._value_room = _append_in_place(self.values, self._value_room,
+                                                         values[None].to(self.values.device, self.values.dtype))
         self._extend(positions, token_ids, kind, frame_index, counts)
 
     def _extend(self, positions, token_ids, kind, frame_index, counts) -> None:
@@ -198,6 +235,7 @@ class HermesLayer(DynamicLayer):
         idx = keep_on_device if keep_on_device is not None else keep.to(self.keys.device)
         self.keys = self.keys.index_select(-2, idx)
         self.values = self.values.index_select(-2, idx)
+        self._drop_room()  # the kept tokens are new tensors; the old buffer would only hold memory
         for name in METADATA:
             setattr(self, name, getattr(self, name)[..., keep])
 
@@ -216,6 +254,7 @@ class HermesLayer(DynamicLayer):
     def reset(self) -> None:
         """transformers' reset: no tokens left, metadata included."""
         super().reset()
+        self._drop_room()
         self._cut_metadata(0)
 
     def _cut_metadata(self, length: int) -> None:
@@ -237,6 +276,7 @@ class HermesLayer(DynamicLayer):
         """Give the described tokens new positions (A, T), with their keys re-rotated to them (None: unchanged)."""
         if keys is not None:
             self.keys = keys
+            self._drop_room()
         self.positions = positions
 
     # ---- saving -----------------------------------------------------------------------------------
@@ -271,8 +311,35 @@ class HermesLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(keys, values)
         self.keys, self.values = keys, values
+        self._drop_room()
         for name in METADATA:
             setattr(self, name, state[name].to("cpu", _DTYPES[name]).clone())
+
+
+def _append_in_place(held: torch.Tensor, room: torch.Tensor | None,
+                     new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`held` (B, H, T, D) with `new` (B, H, q, D) appended along tokens, as a view of `room`.
+
+    The q tokens are copied into `room` when `held` is its first T tokens and q more fit; otherwise
+    a new room of T + q + `APPEND_HEADROOM_TOKENS` tokens takes `held` and `new` (one copy of the
+    layer, as `torch.cat` made every time).
+
+    Returns:
+        (the layer's tensor, T + q tokens; the room it views).
+    """
+    n = held.shape[-2] if held.numel() else 0  # transformers starts a layer from an empty 1-D tensor
+    q = new.shape[-2]
+    reusable = (room is not None and n and held.data_ptr() == room.data_ptr() and held.stride() == room.stride()
+                and held.shape[:-2] == room.shape[:-2] and room.dtype == new.dtype and n + q <= room.shape[-2])
+    if reusable and room.is_inference() and not torch.is_inference_mode_enabled():
+        reusable = False  # made under `torch.inference_mode` (the probe's): not writable outside it
+    if not reusable:
+        room = torch.empty((*new.shape[:-2], n + q + APPEND_HEADROOM_TOKENS, new.shape[-1]), dtype=new.dtype,
+                           device=new.device)
+        if n:
+            room[..., :n, :].copy_(held)
+    room[..., n:n + q, :].copy_(new)
+    return room[..., :n + q, :], room
 
 
 def check_layer_types(config) -> None:
@@ -425,6 +492,11 @@ class HermesCache(DynamicCache):
             layer.select(row, row_on_device)
 
     # ---- answering without leaving a trace ----------------------------------------------------
+
+    def release_rooms(self) -> None:
+        """Every layer's `HermesLayer.release_room`."""
+        for layer in self.layers:
+            layer.release_room()
 
     def mark(self) -> CacheMark:
         """Remember the current state so that `rewind` can return to it."""

@@ -1,7 +1,8 @@
 """`model.compile_decode`: one decode step (`VLMAdapter.decode_logits`) through `torch.compile`.
 
-The working cache grows by one token per step (`HermesCache` appends, it has no static buffer), so
-the step is compiled with dynamic shapes: one graph serves every cache length (on a CPU, cpu-small,
+The working cache grows by one token per step (`HermesCache` appends in place into a buffer with
+room to spare, but its keys and values are views that grow by one token), so the step is compiled
+with dynamic shapes: one graph serves every cache length (on a CPU, cpu-small,
 one graph was compiled for a whole answer, no recompiles; `torch._dynamo.utils.counters` says so).
 "reduce-overhead" adds CUDA graphs, which record one graph per new shape: with a growing cache that
 is a recording per length, so whether it pays is what `scripts/bench_device.py` measures on a GPU.
@@ -50,4 +51,12 @@ def compiled_decode_step(adapter, mode: str) -> Callable | None:
     if reason is not None:
         log.warning("model.compile_decode=%s: decoding eagerly; %s", mode, reason)
         return None
-    return torch.compile(adapter.decode_logits, mode=mode, dynamic=True)
+    compiled = torch.compile(adapter.decode_logits, mode=mode, dynamic=True)
+
+    def decode_step(token: torch.Tensor, position_ids: torch.Tensor, cache) -> torch.Tensor:
+        # the compiled step appends by concatenation (`HermesLayer.update`); layers that still view an
+        # append buffer (an eager prefill's) would meet it with other strides: one more graph
+        cache.release_rooms()
+        return compiled(token, position_ids, cache)
+
+    return decode_step

@@ -142,6 +142,61 @@ def test_state_dict_round_trip_gives_equal_tensors_and_metadata(num_axes):
 
 # ---- layer types hermes cannot manage ------------------------------------------------------------
 
+def test_appends_equal_concatenation_through_room_regrowth_crops_and_selects(monkeypatch):
+    """A layer's keys and values are what `torch.cat` of every update would give, whether an append
+    fits the layer's buffer, outgrows it, follows a rewind or follows an eviction's `select`."""
+    monkeypatch.setattr("hermes.cache.APPEND_HEADROOM_TOKENS", 3)  # small room: several regrowths
+    gen = torch.Generator().manual_seed(1)
+    layer, keys, values = HermesLayer(), None, None
+    steps = [("add", 4), ("add", 1), ("add", 2), ("add", 1), ("crop", 3), ("add", 2), ("select", None),
+             ("add", 5), ("add", 1), ("crop", 1), ("add", 3)]
+    for op, n in steps:
+        if op == "add":
+            k, v = torch.randn(1, H, n, D, generator=gen), torch.randn(1, H, n, D, generator=gen)
+            got_k, got_v = layer.update(k, v)
+            keys = k if keys is None else torch.cat([keys, k], dim=-2)
+            values = v if values is None else torch.cat([values, v], dim=-2)
+            assert torch.equal(got_k, keys) and torch.equal(got_v, values)
+        elif op == "crop":
+            layer.crop(-n)
+            keys, values = keys[..., :-n, :], values[..., :-n, :]
+        else:
+            keep = torch.tensor([0, 2, 3])
+            layer.keys, layer.values = layer.keys.index_select(-2, keep), layer.values.index_select(-2, keep)
+            layer._drop_room()  # as `select` does (this layer has no metadata to select with)
+            keys, values = keys.index_select(-2, keep), values.index_select(-2, keep)
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+
+
+def test_a_decode_step_writes_one_token_in_place_and_leaves_earlier_state_dicts_alone():
+    cache = filled_cache(n=40)
+    layer = cache.layers[0]
+    state = {name: t.clone() for name, t in layer.state_dict().items()}
+    held = layer.state_dict()  # views, as the Python API hands them out
+    mark = cache.mark()
+    first = None
+    for step in range(5):  # a question's decode: one token per step, in every layer
+        for l in range(cache.num_layers):
+            cache.update(torch.randn(1, H, 1, D), torch.randn(1, H, 1, D), l)
+        room = layer.keys._base  # the buffer the layer's keys view
+        first = room if first is None else first
+        assert room is first and layer.keys.shape[-2] == 41 + step  # no copy of the 40 held tokens
+    cache.rewind(mark)
+    cache.update(torch.randn(1, H, 3, D), torch.randn(1, H, 3, D), 0)  # the next chunk, in place again
+    assert all(torch.equal(held[name], state[name]) for name in state)  # the earlier state is unchanged
+
+
+def test_an_eviction_releases_the_layers_old_buffer():
+    import weakref
+
+    cache = filled_cache(n=10)
+    old = weakref.ref(cache.layers[1].keys._base)
+    cache.select_(torch.tensor([0, 1, 5, 6]).expand(cache.num_layers, -1))
+    assert old() is None  # not kept alive beside the kept tokens
+    cache.update(torch.randn(1, H, 2, D), torch.randn(1, H, 2, D), 1)
+    assert cache.layers[1].keys.shape[-2] == 6
+
+
 def test_a_sliding_window_model_config_is_refused_with_one_line():
     config = MistralConfig(num_hidden_layers=2, hidden_size=16, num_attention_heads=2, num_key_value_heads=2,
                            sliding_window=64)
