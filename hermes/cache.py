@@ -525,7 +525,8 @@ class HermesCache(DynamicCache):
         return int((self.layers[0].kinds == KIND_VISUAL).sum())
 
     def nbytes(self) -> int:
-        """Bytes held by keys and values over all layers."""
+        """Bytes of the held tokens' keys and values over all layers (the memory budget's measure; each
+        layer's append buffer also keeps room for up to `APPEND_HEADROOM_TOKENS` more, not counted)."""
         return sum(layer.nbytes() for layer in self.layers)
 
     def layer_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
