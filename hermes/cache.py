@@ -200,10 +200,8 @@ class HermesLayer(DynamicLayer):
             raise ValueError(f"cannot append while {self.num_tokens - self.num_described} tokens lack metadata")
         if not self.is_initialized:
             self.lazy_initialization(keys[None], values[None])
-        self.keys, self._key_room = _append_in_place(self.keys, self._key_room,
-                                                     keys[None].to(self.keys.device, self.keys.dtype))
-        self.values, self._value_room = _append_in_place(self.values, self._value_room,
-                                                         values[None].to(self.values.device, self.values.dtype))
+        self.update(keys[None].to(self.keys.device, self.keys.dtype),
+                    values[None].to(self.values.device, self.values.dtype))  # in place, as the model's appends
         self._extend(positions, token_ids, kind, frame_index, counts)
 
     def _extend(self, positions, token_ids, kind, frame_index, counts) -> None:
