@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -208,6 +209,15 @@ def test_manifest_line_is_the_compact_json_of_its_entry(value, kind):
     assert e.line() == (json.dumps(obj, separators=(",", ":")) + "\n").encode()
     assert Entry.from_obj(json.loads(e.line())) == e
     assert e.obj() == obj  # what an S3 manifest object holds
+
+
+@pytest.mark.parametrize("x", [0.1 + 1 / 3, -0.0, 5e-324, 1e16, 1e300, float("nan"), float("inf"), -float("inf"),
+                               0, -7, 10**20, True, np.float64(0.25), "odd \"kind\"\\é\n"])
+def test_json_scalar_writes_what_json_dumps_writes(x):
+    # the manifest line and the record header format their numbers with it instead of the encoder
+    from hermes.tiers.manifest import json_scalar
+
+    assert json_scalar(x) == json.dumps(x)
 
 
 def test_a_commit_group_is_written_whole_and_reads_back(tmp_path):

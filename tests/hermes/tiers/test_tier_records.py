@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load as st_load
 
 from hermes.tiers.bench import synthetic_record
-from hermes.tiers.codec import encode_record, from_safetensors, to_safetensors
+from hermes.tiers.codec import encode_record, from_safetensors, safe_metadata, to_safetensors
 from hermes.tiers.dram import DramStore
 from hermes.tiers.records import Record, compress, pack, packed_base, packed_fields, quantize_int8
 
@@ -139,6 +139,18 @@ def test_the_record_header_is_compact_json_of_the_safetensors_layout():
                                            "__metadata__"]
     ends = [parsed[k]["data_offsets"] for k in list(parsed)[:-1]]
     assert ends[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ends, ends[1:])) and ends[-1][1] == len(data) - 8 - n
+
+
+@pytest.mark.parametrize("changes", [{}, {"value": float("nan"), "t_start_s": 3, "kind": "summary"},
+                                     {"extra": {"note": 'q"\\é', "n": [1, 2.5]}, "value": float("-inf")}])
+def test_the_record_metadata_is_the_json_of_its_fields(changes):
+    # the encoder formats the metadata itself; readers json.loads it, so it must be what json.dumps writes
+    record = dataclasses.replace(pack(synthetic_record(5, layers=3, heads=2, head_dim=8).compress("int8")), **changes)
+    expected = {"format": 2, "record_id": 5, "t_start_s": record.t_start_s, "t_end_s": record.t_end_s,
+                "frame_start": record.frame_start, "frame_end": record.frame_end, "value": record.value,
+                "source_dtype": record.source_dtype, "kind": record.kind, "num_layers": 3, "heads": 2,
+                "head_dim": 8, "value_dim": 8, "extra": record.extra}
+    assert safe_metadata(to_safetensors(record))["hermes.record"] == json.dumps(expected)
 
 
 def test_records_of_one_tensor_layout_but_other_token_splits_decode_to_their_own_layers():
