@@ -18,7 +18,8 @@ Three questions, each answered on synthetic records in a temporary directory:
 - *Disk write throughput*: records through `DiskStore` (serialise, checksum, append, group fsync,
   manifest) as a fraction of a plain sequential write of the same bytes (one file, one fsync) in
   the same run, on the same filesystem. Above 0.5 means the crash-safety machinery costs less than
-  the write itself.
+  the write itself. Each timed side starts after a full garbage collection (the bench's own records
+  would otherwise be walked by one inside whichever side runs then).
 - *Checkpoint*: the ingest thread's time for one level-1 checkpoint (a ``write_bytes`` state and
   the index of 10^4 records) when it waits for the save vs when it only takes the snapshot and
   the disk writer does the rest (`MemoryDirectory.save_checkpoint`): ``wait_over_snapshot``.
