@@ -355,23 +355,74 @@ def first_answer_hits(tokenizer, batch: list[Example], logits: torch.Tensor, tar
             if not letters_only or ex.answer in OPTION_LETTERS]
 
 
-def first_token_accuracy(batcher: Batcher, examples: list[Example], batch_size: int) -> dict[str, float]:
-    """Share of examples whose first answer token is the argmax, per kind and overall."""
-    hits: dict[str, list[bool]] = {}
+def first_token_hits(batcher: Batcher, examples: list[Example], batch_size: int) -> list[bool]:
+    """Per example, in order: is its first answer token the argmax?"""
+    hits: list[bool] = []
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             chunk = examples[i:i + batch_size]
             logits, targets = batcher.forward(chunk)
-            for ex, hit in zip(chunk, first_answer_hits(batcher.adapter.tokenizer, chunk, logits, targets)):
-                hits.setdefault(ex.kind, []).append(hit)
+            hits += first_answer_hits(batcher.adapter.tokenizer, chunk, logits, targets)
+    return hits
+
+
+def first_token_accuracy(batcher: Batcher, examples: list[Example], batch_size: int) -> dict[str, float]:
+    """Share of examples whose first answer token is the argmax, per kind and overall."""
+    hits: dict[str, list[bool]] = {}
+    for ex, hit in zip(examples, first_token_hits(batcher, examples, batch_size)):
+        hits.setdefault(ex.kind, []).append(hit)
     acc = {k: round(float(np.mean(v)), 3) for k, v in sorted(hits.items())}
     acc["all"] = round(float(np.mean([h for v in hits.values() for h in v])), 3)
     return acc
 
 
+def parse_bins(text: str) -> list[tuple[int, int]]:
+    """``"8-20,21-40"`` -> [(8, 20), (21, 40)]: memory lengths in frames, both ends included.
+
+    Raises:
+        ValueError: a bin that is not ``lo-hi`` with 4 <= lo <= hi.
+    """
+    bins = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not (sep and lo.isdigit() and hi.isdigit() and 4 <= int(lo) <= int(hi)):
+            raise ValueError(f"bad memory-length bin {part.strip()!r}: expected lo-hi frames with 4 <= lo <= hi")
+        bins.append((int(lo), int(hi)))
+    return bins
+
+
+def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[int, int]], per_bin: int,
+                  max_stream_s: int) -> str:
+    """Markdown: first-answer-token accuracy per question kind with every frame of the stream in memory
+    (`full`), by the memory's length in frames, each cell with its 95 % bootstrap interval over examples.
+
+    Why: it shows up to which memory length each kind of answer holds (what the weights have learned to
+    read at that length), apart from which frames a policy keeps.
+    """
+    import eval_micro  # this folder's: its bootstrap is the testbed's interval
+
+    lines = ["| frames in memory | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
+    print("\n".join(lines), flush=True)  # then each row as it is done (a row of long memories takes minutes)
+    for lo, hi in bins:
+        stage = Stage(KINDS, (1.0, 0.0, 0.0, 0.0), MAIN.style_weights, hi, MAIN.batch_size)
+        cells = []
+        for kind in KINDS:
+            examples: list[Example] = []
+            while len(examples) < per_bin:  # a full memory holds the whole stream: its length is the bin's
+                ex = make_example(rng, stage, max_stream_s, kind=kind, layout="full")
+                if ex.streamed >= lo:
+                    examples.append(ex)
+            hits = first_token_hits(batcher, examples, MAIN.batch_size)
+            acc, low, high = eval_micro.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
+            cells.append(f"{acc:.0f} [{low:.0f}, {high:.0f}]")
+        lines.append(f"| {lo}-{hi} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="weights file to write (.safetensors)")
+    p.add_argument("--out", help="weights file to write (.safetensors); required unless --length-report")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--recipe", choices=RECIPES, default="v1",
                    help="v1: the shipped weights' three stages; long: a fourth stage of memories up to 128 frames "
@@ -397,7 +448,27 @@ def main(argv: list[str] | None = None) -> int:
                    help="weight of the auxiliary per-visual-token loss (AUX_CLASSES: colour, shape, onset, rank) "
                         "from a linear head on --aux-layer's hidden state; the head is not saved (0: off)")
     p.add_argument("--aux-layer", type=int, default=2, help="decoder layers before the auxiliary head reads")
+    p.add_argument("--length-report", metavar="BINS",
+                   help="train nothing: print first-answer-token accuracy per kind with full memory by memory "
+                        "length (frames), e.g. 8-20,21-40,41-80,81-128,129-180, of --init-weights (default: "
+                        "the shipped weights), --val-per-kind examples per kind and bin")
     args = p.parse_args(argv)
+    if args.length_report is None and not args.out:
+        p.error("--out is required (the weights file to write), unless --length-report")
+    if args.length_report is not None:
+        try:
+            bins = parse_bins(args.length_report)
+        except ValueError as exc:
+            p.error(str(exc))
+        torch.set_num_threads(args.threads)
+        model, tokenizer = load_micro(path=args.init_weights)
+        adapter = make_adapter("llava_onevision", MICRO_NAME, model, tokenizer,
+                               ModelConfig(device="cpu", dtype="float32"))
+        print(f"weights: {args.init_weights or 'shipped'}; {args.val_per_kind} examples per kind and bin, seed "
+              f"{args.seed}; full memory: every frame of the stream", flush=True)
+        length_report(Batcher(adapter), np.random.default_rng([args.seed, 2]), bins, args.val_per_kind,
+                      args.max_stream_s)
+        return 0
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -142,3 +142,25 @@ def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
         colour = ex.prompt.split("show a ")[1].split(" object")[0]
         onsets = ex.labels[:, 2] == 1
         assert str(int((ex.labels[onsets, 0] == 1 + sb.COLOURS.index(colour)).sum())) == ex.answer
+
+
+def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
+    (run,) = train_runs(["--length-report", "8-10,11-12", "--val-per-kind", "4"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = [line for line in run.stdout.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header == ["frames in memory", "realtime_colour", "episodic_first", "episodic_before", "ordering", "counting"]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]] for line in table[2:]}
+    assert list(rows) == ["8-10", "11-12"]
+    # the shipped weights read the newest frame of a short full memory (the draw is seeded: always the same)
+    assert all(cells[0].startswith("100 [") for cells in rows.values()), rows
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--length-report", "8-x"], "bad memory-length bin '8-x'"),
+    (["--length-report", "20-10"], "bad memory-length bin '20-10'"),
+    (["--seed", "1"], "--out is required"),
+])
+def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, message):
+    (run,) = train_runs(args)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
