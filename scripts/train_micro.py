@@ -34,6 +34,7 @@ same thread count a rerun gives the same weights.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -98,8 +99,15 @@ LONG = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering"
 # 128-frame step costs about 20 times a 16-frame one, and from scratch it learns nothing in a CPU budget).
 CURRICULUM = {f"long{n}": Stage(LONG.kinds, LONG.layout_weights, LONG.style_weights, n, LONG.batch_size, LONG.layouts)
               for n in (16, 32, 64, 128)}
+# The focus recipe (`--recipe focus`, a pilot from the shipped weights): ordering and counting drawn three
+# times as often as each other kind, on memories of 4-64 frames (`--last-stage-frames` to change), 60 % of
+# them holding every frame; run with the auxiliary targets (`--aux-weight 0.5 --aux-layer 2`) it taught
+# ordering that holds to 180 frames, not counting (README, "Up to which memory length the weights answer").
+FOCUS = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "ordering",
+               "counting", "counting", "counting"), (0.6, 0.1, 0.1, 0.1, 0.1), (0.35, 0.4, 0.25), 64, 8,
+              ("full", "window", "uniform", "sparse", "recall"))
 RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
-           "curriculum": {**STAGES, **CURRICULUM}}
+           "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS}}
 # Auxiliary per-visual-token targets (`--aux-weight`): what a frame in memory shows, read from one
 # layer's hidden state by a linear head that is trained with the model and never saved. Counting needs
 # each appearance marked once (its onset) and ordering needs its rank among those in memory; a 4-layer
@@ -426,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--recipe", choices=RECIPES, default="v1",
                    help="v1: the shipped weights' three stages; long: a fourth stage of memories up to 128 frames "
-                        "from every policy's selections (give its steps as a fourth --stage-steps number)")
+                        "from every policy's selections (give its steps as a fourth --stage-steps number); "
+                        "curriculum: four such stages on 16, 32, 64, 128 frames; focus: a fourth stage "
+                        "drawing ordering and counting three times as often, on memories up to 64 frames")
     p.add_argument("--stage-steps", default="500,1400,2000",
                    help="steps of the bootstrap, broaden and main stages (see STAGES), and of long with --recipe long")
     p.add_argument("--init-weights", help="start from this weights file instead of a fresh model (e.g. to run "
@@ -448,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="weight of the auxiliary per-visual-token loss (AUX_CLASSES: colour, shape, onset, rank) "
                         "from a linear head on --aux-layer's hidden state; the head is not saved (0: off)")
     p.add_argument("--aux-layer", type=int, default=2, help="decoder layers before the auxiliary head reads")
+    p.add_argument("--last-stage-frames", type=int, default=None,
+                   help="most frames in memory in the last stage's examples (default: the recipe's own)")
     p.add_argument("--length-report", metavar="BINS",
                    help="train nothing: print first-answer-token accuracy per kind with full memory by memory "
                         "length (frames), e.g. 8-20,21-40,41-80,81-128,129-180, of --init-weights (default: "
@@ -473,7 +485,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    stages = RECIPES[args.recipe]
+    stages = dict(RECIPES[args.recipe])
+    if args.last_stage_frames is not None:
+        if args.last_stage_frames < 4:
+            p.error(f"--last-stage-frames must be at least 4, found {args.last_stage_frames}")
+        last = list(stages)[-1]
+        stages[last] = dataclasses.replace(stages[last], max_frames=args.last_stage_frames)
     if not 1 <= args.aux_layer <= 4:
         p.error("--aux-layer must be 1-4 (the micro decoder has 4 layers)")
     steps = [int(n) for n in args.stage_steps.split(",")]
@@ -577,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
                 "max_stream_s": args.max_stream_s, "threads": args.threads, "torch": torch.__version__,
                 "wall_s": round(time.perf_counter() - started, 1), "curve": curve,
                 "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
-                "aux_weight": args.aux_weight, "aux_layer": args.aux_layer}
+                "aux_weight": args.aux_weight, "aux_layer": args.aux_layer,
+                "last_stage_frames": list(stages.values())[-1].max_frames}
     digest = save_micro(model, tokenizer, args.out, training)
     print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)
     return 0

@@ -160,7 +160,19 @@ def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
     (["--length-report", "8-x"], "bad memory-length bin '8-x'"),
     (["--length-report", "20-10"], "bad memory-length bin '20-10'"),
     (["--seed", "1"], "--out is required"),
+    (["--out", "x.safetensors", "--recipe", "focus", "--last-stage-frames", "3"], "--last-stage-frames must be at least 4"),
 ])
 def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, message):
     (run,) = train_runs(args)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_focus_recipe_trains_its_fourth_stage_on_the_memory_length_asked_for(tmp_path):
+    out = tmp_path / "f.safetensors"
+    (run,) = train_runs(["--out", str(out), "--recipe", "focus", "--stage-steps", "1,1,1,2", "--last-stage-frames", "12",
+                         "--val-per-kind", "1", "--eval-every", "1000", "--warmup", "2"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    info = micro.read_training_info(out)
+    assert info["recipe"] == "focus" and [s["stage"] for s in info["stages"]] == ["bootstrap", "broaden", "main", "focus"]
+    assert [s["steps"] for s in info["stages"]] == [1, 1, 1, 2] and info["last_stage_frames"] == 12
