@@ -400,17 +400,17 @@ def parse_bins(text: str) -> list[tuple[int, int]]:
 
 
 def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[int, int]], per_bin: int,
-                  max_stream_s: int) -> str:
-    """Markdown: first-answer-token accuracy per question kind with every frame of the stream in memory
-    (`full`), by the memory's length in frames, each cell with its 95 % bootstrap interval over examples.
+                  max_stream_s: int) -> None:
+    """Print a markdown table: first-answer-token accuracy per question kind with every frame of the
+    stream in memory (`full`), by the memory's length in frames, each cell with its 95 % bootstrap
+    interval over examples; each row as soon as it is done (a row of long memories takes minutes).
 
     Why: it shows up to which memory length each kind of answer holds (what the weights have learned to
     read at that length), apart from which frames a policy keeps.
     """
     import eval_micro  # this folder's: its bootstrap is the testbed's interval
 
-    lines = ["| frames in memory | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
-    print("\n".join(lines), flush=True)  # then each row as it is done (a row of long memories takes minutes)
+    print("| frames in memory | " + " | ".join(KINDS) + " |\n|---|" + "---|" * len(KINDS), flush=True)
     for lo, hi in bins:
         stage = Stage(KINDS, (1.0, 0.0, 0.0, 0.0), MAIN.style_weights, hi, MAIN.batch_size)
         cells = []
@@ -423,9 +423,7 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
             hits = first_token_hits(batcher, examples, MAIN.batch_size)
             acc, low, high = eval_micro.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
             cells.append(f"{acc:.0f} [{low:.0f}, {high:.0f}]")
-        lines.append(f"| {lo}-{hi} | " + " | ".join(cells) + " |")
-        print(lines[-1], flush=True)
-    return "\n".join(lines) + "\n"
+        print(f"| {lo}-{hi} | " + " | ".join(cells) + " |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
