@@ -111,8 +111,12 @@ RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG},  # v1: the shipped we
 # Auxiliary per-visual-token targets (`--aux-weight`): what a frame in memory shows, read from one
 # layer's hidden state by a linear head that is trained with the model and never saved. Counting needs
 # each appearance marked once (its onset) and ordering needs its rank among those in memory; a 4-layer
-# model given only the answer's loss does not find either on its own.
-AUX_CLASSES = {"colour": 1 + len(sb.COLOURS), "shape": 1 + len(sb.SHAPES), "onset": 2, "rank": 5}
+# model given only the answer's loss does not find either on its own. `count` is the counting question's
+# answer at every frame: how many appearances of this frame's colour memory has shown so far, this one
+# included (capped at COUNT_CAP), as `rank` is the ordering question's.
+COUNT_CAP = 5  # "5 or more": counting questions ask about 1-4
+AUX_CLASSES = {"colour": 1 + len(sb.COLOURS), "shape": 1 + len(sb.SHAPES), "onset": 2, "rank": 5,
+               "count": 1 + COUNT_CAP}
 
 
 @dataclass
@@ -127,29 +131,33 @@ class Example:
     answer: str
     kind: str
     layout: str
-    labels: np.ndarray  # (K, 4) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none, 1-4)
+    labels: np.ndarray  # (K, 5) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none,
+    # 1-4), count (0 none, 1-COUNT_CAP)
 
 
 def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: list[int]) -> np.ndarray:
     """Per frame in memory: its object's colour and shape, whether it is the object's first frame in
-    memory (its onset), and the object's rank (1-4, capped) among the objects memory shows.
+    memory (its onset), the object's rank (1-4, capped) among the objects memory shows, and how many
+    objects of its colour memory has shown up to it, itself included (1-COUNT_CAP, capped).
 
     Frames that do not show their object (too few of its pixels kept) count as empty, as the answers do.
 
     Returns:
-        (K, 4) int64, columns as `AUX_CLASSES`.
+        (K, 5) int64, columns as `AUX_CLASSES`.
     """
     shown = set(label_frames)
-    labels = np.zeros((len(frame_index), 4), np.int64)
-    rank, last = 0, None
+    labels = np.zeros((len(frame_index), len(AUX_CLASSES)), np.int64)
+    rank, last, seen_of = 0, None, dict.fromkeys(sb.COLOURS, 0)
     for row, i in enumerate(frame_index):
         app = timeline.on_screen(int(i)) if int(i) in shown else None
         if app is None:
             continue
         onset = app is not last
         rank += onset
+        seen_of[app.colour] += onset
         last = app
-        labels[row] = (1 + sb.COLOURS.index(app.colour), 1 + sb.SHAPES.index(app.shape), int(onset), min(rank, 4))
+        labels[row] = (1 + sb.COLOURS.index(app.colour), 1 + sb.SHAPES.index(app.shape), int(onset), min(rank, 4),
+                       min(seen_of[app.colour], COUNT_CAP))
     return labels
 
 
@@ -453,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch threads; results are reproducible for a given count (1 is robust on a shared CPU)")
     p.add_argument("--log", help="JSON lines of loss and validation accuracy (default: OUT with .log.jsonl)")
     p.add_argument("--aux-weight", type=float, default=0.0,
-                   help="weight of the auxiliary per-visual-token loss (AUX_CLASSES: colour, shape, onset, rank) "
+                   help="weight of the auxiliary per-visual-token loss (AUX_CLASSES: colour, shape, onset, rank, count) "
                         "from a linear head on --aux-layer's hidden state; the head is not saved (0: off)")
     p.add_argument("--aux-layer", type=int, default=2, help="decoder layers before the auxiliary head reads")
     p.add_argument("--last-stage-frames", type=int, default=None,

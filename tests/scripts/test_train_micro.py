@@ -125,8 +125,13 @@ def test_frame_labels_mark_each_appearance_once_and_rank_them_in_memory_order():
     labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
     red, blue, green = (1 + sb.COLOURS.index(c) for c in ("red", "blue", "green"))
     circle, square = (1 + sb.SHAPES.index(s) for s in ("circle", "square"))
-    assert labels.tolist() == [[0, 0, 0, 0], [red, circle, 1, 1], [red, circle, 0, 1], [blue, square, 1, 2],
-                               [blue, square, 0, 2], [0, 0, 0, 0], [green, circle, 1, 3]]
+    assert labels.tolist() == [[0, 0, 0, 0, 0], [red, circle, 1, 1, 1], [red, circle, 0, 1, 1],
+                               [blue, square, 1, 2, 1], [blue, square, 0, 2, 1], [0, 0, 0, 0, 0],
+                               [green, circle, 1, 3, 1]]
+    # shown, the second red counts: its frames say 2 reds so far; later colours keep their own count
+    labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 10, 14])
+    assert labels[:, 4].tolist() == [0, 1, 1, 1, 1, 2, 1]
+    assert labels[5].tolist() == [red, 1 + sb.SHAPES.index("triangle"), 1, 3, 2]
 
 
 def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
@@ -141,7 +146,10 @@ def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
         ex = tm.make_example(rng, stage, 120, kind="counting", layout="full")
         colour = ex.prompt.split("show a ")[1].split(" object")[0]
         onsets = ex.labels[:, 2] == 1
-        assert str(int((ex.labels[onsets, 0] == 1 + sb.COLOURS.index(colour)).sum())) == ex.answer
+        of_colour = ex.labels[:, 0] == 1 + sb.COLOURS.index(colour)
+        assert str(int((onsets & of_colour).sum())) == ex.answer
+        # the running count of that colour reaches the answer at its last appearance (counts here are 1-4)
+        assert str(int(ex.labels[of_colour, 4].max())) == ex.answer
 
 
 def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
