@@ -123,12 +123,26 @@ class MemoryPolicy:
         """Compact level-1 positions (the cache counts it: lower-level records keep the old ones)."""
         compact_positions(cache, self.spec, self.cfg.mrope_compaction)
 
-    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False) -> Evictions:
+    def probe_queries(self, cache: HermesCache, n_new: int) -> torch.Tensor | None:
+        """The pseudo-query the maintenance after a chunk of `n_new` tokens will probe with, asked
+        before the chunk is prefilled so that it can ride in the chunk's forward
+        (`hermes.probe.prefill_chunk`); its maps are then handed to `maintain`.
+
+        Returns:
+            (Q, hidden) embeddings, or None: this policy never probes (all but `hermes`), or the
+            chunk leaves the cache within budget.
+        """
+        return None
+
+    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
+                 probe: torch.Tensor | None = None) -> Evictions:
         """Bring the cache back within budget after a chunk (nothing to do for `full`).
 
         Args:
             cache: the working cache.
             copy_evicted: put copies of the evicted tokens into the result (the lower levels need them).
+            probe: (L, Q, T) maps of the pseudo-query `probe_queries` gave for this chunk, taken in
+                its prefill; None: the policy probes itself if it needs to.
 
         Returns:
             What was evicted (nothing, for `full`).
@@ -247,17 +261,23 @@ class BudgetPolicy(MemoryPolicy):
         self.keep_tokens = max(1, cfg.budget - int(round(cfg.evict_headroom * cfg.budget)))
         self.last_scores: torch.Tensor | None = None  # (L, V) of the last eviction, for inspection only
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
-        """The visual entries to keep ((L, keep_tokens) cache indices, ascending, per layer), and their scores."""
+    def choose(self, cache: HermesCache, prefix_len: int, probe: torch.Tensor | None = None) -> Choice:
+        """The visual entries to keep ((L, keep_tokens) cache indices, ascending, per layer), and their
+        scores (`probe`: as `maintain` takes it)."""
         raise NotImplementedError
 
-    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False) -> Evictions:
+    def evicts_after(self, cache: HermesCache, n_new: int) -> bool:
+        """Whether a chunk of `n_new` tokens will take the cache past the budget (so `maintain` evicts)."""
+        return cache.num_tokens + n_new - cache.prefix_len > self.cfg.budget
+
+    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
+                 probe: torch.Tensor | None = None) -> Evictions:
         start = time.perf_counter()
         prefix_len = cache.prefix_len
         length, epoch = cache.num_tokens, cache.compactions
-        if length - prefix_len <= self.cfg.budget:  # scoring runs only when eviction is needed
+        if not self.evicts_after(cache, 0):  # scoring runs only when eviction is needed
             return Evictions(length=length, position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
-        choice = self.choose(cache, prefix_len)
+        choice = self.choose(cache, prefix_len, probe)
         prefix = torch.arange(prefix_len).expand(choice.keep.shape[0], prefix_len)
         keep = torch.cat([prefix, choice.keep], dim=1)
         index, scores, entries = [], [], []
@@ -292,7 +312,7 @@ class SlidingPolicy(BudgetPolicy):
 
     name = "sliding"
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
+    def choose(self, cache: HermesCache, prefix_len: int, probe: torch.Tensor | None = None) -> Choice:
         total, budget = cache.num_tokens, self.keep_tokens
         sink = min(self.cfg.sink_tokens, budget)
         keep = torch.cat([torch.arange(prefix_len, prefix_len + sink), torch.arange(total - (budget - sink), total)])
@@ -304,7 +324,7 @@ class UniformPolicy(BudgetPolicy):
 
     name = "uniform"
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
+    def choose(self, cache: HermesCache, prefix_len: int, probe: torch.Tensor | None = None) -> Choice:
         frames = cache.layers[0].frame_index[prefix_len:]  # (V,) frame of each visual token
         kept_frames, per_frame = torch.unique(frames, return_counts=True)
         # tokens per frame as cached: fixed for LLaVA-OneVision, but size-dependent (and shared by the
@@ -359,18 +379,34 @@ class HermesPolicy(BudgetPolicy):
         self._running = [(state[f"running.{l}.ids"], state[f"running.{l}.scores"]) if f"running.{l}.ids" in state
                          else None for l in range(len(self._running))]
 
-    def _attention(self, cache: HermesCache) -> torch.Tensor:
-        """(L, T) pseudo-query attention per cached entry: this probe's, or carried across probes by id.
+    def _pseudo_query(self) -> tuple[torch.Tensor, int]:
+        """The probe's pseudo-query: (local then global embeddings (Q, hidden), local tokens).
 
-        One probe forward carries both pseudo-queries, local then global (one pass over the cache
-        instead of two): working layers average both, long-term layers read the global one.
+        One probe forward carries both pseudo-queries (one pass over the cache instead of two).
         """
         global_text = self.last_question if (self.cfg.condition_on_question and self.last_question) \
             else self.cfg.global_query
         local = self.model.question_embeds(self.cfg.local_query)
-        maps = probe_attention(self.model, cache, torch.cat([local, self.model.question_embeds(global_text)]))
-        maps = torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps  # (L, Q, T) on the host
-        n_local = local.shape[0]
+        return torch.cat([local, self.model.question_embeds(global_text)]), local.shape[0]
+
+    def probe_queries(self, cache: HermesCache, n_new: int) -> torch.Tensor | None:
+        return self._pseudo_query()[0] if self.evicts_after(cache, n_new) else None
+
+    def _attention(self, cache: HermesCache, probe: torch.Tensor | None) -> torch.Tensor:
+        """(L, T) pseudo-query attention per cached entry: this probe's, or carried across probes by id.
+
+        `probe` is the maps of `probe_queries`' pseudo-query taken in the chunk's prefill; without
+        it the probe runs here. Working layers average the local and global pseudo-queries'
+        attention, long-term layers read the global one.
+        """
+        embeds, n_local = self._pseudo_query()
+        if probe is None:
+            probe = probe_attention(self.model, cache, embeds)
+            probe = torch.stack(list(probe)) if not isinstance(probe, torch.Tensor) else probe
+        if probe.shape[1:] != (embeds.shape[0], cache.num_tokens):
+            raise ValueError(f"probe maps of shape {tuple(probe.shape)} do not fit a pseudo-query of "
+                             f"{embeds.shape[0]} tokens over {cache.num_tokens} cached tokens")
+        maps = probe  # (L, Q, T) on the host
         local_mean, global_mean = maps[:, :n_local].mean(1), maps[:, n_local:].mean(1)  # (L, T) each
         is_longterm = torch.tensor([band == "longterm" for band in self.bands])[:, None]
         fresh_rows = torch.where(is_longterm, global_mean, (local_mean + global_mean) / 2)  # (L, T)
@@ -394,9 +430,9 @@ class HermesPolicy(BudgetPolicy):
         return recency_scores(frames, newest=newest, k=self.rates,
                               span=(newest - frames.clamp(min=0).min()).clamp(min=1.0))
 
-    def choose(self, cache: HermesCache, prefix_len: int) -> Choice:
+    def choose(self, cache: HermesCache, prefix_len: int, probe: torch.Tensor | None = None) -> Choice:
         budget = self.keep_tokens
-        attention = self._attention(cache)[:, prefix_len:]  # (L, V)
+        attention = self._attention(cache, probe)[:, prefix_len:]  # (L, V)
         scores = combine_layer_scores(self._recency(cache, prefix_len), attention, self.bands, self.cfg.w0,
                                       self.cfg.gamma)
         ids = cache.token_ids[:, prefix_len:]

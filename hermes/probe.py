@@ -27,6 +27,16 @@ heads whose scores stay in cache (`kv_heads_per_block`).
 `question_queries` is the cheap sibling used by recall: a pass with the model's own SDPA kernel
 that stops inside the last layer once its rotated queries exist (no eager attention anywhere, no
 last-layer attention or MLP).
+
+`prefill_chunk` is how a chunk enters the cache. It computes only what the cache keeps: the last
+layer's keys and values are cached before its attention runs, so the pass stops there (that layer's
+attention, output projection and MLP, and the final norm, would only make hidden states nobody
+reads). And when the chunk will evict (the policy says so before the chunk is encoded), the
+pseudo-query rides in the same forward, after the chunk's tokens: its rows attend to the cache, the
+chunk and themselves, exactly what a separate probe after the chunk would see, at the same
+positions, so its maps are the same, and the probe costs its rows in the chunk's forward instead of
+a forward of its own (on a GPU, where a 30-token forward costs about what reading the weights
+costs, that is most of the probe). Its tokens are cut from the cache afterwards.
 """
 
 from __future__ import annotations
@@ -34,11 +44,15 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 
-from hermes.cache import HermesCache
+from hermes.cache import CacheMark, HermesCache
 from hermes.model_protocol import CoreModel
 
 PROBE_ATTENTION = "hermes_probe"
 QUERIES_ATTENTION = "hermes_queries"
+INGEST_ATTENTION = "hermes_ingest"
+# Implementations whose chunk attention `prefill_chunk` reproduces (SDPA with an explicit mask); a model
+# set to another (flash attention, eager) is prefilled by its own path, and probed by a pass of its own.
+INGEST_REPLACES = ("sdpa", "hermes_sdpa")
 
 
 class _ProbeRecorder:
@@ -48,12 +62,14 @@ class _ProbeRecorder:
         num_layers: decoder layers L.
         cached: T, cache length before the probe (the columns kept).
         query_layer: the layer whose rotated queries `question_queries` wants (None: attention maps).
+        probe_len: `prefill_chunk` only: pseudo-query tokens after the chunk's (0: no probe rides along).
     """
 
-    def __init__(self, num_layers: int, cached: int, query_layer: int | None = None) -> None:
+    def __init__(self, num_layers: int, cached: int, query_layer: int | None = None, probe_len: int = 0) -> None:
         self.num_layers = num_layers
         self.cached = cached
         self.query_layer = query_layer
+        self.probe_len = probe_len
         self.maps: torch.Tensor | None = None  # (L, Q, T) float32 on the device, allocated by layer 0
         self.queries: torch.Tensor | None = None  # (Hq, Q, D) of `query_layer`
 
@@ -174,42 +190,99 @@ def queries_attention_forward(module, query, key, value, attention_mask, scaling
     if rec is not None and module.layer_idx == rec.query_layer:
         rec.queries = query[0]  # (Hq, Q, D), rotated at the pass's positions
         raise _PassDone
+    return _attend_after_cache(query, key, value, scaling), None
+
+
+def _attend_after_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
+    """SDPA of new tokens placed after a cache: every cached token visible, causal among the new ones.
+
+    Args:
+        query: (1, Hq, Q, D) the new tokens' queries.
+        key, value: (1, Hkv, T, D) the cache, the Q new tokens last.
+        scaling: the softmax scale.
+
+    Returns:
+        (1, Q, Hq, D) the output as the model's SDPA computes it: on a CPU with grouped heads as
+        they are (`enable_gqa`, as `hermes_sdpa`), elsewhere widened first, as transformers' `sdpa`
+        does (CUDA's kernels that take a mask do not take grouped heads).
+    """
     q_len, t_len = query.shape[-2], key.shape[-2]
     visible = torch.ones(q_len, t_len, dtype=torch.bool, device=query.device)
     visible[:, t_len - q_len:] = ~_future_mask(q_len, query.device)
-    output = torch.nn.functional.scaled_dot_product_attention(query, key.to(query.dtype), value.to(query.dtype),
-                                                              attn_mask=visible, scale=scaling,
+    key, value = key.to(query.dtype), value.to(query.dtype)
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1 and query.device.type != "cpu":
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=visible, scale=scaling,
                                                               enable_gqa=query.shape[1] != key.shape[1])
-    return output.transpose(1, 2).contiguous(), None
+    return output.transpose(1, 2).contiguous()
+
+
+def ingest_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
+                             **kwargs):
+    """A chunk's attention, with the pseudo-query's rows after it when one rides along; the
+    `hermes_ingest` implementation (`prefill_chunk`).
+
+    The chunk's rows attend as the model's SDPA does (the cache, and causally the chunk); the
+    pseudo-query's rows as `probe_attention_forward` computes them (the cache, the chunk and
+    causally themselves), recording their maps over the cache and the chunk. The last layer's cache
+    update happened before this call, and nothing after it is needed: the pass stops there.
+
+    Returns:
+        (output (1, Q, Hq, D), None): the chunk's rows, then the pseudo-query's.
+
+    Raises:
+        _PassDone: in the last layer.
+    """
+    rec = _recorder
+    n_probe = rec.probe_len
+    n_chunk = query.shape[-2] - n_probe
+    probe_output = None
+    if n_probe:  # raises _PassDone in the last layer, once its map is recorded
+        probe_output, _ = probe_attention_forward(module, query[:, :, n_chunk:], key, value, None, scaling)
+    if module.layer_idx == rec.num_layers - 1:
+        raise _PassDone
+    t_chunk = key.shape[-2] - n_probe  # the chunk's rows never see the pseudo-query after them
+    output = _attend_after_cache(query[:, :, :n_chunk], key[:, :, :t_chunk], value[:, :, :t_chunk], scaling)
+    return (output if probe_output is None else torch.cat([output, probe_output], dim=1)), None
 
 
 AttentionInterface.register(PROBE_ATTENTION, probe_attention_forward)
 AttentionInterface.register(QUERIES_ATTENTION, queries_attention_forward)
+AttentionInterface.register(INGEST_ATTENTION, ingest_attention_forward)
 
 
-def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, implementation: str,
-         recorder: _ProbeRecorder) -> torch.Tensor:
-    """Prefill `embeds` through the model with `implementation` recording into `recorder`, then rewind.
-
-    Returns:
-        (A, Q) positions the tokens took.
-    """
+def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: torch.Tensor, implementation: str,
+         recorder: _ProbeRecorder, rewind_to: CacheMark | None, **model_kwargs) -> None:
+    """Prefill `embeds` at `positions` with `implementation` recording into `recorder`; then rewind
+    the cache to `rewind_to` (None: keep what was appended)."""
     global _recorder
     config = model.text_config
     previous = config._attn_implementation
-    mark = cache.mark()
     _recorder = recorder
     try:
         config._attn_implementation = implementation
-        positions = cache.allocate_positions(embeds.shape[0])
         try:
-            model.prefill(embeds, positions, cache)
+            model.prefill(embeds, positions, cache, **model_kwargs)
         except _PassDone:
             pass
     finally:
         config._attn_implementation = previous
         _recorder = None
-        cache.rewind(mark)
+        if rewind_to is not None:
+            cache.rewind(rewind_to)
+
+
+def _run_after_cache(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, implementation: str,
+                     recorder: _ProbeRecorder) -> torch.Tensor:
+    """`_run` with `embeds` placed after everything cached, leaving no trace.
+
+    Returns:
+        (A, Q) positions the tokens took.
+    """
+    mark = cache.mark()
+    positions = cache.allocate_positions(embeds.shape[0])
+    _run(model, cache, embeds, positions, implementation, recorder, mark)
     return positions
 
 
@@ -228,7 +301,7 @@ def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) 
         pseudo-query's own tokens excluded). `probe[l]` is layer l's (Q, T) map.
     """
     recorder = _ProbeRecorder(model.text_config.num_hidden_layers, cache.num_tokens)
-    _run(model, cache, embeds, PROBE_ATTENTION, recorder)
+    _run_after_cache(model, cache, embeds, PROBE_ATTENTION, recorder)
     return recorder.maps.cpu()
 
 
@@ -258,5 +331,54 @@ def question_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor,
     """
     num_layers = model.text_config.num_hidden_layers
     recorder = _ProbeRecorder(num_layers, cache.num_tokens, query_layer=layer % num_layers)
-    positions = _run(model, cache, embeds, QUERIES_ATTENTION, recorder)
+    positions = _run_after_cache(model, cache, embeds, QUERIES_ATTENTION, recorder)
     return recorder.queries, positions
+
+
+# What a chunk's prefill may carry besides its embeddings, and how it extends over a pseudo-query's
+# tokens appended after the chunk's (Qwen3-VL's DeepStack: its mask marks the visual tokens; the
+# features themselves are per visual token and stay as they are).
+_RIDE_ALONG_KWARGS = {"visual_pos_masks": lambda mask, n: torch.nn.functional.pad(mask, (0, n), value=False),
+                      "deepstack_visual_embeds": lambda features, n: features}
+
+
+@torch.inference_mode()
+def prefill_chunk(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: torch.Tensor,
+                  probe_embeds: torch.Tensor | None = None, **model_kwargs) -> torch.Tensor | None:
+    """Append a chunk's keys and values to the cache, with the pseudo-query's probe riding along if given.
+
+    The pass computes what the cache keeps and stops inside the last layer (module docstring). With
+    `probe_embeds`, the pseudo-query follows the chunk's tokens in the same forward and its maps are
+    those `probe_attention` would return right after the chunk was prefilled; its tokens are then
+    cut from the cache. A model whose attention is not SDPA (flash attention, eager), or whose chunk
+    carries inputs this function does not know how to extend, runs its own prefill and a separate
+    probe instead (the same results).
+
+    Args:
+        model: a `VLMAdapter`.
+        cache: the working cache; grows by the chunk's n tokens (described by the caller, as after
+            `model.prefill`).
+        embeds: (n, hidden) the chunk's embeddings.
+        positions: (A, n) their positions (placed in `cache`).
+        probe_embeds: (Q, hidden) the pseudo-query the next maintenance needs, or None.
+        **model_kwargs: the chunk's extra language-model inputs (`VisualChunk.model_kwargs`).
+
+    Returns:
+        With `probe_embeds`: (L, Q, T) float32 on the CPU, T the cache length with the chunk, as
+        `probe_attention`; else None.
+    """
+    config = model.text_config
+    if config._attn_implementation not in INGEST_REPLACES or set(model_kwargs) - set(_RIDE_ALONG_KWARGS):
+        model.prefill(embeds, positions, cache, **model_kwargs)
+        return None if probe_embeds is None else probe_attention(model, cache, probe_embeds)
+    n_chunk = embeds.shape[0]
+    n_probe = 0 if probe_embeds is None else probe_embeds.shape[0]
+    after_chunk = CacheMark(cache.num_tokens + n_chunk, cache.next_position, cache.block)
+    recorder = _ProbeRecorder(config.num_hidden_layers, cache.num_tokens + n_chunk, probe_len=n_probe)
+    if n_probe:
+        positions = torch.cat([positions, cache.allocate_positions(n_probe)], dim=1)
+        embeds = torch.cat([embeds, probe_embeds.to(embeds.dtype)])
+        model_kwargs = {k: _RIDE_ALONG_KWARGS[k](v, n_probe) for k, v in model_kwargs.items()}
+    _run(model, cache, embeds, positions, INGEST_ATTENTION, recorder, after_chunk if n_probe else None,
+         **model_kwargs)
+    return recorder.maps.cpu() if n_probe else None

@@ -9,7 +9,8 @@ Rules the session keeps (DESIGN §2):
   encoded before answering, and the first frame at or after t waits for the next chunk);
 - answering leaves memory as it was: question and answer tokens are rewound out of the cache;
 - frames are encoded in chunks of `chunk_frames`, each chunk one forward of the vision tower and
-  one prefill of the language model;
+  one prefill of the language model (`hermes.probe.prefill_chunk`, which also carries the memory
+  policy's probe when the chunk will evict);
 - a stop (Ctrl-C, SIGTERM, `request_stop`) is honoured between chunks, never inside one: the stream
   ends at a consistent point, what was asked is answered, and `close` checkpoints. A chunk that
   failed half-way (an exception, a forced second Ctrl-C) marks the session broken, and a broken
@@ -34,6 +35,7 @@ from hermes.cache import KIND_VISUAL
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
 from hermes.memory import build_policy
+from hermes.probe import prefill_chunk
 from hermes.models.base import VLMAdapter
 from hermes.pipelines.asked import Question  # noqa: F401  (re-exported: the Python API's question)
 from hermes.pipelines.frames import Frame
@@ -87,7 +89,7 @@ class ChunkStats:
     """What one chunk cost."""
 
     frames: int
-    encode_ms: float  # vision tower + language-model prefill
+    encode_ms: float  # vision tower + language-model prefill (with the probe's pseudo-query when it rides along)
     maintain_ms: float  # memory maintenance after the chunk (0 when nothing is evicted)
 
 
@@ -189,7 +191,9 @@ class StreamingSession:
         try:
             chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
             positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
-            self.model.prefill(chunk.embeds, positions, self.cache, **chunk.model_kwargs)
+            # the maintenance's pseudo-query, if this chunk will evict, rides in the chunk's forward
+            probe_embeds = self.memory.probe_queries(self.cache, chunk.embeds.shape[0])
+            probe = prefill_chunk(self.model, self.cache, chunk.embeds, positions, probe_embeds, **chunk.model_kwargs)
             self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
             self.encoded_t_s.extend(f.t_s for f in frames)
             encode_ms = (time.perf_counter() - start) * 1e3
@@ -199,8 +203,7 @@ class StreamingSession:
                 # here (rarely at all) keeps at most one chunk's records short of durable
                 self.lower.store.barrier()
             # copies of the evicted tokens are made only for lower levels that take them
-            evictions = self.memory.maintain(self.cache, copy_evicted=True) if self.lower is not None \
-                else self.memory.maintain(self.cache)
+            evictions = self.memory.maintain(self.cache, copy_evicted=self.lower is not None, probe=probe)
             maintain_ms = evictions.maintain_ms
             if self.lower is not None:  # what level 1 evicted goes down, as the policy returned it
                 start = time.perf_counter()

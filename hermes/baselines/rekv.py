@@ -161,9 +161,10 @@ class ReKVPolicy(NoLowerLevels):
         pos = entries.positions[0].to(entries.keys.device)
         return rotate_keys(entries.keys, -pos, self.spec, positions=pos), entries.values
 
-    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False) -> Evictions:
+    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
+                 probe: torch.Tensor | None = None) -> Evictions:
         """Move the oldest whole frames beyond the window to host blocks (`copy_evicted` is not needed:
-        rekv keeps what it evicts itself and runs without lower levels)."""
+        rekv keeps what it evicts itself and runs without lower levels; it never probes)."""
         start = time.perf_counter()
         prefix_len = cache.prefix_len
         length, epoch = cache.num_tokens, cache.compactions

@@ -23,6 +23,14 @@ def chunks(frames, size):
     return [frames[i:i + size] for i in range(0, len(frames), size)]
 
 
+def probe_in_maintain(monkeypatch):
+    """Make `hermes` probe inside `maintain` (as with a model whose attention cannot carry the pseudo-query
+    in the chunk's prefill), so that a test's constructed `hermes.memory.probe_attention` gives its maps."""
+    import hermes.memory
+
+    monkeypatch.setattr(hermes.memory.HermesPolicy, "probe_queries", lambda self, cache, n_new: None)
+
+
 @pytest.mark.slow
 def test_hermes_stays_bounded_over_600_frames(tiny_model):
     budget = 3 * TPF + 50
@@ -77,6 +85,7 @@ def test_with_equal_attention_every_layer_keeps_exactly_the_newest_tokens(tiny_m
     """Constant attention normalises to 0: scores are recency alone, decreasing with index distance."""
     import hermes.memory
 
+    probe_in_maintain(monkeypatch)
     monkeypatch.setattr(hermes.memory, "probe_attention", lambda model, cache, embeds: [
         torch.full((embeds.shape[0], cache.num_tokens), 0.01) for _ in range(cache.num_layers)])
     session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=2 * TPF),
@@ -127,6 +136,7 @@ def test_a_token_with_high_deep_attention_survives(tiny_model, monkeypatch):
             scores.append(row)
         return scores
 
+    probe_in_maintain(monkeypatch)
     monkeypatch.setattr(hermes.memory, "probe_attention", fake_probe)
     session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=2 * TPF),
                                random_frames(6, size=(16, 16)), chunk_frames=1)
@@ -221,12 +231,22 @@ def test_bad_memory_settings_are_config_errors(tiny_model, bad, message):
 
 
 def _visual_lengths_and_probes(tiny_model, monkeypatch, policy: str, headroom: float, n_frames: int):
-    """Visual entries per layer after each one-frame chunk, and how many chunks ran the probe."""
+    """Visual entries per layer after each one-frame chunk, and whether each chunk ran the probe (in its
+    prefill, or a pass of its own)."""
     import hermes.memory as memory_module
 
     probes = []
     real_probe = memory_module.probe_attention
     monkeypatch.setattr(memory_module, "probe_attention", lambda *a, **k: probes.append(1) or real_probe(*a, **k))
+    real_queries = memory_module.HermesPolicy.probe_queries
+
+    def counted_queries(self, cache, n_new):
+        embeds = real_queries(self, cache, n_new)
+        if embeds is not None:
+            probes.append(1)
+        return embeds
+
+    monkeypatch.setattr(memory_module.HermesPolicy, "probe_queries", counted_queries)
     session = StreamingSession(tiny_model, MemoryConfig(policy=policy, budget=4 * TPF, evict_headroom=headroom), [],
                                chunk_frames=1)
     p = prefix_len(session)

@@ -85,3 +85,109 @@ def test_grouped_probe_equals_repeat_interleave_in_float32(dtype, groups, block_
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), expected_out, **tol)
+
+
+# ---- prefill_chunk: the chunk's forward computes only what the cache keeps, and carries the probe ----
+
+
+def _primed(model, frames):
+    """A cache holding the prefix and two chunks of `frames`, and the next chunk placed after it."""
+    session = StreamingSession(model, "full", frames[:4], chunk_frames=2)
+    session.advance()
+    chunk = model.encode_chunk([f.rgb for f in frames[4:6]], [f.t_s for f in frames[4:6]])
+    return session.cache, chunk, session.cache.place(chunk.layout)
+
+
+@pytest.mark.parametrize("name", ["tiny-llava-onevision", "tiny-qwen3-vl"])  # 1-D RoPE; M-RoPE with DeepStack inputs
+def test_a_probe_riding_in_the_chunks_prefill_gives_the_maps_and_cache_of_a_separate_probe(name):
+    from hermes.config import ModelConfig
+    from hermes.models.loading import load_model
+    from hermes.probe import prefill_chunk
+
+    model = load_model(ModelConfig(name=name, max_new_tokens=2))
+    frames = random_frames(6, size=(32, 32))
+    pseudo = torch.cat([model.question_embeds("What is happening?"), model.question_embeds("Describe it.")])
+    separate, chunk, positions = _primed(model, frames)
+    model.prefill(chunk.embeds, positions, separate, **chunk.model_kwargs)
+    expected_maps = probe_attention(model, separate, pseudo)
+
+    fused, chunk, positions = _primed(model, frames)
+    maps = prefill_chunk(model, fused, chunk.embeds, positions, pseudo, **chunk.model_kwargs)
+
+    assert maps.shape == expected_maps.shape == (model.num_layers, pseudo.shape[0], separate.num_tokens)
+    torch.testing.assert_close(maps, expected_maps, atol=1e-6, rtol=1e-5)
+    # the pseudo-query's tokens are gone again; the chunk's keys and values are those of a plain prefill
+    assert fused.num_tokens == separate.num_tokens and fused.next_position == separate.next_position
+    for (k1, v1), (k2, v2) in zip(fused.layer_tensors(), separate.layer_tensors()):
+        torch.testing.assert_close(k1, k2, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(v1, v2, atol=1e-6, rtol=1e-5)
+    assert model.text_config._attn_implementation != hermes.probe.INGEST_ATTENTION
+
+
+def test_a_chunks_prefill_stops_inside_the_last_layer_once_its_keys_and_values_are_cached(tiny_model):
+    from hermes.probe import prefill_chunk
+
+    frames = random_frames(6, size=(32, 32))
+    last_mlp = tiny_model.language_model.layers[-1].mlp
+    runs = []
+    hook = last_mlp.register_forward_hook(lambda *args: runs.append(1))
+    try:
+        plain, chunk, positions = _primed(tiny_model, frames)
+        before = len(runs)
+        tiny_model.prefill(chunk.embeds, positions, plain)
+        assert len(runs) == before + 1  # the model's own prefill runs the last layer through
+        lean, chunk, positions = _primed(tiny_model, frames)
+        before = len(runs)
+        assert prefill_chunk(tiny_model, lean, chunk.embeds, positions) is None
+        assert len(runs) == before  # what only the last layer's output needs never runs
+    finally:
+        hook.remove()
+    assert lean.num_tokens == plain.num_tokens
+    for (k1, v1), (k2, v2) in zip(lean.layer_tensors(), plain.layer_tensors()):
+        assert torch.equal(k1, k2) and torch.equal(v1, v2)
+
+
+def test_a_model_on_another_attention_kernel_is_prefilled_by_its_own_path_and_probed_apart(tiny_model):
+    from hermes.probe import prefill_chunk
+
+    frames = random_frames(6, size=(32, 32))
+    pseudo = tiny_model.question_embeds("What is happening?")
+    reference, chunk, positions = _primed(tiny_model, frames)
+    expected = prefill_chunk(tiny_model, reference, chunk.embeds, positions, pseudo)
+    config = tiny_model.text_config
+    previous, config._attn_implementation = config._attn_implementation, "eager"
+    try:
+        cache, chunk, positions = _primed(tiny_model, frames)
+        maps = prefill_chunk(tiny_model, cache, chunk.embeds, positions, pseudo)
+        assert config._attn_implementation == "eager"
+    finally:
+        config._attn_implementation = previous
+    torch.testing.assert_close(maps, expected, atol=1e-5, rtol=1e-4)
+    assert cache.num_tokens == reference.num_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tiny-llava-onevision", "tiny-qwen2.5-vl", "tiny-smolvlm2"])
+def test_hermes_streams_the_same_memory_with_the_probe_in_the_prefill_as_with_a_pass_of_its_own(name, monkeypatch):
+    from hermes.config import MemoryConfig, ModelConfig
+    from hermes.memory import HermesPolicy
+    from hermes.models.loading import load_model
+
+    model = load_model(ModelConfig(name=name, max_new_tokens=3))
+    frames = random_frames(12, size=(32, 32))
+
+    def stream():
+        session = StreamingSession(model, MemoryConfig(policy="hermes", budget=60), frames, chunk_frames=2)
+        session.advance()
+        return session, session.ask("What colour is it?")
+
+    fused, fused_answer = stream()
+    with monkeypatch.context() as m:
+        m.setattr(HermesPolicy, "probe_queries", lambda self, cache, n_new: None)  # the probe runs in maintain
+        apart, apart_answer = stream()
+    assert sum(s.maintain_ms > 0 for s in fused.chunk_stats) >= 3  # it evicted, so it probed
+    assert torch.equal(fused.cache.token_ids, apart.cache.token_ids)
+    torch.testing.assert_close(fused.memory.last_scores, apart.memory.last_scores, atol=1e-6, rtol=1e-5)
+    for (k1, v1), (k2, v2) in zip(fused.cache.layer_tensors(), apart.cache.layer_tensors()):
+        torch.testing.assert_close(k1, k2, atol=1e-6, rtol=1e-5)
+    assert fused_answer.answer == apart_answer.answer

@@ -193,13 +193,13 @@ def test_frames_after_a_summary_token_are_placed_after_it(monkeypatch):
     maintain = type(session.memory).maintain
     gaps = []
 
-    def checked_maintain(self, cache):
+    def checked_maintain(self, cache, **kwargs):
         for layer in range(cache.positions.shape[0]):
             summary = cache.kinds[layer] == KIND_SUMMARY
             if bool(summary.any()):
                 newest = cache.frame_index[layer] == int(cache.frame_index[layer].max())
                 gaps.append(int(cache.positions[layer, 0][newest].min()) - int(cache.positions[layer, 0][summary].max()))
-        return maintain(self, cache)
+        return maintain(self, cache, **kwargs)
 
     monkeypatch.setattr(type(session.memory), "maintain", checked_maintain)
     frames = random_frames(8)
