@@ -111,12 +111,17 @@ RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG},  # v1: the shipped we
 # Auxiliary per-visual-token targets (`--aux-weight`): what a frame in memory shows, read from one
 # layer's hidden state by a linear head that is trained with the model and never saved. Counting needs
 # each appearance marked once (its onset) and ordering needs its rank among those in memory; a 4-layer
-# model given only the answer's loss does not find either on its own. `count` is the counting question's
-# answer at every frame: how many appearances of this frame's colour memory has shown so far, this one
-# included (capped at COUNT_CAP), as `rank` is the ordering question's.
+# model given only the answer's loss does not find either on its own.
+# Two more for counting, each opt-in (`--aux-count`), neither of which taught it (benchmarks/micro-focus-pilot.md):
+# `own`, how many appearances of the frame's own colour memory has shown up to it, as `rank` is the
+# ordering question's answer at every frame; `tally`, that count for every colour at every frame (empty
+# ones too), so that the newest frame's tally answers a counting question as its colour answers a
+# real-time one. Counts are capped at COUNT_CAP.
 COUNT_CAP = 5  # "5 or more": counting questions ask about 1-4
 AUX_CLASSES = {"colour": 1 + len(sb.COLOURS), "shape": 1 + len(sb.SHAPES), "onset": 2, "rank": 5,
-               "count": 1 + COUNT_CAP}
+               "own": 1 + COUNT_CAP, **{f"tally_{c}": 1 + COUNT_CAP for c in sb.COLOURS}}
+AUX_SETS = {"none": ("colour", "shape", "onset", "rank"), "own": ("colour", "shape", "onset", "rank", "own"),
+            "tally": ("colour", "shape", "onset", "rank") + tuple(f"tally_{c}" for c in sb.COLOURS)}
 
 
 @dataclass
@@ -131,33 +136,36 @@ class Example:
     answer: str
     kind: str
     layout: str
-    labels: np.ndarray  # (K, 5) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none,
-    # 1-4), count (0 none, 1-COUNT_CAP)
+    labels: np.ndarray  # (K, 11) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none,
+    # 1-4), own (0 none, 1-COUNT_CAP), then the tally of each colour in `sb.COLOURS`' order (0-COUNT_CAP)
 
 
 def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: list[int]) -> np.ndarray:
     """Per frame in memory: its object's colour and shape, whether it is the object's first frame in
-    memory (its onset), the object's rank (1-4, capped) among the objects memory shows, and how many
-    objects of its colour memory has shown up to it, itself included (1-COUNT_CAP, capped).
+    memory (its onset), the object's rank (1-4, capped) among the objects memory shows, how many
+    objects of its colour memory has shown up to it, itself included (`own`), and for every colour
+    how many objects of it memory has shown up to this frame (the tally; every frame has one, empty
+    frames too); counts capped at COUNT_CAP.
 
     Frames that do not show their object (too few of its pixels kept) count as empty, as the answers do.
 
     Returns:
-        (K, 5) int64, columns as `AUX_CLASSES`.
+        (K, 11) int64, columns as `AUX_CLASSES`.
     """
     shown = set(label_frames)
     labels = np.zeros((len(frame_index), len(AUX_CLASSES)), np.int64)
-    rank, last, seen_of = 0, None, dict.fromkeys(sb.COLOURS, 0)
+    rank, last, tally = 0, None, np.zeros(len(sb.COLOURS), np.int64)
     for row, i in enumerate(frame_index):
         app = timeline.on_screen(int(i)) if int(i) in shown else None
-        if app is None:
-            continue
-        onset = app is not last
-        rank += onset
-        seen_of[app.colour] += onset
-        last = app
-        labels[row] = (1 + sb.COLOURS.index(app.colour), 1 + sb.SHAPES.index(app.shape), int(onset), min(rank, 4),
-                       min(seen_of[app.colour], COUNT_CAP))
+        if app is not None:
+            onset = app is not last
+            rank += onset
+            tally[sb.COLOURS.index(app.colour)] += onset
+            last = app
+            colour = sb.COLOURS.index(app.colour)
+            labels[row, :5] = (1 + colour, 1 + sb.SHAPES.index(app.shape), int(onset), min(rank, 4),
+                               min(tally[colour], COUNT_CAP))
+        labels[row, 5:] = np.minimum(tally, COUNT_CAP)
     return labels
 
 
@@ -461,9 +469,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch threads; results are reproducible for a given count (1 is robust on a shared CPU)")
     p.add_argument("--log", help="JSON lines of loss and validation accuracy (default: OUT with .log.jsonl)")
     p.add_argument("--aux-weight", type=float, default=0.0,
-                   help="weight of the auxiliary per-visual-token loss (AUX_CLASSES: colour, shape, onset, rank, count) "
+                   help="weight of the auxiliary per-visual-token loss (colour, shape, onset, rank; see --aux-count) "
                         "from a linear head on --aux-layer's hidden state; the head is not saved (0: off)")
     p.add_argument("--aux-layer", type=int, default=2, help="decoder layers before the auxiliary head reads")
+    p.add_argument("--aux-count", choices=AUX_SETS, default="none",
+                   help="with --aux-weight, also a counting target: own (how many objects of the frame's colour "
+                        "so far) or tally (that count for every colour, at every frame)")
     p.add_argument("--last-stage-frames", type=int, default=None,
                    help="most frames in memory in the last stage's examples (default: the recipe's own)")
     p.add_argument("--length-report", metavar="BINS",
@@ -521,11 +532,14 @@ def main(argv: list[str] | None = None) -> int:
                 for k in KINDS for _ in range(args.val_per_kind)]
     aux_layer = args.aux_layer if args.aux_weight > 0 else None
     # the auxiliary head: one linear map to every target's classes, trained with the model, never saved
-    aux_head = torch.nn.Linear(model.config.text_config.hidden_size, sum(AUX_CLASSES.values())) if aux_layer else None
+    aux_names = AUX_SETS[args.aux_count]
+    aux_columns = [list(AUX_CLASSES).index(name) for name in aux_names]
+    aux_head = torch.nn.Linear(model.config.text_config.hidden_size,
+                               sum(AUX_CLASSES[name] for name in aux_names)) if aux_layer else None
     model.train()
     params = list(model.parameters()) + (list(aux_head.parameters()) if aux_head is not None else [])
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    aux_rate = dict.fromkeys(AUX_CLASSES, 0.0)
+    aux_rate = dict.fromkeys(aux_names, 0.0)
     stage_steps = dict(zip(stages, steps))
     last_stage = list(stages)[-1]
     log_path = args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl"
@@ -561,10 +575,11 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     logits, targets, states, labels = batcher.forward(batch, aux_layer)
                     answer_loss = F.cross_entropy(logits, targets)
-                    heads = aux_head(states).split(list(AUX_CLASSES.values()), dim=-1)
+                    labels = labels[:, aux_columns]
+                    heads = aux_head(states).split([AUX_CLASSES[name] for name in aux_names], dim=-1)
                     aux = sum(F.cross_entropy(h, labels[:, j]) for j, h in enumerate(heads)) / len(heads)
                     loss = answer_loss + args.aux_weight * aux
-                    for j, (name_j, h) in enumerate(zip(AUX_CLASSES, heads)):
+                    for j, (name_j, h) in enumerate(zip(aux_names, heads)):
                         aux_rate[name_j] = 0.95 * aux_rate[name_j] + 0.05 * float((h.argmax(-1) == labels[:, j]).float().mean())
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -600,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
                 "max_stream_s": args.max_stream_s, "threads": args.threads, "torch": torch.__version__,
                 "wall_s": round(time.perf_counter() - started, 1), "curve": curve,
                 "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
-                "aux_weight": args.aux_weight, "aux_layer": args.aux_layer,
+                "aux_weight": args.aux_weight, "aux_layer": args.aux_layer, "aux_count": args.aux_count,
                 "last_stage_frames": list(stages.values())[-1].max_frames}
     digest = save_micro(model, tokenizer, args.out, training)
     print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)

@@ -125,13 +125,16 @@ def test_frame_labels_mark_each_appearance_once_and_rank_them_in_memory_order():
     labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
     red, blue, green = (1 + sb.COLOURS.index(c) for c in ("red", "blue", "green"))
     circle, square = (1 + sb.SHAPES.index(s) for s in ("circle", "square"))
-    assert labels.tolist() == [[0, 0, 0, 0, 0], [red, circle, 1, 1, 1], [red, circle, 0, 1, 1],
-                               [blue, square, 1, 2, 1], [blue, square, 0, 2, 1], [0, 0, 0, 0, 0],
-                               [green, circle, 1, 3, 1]]
-    # shown, the second red counts: its frames say 2 reds so far; later colours keep their own count
+    assert labels[:, :4].tolist() == [[0, 0, 0, 0], [red, circle, 1, 1], [red, circle, 0, 1], [blue, square, 1, 2],
+                                      [blue, square, 0, 2], [0, 0, 0, 0], [green, circle, 1, 3]]
+    assert labels[:, 4].tolist() == [0, 1, 1, 1, 1, 0, 1]  # own: objects of the frame's colour so far
+    tally = {c: labels[:, 5 + sb.COLOURS.index(c)].tolist() for c in ("red", "blue", "green", "white")}
+    assert tally == {"red": [0, 1, 1, 1, 1, 1, 1], "blue": [0, 0, 0, 1, 1, 1, 1], "green": [0, 0, 0, 0, 0, 0, 1],
+                     "white": [0] * 7}
+    # shown, the second red counts from its first frame on, in every later frame's tally
     labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 10, 14])
-    assert labels[:, 4].tolist() == [0, 1, 1, 1, 1, 2, 1]
-    assert labels[5].tolist() == [red, 1 + sb.SHAPES.index("triangle"), 1, 3, 2]
+    assert labels[:, 5 + sb.COLOURS.index("red")].tolist() == [0, 1, 1, 1, 1, 2, 2]
+    assert labels[5, :5].tolist() == [red, 1 + sb.SHAPES.index("triangle"), 1, 3, 2]
 
 
 def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
@@ -148,8 +151,9 @@ def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
         onsets = ex.labels[:, 2] == 1
         of_colour = ex.labels[:, 0] == 1 + sb.COLOURS.index(colour)
         assert str(int((onsets & of_colour).sum())) == ex.answer
-        # the running count of that colour reaches the answer at its last appearance (counts here are 1-4)
-        assert str(int(ex.labels[of_colour, 4].max())) == ex.answer
+        # the newest frame's tally of that colour is the answer (counts here are 1-4)
+        assert str(int(ex.labels[-1, 5 + sb.COLOURS.index(colour)])) == ex.answer
+        assert str(int(ex.labels[of_colour, 4].max())) == ex.answer  # own: reached at its last appearance
 
 
 def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
@@ -179,8 +183,15 @@ def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, mes
 def test_focus_recipe_trains_its_fourth_stage_on_the_memory_length_asked_for(tmp_path):
     out = tmp_path / "f.safetensors"
     (run,) = train_runs(["--out", str(out), "--recipe", "focus", "--stage-steps", "1,1,1,2", "--last-stage-frames", "12",
-                         "--val-per-kind", "1", "--eval-every", "1000", "--warmup", "2"])
+                         "--val-per-kind", "1", "--eval-every", "1000", "--warmup", "2", "--aux-weight", "0.5",
+                         "--aux-count", "tally"])
     assert run.returncode == 0, run.stderr[-2000:]
     info = micro.read_training_info(out)
     assert info["recipe"] == "focus" and [s["stage"] for s in info["stages"]] == ["bootstrap", "broaden", "main", "focus"]
     assert [s["steps"] for s in info["stages"]] == [1, 1, 1, 2] and info["last_stage_frames"] == 12
+    # the counting targets asked for are among the auxiliary heads trained (the log records each head's accuracy)
+    assert info["aux_count"] == "tally"
+    last = json.loads(out.with_suffix(".log.jsonl").read_text().splitlines()[-1])
+    assert list(last["aux_acc_ema"]) == ["colour", "shape", "onset", "rank"] + [f"tally_{c}" for c in
+                                                                               ("red", "green", "blue", "yellow",
+                                                                                "purple", "white")]
