@@ -65,9 +65,9 @@ class StreamRow:
     decode_tokens: int
     # The chunk timings below cover the chunks since the previous length of the sweep (all chunks for the
     # first): the cost at this stream length, not an average diluted by the stream's cheap beginning.
-    encode_ms_per_chunk: float  # mean vision + prefill time per chunk
+    encode_ms_per_chunk: float  # mean vision + prefill time per chunk (hermes's probe rides in an evicting chunk's prefill)
     maintain_ms_per_chunk: float  # mean maintenance time over the chunks that evicted (0 if none did)
-    maintain_ratio: float  # maintenance / encode time over the chunks that evicted
+    maintain_ratio: float  # maintenance / encode time over the chunks that evicted (the probe counts as encode)
     ingest_fps: float  # frames / (encode + maintenance) time: the highest frame rate ingest sustains
     ttft_vs_full: float | None = None
     peak_kv_vs_full: float | None = None

@@ -5,7 +5,8 @@
 Targets (LLaVA-OV-7B at a 4K budget on an H100/H200-class GPU, for the `hermes` policy):
 - TTFT <= 30 ms at every stream length, and flat: the longest stream's TTFT within 10% of the shortest's;
 - peak device memory flat within 5% from the shortest to the longest stream (KV-cache bytes off CUDA);
-- maintenance <= 10% of a chunk's encode time (`maintain_ratio`, over the chunks that evicted);
+- maintenance <= 10% of a chunk's encode time (`maintain_ratio`, over the chunks that evicted; the
+  probe rides in an evicting chunk's prefill, so its cost is in encode and in the next target);
 - 16 frames encoded and maintained in <= 2 s (per-chunk encode + maintenance at chunks of 16).
 
 Exit code 0 when every target holds, 1 when one fails, 2 when the file holds no matching rows.
@@ -50,7 +51,7 @@ def evaluate(rows: list[dict], policy: str = "hermes", chunk_frames: int = 16) -
          ttfts[-1] <= TTFT_FLAT * ttfts[0]),
         (f"peak memory flat within {MEMORY_FLAT - 1:.0%} ({memory_key}, {span})",
          f"max / min {max(memory) / min(memory):.3f}", max(memory) <= MEMORY_FLAT * min(memory)),
-        (f"maintenance <= {MAINTAIN_RATIO_MAX:.0%} of encode", f"worst {worst_ratio:.3f}"
+        (f"maintenance <= {MAINTAIN_RATIO_MAX:.0%} of encode (the probe counts as encode)", f"worst {worst_ratio:.3f}"
          + ("" if evicting else " (no eviction)"), worst_ratio <= MAINTAIN_RATIO_MAX),
         (f"16 frames encoded + maintained <= {SIXTEEN_FRAMES_S_MAX:g} s", f"worst {max(per16_s):.2f} s",
          max(per16_s) <= SIXTEEN_FRAMES_S_MAX),

@@ -70,13 +70,15 @@ def test_a_chunk_that_fails_half_way_is_never_checkpointed(tiny_model, tmp_path,
     frames = random_frames(12)
     session.ingest(frames[:4])  # the first chunk is checkpointed at once
     session.ingest(frames[4:8])
-    prefill = type(tiny_model).prefill
+    import hermes.pipelines.session as session_module
 
-    def interrupted(self, *args, **kwargs):
-        prefill(self, *args, **kwargs)
+    prefill_chunk = session_module.prefill_chunk
+
+    def interrupted(*args, **kwargs):
+        prefill_chunk(*args, **kwargs)
         raise KeyboardInterrupt  # lands after the cache grew, before its metadata did
 
-    monkeypatch.setattr(type(tiny_model), "prefill", interrupted)
+    monkeypatch.setattr(session_module, "prefill_chunk", interrupted)
     with pytest.raises(KeyboardInterrupt):
         session.ingest(frames[8:])
     monkeypatch.undo()
