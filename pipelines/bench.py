@@ -77,6 +77,10 @@ class StreamRow:
     # average once the cache is full; below `maintain_ratio` when chunks that fit run no probe
     # (memory.evict_headroom). None in result files older than this field.
     amortised_maintain_ratio: float | None = None
+    # mean encode + maintenance of the chunks that evicted (None if none did): hermes's probe rides in an
+    # evicting chunk's prefill, so this sum, not `maintain_ratio`, compares ingest across versions and with
+    # the reference (whose probe is in its maintenance). None in result files older than this field.
+    ingest_ms_per_evicting_chunk: float | None = None
 
 
 class ChunkTiming(NamedTuple):
@@ -311,6 +315,8 @@ def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], fram
         maintain_ms_per_chunk=statistics.fmean(c.maintain_ms for c in evicting) if evicting else 0.0,
         maintain_ratio=sum(c.maintain_ms for c in evicting) / evicting_encode if evicting else 0.0,
         amortised_maintain_ratio=sum(c.maintain_ms for c in since_full) / since_full_encode if evicting else 0.0,
+        ingest_ms_per_evicting_chunk=statistics.fmean(c.encode_ms + c.maintain_ms for c in evicting) if evicting
+        else None,
         ingest_fps=ingest_fps(sum(c.frames for c in chunks), encode_total, maintain_total))
 
 

@@ -81,12 +81,12 @@ for tpf, (side, budget) in GEOMETRIES.items():
             rows, _ = measure_stream(model, policy, [length], chunk_frames=chunk, decode_tokens=1, repeats=1,
                                      frame_px=32)
             r = rows[-1]
-            amortised = getattr(r, "amortised_maintain_ratio", None)  # older checkouts lack it
-            # the evicting chunks' own encode, from their maintenance and its ratio to it
-            evicting_encode = r.maintain_ms_per_chunk / r.maintain_ratio if r.maintain_ratio else float("nan")
+            # older checkouts lack the last two
+            amortised, ingest = (getattr(r, name, None) for name in ("amortised_maintain_ratio",
+                                                                     "ingest_ms_per_evicting_chunk"))
             print(f"| {tpf} | {budget} | {chunk} | {length} | {path} | {r.encode_ms_per_chunk:.1f} | "
                   f"{r.maintain_ms_per_chunk:.1f} | {r.maintain_ratio:.3f} | "
                   f"{'-' if amortised is None else f'{amortised:.3f}'} | "
-                  f"{evicting_encode + r.maintain_ms_per_chunk:.1f} |", flush=True)
+                  f"{'-' if ingest is None else f'{ingest:.1f}'} |", flush=True)
 if lean_ingest is not None:
     session_module.prefill_chunk = lean_ingest

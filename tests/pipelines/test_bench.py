@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"policy", "chunk_frames", "frames", "budget", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
               "recall_ms", "tpot_ms", "decode_tokens", "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio",
               "ingest_fps", "ttft_vs_full", "peak_kv_vs_full", "peak_device_vs_full", "ingest_fps_vs_full",
-              "amortised_maintain_ratio"}
+              "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk"}
 HAS_RECALL = "recall" in {f.name for f in dataclasses.fields(MemoryConfig)}
 
 
@@ -61,7 +61,7 @@ def test_sweep_rows_have_the_documented_fields(sweep):
         assert r.ttft_vs_full is not None and r.ingest_fps_vs_full is not None
         assert (r.recall_ms is not None) == r.policy.endswith("+recall")
     full = [r for r in rows if r.policy == "full"]
-    assert all(r.budget is None and r.ttft_vs_full == 1.0 for r in full)
+    assert all(r.budget is None and r.ttft_vs_full == 1.0 and r.ingest_ms_per_evicting_chunk is None for r in full)
     assert [r.cache_tokens for r in full[:3]] == [full[0].cache_tokens + 196 * k for k in (0, 2, 4)]
     for r in rows:
         if r.policy != "full":
@@ -70,6 +70,9 @@ def test_sweep_rows_have_the_documented_fields(sweep):
             assert r.cache_tokens <= prefix + 392
             if r.frames == 6:  # past the budget: eviction ran and was timed
                 assert r.maintain_ms_per_chunk > 0 and r.maintain_ratio > 0 and r.peak_kv_vs_full < 1
+                # the evicting chunks' mean encode (their maintenance over its ratio to it) plus their maintenance
+                assert r.ingest_ms_per_evicting_chunk == pytest.approx(
+                    r.maintain_ms_per_chunk / r.maintain_ratio + r.maintain_ms_per_chunk)
             # once full, every chunk evicts (no headroom): averaged over all of them is the same sum
             assert r.amortised_maintain_ratio == r.maintain_ratio
 
