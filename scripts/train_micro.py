@@ -158,11 +158,11 @@ def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: l
     for row, i in enumerate(frame_index):
         app = timeline.on_screen(int(i)) if int(i) in shown else None
         if app is not None:
+            colour = sb.COLOURS.index(app.colour)
             onset = app is not last
             rank += onset
-            tally[sb.COLOURS.index(app.colour)] += onset
+            tally[colour] += onset
             last = app
-            colour = sb.COLOURS.index(app.colour)
             labels[row, :5] = (1 + colour, 1 + sb.SHAPES.index(app.shape), int(onset), min(rank, 4),
                                min(tally[colour], COUNT_CAP))
         labels[row, 5:] = np.minimum(tally, COUNT_CAP)
@@ -534,8 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     # the auxiliary head: one linear map to every target's classes, trained with the model, never saved
     aux_names = AUX_SETS[args.aux_count]
     aux_columns = [list(AUX_CLASSES).index(name) for name in aux_names]
-    aux_head = torch.nn.Linear(model.config.text_config.hidden_size,
-                               sum(AUX_CLASSES[name] for name in aux_names)) if aux_layer else None
+    aux_sizes = [AUX_CLASSES[name] for name in aux_names]
+    aux_head = torch.nn.Linear(model.config.text_config.hidden_size, sum(aux_sizes)) if aux_layer else None
     model.train()
     params = list(model.parameters()) + (list(aux_head.parameters()) if aux_head is not None else [])
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
                     logits, targets, states, labels = batcher.forward(batch, aux_layer)
                     answer_loss = F.cross_entropy(logits, targets)
                     labels = labels[:, aux_columns]
-                    heads = aux_head(states).split([AUX_CLASSES[name] for name in aux_names], dim=-1)
+                    heads = aux_head(states).split(aux_sizes, dim=-1)
                     aux = sum(F.cross_entropy(h, labels[:, j]) for j, h in enumerate(heads)) / len(heads)
                     loss = answer_loss + args.aux_weight * aux
                     for j, (name_j, h) in enumerate(zip(aux_names, heads)):
