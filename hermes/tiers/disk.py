@@ -34,9 +34,10 @@ records are all gone; both happen on the writer thread after the records' own li
 Writes happen on a background thread fed by a bounded queue (`add` blocks only when the writer is
 `queue_size` records behind); the writer commits whatever is queued as one group (one fsync pair
 per group, not per record), a group closing at `ledger.GROUP_BYTES` while more records wait. The writer
-only places a group's bytes (one ``pwritev``); a second thread, the syncer, makes it durable (the
-fsyncs and its manifest lines, in hand-off order), so that encoding and checksumming the next
-group overlaps the disk's flush of the last one; whatever must follow committed records (a
+only encodes and checksums a group; a second thread, the syncer, writes its bytes (one ``pwritev``)
+and makes them durable (the fsyncs and its manifest lines, in hand-off order), so that encoding
+and checksumming the next group overlaps the write and flush of the last one (both release the
+GIL); whatever must follow committed records (a
 removal, a drop, a roll, a manifest rewrite, a job, a flush) waits for the syncer first.
 `flush` waits until everything added is committed. ``on_commit`` is told the ids of every
 committed group, on the syncer thread, after their lines are durable.
@@ -144,7 +145,7 @@ class DiskStore(RecordLedger):
         self._prepare, self._on_drop, self._on_commit = prepare, on_drop, on_commit
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
-        # groups whose bytes are placed, for the syncer to make durable: (segment, new, entries); two
+        # groups encoded, for the syncer to write and make durable: (segment, new, entries, buffers); two
         # at most, so that the records they hold (pending until committed) stay bounded
         self._sync_queue: queue.Queue = queue.Queue(maxsize=2)
         self.open_problems: list[str] = []  # damage found on open (records lost)
@@ -392,7 +393,7 @@ class DiskStore(RecordLedger):
         if self._active is None or (self._active.size and self._active.size + length > self.segment_bytes):
             self._roll()
         active = self._active
-        # the bytes are written at `_commit`, the whole group's in one pwritev (one call, not one per record)
+        # the bytes are written by the syncer, the whole group's in one pwritev (one call, not one per record)
         self._group_buffers += buffers
         entry = draft.placed(active.name, active.size, sha256(*buffers))
         with self._lock:
@@ -426,12 +427,11 @@ class DiskStore(RecordLedger):
             self._error = exc
 
     def _hand_off(self) -> None:
-        """Place the group's bytes in its segment (one pwritev) and pass it to the syncer."""
+        """Pass the group (its entries and the buffers holding its bytes) to the syncer."""
         if not self._group:
             return
         active = self._active  # every group entry is in the active segment (rolls commit first)
-        write_buffers(active.fd, self._group_buffers, self._group[0].offset)
-        self._sync_queue.put((active, active.new, self._group))
+        self._sync_queue.put((active, active.new, self._group, self._group_buffers))
         active.new = False  # the syncer fsyncs the folder for it
         self._group, self._group_buffers, self._group_bytes = [], [], 0
 
@@ -457,8 +457,10 @@ class DiskStore(RecordLedger):
                 self._sync_queue.task_done()
         self._sync_queue.task_done()
 
-    def _sync_group(self, active: _Active, new: bool, group: list[Entry]) -> None:
-        """Syncer thread: fsync the group's segment (and folder), then append and fsync its lines."""
+    def _sync_group(self, active: _Active, new: bool, group: list[Entry], buffers: list) -> None:
+        """Syncer thread: write the group's bytes (one pwritev), fsync its segment (and folder), then
+        append and fsync its lines."""
+        write_buffers(active.fd, buffers, group[0].offset)
         os.fsync(active.fd)
         if new:
             fsync_dir(self.directory / SEGMENTS)

@@ -244,11 +244,11 @@ def test_a_failed_group_commit_stops_every_later_group(tmp_path, monkeypatch):
     monkeypatch.setattr(ledger, "GROUP_BYTES", 1)  # every record is a group of its own
     real_sync, calls = DiskStore._sync_group, []
 
-    def sync_group(self, active, new, group):
+    def sync_group(self, active, new, group, buffers):
         calls.append([e.record_id for e in group])
         if len(calls) == 4:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_sync(self, active, new, group)
+        return real_sync(self, active, new, group, buffers)
 
     monkeypatch.setattr(DiskStore, "_sync_group", sync_group)
     committed: list[int] = []
