@@ -15,9 +15,13 @@ name                shape                holds
 ``scores``          (N,) f32             ``embedding`` (E,) f32
 ==================  ===================  =====================================================
 
-Keys and values are flat so that each layer's block is written straight from the tensor's own
-memory: `encode_record` returns the file as a list of buffers (header, then each tensor's bytes)
-for ``os.pwritev`` and an incremental checksum, never joining them into one copy. The header's
+The data section holds them in `hermes.tiers.records.FILE_ORDER`: the 8-byte tensors, then the 4-byte
+ones, then keys and values, so that each starts aligned for its dtype (readers go by the header's
+offsets, so any order reads back). Keys and values are flat so that each layer's block is written
+straight from the tensor's own memory: `encode_record` returns the file as a list of buffers
+(header, then the tensors' bytes) for ``os.pwritev`` and an incremental checksum, never joining
+them into one copy; a record `pack` made has all its tensors in one buffer in this order already,
+so its file is two buffers. The header's
 ``__metadata__`` holds the scalar fields as JSON under ``"hermes.record"`` (id, times, frames,
 value, kind, source dtype, L, H, D, Dv). Reading goes through ``safetensors.torch.load``, which
 validates the header and the offsets; per-layer tensors come back as views of the packed ones.
@@ -32,7 +36,7 @@ import torch
 from safetensors.torch import load as load_bytes
 
 from hermes.tiers.manifest import json_scalar
-from hermes.tiers.records import RECORD_FIELDS, LayerTokens, Record, packed_base, packed_fields
+from hermes.tiers.records import FILE_ORDER, RECORD_FIELDS, LayerTokens, Record, packed_base, packed_fields, packed_file
 
 RECORD_FORMAT = 2
 _META_KEY = "hermes.record"
@@ -78,39 +82,47 @@ def _meta_json(record: Record, heads: int, head_dim: int, value_dim: int) -> str
             f'"value_dim": {j(value_dim)}, "extra": {extra}}}')
 
 
-def _one_buffer(record: Record, packed: dict | None, name: str, join) -> torch.Tensor:
-    """Field `name` of every layer as one host tensor: `pack`'s buffer, the base the layers view, or `join`ed."""
-    if packed is not None:  # `pack` (as DRAM keeps records) left it in one buffer: no per-layer checks
+def _one_buffer(record: Record, packed: dict | None, name: str, join, shape: tuple[int, ...]) -> torch.Tensor:
+    """Field `name` of every layer as one host tensor of `shape`: `pack`'s buffer, the span the layers
+    view, or `join`ed."""
+    if packed is not None:  # `pack` left it in one buffer: no per-layer checks
         return packed[name]
     pieces = [getattr(layer, name) for layer in record.layers]
     base = packed_base(pieces)  # e.g. a record read back from disk: views of one loaded buffer
-    return base if base is not None else join(pieces)
+    return base.view(shape) if base is not None else join(pieces)
 
 
-def _field_buffers(record: Record) -> list[tuple[str, torch.Tensor, tuple[int, ...]]]:
-    """(name, one contiguous host tensor, header shape) per stored tensor but the embedding, in file order."""
+def _file_tensors(record: Record) -> list[tuple[str, torch.Tensor, tuple[int, ...]]]:
+    """(name, one contiguous host tensor, header shape) per stored tensor, in `FILE_ORDER`."""
     layers = record.layers
-    first = layers[0]
-    ends, total = [0], 0
-    for layer in layers:
-        total += layer.keys.shape[-2]
-        ends.append(total)
-    packed = packed_fields(record)
-    out = []
-    for name in ("keys", "values"):
-        t = _one_buffer(record, packed, name, lambda ps: torch.cat([p.detach().to("cpu").reshape(-1) for p in ps]))
-        out.append((name, t, (t.numel(),)))
-    if first.key_scale is not None:
-        for name in ("key_scale", "value_scale"):
-            t = _one_buffer(record, packed, name, torch.stack)
-            if t.dtype != torch.float32 or not t.is_cpu:  # `pack`'s are already: skip the call
-                t = t.to("cpu", torch.float32)
-            out.append((name, t, (len(layers), *getattr(first, name).shape)))
-    out.append(("offsets", _offsets(tuple(ends)), (len(layers) + 1,)))
-    for name in RECORD_FIELDS:  # metadata is on the host already; one cat per field
-        t = _one_buffer(record, packed, name, lambda ps: torch.cat(ps, dim=-1))
-        out.append((name, t, tuple(t.shape)))
-    return out
+    out = {}
+    if layers:
+        first = layers[0]
+        ends, total = [0], 0
+        for layer in layers:
+            total += layer.keys.shape[-2]
+            ends.append(total)
+        packed = packed_fields(record)
+        out["offsets"] = _offsets(tuple(ends)), (len(layers) + 1,)
+        for name in ("keys", "values"):
+            t = _one_buffer(record, packed, name, lambda ps: torch.cat([p.detach().to("cpu").reshape(-1) for p in ps]),
+                            (-1,))
+            out[name] = t, (t.numel(),)
+        if first.key_scale is not None:
+            for name in ("key_scale", "value_scale"):
+                shape = (len(layers), *getattr(first, name).shape)
+                t = _one_buffer(record, packed, name, torch.stack, shape)
+                if t.dtype != torch.float32 or not t.is_cpu:  # `pack`'s are already: skip the call
+                    t = t.to("cpu", torch.float32)
+                out[name] = t, shape
+        for name in RECORD_FIELDS:  # metadata is on the host already; one cat per field
+            shape = (*getattr(first, name).shape[:-1], total)
+            t = _one_buffer(record, packed, name, lambda ps: torch.cat(ps, dim=-1), shape)
+            out[name] = t, shape
+    if record.embedding is not None:
+        emb = record.embedding.detach().to("cpu", torch.float32).contiguous()
+        out["embedding"] = emb, tuple(emb.shape)
+    return [(name, *out[name]) for name in FILE_ORDER if name in out]
 
 
 def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
@@ -121,21 +133,22 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
         small new ones), so the record must stay alive and unmodified until they are written.
     """
     # why so terse: a summarised record is ~23 KB, and per-tensor Python work here once cost several
-    # times the write of its bytes: a packed record's fields are taken as `pack` left them (one buffer
-    # each, no per-layer checks), the tensor entries come from a cache per layout (`_tensor_entries`)
-    # and only the metadata is formatted per record
-    fields = _field_buffers(record) if record.layers else []
-    if record.embedding is not None:
-        emb = record.embedding.detach().to("cpu", torch.float32).contiguous()
-        fields.append(("embedding", emb, tuple(emb.shape)))
-    layout, buffers = [], []
-    for name, t, shape in fields:
-        size = t.nbytes
-        if size:
-            flat = t if t.is_contiguous() else t.contiguous()  # a C-contiguous buffer is flat bytes
-            buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
-        layout.append((name, t.dtype, shape, size))
-    tensor_entries, offset = _tensor_entries(tuple(layout))
+    # times the write of its bytes: a packed record's tensors are already one buffer in file order
+    # (`pack`), the tensor entries come from a cache per layout (`_tensor_entries`) and only the
+    # metadata is formatted per record
+    whole = packed_file(record)
+    if whole is not None:
+        layout, buffers = whole.layout, [memoryview(whole.data.numpy())]
+    else:
+        layout, buffers = [], []
+        for name, t, shape in _file_tensors(record):
+            size = t.nbytes
+            if size:
+                flat = t if t.is_contiguous() else t.contiguous()  # a C-contiguous buffer is flat bytes
+                buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
+            layout.append((name, t.dtype, shape, size))
+        layout = tuple(layout)
+    tensor_entries, offset = _tensor_entries(layout)
     if record.layers:
         first = record.layers[0]
         h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]

@@ -332,21 +332,38 @@ def default_embedding(record: Record) -> torch.Tensor:
     return (keys * w[None, :, None]).sum(dim=-2).reshape(-1).to("cpu", torch.float32).contiguous()
 
 
-# ---- packing: one buffer per field ------------------------------------------------------------------
+# ---- packing: one buffer per record ------------------------------------------------------------------
 
+# The order of a record file's tensors (`hermes.tiers.codec`): 8-byte fields, then 4-byte ones, then keys
+# and values, so that every tensor starts aligned for its dtype (the order the safetensors reference
+# writer chooses for the same reason) and `pack` can hold them all in one byte buffer as typed views.
+# ``offsets`` is the file's split of tokens over layers (not a field of the layers).
+FILE_ORDER = ("offsets", "positions", "token_ids", "frame_index", "counts", "key_scale", "value_scale", "scores",
+              "embedding", "keys", "values")
 _FLAT = ("keys", "values")  # packed flat: (sum of numel,), each layer a contiguous block
+_SCALES = ("key_scale", "value_scale")  # packed stacked: (L, H, 1, D)
+
+
+@dataclass(frozen=True)
+class PackedFile:
+    """A packed record's tensors as one host byte buffer, in `FILE_ORDER`: what `codec.encode_record`
+    writes after the header. ``layout`` is ``(name, dtype, shape, nbytes)`` per tensor, in order."""
+
+    data: torch.Tensor  # (bytes,) uint8, contiguous
+    layout: tuple[tuple[str, torch.dtype, tuple[int, ...], int], ...]
 
 
 def pack(record: Record, pin_memory: bool = False) -> Record:
-    """The record with each field of all layers in one contiguous host buffer (layers become views).
+    """The record with all its tensors in one contiguous host buffer (layers and embedding become views).
 
-    Why: one host allocation per field instead of one per layer and field (page-locked allocations
-    are slow, one per call), and one buffer per field for the disk writer (`codec.encode_record`)
-    and for copies back to the device (`to_device`).
+    Why: one host allocation per record instead of one per layer and field (page-locked allocations
+    are slow, one per call); one buffer per field for copies back to the device (`to_device`); and
+    the record file's tensor bytes back to back, which the disk and S3 writers checksum and write as
+    one buffer (`codec.encode_record`, `packed_file`).
 
     Args:
         record: Any record, K/V on any device.
-        pin_memory: Allocate K/V (and scales) in page-locked memory (needs CUDA).
+        pin_memory: Allocate the buffer in page-locked memory (needs CUDA).
 
     Returns:
         An equal record whose tensors are all on the host.
@@ -354,40 +371,73 @@ def pack(record: Record, pin_memory: bool = False) -> Record:
     if not record.layers:
         return record
     layers = record.layers
-
-    def host(t: torch.Tensor, pin: bool) -> torch.Tensor:
-        if not pin:
-            return t.to("cpu")
-        return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t)  # synchronous: source may go
-
+    ends = [0]
+    for layer in layers:
+        ends.append(ends[-1] + layer.num_tokens)
+    sources: dict[str, list[torch.Tensor] | torch.Tensor] = {"offsets": torch.tensor(ends, dtype=torch.long)}
+    for name in FILE_ORDER:
+        if name == "embedding":
+            if record.embedding is not None:
+                sources[name] = record.embedding.detach().reshape(-1)
+        elif name != "offsets" and (name not in _SCALES or layers[0].key_scale is not None):
+            sources[name] = [getattr(l, name) for l in layers]
+    layout, shapes = [], {}
+    for name, src in sources.items():
+        if isinstance(src, torch.Tensor):
+            dtype, shape = (torch.float32 if name == "embedding" else src.dtype), tuple(src.shape)
+        elif name in _FLAT:
+            dtype, shape = src[0].dtype, (sum(p.numel() for p in src),)
+        elif name in _SCALES:
+            dtype, shape = torch.float32, (len(src), *src[0].shape)
+        else:  # along the token axis
+            dtype, shape = src[0].dtype, (*src[0].shape[:-1], ends[-1])
+        shapes[name] = shape
+        layout.append((name, dtype, shape, torch.Size(shape).numel() * dtype.itemsize))
+    data = torch.empty(sum(entry[3] for entry in layout), dtype=torch.uint8, pin_memory=pin_memory)
+    views, at, whole = {}, 0, True
+    for name, dtype, shape, size in layout:
+        if at % dtype.itemsize:  # FILE_ORDER aligns every storage form; any other dtype gets a buffer of its own
+            views[name], whole = torch.empty(shape, dtype=dtype, pin_memory=pin_memory), False
+        else:
+            views[name] = data[at:at + size].view(dtype).view(shape)
+        at += size
+    for name, src in sources.items():
+        dst = views[name]
+        if isinstance(src, torch.Tensor):
+            dst.copy_(src)
+        elif name in _FLAT:
+            _fill(dst, [p.reshape(-1) for p in src], 0)
+        elif name in _SCALES:
+            _fill(dst, src, None)
+        else:
+            _fill(dst, src, -1)
     fields: dict[str, list[torch.Tensor]] = {}
     for name in _FLAT:
-        pieces = [getattr(l, name) for l in layers]
-        flat = host(torch.cat([p.reshape(-1) for p in pieces]), pin_memory)  # cat on the source device
-        fields[name] = _split_flat(flat, [p.shape for p in pieces])
-    for name in RECORD_FIELDS:  # packed along the token axis
-        pieces = [getattr(l, name) for l in layers]
-        rows = host(torch.cat(pieces, dim=-1), False)
-        fields[name] = list(torch.split(rows, [p.shape[-1] for p in pieces], dim=-1))
-    if layers[0].key_scale is not None:
-        for name in ("key_scale", "value_scale"):
-            fields[name] = list(host(torch.stack([getattr(l, name) for l in layers]), pin_memory).unbind(0))
-    else:
-        fields["key_scale"] = fields["value_scale"] = [None] * len(layers)
+        fields[name] = _split_flat(views[name], [getattr(l, name).shape for l in layers])
+    for name in RECORD_FIELDS:
+        fields[name] = list(torch.split(views[name], [l.num_tokens for l in layers], dim=-1))
+    for name in _SCALES:
+        fields[name] = list(views[name].unbind(0)) if name in views else [None] * len(layers)
     out = [LayerTokens(**{name: fields[name][i] for name in fields}) for i in range(len(layers))]
-    packed = dataclasses.replace(record, layers=out)
-    # the buffers themselves, for the disk writer (`packed_fields`); a record made from this one by
-    # `dataclasses.replace` is a new object without them, so they never describe other layers
-    packed.__dict__[_PACKED] = {name: _base_of(fields[name]) for name in fields if fields[name][0] is not None}
+    packed = dataclasses.replace(record, layers=out, embedding=views.get("embedding"))
+    # the buffers themselves, for the writers and `nbytes`; a record made from this one by
+    # `dataclasses.replace` is a new object without them, so they never describe other tensors
+    packed.__dict__[_PACKED] = {name: views[name] for name in fields if name in views}
+    if whole:
+        packed.__dict__[_PACKED_FILE] = PackedFile(data, tuple(layout))
     return packed
 
 
+def _fill(dst: torch.Tensor, pieces: list[torch.Tensor], dim: int | None) -> None:
+    """Write `pieces` joined along `dim` (stacked along a new first axis if None) into host `dst`."""
+    if all(p.device.type == "cpu" for p in pieces) and all(p.dtype == dst.dtype for p in pieces):
+        (torch.stack(pieces, out=dst) if dim is None else torch.cat(pieces, dim=dim, out=dst))
+    else:  # joined on the source device, then one copy to the host
+        dst.copy_(torch.stack(pieces) if dim is None else torch.cat(pieces, dim=dim))
+
+
 _PACKED = "_packed_fields"
-
-
-def _base_of(views: list[torch.Tensor]) -> torch.Tensor:
-    base = views[0]._base
-    return base if base is not None else views[0]  # a single layer's split may be the buffer itself
+_PACKED_FILE = "_packed_file"
 
 
 def packed_fields(record: Record) -> dict[str, torch.Tensor] | None:
@@ -398,27 +448,36 @@ def packed_fields(record: Record) -> dict[str, torch.Tensor] | None:
     return record.__dict__.get(_PACKED)
 
 
+def packed_file(record: Record) -> PackedFile | None:
+    """The tensor bytes of a record `pack` made, in file order in one buffer, else None."""
+    return record.__dict__.get(_PACKED_FILE)
+
+
 def _split_flat(flat: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
     sizes = [int(torch.Size(s).numel()) for s in shapes]
     return [chunk.view(shape) for chunk, shape in zip(torch.split(flat, sizes), shapes)]
 
 
 def packed_base(pieces: list[torch.Tensor]) -> torch.Tensor | None:
-    """The buffer `pieces` were packed into, if they are its consecutive blocks in order; else None.
+    """One flat tensor over the memory `pieces` fill back to back, if they do; else None.
 
-    Pieces are views of one contiguous base, each contiguous, laid end to end covering all of it
-    (as `pack` and `codec.from_safetensors` make them); then the base's bytes are the pieces' bytes
-    back to back, and one copy or write of the base replaces one per piece.
+    Pieces of one dtype, each contiguous, views of one storage laid end to end (as `pack` and
+    `codec.from_safetensors` make them): then the span's bytes are the pieces' bytes back to back,
+    and one copy or write of it replaces one per piece.
     """
-    base = pieces[0]._base if pieces else None
-    if base is None or not base.is_contiguous():
+    if not pieces:
         return None
-    offset = base.storage_offset()
+    first = pieces[0]
+    if first._base is None:
+        return None
+    storage, start = first.untyped_storage().data_ptr(), first.storage_offset()
+    offset = start
     for p in pieces:
-        if p._base is not base or p.storage_offset() != offset or not p.is_contiguous():
+        if (p.dtype != first.dtype or p.storage_offset() != offset or not p.is_contiguous()
+                or p.untyped_storage().data_ptr() != storage):
             return None
         offset += p.numel()
-    return base if offset - base.storage_offset() == base.numel() else None
+    return first.new_empty(0).set_(first.untyped_storage(), start, (offset - start,))
 
 
 def to_device(pieces: list[torch.Tensor], device: torch.device | str, non_blocking: bool) -> list[torch.Tensor]:

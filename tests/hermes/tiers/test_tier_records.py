@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 
 from hermes.tiers.bench import synthetic_record
 from hermes.tiers.codec import encode_record, from_safetensors, safe_metadata, to_safetensors
@@ -134,11 +135,32 @@ def test_the_record_header_is_compact_json_of_the_safetensors_layout():
     header = data[8:8 + n]
     parsed = json.loads(header)
     assert header.rstrip(b" ") == json.dumps(parsed, separators=(",", ":")).encode()  # formatted as json.dumps would
-    assert n % 8 == 0 and list(parsed) == ["keys", "values", "key_scale", "value_scale", "offsets", "positions",
-                                           "token_ids", "frame_index", "scores", "counts", "embedding",
-                                           "__metadata__"]
+    assert n % 8 == 0 and list(parsed) == ["offsets", "positions", "token_ids", "frame_index", "counts", "key_scale",
+                                           "value_scale", "scores", "embedding", "keys", "values", "__metadata__"]
     ends = [parsed[k]["data_offsets"] for k in list(parsed)[:-1]]
     assert ends[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ends, ends[1:])) and ends[-1][1] == len(data) - 8 - n
+    # every tensor starts aligned for its dtype (what lets `pack` hold them in one buffer as typed views)
+    size = {"I64": 8, "F32": 4, "I8": 1}
+    assert all(parsed[k]["data_offsets"][0] % size[parsed[k]["dtype"]] == 0 for k in list(parsed)[:-1])
+
+
+@pytest.mark.parametrize("storage", ["int8", "fp16", "fp32"])
+def test_a_packed_record_is_its_file_in_two_buffers_and_files_in_another_order_read_back(storage):
+    record = compress(_ragged_record(axes=3), storage)
+    packed = pack(record)
+    buffers, length = encode_record(packed)
+    # the header, then every tensor's bytes from the one buffer `pack` made: one hash update, one iovec
+    assert len(buffers) == 2 and length == len(to_safetensors(record))
+    assert packed_base([l.keys for l in packed.layers]).data_ptr() == packed_fields(packed)["keys"].data_ptr()
+    # records written before the aligned order (or by any safetensors writer) read back by their offsets
+    tensors = st_load(to_safetensors(record))
+    meta = {"hermes.record": safe_metadata(to_safetensors(record))["hermes.record"]}
+    for order in (sorted(tensors), ["keys", "values", *[k for k in tensors if k not in ("keys", "values")]]):
+        back = from_safetensors(st_save({k: tensors[k] for k in order}, metadata=meta))
+        assert back.record_id == record.record_id and torch.equal(back.embedding, record.embedding)
+        for a, b in zip(record.layers, back.layers):
+            for name, t in a.tensors().items():
+                assert torch.equal(getattr(b, name), t), name
 
 
 @pytest.mark.parametrize("changes", [{}, {"value": float("nan"), "t_start_s": 3, "kind": "summary"},
