@@ -209,6 +209,9 @@ class Record:
 
     def nbytes(self) -> int:
         """Bytes of every tensor in its stored form (K/V, scales, metadata, embedding)."""
+        whole = packed_file(self)
+        if whole is not None:  # every tensor in one buffer with the file's offsets: the rest is the sum
+            return whole.data.numel() - whole.layout[0][3]
         emb = self.embedding.numel() * 4 if self.embedding is not None else 0
         packed = packed_fields(self)
         if packed is not None:  # one buffer per field: the same sum without a pass over every layer
