@@ -54,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes.tiers.batch_queue import BatchQueue
 from hermes.tiers.codec import encode_record
 from hermes.errors import StorageError
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
@@ -179,7 +180,7 @@ class DiskStore(RecordLedger):
         self._active: _Active | None = None
         self._error: BaseException | None = None
         self._closed = False
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+        self._queue = BatchQueue(queue_size)
         self._writer: threading.Thread | None = None
         self._syncer: threading.Thread | None = None
         if not readonly:
@@ -344,8 +345,7 @@ class DiskStore(RecordLedger):
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            self._drain(batch)
+            batch = self._queue.take(ledger.BATCH_ITEMS)
             for kind, payload in batch:
                 if kind in ("rec", "rm", "call") and self._error is None:
                     try:

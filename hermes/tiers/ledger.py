@@ -11,7 +11,6 @@ each store writes, commits and reads bytes its own way.
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable
 
@@ -28,6 +27,7 @@ from hermes.tiers.records import Record
 # few (this machine's ext4: 16 MiB in groups of 4 MiB cost 1.25 x the fsync time of one group); in
 # an object store, two PUTs per group instead of two per batch the queue delivers
 GROUP_BYTES = 4 << 20
+BATCH_ITEMS = 256  # the most queue items a writer takes at once
 
 
 def parse_checked(data: bytes, record_id: int, where: str, hint: str) -> Record:
@@ -131,14 +131,6 @@ class RecordLedger:
             raise MemoryDirError(f"writing to memory directory {self.directory} failed: {err}") from err
 
     # ---- the writer thread's batches -------------------------------------------------------------
-
-    def _drain(self, batch: list, limit: int = 256) -> None:
-        """Add to `batch` whatever else is queued now (up to `limit` items), without waiting."""
-        while len(batch) < limit:
-            try:
-                batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                return
 
     def _end_batch(self, batch: list, write_header: Callable[[], None]) -> bool:
         """After a batch is written: wake its flushes; on a stop, make durable how far ids were handed

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from hermes.tiers.batch_queue import BatchQueue
 from hermes.tiers.codec import encode_record
 from hermes.tiers.disk import VerifyReport
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError
@@ -138,7 +139,7 @@ class RemoteStore(RecordLedger):
         self.refresh()
         self._error: BaseException | None = None
         self._closed = False
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+        self._queue = BatchQueue(queue_size)
         self._writer: threading.Thread | None = None
         if lease is not None:
             for attempt in range(3):  # fences a stale writer (module docstring); one may commit meanwhile
@@ -346,7 +347,7 @@ class RemoteStore(RecordLedger):
         group = _Group()  # records taken from the queue, encoded, not yet committed
         while True:
             try:
-                batch = [self._queue.get(timeout=max(self.lease.ttl_s / 3, 0.05))]
+                batch = self._queue.take(ledger.BATCH_ITEMS, timeout=max(self.lease.ttl_s / 3, 0.05))
             except queue.Empty:  # idle: keep the lease alive between commits
                 if self._error is None:
                     try:
@@ -354,7 +355,6 @@ class RemoteStore(RecordLedger):
                     except BaseException as exc:
                         self._error = exc
                 continue
-            self._drain(batch)
             for kind, payload in batch:
                 if kind not in ("rec", "rm", "call") or self._error is not None:
                     continue

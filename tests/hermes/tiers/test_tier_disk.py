@@ -291,7 +291,7 @@ def test_a_slow_syncer_holds_back_the_caller_so_uncommitted_records_stay_bounded
         while not (store._sync_queue.full() and store._queue.full()) and time.monotonic() < deadline:
             time.sleep(0.01)
         # the syncer's group, two waiting, the writer's blocked hand-off and the rest of its batch
-        # (at most queue_size + 1 items), and a full queue
+        # (at most queue_size items), and a full queue
         assert adder.is_alive() and len(store._pending) <= 1 + 2 + 1 + 5 + 4
     finally:
         release.set()

@@ -1,0 +1,71 @@
+"""The queue between a record store's callers and its writer thread: bounded, taken a batch at a time.
+
+Why not `queue.Queue`: its consumer takes items one at a time and wakes a blocked producer for each,
+so a caller that runs ahead of the writer (as a stream's does when records are small) hands the
+GIL back and forth with it once per record: a thread wake-up and a GIL switch on each side, which
+cost more than encoding the record. Here the writer takes everything queued at once (one lock,
+one wake-up), and a caller blocked on a full queue runs again only when the writer has taken it,
+then fills it without waiting.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+
+
+class BatchQueue:
+    """A bounded FIFO whose consumer takes every item queued, in order, in one call.
+
+    Args:
+        maxsize: Items that may wait; `put` blocks while this many do.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = max(1, int(maxsize))
+        self._items: deque = deque()
+        self._changed = threading.Condition(threading.Lock())  # an item arrived, or room was made
+
+    def put(self, item) -> None:
+        """Append `item`, waiting while the queue is full."""
+        with self._changed:
+            while len(self._items) >= self.maxsize:
+                self._changed.wait()
+            self._items.append(item)
+            if len(self._items) == 1:  # the consumer may be waiting for one
+                self._changed.notify_all()
+
+    def take(self, limit: int, timeout: float | None = None) -> list:
+        """The items queued (at most `limit`, oldest first), waiting for one if there is none.
+
+        Raises:
+            queue.Empty: None arrived within `timeout` seconds.
+        """
+        with self._changed:
+            if not self._items and not self._changed.wait_for(lambda: self._items, timeout):
+                raise queue.Empty
+            return self._take(limit)
+
+    def take_nowait(self, limit: int) -> list:
+        """The items queued now (at most `limit`, oldest first); empty if there are none."""
+        with self._changed:
+            return self._take(limit) if self._items else []
+
+    def _take(self, limit: int) -> list:
+        items = self._items
+        if len(items) <= limit:
+            batch = list(items)
+            items.clear()
+        else:
+            batch = [items.popleft() for _ in range(limit)]
+        self._changed.notify_all()  # callers waiting for room
+        return batch
+
+    def empty(self) -> bool:
+        """Whether nothing is queued now."""
+        return not self._items
+
+    def full(self) -> bool:
+        """Whether a `put` would wait now."""
+        return len(self._items) >= self.maxsize
