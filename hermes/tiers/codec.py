@@ -69,7 +69,7 @@ def _offsets(ends: tuple[int, ...]) -> torch.Tensor:
     return torch.tensor(ends, dtype=torch.long)
 
 
-def _meta_json(record: Record, heads: int, head_dim: int, value_dim: int) -> str:
+def _meta_json(record: Record, num_layers: int, heads: int, head_dim: int, value_dim: int) -> str:
     """The record's scalar fields as ``json.dumps`` of their dict writes them (default separators; a
     test holds the two equal), formatted directly: the encoder's setup cost more than the text."""
     j = json_scalar
@@ -77,9 +77,16 @@ def _meta_json(record: Record, heads: int, head_dim: int, value_dim: int) -> str
     return (f'{{"format": {RECORD_FORMAT}, "record_id": {j(record.record_id)}, "t_start_s": {j(record.t_start_s)}, '
             f'"t_end_s": {j(record.t_end_s)}, "frame_start": {j(record.frame_start)}, '
             f'"frame_end": {j(record.frame_end)}, "value": {j(record.value)}, '
-            f'"source_dtype": {j(record.source_dtype)}, "kind": {j(record.kind)}, '
-            f'"num_layers": {len(record.layers)}, "heads": {j(heads)}, "head_dim": {j(head_dim)}, '
-            f'"value_dim": {j(value_dim)}, "extra": {extra}}}')
+            f'{_meta_shape(record.source_dtype, record.kind, num_layers, heads, head_dim, value_dim)}, '
+            f'"extra": {extra}}}')
+
+
+@lru_cache(maxsize=256)
+def _meta_shape(source_dtype: str, kind: str, num_layers: int, heads: int, head_dim: int, value_dim: int) -> str:
+    """The metadata fields a stream's records share (cached: a handful of combinations per stream)."""
+    j = json_scalar
+    return (f'"source_dtype": {j(source_dtype)}, "kind": {j(kind)}, "num_layers": {j(num_layers)}, '
+            f'"heads": {j(heads)}, "head_dim": {j(head_dim)}, "value_dim": {j(value_dim)}')
 
 
 def _one_buffer(record: Record, packed: dict | None, name: str, join, shape: tuple[int, ...]) -> torch.Tensor:
@@ -138,7 +145,7 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
     # metadata is formatted per record
     whole = packed_file(record)
     if whole is not None:
-        layout, buffers = whole.layout, [memoryview(whole.data.numpy())]
+        layout, buffers, num_layers = whole.layout, [memoryview(whole.data.numpy())], len(whole.tokens)
     else:
         layout, buffers = [], []
         for name, t, shape in _file_tensors(record):
@@ -147,14 +154,16 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
                 flat = t if t.is_contiguous() else t.contiguous()  # a C-contiguous buffer is flat bytes
                 buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
             layout.append((name, t.dtype, shape, size))
-        layout = tuple(layout)
+        layout, num_layers = tuple(layout), len(record.layers)
     tensor_entries, offset = _tensor_entries(layout)
-    if record.layers:
+    if whole is not None:
+        h, d, dv = whole.heads, whole.head_dim, whole.value_dim
+    elif record.layers:
         first = record.layers[0]
         h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]
     else:
         h = d = dv = 0
-    metadata = f'"__metadata__":{{"{_META_KEY}":{json.dumps(_meta_json(record, h, d, dv))}}}'
+    metadata = f'"__metadata__":{{"{_META_KEY}":{json.dumps(_meta_json(record, num_layers, h, d, dv))}}}'
     head = ("{" + tensor_entries + ("," if tensor_entries else "") + metadata + "}").encode()
     head += b" " * (-len(head) % 8)  # data starts 8-byte aligned, as the reference writer does
     prefix = len(head).to_bytes(8, "little") + head

@@ -378,10 +378,13 @@ class DiskStore(RecordLedger):
         """Place one record's bytes in the active segment (durable only at `_commit`)."""
         stored = self._prepare(record) if self._prepare and prepare else record
         buffers, length = encode_record(stored)
-        # the entry as it will be, but for its place: the next segment's name and a 13-digit offset
-        # are at least as long as the real ones, so its line length bounds the real line's
-        draft = Entry.of(stored, f"{self._next_segment:06d}{SUFFIX}", 10**12, length, "0" * 64)
-        need = length + 2 * len(draft.line()) + self.record_overhead_bytes  # its line counts twice, see _bound
+        digest = sha256(*buffers)
+        # the entry where the record would land now; with the next segment's name and a 13-digit
+        # offset its line is at least as long as wherever a drop or a roll may move it
+        next_name, active = f"{self._next_segment:06d}{SUFFIX}", self._active
+        entry = Entry.of(stored, active.name if active else next_name, active.size if active else 0, length, digest)
+        line_bound = len(entry.line()) - len(entry.segment) - len(str(entry.offset)) + len(next_name) + 13
+        need = length + 2 * line_bound + self.record_overhead_bytes  # its line counts twice, see _bound
         if not self._make_room(need):
             with self._lock:
                 self._pending.pop(record.record_id, None)
@@ -393,9 +396,10 @@ class DiskStore(RecordLedger):
         if self._active is None or (self._active.size and self._active.size + length > self.segment_bytes):
             self._roll()
         active = self._active
+        if entry.segment != active.name or entry.offset != active.size:  # a roll or a drop moved it
+            entry = entry.placed(active.name, active.size, digest)
         # the bytes are written by the syncer, the whole group's in one pwritev (one call, not one per record)
         self._group_buffers += buffers
-        entry = draft.placed(active.name, active.size, sha256(*buffers))
         with self._lock:
             active.size += length
             self._seg_sizes[active.name] = active.size

@@ -205,6 +205,9 @@ class Record:
 
     def num_tokens(self) -> list[int]:
         """n_l of every layer."""
+        whole = packed_file(self)
+        if whole is not None:
+            return list(whole.tokens)
         return [layer.num_tokens for layer in self.layers]
 
     def nbytes(self) -> int:
@@ -350,10 +353,16 @@ _SCALES = ("key_scale", "value_scale")  # packed stacked: (L, H, 1, D)
 @dataclass(frozen=True)
 class PackedFile:
     """A packed record's tensors as one host byte buffer, in `FILE_ORDER`: what `codec.encode_record`
-    writes after the header. ``layout`` is ``(name, dtype, shape, nbytes)`` per tensor, in order."""
+    writes after the header. ``layout`` is ``(name, dtype, shape, nbytes)`` per tensor, in order.
+    The shapes the writers name per record are kept beside it, so that writing a record reads this
+    and the record's scalars, not every layer's tensors (a writer meets each record once, cold)."""
 
     data: torch.Tensor  # (bytes,) uint8, contiguous
     layout: tuple[tuple[str, torch.dtype, tuple[int, ...], int], ...]
+    tokens: tuple[int, ...]  # n_l per layer
+    heads: int  # H
+    head_dim: int  # D
+    value_dim: int  # Dv
 
 
 def pack(record: Record, pin_memory: bool = False) -> Record:
@@ -427,7 +436,9 @@ def pack(record: Record, pin_memory: bool = False) -> Record:
     # `dataclasses.replace` is a new object without them, so they never describe other tensors
     packed.__dict__[_PACKED] = {name: views[name] for name in fields if name in views}
     if whole:
-        packed.__dict__[_PACKED_FILE] = PackedFile(data, tuple(layout))
+        first = layers[0]
+        packed.__dict__[_PACKED_FILE] = PackedFile(data, tuple(layout), tuple(b - a for a, b in zip(ends, ends[1:])),
+                                                   first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1])
     return packed
 
 
