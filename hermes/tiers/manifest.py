@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from hermes.tiers.fingerprint import FORMAT
 
@@ -102,10 +102,9 @@ class Entry:
         # `_record_obj` as json.dumps(..., separators=(",", ":")) writes it, without its "{" (a test
         # holds the two equal); formatted here because the encoder's setup cost more than the line
         j = json_scalar
-        tokens = ",".join(map(j, self.tokens))
         return (f'"nbytes":{j(self.nbytes)},"t":[{j(self.t_start_s)},{j(self.t_end_s)}],'
                 f'"frames":[{j(self.frame_start)},{j(self.frame_end)}],"value":{j(self.value)},'
-                f'"kind":{j(self.kind)},"storage":{j(self.storage)},"tokens":[{tokens}]}}')
+                f'{_line_tail(self.kind, self.storage, self.tokens)}')
 
     @classmethod
     def of(cls, record, segment: str, offset: int, length: int, digest: str) -> Entry:
@@ -140,6 +139,13 @@ class Entry:
         return {"id": self.record_id, "t": [self.t_start_s, self.t_end_s], "frames": [self.frame_start, self.frame_end],
                 "segment": self.segment, "bytes": self.length, "nbytes": self.nbytes, "kind": self.kind,
                 "storage": self.storage, "value": self.value, "tokens": sum(self.tokens)}
+
+
+@lru_cache(maxsize=1024)
+def _line_tail(kind: str, storage: str, tokens: tuple[int, ...]) -> str:
+    """The end of an ``add`` line, from fields a stream's records share (a few token splits per stream)."""
+    j = json_scalar
+    return f'"kind":{j(kind)},"storage":{j(storage)},"tokens":[{",".join(map(j, tokens))}]}}'
 
 
 def header_line(next_id: int) -> bytes:
