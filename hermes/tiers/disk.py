@@ -470,17 +470,19 @@ class DiskStore(RecordLedger):
             fsync_dir(self.directory / SEGMENTS)
         lines = b"".join(e.line() for e in group)
         self._write_manifest(lines)
-        with self._lock:
-            for e in group:
-                self._recorded_next_id = max(self._recorded_next_id, e.record_id + 1)
-                self._entries[e.record_id] = e
-                self._by_segment.setdefault(e.segment, set()).add(e.record_id)
-                self._seg_lines[e.segment] = self._seg_lines.get(e.segment, 0) + len(e.line())  # cached
-                self._pending.pop(e.record_id, None)
+        ids = [e.record_id for e in group]
+        with self._lock:  # a group's entries are all in one segment (a roll commits first)
+            self._recorded_next_id = max(self._recorded_next_id, max(ids) + 1)
+            self._entries.update(zip(ids, group))
+            self._by_segment.setdefault(active.name, set()).update(ids)
+            self._seg_lines[active.name] = self._seg_lines.get(active.name, 0) + len(lines)
+            pending = self._pending
+            for rid in ids:
+                pending.pop(rid, None)
             self._group_lines -= len(lines)
             self._uncommitted -= len(group)
         if self._on_commit:
-            self._on_commit([e.record_id for e in group])
+            self._on_commit(ids)
 
     def _roll(self) -> None:
         """Commit, then start a new segment file."""
