@@ -24,9 +24,12 @@ from hermes.tiers.records import Record
 
 # a commit group closes at this size even while more records are queued: on disk small enough that
 # the syncer flushes one group while the writer encodes the next and large enough that fsyncs stay
-# few (this machine's ext4: 16 MiB in groups of 4 MiB cost 1.25 x the fsync time of one group); in
-# an object store, two PUTs per group instead of two per batch the queue delivers
+# few (this machine's ext4: 16 MiB in groups of 4 MiB cost 1.25 x the fsync time of one group)
 GROUP_BYTES = 4 << 20
+# in an object store, where each group costs two PUTs and a lease check whatever its size: 32 MiB of
+# ~23 KB records into SeaweedFS on loopback reached 0.39-0.42 of one plain PUT in groups of 4 MiB,
+# 0.50-0.53 in 8 and 0.55-0.59 in 16 (`bench_store_write`, alternated twice)
+OBJECT_GROUP_BYTES = 16 << 20
 BATCH_ITEMS = 256  # the most queue items a writer takes at once
 
 

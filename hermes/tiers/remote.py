@@ -10,7 +10,7 @@ Layout under the stream's prefix (`hermes.tiers.objects.ObjectStore` keys)::
     checkpoints/...                   level 1 and session state (`hermes.tiers.directory`)
 
 The writer encodes each record as it takes it into an open commit group, which closes at
-`hermes.tiers.ledger.GROUP_BYTES` (or a quarter of the capacity), when the queue runs dry, or before
+`hermes.tiers.ledger.OBJECT_GROUP_BYTES` (or a quarter of the capacity), when the queue runs dry, or before
 whatever must follow committed records (a removal, a job, a flush, a stop): two PUTs per group, not
 per batch the queue delivers. A commit is (1) put the group's segment object (a concatenation of records, each one complete
 safetensors file, as on disk), under a name no other writer can choose (sequence, epoch, random);
@@ -362,7 +362,7 @@ class RemoteStore(RecordLedger):
                     if kind == "rec":
                         record, prepare = payload
                         self._encode(group, self._prepare(record) if self._prepare and prepare else record)
-                        if group.offset >= min(ledger.GROUP_BYTES, max(1, self.capacity_bytes // 4)):
+                        if group.offset >= min(ledger.OBJECT_GROUP_BYTES, max(1, self.capacity_bytes // 4)):
                             group = self._commit(group)
                     elif kind == "call":
                         group = self._commit(group)  # what the job follows is durable before it runs
@@ -373,7 +373,7 @@ class RemoteStore(RecordLedger):
                 except BaseException as exc:  # kept and raised to the caller by add/flush/close
                     self._error = exc
             # one group spans every batch the queue delivers while this writer encodes (two PUTs per
-            # group, not per batch of `queue_size` records), up to GROUP_BYTES; a flush or stop commits
+            # group, not per batch of `queue_size` records), up to OBJECT_GROUP_BYTES; a flush or stop commits
             if self._error is None and (self._queue.empty() or any(kind != "rec" for kind, _ in batch)):
                 try:
                     group = self._commit(group)

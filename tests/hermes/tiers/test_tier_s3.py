@@ -286,13 +286,13 @@ def test_a_stale_writer_that_skips_its_lease_check_is_refused_by_the_store_itsel
 def test_a_commit_group_spans_the_batches_queued_while_the_writer_encodes(tmp_path, monkeypatch, group_bytes,
                                                                           segments):
     # two PUTs per group: records queued while the writer encodes join the open group however small
-    # the queue (here 4: one group per batch would make at least 10), until it reaches GROUP_BYTES
+    # the queue (here 4: one group per batch would make at least 10), until it reaches OBJECT_GROUP_BYTES
     import time
 
     from hermes.tiers import ledger
     from hermes.tiers.remote import RemoteStore
 
-    monkeypatch.setattr(ledger, "GROUP_BYTES", group_bytes)
+    monkeypatch.setattr(ledger, "OBJECT_GROUP_BYTES", group_bytes)
     encode, added = RemoteStore._encode, []
 
     def encode_slower_than_the_caller(self, group, record):  # as real records are: more arrive meanwhile
