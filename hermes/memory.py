@@ -363,6 +363,9 @@ class HermesPolicy(BudgetPolicy):
         self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
         # per layer, (token ids (n,), importance (n,)) carried across probes (accumulation sum / ema)
         self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
+        # the last pseudo-query by its texts, (local, global) -> (embeddings, local tokens): an evicting
+        # chunk asks for it before its prefill (`probe_queries`) and again in maintenance (`_attention`)
+        self._pseudo: tuple[tuple[str, str], torch.Tensor, int] | None = None
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The carried importance: ``running.<l>.ids`` and ``running.<l>.scores`` for each layer that has it."""
@@ -386,8 +389,11 @@ class HermesPolicy(BudgetPolicy):
         """
         global_text = self.last_question if (self.cfg.condition_on_question and self.last_question) \
             else self.cfg.global_query
-        local = self.model.question_embeds(self.cfg.local_query)
-        return torch.cat([local, self.model.question_embeds(global_text)]), local.shape[0]
+        texts = (self.cfg.local_query, global_text)
+        if self._pseudo is None or self._pseudo[0] != texts:
+            local = self.model.question_embeds(texts[0])
+            self._pseudo = texts, torch.cat([local, self.model.question_embeds(global_text)]), local.shape[0]
+        return self._pseudo[1], self._pseudo[2]
 
     def probe_queries(self, cache: HermesCache, n_new: int) -> torch.Tensor | None:
         return self._pseudo_query()[0] if self.evicts_after(cache, n_new) else None
