@@ -145,7 +145,8 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
     # metadata is formatted per record
     whole = packed_file(record)
     if whole is not None:
-        layout, buffers, num_layers = whole.layout, [memoryview(whole.data.numpy())], len(whole.tokens)
+        layout, buffers = whole.layout, [memoryview(whole.data.numpy())]
+        num_layers, h, d, dv = len(whole.tokens), whole.heads, whole.head_dim, whole.value_dim
     else:
         layout, buffers = [], []
         for name, t, shape in _file_tensors(record):
@@ -155,14 +156,12 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
                 buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
             layout.append((name, t.dtype, shape, size))
         layout, num_layers = tuple(layout), len(record.layers)
+        if record.layers:
+            first = record.layers[0]
+            h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]
+        else:
+            h = d = dv = 0
     tensor_entries, offset = _tensor_entries(layout)
-    if whole is not None:
-        h, d, dv = whole.heads, whole.head_dim, whole.value_dim
-    elif record.layers:
-        first = record.layers[0]
-        h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]
-    else:
-        h = d = dv = 0
     metadata = f'"__metadata__":{{"{_META_KEY}":{json.dumps(_meta_json(record, num_layers, h, d, dv))}}}'
     head = ("{" + tensor_entries + ("," if tensor_entries else "") + metadata + "}").encode()
     head += b" " * (-len(head) % 8)  # data starts 8-byte aligned, as the reference writer does

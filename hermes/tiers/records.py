@@ -393,7 +393,7 @@ def pack(record: Record, pin_memory: bool = False) -> Record:
                 sources[name] = record.embedding.detach().reshape(-1)
         elif name != "offsets" and (name not in _SCALES or layers[0].key_scale is not None):
             sources[name] = [getattr(l, name) for l in layers]
-    layout, shapes = [], {}
+    layout = []
     for name, src in sources.items():
         if isinstance(src, torch.Tensor):
             dtype, shape = (torch.float32 if name == "embedding" else src.dtype), tuple(src.shape)
@@ -403,7 +403,6 @@ def pack(record: Record, pin_memory: bool = False) -> Record:
             dtype, shape = torch.float32, (len(src), *src[0].shape)
         else:  # along the token axis
             dtype, shape = src[0].dtype, (*src[0].shape[:-1], ends[-1])
-        shapes[name] = shape
         layout.append((name, dtype, shape, torch.Size(shape).numel() * dtype.itemsize))
     data = torch.empty(sum(entry[3] for entry in layout), dtype=torch.uint8, pin_memory=pin_memory)
     views, at, whole = {}, 0, True
@@ -444,10 +443,12 @@ def pack(record: Record, pin_memory: bool = False) -> Record:
 
 def _fill(dst: torch.Tensor, pieces: list[torch.Tensor], dim: int | None) -> None:
     """Write `pieces` joined along `dim` (stacked along a new first axis if None) into host `dst`."""
-    if all(p.device.type == "cpu" for p in pieces) and all(p.dtype == dst.dtype for p in pieces):
-        (torch.stack(pieces, out=dst) if dim is None else torch.cat(pieces, dim=dim, out=dst))
-    else:  # joined on the source device, then one copy to the host
+    if not all(p.device.type == "cpu" and p.dtype == dst.dtype for p in pieces):  # joined on their device, one copy
         dst.copy_(torch.stack(pieces) if dim is None else torch.cat(pieces, dim=dim))
+    elif dim is None:
+        torch.stack(pieces, out=dst)
+    else:
+        torch.cat(pieces, dim=dim, out=dst)
 
 
 _PACKED = "_packed_fields"
