@@ -47,11 +47,6 @@ class BatchQueue:
                 raise queue.Empty
             return self._take(limit)
 
-    def take_nowait(self, limit: int) -> list:
-        """The items queued now (at most `limit`, oldest first); empty if there are none."""
-        with self._changed:
-            return self._take(limit) if self._items else []
-
     def _take(self, limit: int) -> list:
         items = self._items
         if len(items) <= limit:

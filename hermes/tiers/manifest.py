@@ -35,24 +35,12 @@ MANIFEST, SEGMENTS, SUFFIX = "manifest.jsonl", "segments", ".safetensors"
 
 def json_scalar(x: int | float | str) -> str:
     """``json.dumps(x)`` of one number or string, the same text, without the encoder's setup for
-    ints, finite floats and strings seen before (a record's line and header name two dozen of them)."""
-    kind = type(x)
-    if kind is int:
-        return int.__repr__(x)
-    if kind is float and math.isfinite(x):
+    ints and finite floats (a third of the time: a record's line and header name a dozen of them)."""
+    if type(x) is float and math.isfinite(x):
         return float.__repr__(x)  # what json writes for a finite float
-    if kind is str:
-        text = _JSON_STRINGS.get(x)
-        if text is None:
-            text = json.dumps(x)
-            if len(_JSON_STRINGS) < _JSON_STRINGS_MAX:  # kinds, dtypes, storages, segment names: a handful
-                _JSON_STRINGS[x] = text
-        return text
-    return json.dumps(x)  # bools, NaN and infinities, float and int subclasses
-
-
-_JSON_STRINGS: dict[str, str] = {}
-_JSON_STRINGS_MAX = 4096
+    if type(x) is int:
+        return int.__repr__(x)
+    return json.dumps(x)  # strings, bools, NaN and infinities, float and int subclasses
 
 
 @dataclass(frozen=True)
@@ -92,10 +80,8 @@ class Entry:
     def _line(self) -> bytes:  # computed once: the writer asks for it several times
         # the bytes of json.dumps(every field, separators=(",", ":")), from the place (segment, offset,
         # length, checksum) and the record's own fields, which a `placed` copy shares (one dumps per record)
-        digest = self.sha256
-        digest = f'"{digest}"' if digest.isalnum() and digest.isascii() else json.dumps(digest)  # hex needs no escapes
-        return (f'{{"op":"add","id":{self.record_id},"seg":{json_scalar(self.segment)},"off":{self.offset},'
-                f'"len":{self.length},"sha256":{digest},{self._record_fields}\n').encode()
+        return (f'{{"op":"add","id":{self.record_id},"seg":{json.dumps(self.segment)},"off":{self.offset},'
+                f'"len":{self.length},"sha256":{json.dumps(self.sha256)},{self._record_fields}\n').encode()
 
     @cached_property
     def _record_fields(self) -> str:

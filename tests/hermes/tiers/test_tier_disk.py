@@ -218,7 +218,7 @@ def test_json_scalar_writes_what_json_dumps_writes(x):
     from hermes.tiers.manifest import json_scalar
 
     assert json_scalar(x) == json.dumps(x)
-    assert json_scalar(x) == json.dumps(x)  # again: strings come from a cache the second time
+    assert json_scalar(x) == json.dumps(x)  # the same text on every call
 
 
 def test_a_commit_group_is_written_whole_and_reads_back(tmp_path):
