@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -313,6 +315,41 @@ def execute_run(plan: RunPlan, *, progress: bool,
 
 
 
+def stdin_lines() -> Iterable[bytes | str]:
+    """Lines typed on standard input, read from its file descriptor rather than `sys.stdin.buffer`.
+
+    The reader is a daemon thread that is still blocked reading when the run ends (at the end of a
+    file, say). Blocked in `BufferedReader.readline` it holds the reader's lock, and interpreter
+    shutdown, which flushes standard input, then aborts the process ("Fatal Python error:
+    _enter_buffered_busy", exit 134). `os.read` takes no lock. A stdin without a descriptor (a test's
+    StringIO) is iterated as it is.
+
+    Returns:
+        An iterable of lines, bytes (each ending in a newline but maybe the last) or str.
+    """
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object with no descriptor
+        return sys.stdin
+
+    def read() -> Iterator[bytes]:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:  # a terminal gone (EIO after a hang-up): the end of the input
+                chunk = b""
+            if not chunk:
+                if pending:
+                    yield pending
+                return
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                yield line + b"\n"
+
+    return read()
+
+
 class Utf8Lines:
     """Lines of a binary stream as text; a line that is not UTF-8 ends the input and is reported."""
 
@@ -373,7 +410,7 @@ def run_live_source(plan: RunPlan, model, source, questions: list[Question],
 
         def clock() -> float:
             return time.monotonic() - started + resumed_s
-    lines = Utf8Lines(getattr(sys.stdin, "buffer", sys.stdin)) if plan.interactive else None
+    lines = Utf8Lines(stdin_lines()) if plan.interactive else None
     inbox = QuestionInbox(lines, clock) if lines is not None else None
     if inbox is not None:
         print(f"streaming {source.describe()}: type a question and press Enter (Ctrl-D or Ctrl-C to stop)",

@@ -3,6 +3,8 @@
 import io
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from hermes.config import MemoryConfig
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, run_live
 from hermes.pipelines.session import Question, StreamingSession
+from hermes.pipelines.synthetic import write_synthetic_video
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model", "tiny-llava-onevision", "--set", "model.max_new_tokens=2"]
@@ -114,6 +117,51 @@ def test_interactive_cli_through_a_pipe(tmp_path):
     assert first["frames_seen"] <= second["frames_seen"]
     assert first["frames_seen"] <= first["at_s"] * 5 + 1  # only frames before the moment typed
     assert "stopped (input closed)" in err
+
+
+
+def read_terminal(fd: int, until: bytes, deadline: float) -> bytes:
+    """What the program writes on the pseudo-terminal `fd`, up to `until` (or its exit, or the deadline)."""
+    out = b""
+    while until not in out and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except OSError:  # EIO: the program exited and the terminal closed
+            break
+        if not data:
+            break
+        out += data
+    return out
+
+
+@pytest.mark.slow
+def test_interactive_file_in_a_terminal_ends_cleanly_at_its_end(tmp_path):
+    """The end of the file ends the REPL with exit 0 while the terminal stays open; it aborted with exit
+    134 and "Fatal Python error" when interpreter shutdown met the stdin reader blocked in its read."""
+    video = write_synthetic_video(tmp_path / "clip.mp4", duration_s=6.0, fps=10.0, size=(160, 120))
+    argv = [sys.executable, "-m", "hermes", "run", str(video), "--fps", "1", "--interactive", *TINY]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI, with the pseudo-terminal as its stdin, stdout and stderr
+        os.chdir(ROOT)
+        os.execvpe(argv[0], argv, env)
+    deadline = time.monotonic() + 120
+    try:
+        out = read_terminal(fd, b"type a question", deadline)
+        os.write(fd, b"What is on screen?\n")
+        out += read_terminal(fd, b"\x00never", deadline)  # everything, until it exits
+    finally:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "Fatal Python error" not in text and "Traceback" not in text, text
+    assert "Q: What is on screen?" in text and "stopped (end of source)" in text, text
 
 
 @pytest.mark.slow
