@@ -30,13 +30,14 @@ def check_source_spec(source: str) -> None:
 
     Raises:
         UsageError: an empty SOURCE.
-        SourceError: a path that does not exist, or is not a readable, complete video file.
+        SourceError: a path that does not exist, or is not a readable, complete video file (one FFmpeg
+            cannot open, such as a text file named .mp4, included).
     """
     if not source.strip():
         raise UsageError("SOURCE is empty: give a video file, an image folder, a webcam index or a stream URL")
     if "://" in source or source.strip().isdigit():
         return  # URLs and webcams are checked when opened (the scheme check is in open_source)
-    from hermes.pipelines.video_checks import check_file  # header reads only, no decoder
+    from hermes.pipelines.video_checks import check_file, probe_container  # no decoder, no torch
 
     path = Path(source).expanduser()
     if path.is_dir():
@@ -45,7 +46,7 @@ def check_source_spec(source: str) -> None:
         raise SourceError(f"source not found: {source} is not an existing file or folder; expected a video "
                           f"file, an image folder, a webcam index (0, 1, ...) or an rtsp://, rtmp:// or "
                           f"http(s):// URL")
-    check_file(path)
+    probe_container(check_file(path))
 
 
 @dataclass
