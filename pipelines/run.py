@@ -63,13 +63,15 @@ class RunPlan:
     resume: bool = False  # continue the stream saved in `memory_dir`
     memory_chosen: bool = False  # the user chose the memory: a live source keeps even an unbounded one
     read_only: bool = False  # answer from the stream another process writes into `memory_dir`; no source
+    to_end: bool = False  # keep streaming after the last question until the source ends
     notes: list[str] = field(default_factory=list)  # printed on stderr before the stream starts
 
 
 def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve_config: Callable[[], Any], *,
                 questions_file: str | None = None, ask_every: str | None = None,
                 reconnect_timeout: str | None = None, interactive: bool = False, memory_dir: str | None = None,
-                resume: bool = False, memory_chosen: bool = False, read_only: bool = False) -> RunPlan:
+                resume: bool = False, memory_chosen: bool = False, read_only: bool = False,
+                to_end: bool = False) -> RunPlan:
     """Every check `run` can make before importing torch.
 
     Args:
@@ -78,7 +80,7 @@ def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve
         resolve_config: builds the configuration (called after the question checks).
         questions_file: a JSONL questions file, or None.
         ask_every, reconnect_timeout: the flags' text in seconds, or None.
-        interactive, memory_dir, resume, memory_chosen, read_only: as `RunPlan`.
+        interactive, memory_dir, resume, memory_chosen, read_only, to_end: as `RunPlan`.
 
     Returns:
         The checked plan.
@@ -113,7 +115,7 @@ def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve
     if read_only and not questions:
         raise UsageError("--read-only answers questions: give --ask TEXT or --questions FILE")
     plan = RunPlan(resolve_config(), source or "", questions, ask_every_s, reconnect_s, interactive, memory_dir,
-                   resume, memory_chosen, read_only=read_only)
+                   resume, memory_chosen, read_only=read_only, to_end=to_end)
     if read_only:
         plan.cfg.memory.recall = True  # a follower answers from the writer's records: recall is the point
     from hermes.model_registry import resolve_source  # the registry and paths only: no torch
@@ -206,6 +208,12 @@ class ProgressBar:
             self.bar.total = self.bar.n  # the stream's real length: it ends at n/n, not short of an estimate
             self.bar.refresh()
             self.bar.close()
+
+
+def streams_to_end(plan: RunPlan) -> bool:
+    """Whether the stream goes on after its last question: `--to-end`, or a memory being built
+    (`--memory-dir`), which wants every frame."""
+    return plan.to_end or bool(plan.memory_dir)
 
 
 def check_memory_dir(memory_dir: str) -> None:
@@ -303,7 +311,7 @@ def execute_run(plan: RunPlan, *, progress: bool,
         timed_left = iter([q for q in ordered if q.at_s is not None])
         end_left = iter([q for q in ordered if q.at_s is None])
         try:
-            for answer in session.run(ordered, to_end=bool(plan.memory_dir)):
+            for answer in session.run(ordered, to_end=streams_to_end(plan)):
                 question = next(end_left if answer.at_s is None else timed_left)
                 if answer.frames_seen == 0 and answer.at_s is None:
                     raise SourceError(f"no frames could be read from {source.describe()} (re-download or "
@@ -419,8 +427,8 @@ def run_live_source(plan: RunPlan, model, source, questions: list[Question],
     schedule = QuestionSchedule(timed, plan.ask_every_s, untimed)
     try:
         reason = run_live(session, frames, clock=clock, pace=pace, schedule=schedule, inbox=inbox,
-                          on_answer=on_answer,
-                          chunk_frames=cfg.stream.live_chunk_frames)
+                          on_answer=on_answer, chunk_frames=cfg.stream.live_chunk_frames,
+                          to_end=streams_to_end(plan))
     finally:
         session.close()  # flushes the memory directory
     stats = source.stats

@@ -1,6 +1,7 @@
 """Live runs: typed and scheduled questions on the stream clock, over real sources and the CLI."""
 
 import io
+import itertools
 import json
 import os
 import pty
@@ -63,6 +64,36 @@ def test_answers_come_with_their_own_question_even_when_texts_repeat(tiny_model)
     run_live(session, source(), clock=lambda: now["t"], pace=False, schedule=schedule, inbox=None,
              on_answer=lambda a, q: got.append((a.question, a.at_s, q.id)), chunk_frames=2)
     assert got[:3] == [("same?", 0.5, "a"), ("tick?", 1.0, "t"), ("same?", 1.25, "b")]
+
+
+
+def test_a_live_run_ends_once_its_timed_questions_are_answered(tiny_model):
+    """Nothing left to ask (no typed input, no periodic question): the run stops at the frame that makes the
+    last question due, instead of streaming until the source ends; `to_end` keeps it going."""
+    taken = []
+
+    def endless():
+        for i in itertools.count():
+            if i >= 40:
+                raise AssertionError("kept streaming after the last question was answered")
+            taken.append(i)
+            yield Frame(i * 0.25, np.full((16, 16, 3), i, np.uint8), i)
+
+    got = []
+    session = StreamingSession(tiny_model, "full", (), max_new_tokens=1)
+    reason = run_live(session, endless(), clock=lambda: taken[-1] * 0.25, pace=False,
+                      schedule=QuestionSchedule([Question("q?", 1.0)]), inbox=None,
+                      on_answer=lambda a, q: got.append((a.question, a.at_s, a.frames_seen)), chunk_frames=2)
+    assert reason == "questions answered"
+    assert got == [("q?", 1.0, 4)]  # the frames at 0, 0.25, 0.5 and 0.75 s
+    assert len(taken) == 5  # the one at 1.0 s made the question due; none was read after it
+
+    frames = [Frame(i * 0.25, np.full((16, 16, 3), i, np.uint8), i) for i in range(12)]
+    session = StreamingSession(tiny_model, "full", (), max_new_tokens=1)
+    reason = run_live(session, iter(frames), clock=lambda: 3.0, pace=False,
+                      schedule=QuestionSchedule([Question("q?", 1.0)]), inbox=None,
+                      on_answer=lambda a, q: None, chunk_frames=2, to_end=True)
+    assert reason == "end of source" and len(session.encoded_t_s) == 12
 
 
 @pytest.mark.slow
@@ -198,6 +229,43 @@ def test_rtsp_server_gone_for_good_exits_3_after_the_deadline(own_rtsp_server): 
     last = err.strip().splitlines()[-1]
     assert last.startswith("hermes-video: error:") and "hunter2" not in err
     assert "Traceback" not in err
+
+
+
+def finish(proc: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
+    """The rest of `proc`'s stdout and stderr once it exits; killed if it has not after `timeout_s`."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"still running after {timeout_s} s: {err[-2000:]}") from None
+
+
+@pytest.mark.slow
+def test_a_live_run_stops_after_its_last_question_and_a_lost_stream_is_one_error_line():
+    """A stream whose timed questions are all answered exits 0 while the server still serves (it ran until the
+    stream was lost, then exited 3); with --to-end it streams on, and the loss is one error line (was two)."""
+    from live_fixtures import start_mjpeg_server
+
+    server = start_mjpeg_server(10.0)
+    try:
+        proc = hermes_cli("run", server.url, "--fps", "2", "--ask", "What now?", "--at", "1", "--json", *TINY)
+        out, err = finish(proc, 120)
+        assert proc.returncode == 0, err
+        assert [json.loads(line)["question"] for line in out.splitlines()] == ["What now?"]
+        assert "stopped (questions answered)" in err and server.running
+
+        proc = hermes_cli("run", server.url, "--fps", "2", "--ask", "What now?", "--at", "1", "--to-end",
+                          "--reconnect-timeout", "1", "--json", *TINY)
+        assert json.loads(proc.stdout.readline())["question"] == "What now?"
+        server.stop()  # the stream is lost for good after the answer: only --to-end was still reading it
+        out, err = finish(proc, 120)
+        assert proc.returncode == 3, err
+        assert err.count("could not reconnect") == 1, err
+        assert err.strip().splitlines()[-1].startswith("hermes-video: error: lost live stream"), err
+    finally:
+        server.stop()
 
 
 def test_live_source_needs_a_time_for_each_question(rtsp_server):  # noqa: F811
