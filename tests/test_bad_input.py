@@ -189,7 +189,6 @@ CASES = [
     # ---- pull / models / info
     (["pull"], 2, "the following arguments are required: MODEL"),
     (["pull", "smolvlm-500m"], 4, "unknown model 'smolvlm-500m' (did you mean"),
-    (["pull", "tiny-llava-onevision"], 4, "is builtin"),
     (["pull", "org/model", "--local-dir", "{file}"], 2, "--local-dir expects a directory, found a file"),
     (["models", "--bogus"], 2, "unrecognized arguments: --bogus"),
     (["info", "--bogus"], 2, "unrecognized arguments: --bogus"),

@@ -361,6 +361,19 @@ def test_pull_downloads_a_preset_at_a_revision_into_a_folder(tmp_path, capsys, m
     assert err.count("hermes-video: error:") == 1 and "second line" not in err and "Traceback" not in err
 
 
+def test_pull_of_a_builtin_model_is_a_no_op_that_says_so(capsys, monkeypatch):
+    """Exit 0 and nothing downloaded (it was exit 4, "nothing to pull", as if the name were wrong)."""
+    import huggingface_hub
+
+    def no_download(repo_id, **kwargs):
+        raise AssertionError(f"a builtin model was downloaded: {repo_id}")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    code, out, err = run_cli(capsys, "pull", "micro-llava-onevision")
+    assert code == 0, err
+    assert out == "" and "micro-llava-onevision is builtin" in err and "error" not in err
+
+
 def lay_out_hf_cache(cache: Path, repo_id: str, files: dict[str, bytes]) -> None:
     """A Hugging Face hub cache entry as huggingface_hub writes it: blobs, a snapshot of links, refs/main."""
     import hashlib
