@@ -115,7 +115,7 @@ CASES = [
     ([*R, "--set", "memory.recency_k=.nan"], 2, "memory.recency_k: expected a finite number"),
     ([*R, "--set", "memory.bands=[0.5, 0.6, 0.3]"], 2, "memory.bands: expected three fractions summing to 1"),
     ([*R, "--set", "memory.budget=40000"], 2, "does not fit the 32768 positions"),
-    ([*R, "--set", "memory.budgit=4"], 2, "unknown config key 'memory.budgit' (did you mean 'budget'?)"),
+    ([*R, "--set", "memory.budgit=4"], 2, "unknown config key 'memory.budgit' (did you mean 'memory.budget'?)"),
     ([*R, "--set", "budget"], 2, "--set expects key=value"),
     ([*R, "--memory", "hermes-5k"], 2, "unknown memory preset 'hermes-5k'"),
     ([*R, "--config", "{missing}"], 2, "config file not found"),

@@ -79,7 +79,7 @@ def test_the_recall_only_preset_answers_from_a_window_plus_what_it_recalls(video
     (None, ["--ask", "q", "--at", "60"], 2, "past the end of the video (6.00s)"),
     (None, ["--ask", "q", "--at", "1", "--at", "2"], 2, "already has --at 1"),
     (None, ["--at", "1", "--ask", "q"], 2, "--at 1 comes before any --ask"),
-    (None, ["--ask", "q", "--set", "stream.fsp=2"], 2, "unknown config key 'stream.fsp' (did you mean 'fps'?)"),
+    (None, ["--ask", "q", "--set", "stream.fsp=2"], 2, "unknown config key 'stream.fsp' (did you mean 'stream.fps'?)"),
     (None, [], 2, "no question to answer"),
 ])
 def test_bad_input_is_one_line_and_an_exit_code(video, tmp_path, capsys, make, argv_extra, code, message):
