@@ -101,12 +101,12 @@ def _headline(summary: dict, output: str) -> str:
     if "strict" in acc:
         parts.append(f"strict {pct(acc['strict']['overall'])}")
     missing = f"; videos missing: {cov['videos_missing']}" if cov["videos_missing"] else ""
-    limit = summary.get("limit") or {}
+    unreadable = f"; videos unreadable: {cov['videos_unreadable']}" if cov["videos_unreadable"] else ""
+    limit = summary.get("limit") or {}  # which cut made the denominator: lmms-eval's --limit counts questions
     cuts = [f"the first {what} ({flag})" if n == 1 else f"the first {n} {what}s ({flag})"
             for what, flag, n in (("video", "--limit", limit.get("videos")),
                                   ("question", "--limit-questions", limit.get("questions"))) if n is not None]
     limited = f"; limited to {' then '.join(cuts)}" if cuts else ""
-    unreadable = f"; videos unreadable: {cov['videos_unreadable']}" if cov["videos_unreadable"] else ""
     return (f"{summary['benchmark']}: {', '.join(parts)} ({cov['questions_answered']}/{cov['questions_expected']} "
             f"questions answered{missing}{unreadable}{limited})\nresults: {output}/summary.json, {output}/report.md")
 

@@ -57,12 +57,12 @@ from hermes.config import HermesConfig
 from hermes.errors import SourceError, UsageError
 
 from . import registry
+from .common import first_questions
 from .judge import Judge, JudgeConfig, build_judge
 from .metrics import questions_of
 from .parsing import score_reply
 from .prompts import Prompt, build_prompt
 from .record_frames import open_record_frames
-from .common import first_questions
 from .records import KIND_OPEN, KIND_PROACTIVE, BenchmarkQuestion, VideoRecord
 from .report import write_report
 from .results import SUMMARY_FILE, SampleLog, write_atomic
@@ -304,7 +304,8 @@ def default_output_dir(benchmark: str, cfg: HermesConfig) -> Path:
 
 
 def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None = None,
-             limit_questions: int | None = None, tasks: str | Sequence[str] | None = None, output_dir, resume: bool = False,
+             limit_questions: int | None = None, tasks: str | Sequence[str] | None = None, output_dir,
+             resume: bool = False,
              strict_videos: bool = False, progress: bool = True, model=None,
              judge: Judge | JudgeConfig | None = None, protocol: str = "official",
              parser_variant: str | None = None, shard: Shard | None = None, answer_missing: bool = True) -> dict:
