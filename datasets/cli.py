@@ -1,7 +1,8 @@
 """The `eval` command of `hermes-video`: run one benchmark and write its results.
 
     hermes-video eval ovo-bench --data-root ~/data/OVO-Bench --model llava-onevision-7b \\
-        --memory hermes-4k --output runs/ovo-hermes4k [--resume] [--limit 10] [--tasks EPM ASI]
+        --memory hermes-4k --output runs/ovo-hermes4k [--resume] [--limit 10] [--limit-questions 50] \\
+        [--tasks EPM ASI]
 
 `hermes/cli.py` registers it with `add_eval_parser(subparsers)`; `cmd_eval` is the handler. Only
 argparse and the preset layer are imported here, so `--help` stays instant; the runner (torch, transformers, decoders)
@@ -48,6 +49,8 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
                         "join the parts with eval merge")
     add_config_options(p, flags=("--device",), memory_default="full")
     p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N videos")
+    p.add_argument("--limit-questions", type=int, metavar="N",
+                   help="evaluate only the first N questions (lmms-eval's --limit counts these)")
     p.add_argument("--tasks", nargs="+", metavar="TASK",
                    help="task or group names to keep (space- or comma-separated), e.g. EPM ASI or backward")
     p.add_argument("--output", metavar="DIR",
@@ -99,8 +102,13 @@ def _headline(summary: dict, output: str) -> str:
         parts.append(f"strict {pct(acc['strict']['overall'])}")
     missing = f"; videos missing: {cov['videos_missing']}" if cov["videos_missing"] else ""
     unreadable = f"; videos unreadable: {cov['videos_unreadable']}" if cov["videos_unreadable"] else ""
+    limit = summary.get("limit") or {}  # which cut made the denominator: lmms-eval's --limit counts questions
+    cuts = [f"the first {what} ({flag})" if n == 1 else f"the first {n} {what}s ({flag})"
+            for what, flag, n in (("video", "--limit", limit.get("videos")),
+                                  ("question", "--limit-questions", limit.get("questions"))) if n is not None]
+    limited = f"; limited to {' then '.join(cuts)}" if cuts else ""
     return (f"{summary['benchmark']}: {', '.join(parts)} ({cov['questions_answered']}/{cov['questions_expected']} "
-            f"questions answered{missing}{unreadable})\nresults: {output}/summary.json, {output}/report.md")
+            f"questions answered{missing}{unreadable}{limited})\nresults: {output}/summary.json, {output}/report.md")
 
 
 def _check(args) -> int:
@@ -165,7 +173,8 @@ def cmd_eval(args) -> int:
     shard = parse_shard(args.shard) if args.shard else None
     if shard is not None and not args.output:
         output = f"{output}-shard{shard.index}of{shard.count}"
-    summary = run_eval(args.benchmark, args.data_root, cfg, limit=args.limit, tasks=tasks, output_dir=output,
+    summary = run_eval(args.benchmark, args.data_root, cfg, limit=args.limit, limit_questions=args.limit_questions,
+                       tasks=tasks, output_dir=output,
                        resume=args.resume, strict_videos=args.strict_videos, progress=not args.quiet,
                        judge=_judge_config(args), protocol=args.protocol, parser_variant=args.parser_variant,
                        shard=shard)

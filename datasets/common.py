@@ -461,6 +461,33 @@ def finish(
     return Loaded(records, issues)
 
 
+def first_questions(records: list[VideoRecord], limit: int | None) -> list[VideoRecord]:
+    """The first `limit` questions in file order (lmms-eval's `--limit` counts samples; ours, videos).
+
+    Args:
+        records: Selected videos, in file order; the last one kept is cut to its first questions.
+        limit: How many questions to keep; None keeps all.
+
+    Returns:
+        The videos holding those questions.
+
+    Raises:
+        UsageError: A limit that is not a positive integer.
+    """
+    if limit is None:
+        return records
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"expected --limit-questions to be a positive integer, found {limit!r}")
+    kept = []
+    for record in records:
+        if limit <= 0:
+            break
+        record.questions = record.questions[:limit]  # as `finish` does: the loader's records are this run's own
+        limit -= len(record.questions)
+        kept.append(record)
+    return kept
+
+
 def missing_videos(records: Iterable[VideoRecord]) -> list[str]:
     """Ids of the videos that are not on disk (their questions will count as missing)."""
     return [r.video_id for r in records if not r.available]

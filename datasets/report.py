@@ -196,6 +196,10 @@ def draw_plots(folder: Path, summary: Mapping, samples: Sequence[Mapping]) -> tu
             ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", linewidth=1, label=video)
         if len(shown) <= 8:
             ax.legend(fontsize="small")
+        # From zero: autoscaled, a bounded memory's flat series (a few bytes apart, or equal) filled the
+        # axis and its noise looked like swings; memory is read against nothing held.
+        top_mib = max(p[1] for _, points in shown for p in points)
+        ax.set_ylim(0, 1.1 * top_mib if top_mib > 0 else 1.0)
         streaming = summary["protocol"] == "streaming"
         ax.set_xlabel("question time (s)" if streaming else "question (order)")
         ax.set_ylabel("device KV memory (MiB)")

@@ -141,7 +141,7 @@ class SampleLog:
 
 # Manifest keys that say how much of a run to do, not which run it is: resuming with another value
 # continues the same samples (the loader's order is fixed, so a larger --limit only adds videos).
-EXTENT_KEYS = ("limit",)
+EXTENT_KEYS = ("limit", "limit_questions")
 
 
 def _check_same_run(manifest_path: Path, manifest: dict) -> bool:

@@ -57,6 +57,7 @@ from hermes.config import HermesConfig
 from hermes.errors import SourceError, UsageError
 
 from . import registry
+from .common import first_questions
 from .judge import Judge, JudgeConfig, build_judge
 from .metrics import questions_of
 from .parsing import score_reply
@@ -303,7 +304,8 @@ def default_output_dir(benchmark: str, cfg: HermesConfig) -> Path:
 
 
 def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None = None,
-             tasks: str | Sequence[str] | None = None, output_dir, resume: bool = False,
+             limit_questions: int | None = None, tasks: str | Sequence[str] | None = None, output_dir,
+             resume: bool = False,
              strict_videos: bool = False, progress: bool = True, model=None,
              judge: Judge | JudgeConfig | None = None, protocol: str = "official",
              parser_variant: str | None = None, shard: Shard | None = None, answer_missing: bool = True) -> dict:
@@ -314,6 +316,8 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         data_root: The benchmark's folder (annotations and videos).
         cfg: The resolved configuration (model, memory, stream); recorded in the results.
         limit: Evaluate at most this many videos (streams; questions for MVBench).
+        limit_questions: Then at most this many questions, the first in file order (as lmms-eval's
+            `--limit` counts).
         tasks: Task or group names to keep (see each loader).
         output_dir: Results folder (see results.py for its layout).
         resume: Continue the run recorded in `output_dir`.
@@ -351,7 +355,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         raise UsageError(f"{name} has no parser variant {parser_variant!r} (variants: {known})")
     loaded = spec.loader(data_root, tasks=tasks, limit=limit)
     issues = getattr(loaded, "issues", None)
-    records = select_shard(list(loaded), shard)
+    records = select_shard(first_questions(list(loaded), limit_questions), shard)
     missing = [r.video_id for r in records if not r.available]
     if strict_videos and missing:
         raise SourceError(f"{name}: video {missing[0]} is not under {data_root} ({len(missing)} of {len(records)} "
@@ -360,7 +364,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         judge = build_judge(judge)
     model_name = cfg.model.name if model is None else model.name
     manifest = {"benchmark": name, "model": model_name, "config": cfg.to_dict(), "protocol": protocol,
-                "parser_variant": parser_variant, "tasks": tasks, "limit": limit,
+                "parser_variant": parser_variant, "tasks": tasks, "limit": limit, "limit_questions": limit_questions,
                 "shard": None if shard is None else str(shard)}
     # The output folder is checked before the model loads: a wrong --output fails in a second.
     with SampleLog.open(output_dir, manifest, resume) as log:
@@ -398,6 +402,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
                 bar.close()
         videos = {"expected": len(records), "missing": missing, "unreadable": unreadable}
         summary = _summary(ctx, spec, records, videos, time.perf_counter() - started, issues, tasks, shard)
+        summary["limit"] = {"videos": limit, "questions": limit_questions}  # which cut made the denominator
     folder = Path(output_dir).expanduser()
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     write_atomic(folder / SUMMARY_FILE, text)

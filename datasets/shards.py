@@ -125,4 +125,5 @@ def merge_shards(parts: Sequence[str], output: str, data_root: str, progress: bo
     Path(handle.name).unlink()
     return run_eval(base["benchmark"], data_root, cfg, output_dir=output, resume=True, progress=False,
                     protocol=base.get("protocol", "official"), parser_variant=base.get("parser_variant"),
-                    answer_missing=False, tasks=base.get("tasks"), limit=base.get("limit"))
+                    answer_missing=False, tasks=base.get("tasks"), limit=base.get("limit"),
+                    limit_questions=base.get("limit_questions"))

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
-from hermes.errors import ConfigError, did_you_mean
+from hermes.errors import ConfigError, closest, did_you_mean
 
 
 # model names resolve in one place, the registry (configs/models/*.yaml): `auto`, the default memory preset
@@ -204,6 +204,23 @@ def _read_mapping(text: str, where: str) -> dict[str, Any]:
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
+# The words YAML 1.1 reads as booleans (`true`/`false` aside, the only ones YAML 1.2 keeps).
+_TRUE_WORDS = ("on", "yes", "y", "true")
+_FALSE_WORDS = ("off", "no", "n", "false")
+
+
+class _SetValueLoader(yaml.SafeLoader):
+    """YAML for a `--set` value with YAML 1.2's booleans (`true`, `false` only): `off`, `no`, `on` stay the
+    words typed, so a string key (`memory.recall_gate=off`) takes them; a bool key reads them as booleans."""
+
+
+_SetValueLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_SetValueLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                      list("tTfF"))
+
+
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
     """Check `value` against a field annotation: str, int, float, bool, a `Literal[...]` of allowed
     values, or a tuple of one of them. Floats must be finite.
@@ -219,14 +236,17 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         return tuple(_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is Literal:
         allowed = typing.get_args(annotation)
-        if isinstance(value, bool) and {"on", "off"} <= set(allowed):  # YAML 1.1 reads on/off as booleans
-            value = "on" if value else "off"
+        if isinstance(value, bool):  # YAML 1.1 (a --config file) reads on/off, yes/no as booleans: the word allowed
+            words = [w for w in (_TRUE_WORDS if value else _FALSE_WORDS) if w in allowed]
+            value = words[0] if len(words) == 1 else value
         if isinstance(value, bool) or value not in allowed:
             names = [str(a) for a in allowed]
             raise ConfigError(f"{where}: expected one of {', '.join(names)}, found {value!r}"
                               f"{did_you_mean(str(value), names)}")
         return value
     target = {"str": str, "int": int, "float": float, "bool": bool}.get(str(annotation), annotation)
+    if target is bool and isinstance(value, str) and value.lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.lower() in _TRUE_WORDS  # a --set word, which stays a word (`_SetValueLoader`)
     if target in (int, float) and isinstance(value, str) and _NUMBER_RE.match(value.strip()):
         number = float(value)
         value = int(number) if target is int and number.is_integer() and "." not in value else number
@@ -314,7 +334,9 @@ def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in names:
-            raise ConfigError(f"unknown config key {path!r}{did_you_mean(str(key), names)}")
+            match = closest(str(key), names)  # the whole key suggested, as it is typed after --set
+            hint = f" (did you mean {(f'{where}.{match}' if where else match)!r}?)" if match is not None else ""
+            raise ConfigError(f"unknown config key {path!r}{hint}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -334,7 +356,7 @@ def parse_set(item: str) -> dict[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set expects key=value (e.g. model.max_new_tokens=32), found {item!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_SetValueLoader) if raw.strip() else ""  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError:
         value = raw
     nested: dict[str, Any] = {}

@@ -13,8 +13,16 @@ from hermes.cli_args import add_common_options, check_output_path
 
 
 def cmd_pull(args) -> int:
+    """`pull MODEL`: download a checkpoint; a builtin model is already here (exit 0, as ollama's pull of a
+    model it has). Returns the exit code."""
+    from hermes.model_registry import model_entry
     from hermes.models.hub import hub_id_of, pull
 
+    entry = model_entry(args.model)
+    if entry is not None and entry.builtin:
+        print(f"{args.model} is builtin (shipped with the package, built offline): nothing to pull; "
+              f"hermes-video run VIDEO --model {args.model} ...", file=sys.stderr)
+        return 0
     hub_id = hub_id_of(args.model)
     if args.local_dir:
         check_output_path(args.local_dir, "--local-dir", directory=True)

@@ -66,7 +66,7 @@ def cmd_run(args) -> int:
                        lambda: config_from_args(args, default_memory=True), questions_file=args.questions,
                        ask_every=args.ask_every, reconnect_timeout=args.reconnect_timeout,
                        interactive=args.interactive, memory_dir=args.memory_dir, resume=args.resume,
-                       memory_chosen=memory_chosen(args), read_only=args.read_only)
+                       memory_chosen=memory_chosen(args), read_only=args.read_only, to_end=args.to_end)
     progress = sys.stderr.isatty() and not args.quiet
     config = plan.cfg.to_dict() if args.json else None
 
@@ -108,6 +108,9 @@ def add_run_parser(subparsers) -> argparse.ArgumentParser:
                      help="answer from the stream another process writes into --memory-dir (e.g. s3://...): "
                           "its last checkpoint plus recall over its records, followed as they arrive; "
                           "nothing is written")
+    run.add_argument("--to-end", action="store_true",
+                     help="keep streaming after the last question is answered, until the source ends (a live "
+                          "stream: until Ctrl-C); without it a run whose timed questions are all answered stops")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
     return run

@@ -11,8 +11,9 @@ Questions come from three places, all on the stream's clock:
 
 A question stamped t is answered from exactly the frames captured before t: frames still waiting in
 the chunk buffer with `t_s < t` are encoded first, later ones wait for the next chunk. The run ends
-when the source ends, when the typed input closes (Ctrl-D, or the end of a pipe), or on Ctrl-C or
-SIGTERM; each ends cleanly with every pending question answered. A signal only raises a flag
+when the source ends, when the typed input closes (Ctrl-D, or the end of a pipe), once nothing is left
+to ask (no typed input, no periodic question, every timed one answered; unless `to_end`), or on Ctrl-C
+or SIGTERM; each ends cleanly with every pending question answered. A signal only raises a flag
 (`hermes.pipelines.session.stop_on_signals`), honoured between chunks, so the chunk being encoded
 finishes whole and the session can checkpoint. A resumed session skips frames (and scheduled
 questions) at or before the last frame it had encoded.
@@ -147,6 +148,10 @@ class QuestionSchedule:
                 self._add_period(round(question.at_s / self._every_s) + 1)
         return due
 
+    def exhausted(self) -> bool:
+        """Whether every question has been asked (periodic ones never run out)."""
+        return not self._heap  # a periodic schedule always holds its next period's sentinel
+
     def pending(self) -> list[Question]:
         """Questions still waiting (periodic ones only up to the next period)."""
         return [d.question for d in sorted(self._heap) if d.question.text]
@@ -155,7 +160,7 @@ class QuestionSchedule:
 def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Callable[[], float], pace: bool,
              schedule: QuestionSchedule, inbox: QuestionInbox | None,
              on_answer: Callable[[Answer, Question], None],
-             chunk_frames: int = 4) -> str:
+             chunk_frames: int = 4, to_end: bool = False) -> str:
     """Stream `frames` into `session`, answering questions as they fall due.
 
     Args:
@@ -170,9 +175,11 @@ def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Calla
         on_answer: called with every answer as it is produced, and the question it answers (whose `id`
             is the asker's: two questions with the same text stay apart).
         chunk_frames: frames per chunk; small for live input so memory stays current.
+        to_end: keep streaming once the last question is answered, until the source ends (a stream
+            with no question at all, only building a memory, always does).
 
     Returns:
-        Why the run ended: "end of source", "input closed" or "interrupted".
+        Why the run ended: "end of source", "input closed", "questions answered" or "interrupted".
     """
     buffer: list[Frame] = []
 
@@ -192,6 +199,8 @@ def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Calla
                 schedule.add(question)
         answer([q for q in schedule.pop_due(t_s) if resumed_at is None or q.at_s > resumed_at])
 
+    # only timed questions can run out: typed input and periodic questions always have more to come
+    can_run_out = not to_end and inbox is None and not schedule.exhausted()
     reason = "end of source"
     with stop_on_signals(session, frames):
         try:
@@ -204,6 +213,9 @@ def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Calla
                     reason = "interrupted"
                     break
                 collect(frame.t_s)
+                if can_run_out and schedule.exhausted():
+                    reason = "questions answered"
+                    break
                 buffer.append(frame)
                 if len(buffer) >= chunk_frames:
                     session.ingest(buffer)

@@ -339,8 +339,7 @@ class LiveSource(FrameSource):
         message = (f"lost {self.name} at t={lost_t_s:.1f} s and could not reconnect within "
                    f"{self.reconnect_timeout_s:g} s ({attempts} attempts); check that the stream "
                    f"is running, or raise reconnect_timeout_s")
-        log.error("%s", message)
-        raise SourceError(message)
+        raise SourceError(message)  # not logged too: the consumer reports it (the CLI's one error line)
 
     def _put(self, frame: Frame, captured_at: float) -> None:
         with self._cond:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,13 +30,14 @@ def check_source_spec(source: str) -> None:
 
     Raises:
         UsageError: an empty SOURCE.
-        SourceError: a path that does not exist, or is not a readable, complete video file.
+        SourceError: a path that does not exist, or is not a readable, complete video file (one FFmpeg
+            cannot open, such as a text file named .mp4, included).
     """
     if not source.strip():
         raise UsageError("SOURCE is empty: give a video file, an image folder, a webcam index or a stream URL")
     if "://" in source or source.strip().isdigit():
         return  # URLs and webcams are checked when opened (the scheme check is in open_source)
-    from hermes.pipelines.video_checks import check_file  # header reads only, no decoder
+    from hermes.pipelines.video_checks import check_file, probe_container  # no decoder, no torch
 
     path = Path(source).expanduser()
     if path.is_dir():
@@ -43,7 +46,7 @@ def check_source_spec(source: str) -> None:
         raise SourceError(f"source not found: {source} is not an existing file or folder; expected a video "
                           f"file, an image folder, a webcam index (0, 1, ...) or an rtsp://, rtmp:// or "
                           f"http(s):// URL")
-    check_file(path)
+    probe_container(check_file(path))
 
 
 @dataclass
@@ -60,13 +63,15 @@ class RunPlan:
     resume: bool = False  # continue the stream saved in `memory_dir`
     memory_chosen: bool = False  # the user chose the memory: a live source keeps even an unbounded one
     read_only: bool = False  # answer from the stream another process writes into `memory_dir`; no source
+    to_end: bool = False  # keep streaming after the last question until the source ends
     notes: list[str] = field(default_factory=list)  # printed on stderr before the stream starts
 
 
 def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve_config: Callable[[], Any], *,
                 questions_file: str | None = None, ask_every: str | None = None,
                 reconnect_timeout: str | None = None, interactive: bool = False, memory_dir: str | None = None,
-                resume: bool = False, memory_chosen: bool = False, read_only: bool = False) -> RunPlan:
+                resume: bool = False, memory_chosen: bool = False, read_only: bool = False,
+                to_end: bool = False) -> RunPlan:
     """Every check `run` can make before importing torch.
 
     Args:
@@ -75,7 +80,7 @@ def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve
         resolve_config: builds the configuration (called after the question checks).
         questions_file: a JSONL questions file, or None.
         ask_every, reconnect_timeout: the flags' text in seconds, or None.
-        interactive, memory_dir, resume, memory_chosen, read_only: as `RunPlan`.
+        interactive, memory_dir, resume, memory_chosen, read_only, to_end: as `RunPlan`.
 
     Returns:
         The checked plan.
@@ -110,7 +115,7 @@ def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve
     if read_only and not questions:
         raise UsageError("--read-only answers questions: give --ask TEXT or --questions FILE")
     plan = RunPlan(resolve_config(), source or "", questions, ask_every_s, reconnect_s, interactive, memory_dir,
-                   resume, memory_chosen, read_only=read_only)
+                   resume, memory_chosen, read_only=read_only, to_end=to_end)
     if read_only:
         plan.cfg.memory.recall = True  # a follower answers from the writer's records: recall is the point
     from hermes.model_registry import resolve_source  # the registry and paths only: no torch
@@ -203,6 +208,12 @@ class ProgressBar:
             self.bar.total = self.bar.n  # the stream's real length: it ends at n/n, not short of an estimate
             self.bar.refresh()
             self.bar.close()
+
+
+def streams_to_end(plan: RunPlan) -> bool:
+    """Whether the stream goes on after its last question: `--to-end`, or a memory being built
+    (`--memory-dir`), which wants every frame."""
+    return plan.to_end or bool(plan.memory_dir)
 
 
 def check_memory_dir(memory_dir: str) -> None:
@@ -300,7 +311,7 @@ def execute_run(plan: RunPlan, *, progress: bool,
         timed_left = iter([q for q in ordered if q.at_s is not None])
         end_left = iter([q for q in ordered if q.at_s is None])
         try:
-            for answer in session.run(ordered, to_end=bool(plan.memory_dir)):
+            for answer in session.run(ordered, to_end=streams_to_end(plan)):
                 question = next(end_left if answer.at_s is None else timed_left)
                 if answer.frames_seen == 0 and answer.at_s is None:
                     raise SourceError(f"no frames could be read from {source.describe()} (re-download or "
@@ -311,6 +322,41 @@ def execute_run(plan: RunPlan, *, progress: bool,
             bar.close()
         return None
 
+
+
+def stdin_lines() -> Iterable[bytes | str]:
+    """Lines typed on standard input, read from its file descriptor rather than `sys.stdin.buffer`.
+
+    The reader is a daemon thread that is still blocked reading when the run ends (at the end of a
+    file, say). Blocked in `BufferedReader.readline` it holds the reader's lock, and interpreter
+    shutdown, which flushes standard input, then aborts the process ("Fatal Python error:
+    _enter_buffered_busy", exit 134). `os.read` takes no lock. A stdin without a descriptor (a test's
+    StringIO) is iterated as it is.
+
+    Returns:
+        An iterable of lines, bytes (each ending in a newline but maybe the last) or str.
+    """
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object with no descriptor
+        return sys.stdin
+
+    def read() -> Iterator[bytes]:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:  # a terminal gone (EIO after a hang-up): the end of the input
+                chunk = b""
+            if not chunk:
+                if pending:
+                    yield pending
+                return
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                yield line + b"\n"
+
+    return read()
 
 
 class Utf8Lines:
@@ -373,7 +419,7 @@ def run_live_source(plan: RunPlan, model, source, questions: list[Question],
 
         def clock() -> float:
             return time.monotonic() - started + resumed_s
-    lines = Utf8Lines(getattr(sys.stdin, "buffer", sys.stdin)) if plan.interactive else None
+    lines = Utf8Lines(stdin_lines()) if plan.interactive else None
     inbox = QuestionInbox(lines, clock) if lines is not None else None
     if inbox is not None:
         print(f"streaming {source.describe()}: type a question and press Enter (Ctrl-D or Ctrl-C to stop)",
@@ -381,8 +427,8 @@ def run_live_source(plan: RunPlan, model, source, questions: list[Question],
     schedule = QuestionSchedule(timed, plan.ask_every_s, untimed)
     try:
         reason = run_live(session, frames, clock=clock, pace=pace, schedule=schedule, inbox=inbox,
-                          on_answer=on_answer,
-                          chunk_frames=cfg.stream.live_chunk_frames)
+                          on_answer=on_answer, chunk_frames=cfg.stream.live_chunk_frames,
+                          to_end=streams_to_end(plan))
     finally:
         session.close()  # flushes the memory directory
     stats = source.stats

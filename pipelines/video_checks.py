@@ -1,7 +1,8 @@
 """Checks on a video file before and after a decoder tries it, and their one-line errors.
 
 A few header reads of the MP4/MOV box layout catch what decoders report badly or not at all: a
-truncated file (OpenCV just stops early), a container with no tracks, an empty file.
+truncated file (OpenCV just stops early), a container with no tracks, an empty file; one open by
+OpenCV's FFmpeg (`probe_container`) catches a file that is no video at all, before the model loads.
 """
 
 from __future__ import annotations
@@ -105,6 +106,35 @@ def check_file(path: str | os.PathLike) -> Path:
             "file, e.g. an interrupted download or recording; re-download or re-encode it)"
         )
     return file
+
+
+def probe_container(file: Path) -> None:
+    """Refuse a file no demuxer recognises (a text file named `.mp4`) before any decoder or model loads.
+
+    An MP4/MOV whose header lists tracks is left to the decoder. Anything else is opened once with
+    OpenCV's FFmpeg: milliseconds and no torch, where decord would only fail after the model had
+    loaded, and print its own log line on the way.
+
+    Args:
+        file: a file `check_file` accepted.
+
+    Raises:
+        SourceError: FFmpeg cannot open it as a video (the message of `unreadable_error`).
+    """
+    layout = scan_mp4(file)
+    if layout is not None and layout.tracks:
+        return
+    import cv2  # before decord, as everywhere (hermes.pipelines.sources: their bundled zlibs clash)
+
+    if not cv2.videoio_registry.hasBackend(cv2.CAP_FFMPEG):  # a build without FFmpeg: leave it to the reader
+        return
+    capture = cv2.VideoCapture(str(file), cv2.CAP_FFMPEG)
+    try:
+        opened = capture.isOpened()
+    finally:
+        capture.release()
+    if not opened:
+        raise unreadable_error(file, None)
 
 
 def unreadable_error(file: Path, reason: str | None) -> SourceError:

@@ -31,12 +31,14 @@ def files(tmp_path_factory):
         "latin1_yaml": root / "latin1.yaml",
         "mp4_dir": root / "dir.mp4",
         "missing": root / "missing.mp4",
+        "text_mp4": root / "notes.mp4",
         "nowhere": root / "no" / "such" / "folder" / "out.json",
     }
     paths["dir"].mkdir()
     paths["yaml_dir"].mkdir()
     paths["mp4_dir"].mkdir()
     paths["file"].write_text("not a directory\n")
+    paths["text_mp4"].write_text("this is not a video\n" * 20)
     paths["latin1"].write_bytes('{"question": "caf\xe9?"}\n'.encode("latin-1"))
     paths["badkey"].write_text('{"question": "what?", "at": 2}\n')
     paths["bad_yaml"].write_text("memory: [unclosed\n")
@@ -113,7 +115,7 @@ CASES = [
     ([*R, "--set", "memory.recency_k=.nan"], 2, "memory.recency_k: expected a finite number"),
     ([*R, "--set", "memory.bands=[0.5, 0.6, 0.3]"], 2, "memory.bands: expected three fractions summing to 1"),
     ([*R, "--set", "memory.budget=40000"], 2, "does not fit the 32768 positions"),
-    ([*R, "--set", "memory.budgit=4"], 2, "unknown config key 'memory.budgit' (did you mean 'budget'?)"),
+    ([*R, "--set", "memory.budgit=4"], 2, "unknown config key 'memory.budgit' (did you mean 'memory.budget'?)"),
     ([*R, "--set", "budget"], 2, "--set expects key=value"),
     ([*R, "--memory", "hermes-5k"], 2, "unknown memory preset 'hermes-5k'"),
     ([*R, "--config", "{missing}"], 2, "config file not found"),
@@ -187,7 +189,6 @@ CASES = [
     # ---- pull / models / info
     (["pull"], 2, "the following arguments are required: MODEL"),
     (["pull", "smolvlm-500m"], 4, "unknown model 'smolvlm-500m' (did you mean"),
-    (["pull", "tiny-llava-onevision"], 4, "is builtin"),
     (["pull", "org/model", "--local-dir", "{file}"], 2, "--local-dir expects a directory, found a file"),
     (["models", "--bogus"], 2, "unrecognized arguments: --bogus"),
     (["info", "--bogus"], 2, "unrecognized arguments: --bogus"),
@@ -247,6 +248,8 @@ print(json.dumps({"code": code, "heavy_at_raise": seen}))
 
 EARLY = [
     (["run", "{missing}", "--ask", "q"], 3),
+    (["run", "{text_mp4}", "--ask", "q"], 3),
+    (["run", "{file}", "--ask", "q"], 3),
     (["run", "", "--ask", "q"], 2),
     (["run", "{video}", "--ask", "q", "--fps", "0"], 2),
     (["run", "{video}", "--ask", "q", "--ask", "r", "--at", "-1"], 2),
@@ -292,6 +295,16 @@ def test_decoder_noise_stays_off_stderr(tmp_path):
     assert result.stderr.count("\n") == 1 and "truncated or corrupt" in result.stderr, result.stderr[:500]
     debug = subprocess.run(argv + ["--log-level", "debug"], capture_output=True, text=True, env=offline_env())
     assert debug.returncode == 3 and debug.stderr.count("\n") > 1  # asked for: the decoder's own messages
+
+
+def test_a_text_file_named_mp4_is_one_line_with_no_decoder_log(files):
+    """Refused before the model (and decord) load: stderr, read at the descriptor, is our line alone;
+    decord's own "ERROR opening" line leaked there when the file reached it."""
+    result = subprocess.run([sys.executable, "-m", "hermes", "run", str(files["text_mp4"]), *TINY, "--ask", "q"],
+                            capture_output=True, text=True, env=offline_env())
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("hermes-video: error: not a readable video:"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
 
 
 def test_more_bad_values_are_one_line_errors(tmp_path, capsys, monkeypatch):

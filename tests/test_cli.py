@@ -79,7 +79,7 @@ def test_the_recall_only_preset_answers_from_a_window_plus_what_it_recalls(video
     (None, ["--ask", "q", "--at", "60"], 2, "past the end of the video (6.00s)"),
     (None, ["--ask", "q", "--at", "1", "--at", "2"], 2, "already has --at 1"),
     (None, ["--at", "1", "--ask", "q"], 2, "--at 1 comes before any --ask"),
-    (None, ["--ask", "q", "--set", "stream.fsp=2"], 2, "unknown config key 'stream.fsp' (did you mean 'fps'?)"),
+    (None, ["--ask", "q", "--set", "stream.fsp=2"], 2, "unknown config key 'stream.fsp' (did you mean 'stream.fps'?)"),
     (None, [], 2, "no question to answer"),
 ])
 def test_bad_input_is_one_line_and_an_exit_code(video, tmp_path, capsys, make, argv_extra, code, message):
@@ -359,6 +359,19 @@ def test_pull_downloads_a_preset_at_a_revision_into_a_folder(tmp_path, capsys, m
     code, out, err = run_cli(capsys, "pull", "Org/Model")
     assert code == 4 and "cannot download 'Org/Model': OSError (We couldn't connect to the hub)" in err
     assert err.count("hermes-video: error:") == 1 and "second line" not in err and "Traceback" not in err
+
+
+def test_pull_of_a_builtin_model_is_a_no_op_that_says_so(capsys, monkeypatch):
+    """Exit 0 and nothing downloaded (it was exit 4, "nothing to pull", as if the name were wrong)."""
+    import huggingface_hub
+
+    def no_download(repo_id, **kwargs):
+        raise AssertionError(f"a builtin model was downloaded: {repo_id}")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    code, out, err = run_cli(capsys, "pull", "micro-llava-onevision")
+    assert code == 0, err
+    assert out == "" and "micro-llava-onevision is builtin" in err and "error" not in err
 
 
 def lay_out_hf_cache(cache: Path, repo_id: str, files: dict[str, bytes]) -> None:

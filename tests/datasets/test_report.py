@@ -75,3 +75,27 @@ def test_report_without_matplotlib_says_so_in_one_line(tmp_path, monkeypatch):
     text = write_report(tmp_path, summary("offline"), SAMPLES).read_text()
     assert "- plots skipped: matplotlib is not installed (pip install matplotlib)" in text
     assert ".png" not in text and not list(tmp_path.glob("*.png"))
+
+
+def test_a_flat_memory_series_is_drawn_flat(tmp_path, monkeypatch):
+    """A bounded memory's series, equal or a byte apart, gets y-limits from 0 past its value: autoscaled, the
+    byte filled the axis (99.99999995..100.000001 MiB) and the line looked like it swung."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    limits = {}
+    savefig = Figure.savefig
+
+    def record(fig, path, **kwargs):
+        limits[Path(path).name] = fig.axes[0].get_ylim()
+        return savefig(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    for extra_bytes in (0, 1):
+        samples = [{"video_id": "v1", "at_s": float(t), "memory": {"hbm_bytes": 100 * 2**20 + extra_bytes * (t == 2)}}
+                   for t in range(1, 4)]
+        write_report(tmp_path, summary(), samples)
+        low, high = limits[MEMORY_PLOT]
+        assert low <= 0 and 105 <= high <= 200, (extra_bytes, low, high)  # the line sits flat, well inside

@@ -337,6 +337,23 @@ def test_cli_eval(ovo_root, tmp_path, capsys):
     assert run_cli(*base, "--tasks", "EMP") == 2  # unknown task
 
 
+
+def test_cli_eval_limits_questions_as_lmms_eval_does_and_says_which_limit(ovo_root, tmp_path, capsys):
+    """--limit counts videos (a.mp4 holds 4 questions); --limit-questions counts questions, and the summary
+    line names the cut that made its denominator."""
+    settings = [a for s in SETTINGS for a in ("--set", s)]
+    base = ["ovo-bench", "--data-root", str(ovo_root), "--model", "tiny-llava-onevision", *settings, "--quiet"]
+    assert run_cli(*base, "--output", str(tmp_path / "q"), "--limit-questions", "3") == 0
+    headline = capsys.readouterr().out
+    assert "(3/3 questions answered; limited to the first 3 questions (--limit-questions))" in headline, headline
+    samples = read_samples(tmp_path / "q")
+    assert sorted(s["qid"] for s in samples) == ["ovo-1", "ovo-2", "ovo-3-0"]  # entries 1, 2, 3's first probe
+    assert json.loads((tmp_path / "q" / "summary.json").read_text())["limit"] == {"videos": None, "questions": 3}
+    assert run_cli(*base, "--output", str(tmp_path / "v"), "--limit", "1") == 0
+    assert "(4/4 questions answered; limited to the first video (--limit))" in capsys.readouterr().out
+    assert run_cli(*base, "--output", str(tmp_path / "z"), "--limit-questions", "0") == 2
+
+
 @pytest.mark.slow
 def test_ovo_official_protocol_feeds_the_clip_up_to_ceil_t(ovo_root, cfg, tiny_model, tmp_path):
     summary = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path, model=tiny_model, progress=False)

@@ -59,8 +59,9 @@ def test_a_non_preset_model_name_is_kept_for_the_loader():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("model.max_new_token=3", "unknown config key 'model.max_new_token' (did you mean 'max_new_tokens'?)"),
+    ("model.max_new_token=3", "unknown config key 'model.max_new_token' (did you mean 'model.max_new_tokens'?)"),
     ("strem.fps=1", "unknown config key 'strem' (did you mean 'stream'?)"),
+    ("memory.budgt=4", "unknown config key 'memory.budgt' (did you mean 'memory.budget'?)"),  # the key to type
     ("stream.fps=fast", "stream.fps: expected float, found 'fast'"),
     ("model.trust_remote_code=3", "expected bool"),
     ("model=3", "model: expected a mapping"),
@@ -92,6 +93,19 @@ def test_parse_set_reads_yaml_scalars():
     assert parse_set("a.b=3") == {"a": {"b": 3}}
     assert parse_set("a=true") == {"a": True}
     assert parse_set("a=hello world") == {"a": "hello world"}
+
+
+def test_a_word_yaml_1_1_reads_as_a_boolean_is_taken_as_typed_by_a_string_key(tmp_path):
+    """`--set memory.recall_gate=off` was refused (YAML read `off` as false); a bool key still takes on/off."""
+    cfg = build_config(overrides=["memory.recall_gate=above_frames", "memory.recall_gate=off", "memory.summary=off",
+                                  "memory.recall=yes"]).memory
+    assert (cfg.recall_gate, cfg.summary, cfg.recall) == ("off", False, True)
+    f = tmp_path / "gate.yaml"
+    f.write_text("memory:\n  recall_gate: off\n")  # a file is YAML 1.1: the boolean maps back to the word allowed
+    assert build_config(config_file=f).memory.recall_gate == "off"
+    with pytest.raises(ConfigError, match="memory.recall_gate: expected one of off, above_frames, above_level1, "
+                                          "found 'on'"):
+        build_config(overrides=["memory.recall_gate=on"])
 
 
 def test_memory_options_default_to_the_reference_and_take_only_their_choices():

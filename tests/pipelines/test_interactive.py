@@ -1,8 +1,11 @@
 """Live runs: typed and scheduled questions on the stream clock, over real sources and the CLI."""
 
 import io
+import itertools
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -18,6 +21,7 @@ from hermes.config import MemoryConfig
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.interactive import QuestionInbox, QuestionSchedule, run_live
 from hermes.pipelines.session import Question, StreamingSession
+from hermes.pipelines.synthetic import write_synthetic_video
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model", "tiny-llava-onevision", "--set", "model.max_new_tokens=2"]
@@ -60,6 +64,36 @@ def test_answers_come_with_their_own_question_even_when_texts_repeat(tiny_model)
     run_live(session, source(), clock=lambda: now["t"], pace=False, schedule=schedule, inbox=None,
              on_answer=lambda a, q: got.append((a.question, a.at_s, q.id)), chunk_frames=2)
     assert got[:3] == [("same?", 0.5, "a"), ("tick?", 1.0, "t"), ("same?", 1.25, "b")]
+
+
+
+def test_a_live_run_ends_once_its_timed_questions_are_answered(tiny_model):
+    """Nothing left to ask (no typed input, no periodic question): the run stops at the frame that makes the
+    last question due, instead of streaming until the source ends; `to_end` keeps it going."""
+    taken = []
+
+    def endless():
+        for i in itertools.count():
+            if i >= 40:
+                raise AssertionError("kept streaming after the last question was answered")
+            taken.append(i)
+            yield Frame(i * 0.25, np.full((16, 16, 3), i, np.uint8), i)
+
+    got = []
+    session = StreamingSession(tiny_model, "full", (), max_new_tokens=1)
+    reason = run_live(session, endless(), clock=lambda: taken[-1] * 0.25, pace=False,
+                      schedule=QuestionSchedule([Question("q?", 1.0)]), inbox=None,
+                      on_answer=lambda a, q: got.append((a.question, a.at_s, a.frames_seen)), chunk_frames=2)
+    assert reason == "questions answered"
+    assert got == [("q?", 1.0, 4)]  # the frames at 0, 0.25, 0.5 and 0.75 s
+    assert len(taken) == 5  # the one at 1.0 s made the question due; none was read after it
+
+    frames = [Frame(i * 0.25, np.full((16, 16, 3), i, np.uint8), i) for i in range(12)]
+    session = StreamingSession(tiny_model, "full", (), max_new_tokens=1)
+    reason = run_live(session, iter(frames), clock=lambda: 3.0, pace=False,
+                      schedule=QuestionSchedule([Question("q?", 1.0)]), inbox=None,
+                      on_answer=lambda a, q: None, chunk_frames=2, to_end=True)
+    assert reason == "end of source" and len(session.encoded_t_s) == 12
 
 
 @pytest.mark.slow
@@ -116,6 +150,51 @@ def test_interactive_cli_through_a_pipe(tmp_path):
     assert "stopped (input closed)" in err
 
 
+
+def read_terminal(fd: int, until: bytes, deadline: float) -> bytes:
+    """What the program writes on the pseudo-terminal `fd`, up to `until` (or its exit, or the deadline)."""
+    out = b""
+    while until not in out and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except OSError:  # EIO: the program exited and the terminal closed
+            break
+        if not data:
+            break
+        out += data
+    return out
+
+
+@pytest.mark.slow
+def test_interactive_file_in_a_terminal_ends_cleanly_at_its_end(tmp_path):
+    """The end of the file ends the REPL with exit 0 while the terminal stays open; it aborted with exit
+    134 and "Fatal Python error" when interpreter shutdown met the stdin reader blocked in its read."""
+    video = write_synthetic_video(tmp_path / "clip.mp4", duration_s=6.0, fps=10.0, size=(160, 120))
+    argv = [sys.executable, "-m", "hermes", "run", str(video), "--fps", "1", "--interactive", *TINY]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI, with the pseudo-terminal as its stdin, stdout and stderr
+        os.chdir(ROOT)
+        os.execvpe(argv[0], argv, env)
+    deadline = time.monotonic() + 120
+    try:
+        out = read_terminal(fd, b"type a question", deadline)
+        os.write(fd, b"What is on screen?\n")
+        out += read_terminal(fd, b"\x00never", deadline)  # everything, until it exits
+    finally:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "Fatal Python error" not in text and "Traceback" not in text, text
+    assert "Q: What is on screen?" in text and "stopped (end of source)" in text, text
+
+
 @pytest.mark.slow
 def test_rtsp_stream_answers_periodic_questions_and_stops_on_ctrl_c(rtsp_server):  # noqa: F811
     proc = hermes_cli("run", rtsp_server.url, "--fps", "4", "--ask-every", "1", "--ask", "What now?", "--json", *TINY)
@@ -150,6 +229,43 @@ def test_rtsp_server_gone_for_good_exits_3_after_the_deadline(own_rtsp_server): 
     last = err.strip().splitlines()[-1]
     assert last.startswith("hermes-video: error:") and "hunter2" not in err
     assert "Traceback" not in err
+
+
+
+def finish(proc: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
+    """The rest of `proc`'s stdout and stderr once it exits; killed if it has not after `timeout_s`."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"still running after {timeout_s} s: {err[-2000:]}") from None
+
+
+@pytest.mark.slow
+def test_a_live_run_stops_after_its_last_question_and_a_lost_stream_is_one_error_line():
+    """A stream whose timed questions are all answered exits 0 while the server still serves (it ran until the
+    stream was lost, then exited 3); with --to-end it streams on, and the loss is one error line (was two)."""
+    from live_fixtures import start_mjpeg_server
+
+    server = start_mjpeg_server(10.0)
+    try:
+        proc = hermes_cli("run", server.url, "--fps", "2", "--ask", "What now?", "--at", "1", "--json", *TINY)
+        out, err = finish(proc, 120)
+        assert proc.returncode == 0, err
+        assert [json.loads(line)["question"] for line in out.splitlines()] == ["What now?"]
+        assert "stopped (questions answered)" in err and server.running
+
+        proc = hermes_cli("run", server.url, "--fps", "2", "--ask", "What now?", "--at", "1", "--to-end",
+                          "--reconnect-timeout", "1", "--json", *TINY)
+        assert json.loads(proc.stdout.readline())["question"] == "What now?"
+        server.stop()  # the stream is lost for good after the answer: only --to-end was still reading it
+        out, err = finish(proc, 120)
+        assert proc.returncode == 3, err
+        assert err.count("could not reconnect") == 1, err
+        assert err.strip().splitlines()[-1].startswith("hermes-video: error: lost live stream"), err
+    finally:
+        server.stop()
 
 
 def test_live_source_needs_a_time_for_each_question(rtsp_server):  # noqa: F811
