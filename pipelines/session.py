@@ -319,7 +319,8 @@ class StreamingSession:
 
         Args:
             question: the question text.
-            options: multiple-choice options (lettered A, B, ... in the prompt).
+            options: multiple-choice options (lettered A, B, ... in the prompt); the answer is then
+                the letter of one of them, decoding restricted to the offered letters (one token).
             at: stream time in seconds; frames with `t_s < at` are encoded first. Must not go
                 back before frames already encoded.
             answer_prefix: text the answer starts with (a benchmark's "Best option:(");
@@ -354,10 +355,17 @@ class StreamingSession:
         try:
             if self.recall and self.lower is not None:
                 recall = self.lower.recall(cache, prompt)  # an answer-time view: rewound below
-            generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text)
+            if options:  # the answer is one of the offered letters, never free text
+                letters = self.model.letter_token_ids(OPTION_LETTERS[:len(options)])
+                generation = self.model.generate_greedy(prompt, cache, 1, on_text=on_text,
+                                                        first_token_ids=list(letters))
+                text = letters[generation.token_ids[0]]
+            else:
+                generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text)
+                text = generation.text
         finally:
             cache.rewind(mark)
-        return Answer(question=question, answer=generation.text, at_s=at, frames_seen=len(self.encoded_t_s),
+        return Answer(question=question, answer=text, at_s=at, frames_seen=len(self.encoded_t_s),
                       last_frame_t_s=self.encoded_t_s[-1] if self.encoded_t_s else None,
                       ttft_ms=generation.ttft_ms, latency_ms=generation.latency_ms,
                       memory=self.memory_stats(), options=options,
