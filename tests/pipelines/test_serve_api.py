@@ -224,3 +224,25 @@ def test_only_loopback_binds_without_a_key(monkeypatch):
             check_settings(ServeSettings(host=host))
     monkeypatch.setenv("HERMES_API_KEY", "k" * 20)
     assert check_settings(ServeSettings(host="0.0.0.0")).api_key == "k" * 20
+
+
+def test_the_pages_fps_box_allows_every_rate_the_api_takes():
+    """Without a browser (test_serve_page.py checks it in chromium): the box's step does not restrict
+    the value and its range is the API's (0, MAX_FPS]."""
+    from html.parser import HTMLParser
+
+    from hermes.pipelines.serve.app import STATIC
+    from hermes.pipelines.serve.registry import MAX_FPS
+
+    class FpsInput(HTMLParser):
+        attrs: dict = {}
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "input" and dict(attrs).get("id") == "fps":
+                self.attrs = dict(attrs)
+
+    parser = FpsInput()
+    parser.feed((STATIC / "index.html").read_text())
+    fps = parser.attrs
+    assert fps["type"] == "number" and fps["step"] == "any"
+    assert 0 < float(fps["min"]) <= 0.1 and float(fps["max"]) == MAX_FPS
