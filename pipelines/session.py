@@ -108,6 +108,7 @@ class StreamingSession:
         resume: continue the stream saved in `memory_dir`.
         read_only: follow a stream another process writes into `memory_dir`: restore its last
             checkpoint, recall from its records, write nothing.
+        on_close: called once by the first `close` (`hermes.open` releases its video this way).
 
     Raises:
         ConfigError: an unknown memory policy or invalid memory settings.
@@ -116,7 +117,8 @@ class StreamingSession:
     def __init__(self, model: VLMAdapter, memory: MemoryConfig | str = "full", source: Iterable[Frame] = (),
                  *, chunk_frames: int = 16, max_new_tokens: int = 64, progress: bool = False,
                  total_frames: int | None = None, memory_dir: str | Path | None = None,
-                 resume: bool = False, read_only: bool = False) -> None:
+                 resume: bool = False, read_only: bool = False,
+                 on_close: Callable[[], None] | None = None) -> None:
         if chunk_frames < 1:
             raise ConfigError(f"stream.chunk_frames must be at least 1, found {chunk_frames}")
         if resume and memory_dir is None:
@@ -136,6 +138,7 @@ class StreamingSession:
         self._pending: Frame | None = None  # read from the source but belongs to a later question
         self._exhausted = False
         self._progress = None
+        self._on_close = on_close
         self.lower = None  # levels 2 and 3 (hermes.lower.LowerLevels), with a memory directory or recall
         if memory_dir is not None or memory_cfg.recall:
             from hermes.lower import LowerLevels
@@ -405,8 +408,22 @@ class StreamingSession:
                         self.encoded_t_s[-1] if self.encoded_t_s else 0.0, unanswered)
         self.close()
 
+    def __enter__(self) -> StreamingSession:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def close(self) -> None:
-        """End the session: a last checkpoint, levels 2 and 3 flushed (safe to call twice)."""
+        """End the session: a last checkpoint, levels 2 and 3 flushed, `on_close` called (safe to call twice)."""
+        on_close, self._on_close = self._on_close, None
+        try:
+            self._close_memory()
+        finally:
+            if on_close is not None:
+                on_close()
+
+    def _close_memory(self) -> None:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
