@@ -80,6 +80,8 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
     from hermes.config import build_config, default_memory_preset
     from hermes.model_registry import resolve_source
     from hermes.pipelines.run import check_capacity, check_source_spec
+    from hermes.pipelines.sources import is_live, open_source  # OpenCV, not torch
+    from hermes.redact import redact_url
 
     if not isinstance(model, str) or not model:
         raise ConfigError(f"model: expected a model name, found {model!r}")
@@ -87,6 +89,8 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
         raise ConfigError(f"memory: expected a memory preset name, found {memory!r}")
     items = override_items(overrides)
     spec = os.fspath(source) if isinstance(source, os.PathLike) else source
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = str(spec)  # a webcam index: refused below as live, with the others
     if not isinstance(spec, str):
         raise UsageError(f"source: expected a path or URL of a recording, found {source!r}")
     if memory is None:
@@ -94,15 +98,15 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
     cfg = build_config(model=model, memory=memory, overrides=items)
     resolve_source(cfg.model.name, cfg.model.hub_id)
     check_source_spec(spec)
+    if is_live(spec):  # refused before a camera or stream is opened
+        raise UsageError(f"hermes.open reads recordings; {redact_url(spec)} is a live source: use `hermes-video "
+                         f"run` or `serve` (README: Live cameras and streams)")
 
     from hermes.models.loading import load_model  # the heavy part: torch, transformers
     from hermes.pipelines.session import StreamingSession
-    from hermes.pipelines.sources import open_source
 
     frames = open_source(spec, fps=cfg.stream.fps)
     try:
-        if frames.live:
-            raise UsageError(f"hermes.open reads recordings; {spec} is live: use `hermes-video run` or `serve`")
         info = getattr(frames, "info", None)
         adapter = load_model(cfg.model)
         note = check_capacity(adapter, cfg, info.duration_s if info is not None else None, live=False)

@@ -28,6 +28,9 @@ BAD_CALLS = [
     ("hermes.open('missing.mp4', model='micro-llava-onevision')", "SourceError", "video file not found: missing.mp4"),
     ("hermes.open(VIDEO, model='micro-llava-onevision', budgt=64)", "ConfigError", "did you mean 'budget'"),
     ("hermes.open(VIDEO, model='micro-llava-onevision', budget=-5)", "ConfigError", "memory.budget"),
+    ("hermes.open('rtsp://user:pw@127.0.0.1:9/cam', model='micro-llava-onevision')", "UsageError",
+     "rtsp://***@127.0.0.1:9/cam is a live source"),
+    ("hermes.open(0, model='micro-llava-onevision')", "UsageError", "0 is a live source"),
 ]
 
 
@@ -86,3 +89,14 @@ def test_the_session_releases_its_video_once_and_takes_overrides(tmp_path, monke
     assert len(closed) == 1
     assert answer.frames_seen == 4  # 0, 0.5, 1 and 1.5 s at fps=2
     assert (session.memory.cfg.budget, session.max_new_tokens) == (600, 2)
+
+
+@pytest.mark.parametrize("spec, live", [
+    ("0", True), (2, True), ("rtsp://cam.local/stream", True), ("rtmp://h/app/key", True),
+    ("http://h:8080/video.mjpg", True), ("http://h/clip.mp4", False), ("https://h/a.MKV?sig=1", False),
+    ("file:///tmp/a.mp4", False), ("clip.mp4", False), ("frames/", False),
+])
+def test_is_live_tells_streams_from_recordings_as_open_source_opens_them(spec, live):
+    from hermes.pipelines.sources import is_live
+
+    assert is_live(spec) is live
