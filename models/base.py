@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from hermes.cache import KIND_PREFIX, HermesCache, to_device_no_sync
+from hermes.errors import ModelError
 from hermes.models.attention import use_hermes_sdpa
 from hermes.positions import GridStep, Run
 from hermes.rope import RotarySpec
@@ -220,8 +221,6 @@ class VLMAdapter(ABC):
         Raises:
             ModelError: a letter the tokenizer has no single token for (nothing could constrain it).
         """
-        from hermes.errors import ModelError
-
         ids: dict[int, str] = {}
         for letter in letters:
             found = {spelled[0] for spelled in (self.tokenizer.encode(text, add_special_tokens=False)
