@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from hermes.cache import KIND_PREFIX, HermesCache, to_device_no_sync
+from hermes.errors import ModelError
 from hermes.models.attention import use_hermes_sdpa
 from hermes.positions import GridStep, Run
 from hermes.rope import RotarySpec
@@ -205,6 +206,30 @@ class VLMAdapter(ABC):
         unk = getattr(self.tokenizer, "unk_token_id", None)
         return {i for i in ids if isinstance(i, int) and i >= 0 and i != unk}
 
+    def letter_token_ids(self, letters: str) -> dict[int, str]:
+        """The tokens an answer may start with to name each of `letters`: the letter alone and after a space.
+
+        Byte-level BPE tokenizers spell a letter that opens a reply ("A") and one after a space (" A")
+        as different tokens; both mean the same option.
+
+        Args:
+            letters: the offered option letters, e.g. "ABC".
+
+        Returns:
+            {token id: letter} for every spelling the tokenizer has as a single token.
+
+        Raises:
+            ModelError: a letter the tokenizer has no single token for (nothing could constrain it).
+        """
+        ids: dict[int, str] = {}
+        for letter in letters:
+            found = {spelled[0] for spelled in (self.tokenizer.encode(text, add_special_tokens=False)
+                                                for text in (letter, " " + letter)) if len(spelled) == 1}
+            if not found:
+                raise ModelError(f"the tokenizer of {self.name} has no single token for option letter {letter!r}")
+            ids.update(dict.fromkeys(found, letter))
+        return ids
+
     def stop_on(self, *tokens: str) -> None:
         """Answers end at any of `tokens` or at the tokenizer's end-of-sequence token."""
         eos = self.tokenizer.eos_token_id
@@ -302,7 +327,8 @@ class VLMAdapter(ABC):
 
     @torch.inference_mode()
     def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int,
-                        on_text: Callable[[str], None] | None = None) -> Generation:
+                        on_text: Callable[[str], None] | None = None,
+                        first_token_ids: list[int] | None = None) -> Generation:
         """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache`.
 
         The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`). Chosen tokens stay
@@ -318,6 +344,9 @@ class VLMAdapter(ABC):
             max_new_tokens: answer length cap.
             on_text: called with each new piece of the answer's text as tokens are chosen (a
                 streaming client's tokens); the pieces join to the decoded answer before `.strip()`.
+            first_token_ids: the only tokens the answer may start with (a multiple-choice question's
+                letters, `letter_token_ids`); None: any token. `Generation.first_token_logits` stays
+                the model's own, unrestricted.
 
         Returns:
             The decoded `Generation`.
@@ -325,7 +354,11 @@ class VLMAdapter(ABC):
         start = time.perf_counter()
         hidden = self.prefill(prompt_embeds, cache.allocate_positions(prompt_embeds.shape[0]), cache)
         first_logits = self.logits(hidden[-1:])[0]
-        token = first_logits.argmax().reshape(1)  # (1,) nothing to penalise before the first token
+        if first_token_ids is None:
+            token = first_logits.argmax().reshape(1)  # (1,) nothing to penalise before the first token
+        else:
+            allowed = torch.tensor(first_token_ids, device=first_logits.device)  # (k,)
+            token = allowed[first_logits[allowed].argmax()].reshape(1)
         chosen_ids = [int(token)]  # the one read TTFT needs: the first token is known here
         ttft_ms = (time.perf_counter() - start) * 1e3
         chosen: list[torch.Tensor] = [token]  # (1,) device tensors: chosen_ids is their host copy so far

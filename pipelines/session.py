@@ -108,6 +108,7 @@ class StreamingSession:
         resume: continue the stream saved in `memory_dir`.
         read_only: follow a stream another process writes into `memory_dir`: restore its last
             checkpoint, recall from its records, write nothing.
+        on_close: called once by the first `close` (`hermes.open` releases its video this way).
 
     Raises:
         ConfigError: an unknown memory policy or invalid memory settings.
@@ -116,7 +117,8 @@ class StreamingSession:
     def __init__(self, model: VLMAdapter, memory: MemoryConfig | str = "full", source: Iterable[Frame] = (),
                  *, chunk_frames: int = 16, max_new_tokens: int = 64, progress: bool = False,
                  total_frames: int | None = None, memory_dir: str | Path | None = None,
-                 resume: bool = False, read_only: bool = False) -> None:
+                 resume: bool = False, read_only: bool = False,
+                 on_close: Callable[[], None] | None = None) -> None:
         if chunk_frames < 1:
             raise ConfigError(f"stream.chunk_frames must be at least 1, found {chunk_frames}")
         if resume and memory_dir is None:
@@ -136,6 +138,7 @@ class StreamingSession:
         self._pending: Frame | None = None  # read from the source but belongs to a later question
         self._exhausted = False
         self._progress = None
+        self._on_close = on_close
         self.lower = None  # levels 2 and 3 (hermes.lower.LowerLevels), with a memory directory or recall
         if memory_dir is not None or memory_cfg.recall:
             from hermes.lower import LowerLevels
@@ -319,7 +322,8 @@ class StreamingSession:
 
         Args:
             question: the question text.
-            options: multiple-choice options (lettered A, B, ... in the prompt).
+            options: multiple-choice options (lettered A, B, ... in the prompt); the answer is then
+                the letter of one of them, decoding restricted to the offered letters (one token).
             at: stream time in seconds; frames with `t_s < at` are encoded first. Must not go
                 back before frames already encoded.
             answer_prefix: text the answer starts with (a benchmark's "Best option:(");
@@ -354,10 +358,17 @@ class StreamingSession:
         try:
             if self.recall and self.lower is not None:
                 recall = self.lower.recall(cache, prompt)  # an answer-time view: rewound below
-            generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text)
+            if options:  # the answer is one of the offered letters, never free text
+                letters = self.model.letter_token_ids(OPTION_LETTERS[:len(options)])
+                generation = self.model.generate_greedy(prompt, cache, 1, on_text=on_text,
+                                                        first_token_ids=list(letters))
+                text = letters[generation.token_ids[0]]
+            else:
+                generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text)
+                text = generation.text
         finally:
             cache.rewind(mark)
-        return Answer(question=question, answer=generation.text, at_s=at, frames_seen=len(self.encoded_t_s),
+        return Answer(question=question, answer=text, at_s=at, frames_seen=len(self.encoded_t_s),
                       last_frame_t_s=self.encoded_t_s[-1] if self.encoded_t_s else None,
                       ttft_ms=generation.ttft_ms, latency_ms=generation.latency_ms,
                       memory=self.memory_stats(), options=options,
@@ -397,8 +408,22 @@ class StreamingSession:
                         self.encoded_t_s[-1] if self.encoded_t_s else 0.0, unanswered)
         self.close()
 
+    def __enter__(self) -> StreamingSession:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def close(self) -> None:
-        """End the session: a last checkpoint, levels 2 and 3 flushed (safe to call twice)."""
+        """End the session: a last checkpoint, levels 2 and 3 flushed, `on_close` called (safe to call twice)."""
+        on_close, self._on_close = self._on_close, None
+        try:
+            self._close_memory()
+        finally:
+            if on_close is not None:
+                on_close()
+
+    def _close_memory(self) -> None:
         if self._progress is not None:
             self._progress.close()
             self._progress = None

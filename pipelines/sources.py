@@ -213,6 +213,26 @@ def _unsupported(spec: str, scheme: str) -> SourceError:
     )
 
 
+def is_live(spec: str | int | os.PathLike) -> bool:
+    """Whether `open_source(spec)` opens a live source (a webcam, a stream URL) rather than a recording.
+
+    Args:
+        spec: what `open_source` takes.
+
+    Returns:
+        True for a webcam index or a URL of a supported live scheme; False for a path, a ``file://``
+        URL or an http(s) URL of a video file (downloaded, then read as a file).
+    """
+    if isinstance(spec, int) or (isinstance(spec, str) and _INDEX_RE.match(spec)):
+        return True
+    text = os.fspath(spec)
+    match = _SCHEME_RE.match(text)
+    if not match or match.group(1).lower() not in SUPPORTED_SCHEMES or match.group(1).lower() == "file":
+        return False
+    return not (match.group(1).lower() in ("http", "https")
+                and PurePosixPath(urlsplit(text).path).suffix.lower() in MEDIA_EXTENSIONS)
+
+
 def open_source(spec: str | int | os.PathLike, *, fps: float | None = None,
                 **options: Any) -> FrameSource:
     """Open whatever `spec` names as a `FrameSource`.

@@ -14,7 +14,8 @@ ABOVE = {
     "pipelines": ("hermes.datasets",),
     "datasets": (),
 }
-ON_TOP = {ROOT / "hermes" / "cli.py"}
+# the command line, and the package's `hermes.open` (looked up lazily, so `import hermes` stays light)
+ON_TOP = {ROOT / "hermes" / "cli.py", ROOT / "hermes" / "__init__.py"}
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -3,9 +3,10 @@
 Every route but the page (`/`, `/static/*`) and the API's description (`/docs`, `/openapi.json`),
 which hold no data, needs ``Authorization: Bearer KEY`` when the server has a key (401 otherwise).
 Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot be opened, 403 a
-source outside the allowlist, 404 no such stream, 409 a name already open or frames pushed to a
-stream that is not a push stream, 413 a request over the size limit, 429 over the push rate,
-503 (with ``Retry-After``) no room for another stream, or a push stream whose model is behind.
+source outside the allowlist, 404 no such stream, 409 a name already open, frames pushed to a
+stream that is not a push stream or a watch added to a stream whose source has ended, 413 a request
+over the size limit, 429 over the push rate, 503 (with ``Retry-After``) no room for another stream,
+or a push stream whose model is behind.
 """
 
 from __future__ import annotations
@@ -288,6 +289,9 @@ def create_app(server: Server) -> FastAPI:
     async def add_watch(stream_id: str, request: Request):
         stream = server.stream(stream_id)
         question, every_s = check_watch(await json_body(request))
+        if not stream.feeding:  # no frame will come: the watch would never see its answer change
+            raise Conflict(f"stream {stream_id!r} no longer receives frames (status {stream.status}), so a watch "
+                           f"would wait forever; ask a question instead")
         watch = Watch(question, every_s, due_s=stream.clock_s() + every_s)
         server.scheduler.add_watch(stream, watch)
         return JSONResponse(watch.to_json(), status_code=201)

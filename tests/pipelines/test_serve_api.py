@@ -184,6 +184,23 @@ def test_a_watch_fires_exactly_when_its_answer_changes(tiny_model, monkeypatch):
         assert c.get("/v1/streams/door/watches").json()["watches"][0]["changes"] == 4
 
 
+def test_a_watch_on_a_stream_that_has_ended_is_refused(client, tmp_path):
+    from serve_fixtures import wait_for
+
+    from hermes.pipelines.synthetic import write_synthetic_video
+
+    video = write_synthetic_video(tmp_path / "short.mp4", duration_s=1.0, fps=5.0)
+    assert client.post("/v1/streams", json={"source": str(video), "name": "clip", "fps": 5}).status_code == 201
+    wait_for(lambda: client.get("/v1/streams/clip").json()["status"] == "ended", 60, "the recording to end")
+    r = client.post("/v1/streams/clip/watches", json={"question": "Is someone there?", "every_s": 1})
+    assert r.status_code == 409
+    assert "no longer receives frames" in r.json()["error"] and "\n" not in r.json()["error"]
+    assert client.get("/v1/streams/clip/watches").json()["watches"] == []
+    # its memory still answers questions
+    answer = client.post("/v1/streams/clip/questions", json={"question": "What was there?"})
+    assert answer.status_code == 200 and answer.json()["frames_seen"] == 5
+
+
 def test_memory_and_metrics_report_the_stream(client, tiny_model):
     client.post("/v1/streams", json={"source": "push", "name": "m"})
     push(client, "m", [0.0, 0.5, 1.0, 1.5])
@@ -224,3 +241,25 @@ def test_only_loopback_binds_without_a_key(monkeypatch):
             check_settings(ServeSettings(host=host))
     monkeypatch.setenv("HERMES_API_KEY", "k" * 20)
     assert check_settings(ServeSettings(host="0.0.0.0")).api_key == "k" * 20
+
+
+def test_the_pages_fps_box_allows_every_rate_the_api_takes():
+    """Without a browser (test_serve_page.py checks it in chromium): the box's step does not restrict
+    the value and its range is the API's (0, MAX_FPS]."""
+    from html.parser import HTMLParser
+
+    from hermes.pipelines.serve.app import STATIC
+    from hermes.pipelines.serve.registry import MAX_FPS
+
+    class FpsInput(HTMLParser):
+        attrs: dict = {}
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "input" and dict(attrs).get("id") == "fps":
+                self.attrs = dict(attrs)
+
+    parser = FpsInput()
+    parser.feed((STATIC / "index.html").read_text())
+    fps = parser.attrs
+    assert fps["type"] == "number" and fps["step"] == "any"
+    assert 0 < float(fps["min"]) <= 0.1 and float(fps["max"]) == MAX_FPS

@@ -62,3 +62,33 @@ def test_the_page_lists_streams_shows_a_frame_and_answers(tmp_path):
         assert (artefacts / "serve-page.png").stat().st_size > 10_000
     finally:
         serve.stop()
+
+
+def test_the_fps_box_takes_whole_and_fractional_rates_up_to_the_apis_limit():
+    """A stream opened from the page with a whole-number fps (once refused by the box's step of 0.5 from
+    0.1) reaches the API with that rate; what the API refuses, the box refuses too."""
+    from hermes.pipelines.serve.registry import MAX_FPS
+
+    serve = ServeProcess([]).start()
+    try:
+        with serve.client() as c, playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(serve.url + "/")
+            page.fill("#key", KEY)
+            page.dispatch_event("#key", "change")
+            valid = {}
+            for value in ("1", "2", "25", "0.75", "1.3", f"{MAX_FPS:g}", f"{MAX_FPS + 1:g}", "0", "-1"):
+                page.fill("#fps", value)
+                valid[value] = page.evaluate("document.getElementById('fps').checkValidity()")
+            assert valid == {"1": True, "2": True, "25": True, "0.75": True, "1.3": True, f"{MAX_FPS:g}": True,
+                             f"{MAX_FPS + 1:g}": False, "0": False, "-1": False}
+            page.fill("#source", "push")
+            page.fill("#name", "whole")
+            page.fill("#fps", "2")
+            page.locator("#create button").click()
+            page.locator('section[data-stream="whole"]').wait_for(timeout=30_000)
+            browser.close()
+            assert c.get("/v1/streams/whole").json()["fps"] == 2.0
+    finally:
+        serve.stop()
