@@ -184,12 +184,9 @@ class VLMAdapter(ABC):
 
     def images_prefix_text(self) -> str:
         """Prompt text before the first image when frames go in as separate images: the user turn's
-        opening with no system turn (SimpleStream sends none).
-
-        Raises:
-            NotImplementedError: the family has no image path.
-        """
-        raise NotImplementedError(f"model family {self.family!r} has no separate-image input")
+        opening with no system turn (SimpleStream sends none). The default is ChatML's
+        (LLaVA-OneVision, Qwen3-VL)."""
+        return "<|im_start|>user\n"
 
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
         """Encode each frame as a separate image, laid out as the family's multi-image prompt.
@@ -207,15 +204,13 @@ class VLMAdapter(ABC):
         raise NotImplementedError(f"model family {self.family!r} has no separate-image input")
 
     def images_question_embeds(self, prompt: str) -> torch.Tensor:
-        """`question_embeds` after `encode_images`' images: closes them and asks `prompt`.
+        """Embeddings that close `encode_images`' images and ask `prompt` after a newline, ending where
+        the answer starts. The default is ChatML's (LLaVA-OneVision, Qwen3-VL).
 
         Returns:
             (Q, hidden) embeddings.
-
-        Raises:
-            NotImplementedError: the family has no image path.
         """
-        raise NotImplementedError(f"model family {self.family!r} has no separate-image input")
+        return self.embed_text(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
 
     # ---- shared --------------------------------------------------------------------------------
 

@@ -62,12 +62,6 @@ class LlavaOnevisionAdapter(VLMAdapter):
 
     # ---- frames as separate images ----------------------------------------------------------------
 
-    def images_prefix_text(self) -> str:
-        return "<|im_start|>user\n"
-
-    def images_question_embeds(self, prompt: str) -> torch.Tensor:
-        return self.embed_text(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
-
     @torch.inference_mode()
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
         """Every frame an image at the tower's base resolution, unpooled, with its own `image_newline`

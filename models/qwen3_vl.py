@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hermes.models.base import VisualChunk
+from hermes.models.base import VisualChunk, VLMAdapter
 from hermes.models.qwen_vl import QwenVLAdapter
 from hermes.positions import GridStep, Run
 
@@ -87,11 +87,9 @@ class Qwen3VLAdapter(QwenVLAdapter):
 
     # ---- frames as separate images: SimpleStream's Qwen3-VL input (lib/recent_window_eval_qwen3.py) ----
 
-    def images_prefix_text(self) -> str:
-        return "<|im_start|>user\n"
-
-    def images_question_embeds(self, prompt: str) -> torch.Tensor:
-        return self.embed_text(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
+    # plain ChatML around the images: each image carries its own vision delimiters (not Qwen2-VL's one block)
+    images_prefix_text = VLMAdapter.images_prefix_text
+    images_question_embeds = VLMAdapter.images_question_embeds
 
     @torch.inference_mode()
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:

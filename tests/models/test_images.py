@@ -86,3 +86,24 @@ def test_qwen3_every_image_is_its_own_block():
         assert block[:, 0].tolist() == [start] * 3 and block[:, -1].tolist() == [start + 5] * 3
         assert block[0, 1:17].tolist() == [start + 1] * 16
         assert sorted(set(block[1, 1:17].tolist())) == [start + 1 + r for r in range(4)]
+
+
+# family: (text before the first image, text from the last image to the answer, for question "Q?").
+# Qwen-VL as SimpleStream writes it (lib/recent_window_eval_qwen25.py, lib/recent_window_eval_qwen3.py):
+# no system turn, one vision block (Qwen2/2.5-VL) or a block per image (Qwen3-VL), a newline before
+# the question. LLaVA-OneVision: the same ChatML turn; SmolVLM2: its chat template's `User:<image>Q?`.
+FRAMING = {
+    "tiny-qwen2-vl": ("<|im_start|>user\n<|vision_start|>", "<|vision_end|>\nQ?<|im_end|>\n<|im_start|>assistant\n"),
+    "tiny-qwen2.5-vl": ("<|im_start|>user\n<|vision_start|>", "<|vision_end|>\nQ?<|im_end|>\n<|im_start|>assistant\n"),
+    "tiny-qwen3-vl": ("<|im_start|>user\n", "\nQ?<|im_end|>\n<|im_start|>assistant\n"),
+    "tiny-llava-onevision": ("<|im_start|>user\n", "\nQ?<|im_end|>\n<|im_start|>assistant\n"),
+    "tiny-smolvlm2": ("<|im_start|>User:", "Q?<end_of_utterance>\nAssistant:"),
+}
+
+
+@pytest.mark.parametrize("name", list(FRAMING))
+def test_images_framing_has_no_system_turn(name):
+    model = tiny(name)
+    prefix, question = FRAMING[name]
+    assert model.images_prefix_text() == prefix
+    torch.testing.assert_close(model.images_question_embeds("Q?"), model.embed_text(question))
