@@ -41,6 +41,7 @@ def test_bad_settings_are_config_errors(tiny_model):
         StreamingSession(tiny_model, MemoryConfig(policy="recent-frames", recent_frames=0))
 
 
+@pytest.mark.slow  # about 10 s: two answers over 4 LLaVA-OneVision images of 730 tokens, each twice
 def test_answer_is_simplestreams_input_on_the_last_frames_only(tiny_model):
     """The golden rule: answering at t is answering from scratch on the 4 newest frames at 1 fps, fed as
     SimpleStream feeds them: no system turn, the frames as separate images, the question after them."""
