@@ -81,6 +81,10 @@ class Qwen3VLAdapter(QwenVLAdapter):
         Args:
             out: the vision output of `vision`.
             is_visual: per grid step or image, (n,) bool: which of its tokens are visual.
+
+        Returns:
+            `visual_pos_masks` (1, tokens) bool on the device and `deepstack_visual_embeds`, per level
+            (visual tokens, hidden).
         """
         levels = [torch.cat(level) for level in out.deepstack_features]  # per level: (visual tokens, hidden)
         return {"visual_pos_masks": torch.cat(is_visual)[None].to(self.device), "deepstack_visual_embeds": levels}
