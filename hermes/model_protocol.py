@@ -54,8 +54,8 @@ class CoreModel(Protocol):
     def new_cache(self) -> HermesCache:
         """An empty working cache shaped for the model."""
 
-    def encode_prefix(self, cache: HermesCache) -> None:
-        """Prefill the system prefix into an empty cache."""
+    def encode_prefix(self, cache: HermesCache, text: str | None = None) -> None:
+        """Prefill the system prefix (or `text`) into an empty cache."""
 
     def encode_chunk(self, frames_rgb: Sequence[Any], times_s: Sequence[float]) -> ChunkLike:
         """Turn frames (RGB arrays) at `times_s` into what the cache receives."""
@@ -69,3 +69,12 @@ class CoreModel(Protocol):
 
     def embed_text(self, text: str) -> torch.Tensor:
         """(n, hidden) embeddings of bare text."""
+
+    def images_prefix_text(self) -> str:
+        """The prompt's opening before frames fed as separate images (no system turn)."""
+
+    def encode_images(self, frames_rgb: Sequence[Any], times_s: Sequence[float]) -> ChunkLike:
+        """Turn frames into separate images, laid out as the model's multi-image prompt."""
+
+    def images_question_embeds(self, prompt: str) -> torch.Tensor:
+        """(Q, hidden) embeddings closing `encode_images`' images and asking `prompt`."""

@@ -181,6 +181,38 @@ class VLMAdapter(ABC):
             (Q, hidden) embeddings.
         """
 
+    # ---- frames as separate images (the `recent-frames` baseline: SimpleStream's input) ----------
+
+    def images_prefix_text(self) -> str:
+        """Prompt text before the first image when frames go in as separate images: the user turn's
+        opening with no system turn (SimpleStream sends none). The default is ChatML's
+        (LLaVA-OneVision, Qwen3-VL)."""
+        return "<|im_start|>user\n"
+
+    def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        """Encode each frame as a separate image, laid out as the family's multi-image prompt.
+
+        Args:
+            frames_rgb: N frames, each (H, W, 3) uint8 RGB, in time order.
+            times_s: their stream timestamps in seconds.
+
+        Returns:
+            The `VisualChunk` (`frame_index` names the image each token belongs to, delimiters included).
+
+        Raises:
+            NotImplementedError: the family has no image path.
+        """
+        raise NotImplementedError(f"model family {self.family!r} has no separate-image input")
+
+    def images_question_embeds(self, prompt: str) -> torch.Tensor:
+        """Embeddings that close `encode_images`' images and ask `prompt` after a newline, ending where
+        the answer starts. The default is ChatML's (LLaVA-OneVision, Qwen3-VL).
+
+        Returns:
+            (Q, hidden) embeddings.
+        """
+        return self.embed_text(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
+
     # ---- shared --------------------------------------------------------------------------------
 
     @property
@@ -286,9 +318,14 @@ class VLMAdapter(ABC):
         """(n, V) float32 logits from final hidden states."""
         return self.model.lm_head(hidden).float()
 
-    def encode_prefix(self, cache: HermesCache) -> None:
-        """Prefill the prompt prefix into an empty cache (the tokens every stream starts with)."""
-        embeds = self.embed_text(self.prefix_text())
+    def encode_prefix(self, cache: HermesCache, text: str | None = None) -> None:
+        """Prefill the prompt prefix into an empty cache (the tokens every stream starts with).
+
+        Args:
+            cache: an empty working cache.
+            text: the prefix text; None: `prefix_text()` (`images_prefix_text()` for separate images).
+        """
+        embeds = self.embed_text(self.prefix_text() if text is None else text)
         positions = cache.allocate_positions(embeds.shape[0])
         self.prefill(embeds, positions, cache)
         cache.record(positions, KIND_PREFIX)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hermes.models.base import VLMAdapter
+from hermes.models.base import VisualChunk, VLMAdapter
 from hermes.models.preprocess import normalise, resize_frames
+from hermes.positions import Run
 
 # SigLIP's normalisation, used by every LLaVA-OneVision checkpoint unless its processor config says otherwise.
 DEFAULT_MEAN = (0.5, 0.5, 0.5)
@@ -58,3 +59,23 @@ class LlavaOnevisionAdapter(VLMAdapter):
         newline = self.model.model.image_newline[None].to(self.device, self.dtype)  # (1, hidden)
         text = self.embed_text(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
         return torch.cat([newline, text.to(self.dtype)])
+
+    # ---- frames as separate images ----------------------------------------------------------------
+
+    @torch.inference_mode()
+    def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        """Every frame an image at the tower's base resolution, unpooled, with its own `image_newline`
+        (27 x 27 + 1 = 730 tokens at 384 px): how LLaVA-OneVision encodes the images of a multi-image
+        prompt (no anyres crops; transformers' `get_image_features` with `batch_num_images`)."""
+        pixels = self.preprocess(frames_rgb)  # (N, 3, S, S)
+        images = len(frames_rgb)
+        # transformers crops a prompt's only image (anyres): a lone frame goes beside a copy of itself,
+        # which changes nothing for it (the tower encodes each image on its own)
+        pixels = pixels if images > 1 else pixels.repeat(2, 1, 1, 1)
+        sizes = torch.tensor([[self.image_size, self.image_size]] * len(pixels), device=self.device)
+        out = self.model.model.get_image_features(pixels, sizes, batch_num_images=torch.tensor([len(pixels)]),
+                                                  return_dict=True)
+        features = out.pooler_output[:images]  # per image: (tokens + 1, hidden), its newline last
+        embeds = torch.cat(features).to(self.dtype)
+        frame_index = torch.arange(images).repeat_interleave(features[0].shape[0])
+        return VisualChunk(embeds, [Run(embeds.shape[0])], frame_index)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hermes.models.base import VisualChunk
+from hermes.models.base import VisualChunk, VLMAdapter
 from hermes.models.qwen_vl import QwenVLAdapter
 from hermes.positions import GridStep, Run
 
@@ -73,7 +73,41 @@ class Qwen3VLAdapter(QwenVLAdapter):
             is_visual.append(torch.cat([torch.zeros(head.shape[0], dtype=torch.bool),
                                         torch.ones(per_step, dtype=torch.bool), torch.zeros(1, dtype=torch.bool)]))
         self.tokens_per_frame = -(-per_step // self.temporal_patch_size)
-        deepstack = [torch.cat(level) for level in out.deepstack_features]  # per level: (steps * per_step, hidden)
-        kwargs = {"visual_pos_masks": torch.cat(is_visual)[None].to(self.device),
-                  "deepstack_visual_embeds": deepstack}
-        return VisualChunk(torch.cat(pieces).to(self.dtype), layout, torch.cat(frames), kwargs)
+        return VisualChunk(torch.cat(pieces).to(self.dtype), layout, torch.cat(frames), self.deepstack(out, is_visual))
+
+    def deepstack(self, out, is_visual: list[torch.Tensor]) -> dict:
+        """The prefill's DeepStack inputs: the vision output's features and the mask of the visual tokens.
+
+        Args:
+            out: the vision output of `vision`.
+            is_visual: per grid step or image, (n,) bool: which of its tokens are visual.
+
+        Returns:
+            `visual_pos_masks` (1, tokens) bool on the device and `deepstack_visual_embeds`, per level
+            (visual tokens, hidden).
+        """
+        levels = [torch.cat(level) for level in out.deepstack_features]  # per level: (visual tokens, hidden)
+        return {"visual_pos_masks": torch.cat(is_visual)[None].to(self.device), "deepstack_visual_embeds": levels}
+
+    # ---- frames as separate images: SimpleStream's Qwen3-VL input (lib/recent_window_eval_qwen3.py) ----
+
+    # plain ChatML around the images: each image carries its own vision delimiters (not Qwen2-VL's one block)
+    images_prefix_text = VLMAdapter.images_prefix_text
+    images_question_embeds = VLMAdapter.images_question_embeds
+
+    @torch.inference_mode()
+    def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        """Every frame an image in a vision block of its own, `<|vision_start|>[h x w]<|vision_end|>`,
+        with no timestamp; each image's grid starts a block (temporal offset 0), as `get_rope_index`
+        places images."""
+        visual, (images, rows, cols), out = self.vision(frames_rgb, as_images=True)
+        per_image = rows * cols
+        start, end = self.embed_text(self.vision_start), self.embed_text(self.vision_end)  # (1, hidden) each
+        pieces, layout, is_visual = [], [], []
+        for k in range(images):
+            pieces += [start, visual[k * per_image:(k + 1) * per_image], end]
+            layout += [Run(1), GridStep(rows, cols, times_s[k]), Run(1)]
+            is_visual.append(torch.cat([torch.zeros(1, dtype=torch.bool), torch.ones(per_image, dtype=torch.bool),
+                                        torch.zeros(1, dtype=torch.bool)]))
+        frame_index = torch.arange(images).repeat_interleave(per_image + 2)
+        return VisualChunk(torch.cat(pieces).to(self.dtype), layout, frame_index, self.deepstack(out, is_visual))

@@ -32,7 +32,7 @@ import torch
 
 from hermes.models.base import VisualChunk, VLMAdapter
 from hermes.models.preprocess import normalise, patchify, resize_frames, smart_resize
-from hermes.positions import GridStep
+from hermes.positions import GridStep, Run
 
 # OpenAI CLIP's normalisation: the Qwen2-VL / Qwen2.5-VL processors' default.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -93,32 +93,40 @@ class QwenVLAdapter(VLMAdapter):
         """Resized (height, width) of a frame: smart resize to multiples of patch x merge."""
         return smart_resize(height, width, self.patch_size * self.merge_size, self.min_pixels, self.max_pixels)
 
-    def preprocess(self, frames_rgb: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Frames to the model's video input.
+    def preprocess(self, frames_rgb: list[np.ndarray], as_images: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames to the model's video input, or to its image input (one image per frame).
 
-        All frames of a chunk are resized to the size smart resize gives for the first one.
+        All frames of a chunk are resized to the size smart resize gives for the first one. As
+        images, each frame is its own grid of one temporal step holding the frame twice (the image
+        processor's padding of a single image to `temporal_patch_size`).
 
         Returns:
-            (pixel_values_videos (T * gh * gw, 3 * tps * ps * ps) on the model's device and dtype,
-             video_grid_thw (1, 3) int64: grid steps and patch rows/columns).
+            (pixel values (T * gh * gw, 3 * tps * ps * ps) on the model's device and dtype,
+             grid_thw (G, 3) int64: grid steps and patch rows/columns of each grid; G = 1 for a
+             video, the frame count for images).
         """
         height, width = self.frame_size(*frames_rgb[0].shape[:2])
         pixels = resize_frames(frames_rgb, height, width, quantize=True, device=self.preprocess_device)
         pixels = normalise(pixels, self.mean, self.std)
-        patches, grid = patchify(pixels, self.patch_size, self.merge_size, self.temporal_patch_size)
-        return patches.to(self.device, self.dtype), torch.tensor([grid], device=self.device)
+        videos = [pixels[i:i + 1] for i in range(len(pixels))] if as_images else [pixels]
+        parts = [patchify(v, self.patch_size, self.merge_size, self.temporal_patch_size) for v in videos]
+        patches = torch.cat([p for p, _ in parts])
+        return patches.to(self.device, self.dtype), torch.tensor([grid for _, grid in parts], device=self.device)
 
     @torch.inference_mode()
-    def vision(self, frames_rgb: list[np.ndarray]):
-        """The model's own video features for one chunk.
+    def vision(self, frames_rgb: list[np.ndarray], as_images: bool = False):
+        """The model's own video features for one chunk (as images: its image features, one per frame).
 
         Returns:
             (embeds (T * h * w, hidden) merged visual tokens, step-major then row-major,
-             (T, h, w) grid in merged patches, the vision output (Qwen3-VL reads DeepStack from it)).
+             (T, h, w) grid in merged patches (T: grid steps, or images),
+             the vision output (Qwen3-VL reads DeepStack from it)).
         """
-        pixels, grid_thw = self.preprocess(frames_rgb)
-        out = self.model.model.get_video_features(pixels, grid_thw, return_dict=True)
-        steps, rows, cols = grid_thw[0].tolist()
+        pixels, grid_thw = self.preprocess(frames_rgb, as_images)
+        features = self.model.model.get_image_features if as_images else self.model.model.get_video_features
+        out = features(pixels, grid_thw, return_dict=True)
+        steps = int(grid_thw[:, 0].sum())
+        rows, cols = grid_thw[0, 1:].tolist()
         return torch.cat(out.pooler_output), (steps, rows // self.merge_size, cols // self.merge_size), out
 
     def encode_frames(self, frames_rgb: list[np.ndarray]) -> torch.Tensor:
@@ -137,6 +145,27 @@ class QwenVLAdapter(VLMAdapter):
         frame_index = torch.tensor(first).repeat_interleave(rows * cols)
         self.tokens_per_frame = -(-rows * cols // self.temporal_patch_size)
         return VisualChunk(embeds, layout, frame_index)
+
+    # ---- frames as separate images: SimpleStream's Qwen2.5-VL input (lib/recent_window_eval_qwen25.py) ----
+
+    def images_prefix_text(self) -> str:
+        return f"<|im_start|>user\n{self.vision_start}"
+
+    def images_question_embeds(self, prompt: str) -> torch.Tensor:
+        return self.embed_text(f"{self.vision_end}\n{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
+
+    @torch.inference_mode()
+    def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        """Every frame an image of h x w merged patches, all in the one vision block SimpleStream opens.
+
+        Positions are the ones SimpleStream's model gets: its transformers (4.52.4) `get_rope_index`
+        counts one image per `<|vision_start|>`, so the first image takes its grid (temporal offset
+        0, as any image) and the tokens of the others follow as text, consecutive on every axis.
+        """
+        embeds, (images, rows, cols), _ = self.vision(frames_rgb, as_images=True)
+        per_image = rows * cols
+        layout = [GridStep(rows, cols, times_s[0], self.tokens_per_second), Run((images - 1) * per_image)]
+        return VisualChunk(embeds, layout, torch.arange(images).repeat_interleave(per_image))
 
 
 class Qwen25VLAdapter(QwenVLAdapter):

@@ -77,13 +77,33 @@ class SmolVLMAdapter(VLMAdapter):
 
     @torch.inference_mode()
     def encode_chunk(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        return self.wrap_frames(frames_rgb, [f"\nFrame from {frame_stamp(t_s)}:" for t_s in times_s])
+
+    def wrap_frames(self, frames_rgb: list[np.ndarray], heads: list[str]) -> VisualChunk:
+        """Each frame's 64 tokens between `<fake_token_around_image><global-img>` and
+        `<fake_token_around_image>`, after its text head (a timestamp, or nothing)."""
         visual = self.encode_frames(frames_rgb)
         per_frame = self.tokens_per_frame
         end = self.embed_text(FAKE_IMAGE)  # (1, hidden)
         pieces, frames = [], []
-        for i, t_s in enumerate(times_s):
-            head = self.embed_text(f"\nFrame from {frame_stamp(t_s)}:{FAKE_IMAGE}{GLOBAL_IMAGE}")
+        for i, head_text in enumerate(heads):
+            head = self.embed_text(f"{head_text}{FAKE_IMAGE}{GLOBAL_IMAGE}")
             pieces += [head, visual[i * per_frame:(i + 1) * per_frame], end]
             frames.append(torch.full((head.shape[0] + per_frame + 1,), i))
         embeds = torch.cat(pieces).to(self.dtype)
         return VisualChunk(embeds, [Run(embeds.shape[0])], torch.cat(frames))
+
+    # ---- frames as separate images: the chat template's `User:<image>...<image>{text}` ----------------
+
+    def images_prefix_text(self) -> str:
+        return "<|im_start|>User:"
+
+    def images_question_embeds(self, prompt: str) -> torch.Tensor:
+        return self.embed_text(f"{prompt}<end_of_utterance>\nAssistant:").to(self.dtype)
+
+    @torch.inference_mode()
+    def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
+        """Every frame one image: the global image alone, as the processor writes an image it does not
+        split into tiles (a real checkpoint's image processor would also cut a large frame into 512 px
+        tiles; the tiny and streaming geometry is one 64-token image per frame)."""
+        return self.wrap_frames(frames_rgb, [""] * len(frames_rgb))

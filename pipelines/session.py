@@ -344,7 +344,10 @@ class StreamingSession:
                 raise UsageError(f"question at {at:g}s comes after frames up to {self.encoded_t_s[-1]:g}s "
                                  f"were already encoded; ask questions in time order")
             self.advance(until_s=at)
-        prompt = self.model.question_embeds(format_prompt(question, options))
+        if hasattr(self.memory, "question_embeds"):  # recent-frames asks in SimpleStream's wording and framing
+            prompt = self.memory.question_embeds(self.model, question, options)
+        else:
+            prompt = self.model.question_embeds(format_prompt(question, options))
         if answer_prefix:
             prompt = torch.cat([prompt, self.model.embed_text(answer_prefix).to(prompt.dtype)])
         # hermes.baselines answer from a cache of their own: recent-frames' fresh one, rekv's retrieved view

@@ -1,22 +1,35 @@
 """`recent-frames`: the last N frames, re-encoded fresh for each question (SimpleStream, 2026).
 
 No memory at all: the stream's frames are not encoded as they arrive; the policy only keeps the
-newest ones (RGB, in host memory). A question gets a fresh cache holding the system prefix and
-the last `recent_frames` frames at `recent_fps`, counted back from the newest frame before the
-question, and nothing of it is reused for the next question. With Qwen2.5-VL-7B this scores 65.1
-on OVO-Bench against HERMES's 59.2, so any claim that memory helps must be made beside it.
+newest ones (RGB, in host memory). A question gets a fresh cache holding the last `recent_frames`
+frames at `recent_fps`, counted back from the newest frame before the question, and nothing of it
+is reused for the next question. With Qwen2.5-VL-7B this scores 65.1 on OVO-Bench against
+HERMES's 59.2, so any claim that memory helps must be made beside it.
 
-Hooks: the session asks `reencodes` (hand frames to `keep_frames` instead of encoding them) and
-`answer_cache(model, cache, question)` (the cache a question is answered from).
+The input is SimpleStream's (github.com/EvolvingLMMs-Lab/SimpleStream at be227ee, `lib/`):
+each frame is encoded as a separate image (on Qwen-VL one grid of h x w merged patches per frame,
+not a video whose grid steps merge frames in pairs), after a user turn with no system turn, and
+the question follows the images after a newline (`VLMAdapter.encode_images`,
+`images_prefix_text`, `images_question_embeds`). A multiple-choice question asked with options is
+written as SimpleStream writes OVO-Bench's (`simplestream_prompt`). ARCHITECTURE.md (Memory,
+Baselines) lists what still differs.
+
+Hooks: the session asks `reencodes` (hand frames to `keep_frames` instead of encoding them),
+`answer_cache(model, cache, question)` (the cache a question is answered from) and
+`question_embeds(model, question, options)` (the question in this framing).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
+from string import ascii_uppercase
+
+import torch
 
 from hermes.cache import KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
-from hermes.errors import ConfigError
+from hermes.errors import ConfigError, UsageError
 from hermes.baselines import NoLowerLevels
 from hermes.model_protocol import CoreModel
 
@@ -65,16 +78,42 @@ class RecentFramesPolicy(NoLowerLevels):
         self.frames.extend(frames)
 
     def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
-        """A fresh cache: the prefix, then the last frames encoded in one chunk (`cache`, the
-        stream's, holds only the prefix; `question` is not needed)."""
+        """A fresh cache: the user turn's opening, then the last frames as separate images (`cache`,
+        the stream's, holds only the prefix; `question` is not needed)."""
         cache = model.new_cache()
-        model.encode_prefix(cache)
+        model.encode_prefix(cache, model.images_prefix_text())
         frames = list(self.frames)
         picked = [frames[i] for i in pick_recent([f.t_s for f in frames], self.cfg.recent_frames, self.cfg.recent_fps)]
         if picked:
-            chunk = model.encode_chunk([f.rgb for f in picked], [f.t_s for f in picked])
+            chunk = model.encode_images([f.rgb for f in picked], [f.t_s for f in picked])
             positions = self.place(cache, chunk.layout)
             model.prefill(chunk.embeds, positions, cache, **chunk.model_kwargs)
             cache.record(positions, KIND_VISUAL, chunk.frame_index)
         self.last_frame_t_s = picked[-1].t_s if picked else None
         return cache
+
+    def question_embeds(self, model: CoreModel, question: str, options: Sequence[str] = ()) -> torch.Tensor:
+        """(Q, hidden) embeddings of `question` after the images of `answer_cache`, worded by `simplestream_prompt`."""
+        return model.images_question_embeds(simplestream_prompt(question, options))
+
+
+def simplestream_prompt(question: str, options: Sequence[str] = ()) -> str:
+    """The user text SimpleStream sends: the question; with options, its OVO-Bench multiple-choice
+    template (`ovo_constants.py` BR_PROMPT_TEMPLATE: options on one line, lettered and ';'-ended).
+
+    Args:
+        question: the question text.
+        options: multiple-choice options, lettered A, B, ... (none: the question as it is).
+
+    Returns:
+        The text placed after the images.
+
+    Raises:
+        UsageError: more options than letters.
+    """
+    if not options:
+        return question
+    if len(options) > len(ascii_uppercase):
+        raise UsageError(f"at most {len(ascii_uppercase)} options per question, found {len(options)}")
+    lettered = "; ".join(f"{ascii_uppercase[i]}. {text}" for i, text in enumerate(options))
+    return f"{question}\nOptions: {lettered};\nOnly give the best option's letter directly."
