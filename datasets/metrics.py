@@ -26,7 +26,8 @@ Aggregations (`metric` names used by the registry):
   (compute_accuracy.py), overall micro.
 * judge -- open-ended (RVS): share judged correct over every question (ours), and ReKV's
   eval_open_ended.py definitions, the official ones: `rekv_accuracy` = yes / (yes + no) over
-  judged replies and `rekv_mean_score`, the mean integer score over them.
+  judged replies and `rekv_mean_score`, the mean integer score over every reply ReKV keeps (one
+  that says neither yes nor no included; see `judge.parse_judge_reply`).
 """
 
 from __future__ import annotations
@@ -157,7 +158,9 @@ def summarize(
         scores = [r.get("judge_score") for r in judged if r.get("judge_score") is not None]
         summary["mean_score"] = _mean(float(s) for s in scores)
         summary["rekv_accuracy"] = sum(1 for r in judged if r[key]) / len(judged) if judged else None
-        summary["rekv_mean_score"] = _mean(float(int(s)) for s in scores)  # ReKV casts the score to int
+        # ReKV averages the int score of every reply it kept, those that say neither yes nor no included
+        kept = [results[q.qid]["judge_score"] for q in labelled if results.get(q.qid, {}).get("judge_score") is not None]
+        summary["rekv_mean_score"] = _mean(float(int(s)) for s in kept)
         summary["official_definition"] = "rekv_accuracy"
     elif metric == "videomme":
         summary["leaderboard"] = _videomme_leaderboard(labelled, results, key)
