@@ -63,7 +63,7 @@ say "device=$DEVICE out=$OUT python=$(command -v "$PY")"
   "$PY" --version
   "$PY" - <<'EOF'
 import importlib
-for name in ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "numpy", "cv2", "yaml"):
+for name in ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "numpy", "cv2", "yaml", "faiss"):
     try:
         print(f"{name:16} {importlib.import_module(name).__version__}")
     except Exception as exc:  # report, do not fail: step 2 may fix it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,7 @@ def test_device_script_without_faiss_skips_recall_and_keeps_every_other_row(tmp_
     out = Path(env["OUT"])
     log = (out / "log.txt").read_text()
     assert done.returncode == 0, log[-3000:]
+    assert re.search(r"^faiss\s+missing", (out / "env.txt").read_text(), re.M)  # step 1 reports it
     assert "faiss is not importable and no faiss_cpu wheel" in log
     for name in ("cpu-small", "tiny-qwen2.5-vl"):
         run = json.loads((out / f"{name}.json").read_text())
