@@ -3,8 +3,9 @@
 A `Judge` compares a reply with the reference answer and returns
 `{"verdict": bool | None, "score": float | None, "raw": str}`: whether the reply matches, a
 0-5 match score, and the judge's text exactly as produced (kept in the results for audit).
-`verdict` is None when the judge's text cannot be read; the sample then counts as answered but
-not scored, never as correct.
+The text is read by ReKV's rules (`parse_judge_reply`): `verdict` is None when ReKV would drop
+the reply or count it as neither yes nor no; the sample then counts as answered but not scored,
+never as correct.
 
 The prompt is the Video-ChatGPT QA-evaluation prompt that ReKV's `eval/eval_open_ended.py`
 uses for RVS (system instructions, then question / correct answer / predicted answer, asking
@@ -24,7 +25,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import time
 import urllib.error
 import urllib.parse
@@ -112,36 +112,40 @@ def judge_messages(question: str, reference: str, reply: str | None) -> list[dic
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 
-_PRED = re.compile(r"""['"]pred['"]\s*:\s*['"]\s*(yes|no)\b""", re.IGNORECASE)
-_SCORE = re.compile(r"""['"]score['"]\s*:\s*['"]?\s*(\d+(?:\.\d+)?)""", re.IGNORECASE)
+def parse_judge_reply(raw: str | None) -> tuple[bool | None, float | None]:
+    """Read a judge's reply by the rules of ReKV's eval_open_ended.py, so RVS numbers compare with ReKV's.
 
+    ReKV keeps a reply only when the whole text is a Python literal (`ast.literal_eval`: literals
+    only, nothing runs): a dict in prose or in a code fence, a bare "yes", keys without braces are
+    dropped. Its averaging then reads `int(d['score'])` and `d['pred']` (or `d['prev']` when there is
+    no 'pred') lower-cased: "yes" anywhere in it is yes, else "no" anywhere is no ("not sure" holds
+    "no"), else the reply counts toward neither but its score still counts toward the mean score.
+    A reply on which ReKV's averaging would stop with an error (not a dict, no score or one `int()`
+    cannot read such as "4.5", no 'pred'/'prev', a 'pred' that is not a string) is dropped here.
 
-def parse_judge_reply(raw: str) -> tuple[bool | None, float | None]:
-    """Read `{'pred': 'yes', 'score': 4}` out of a judge's text.
-
-    The official script `ast.literal_eval`s the whole reply; judges often wrap the dict in prose
-    or code fences, so the first `{...}` is evaluated (literals only: nothing runs), then a
-    regex fallback reads the two keys.
+    Args:
+        raw: The judge's text (None when it produced none).
 
     Returns:
-        (verdict, score): None for whatever could not be read.
+        (verdict, score): verdict True/False, or None when the reply says neither yes nor no or is
+        dropped; score as given (a float; ReKV's mean score casts it to int), or None when dropped.
     """
-    match = re.search(r"\{.*?\}", raw or "", re.DOTALL)
-    if match:
-        try:
-            value = ast.literal_eval(match.group(0))
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            value = None
-        if isinstance(value, dict):
-            pred = str(value.get("pred", "")).strip().casefold()
-            verdict = {"yes": True, "no": False}.get(pred)
-            score = value.get("score")
-            score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
-            if verdict is not None or score is not None:
-                return verdict, score
-    pred_match, score_match = _PRED.search(raw or ""), _SCORE.search(raw or "")
-    verdict = None if pred_match is None else pred_match.group(1).casefold() == "yes"
-    return verdict, None if score_match is None else float(score_match.group(1))
+    try:
+        value = ast.literal_eval(raw) if isinstance(raw, str) else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    score, pred = value.get("score"), value["pred"] if "pred" in value else value.get("prev")
+    try:
+        whole = int(score)  # ReKV's cast: 4.8 -> 4, "4" -> 4, "4.5" fails
+    except (TypeError, ValueError, OverflowError):
+        return None, None
+    if not isinstance(pred, str):
+        return None, None
+    pred = pred.lower()
+    verdict = True if "yes" in pred else False if "no" in pred else None
+    return verdict, float(score) if isinstance(score, (int, float)) else float(whole)
 
 
 def _result(raw: str) -> dict:

@@ -16,15 +16,18 @@ Aggregations (`metric` names used by the registry):
 * streamingbench -- per task and per subset file, overall micro; proactive output also
   reports `time_accuracy` (answered within ±2 s, count.py).
 * videomme -- per task and per duration bucket (short / medium / long), overall micro; also
-  `overall_extracted`, the official eval_your_results.py definition (correct / replies with
-  an extractable letter), named in `official_definition`.
+  `leaderboard`, the numbers Video-MME's official eval_your_results.py prints and its
+  leaderboard lists: per duration bucket and over the entire set, correct / replies with an
+  extractable letter (a reply without one, or a missing sample, leaves the denominator), named
+  in `official_definition`.
 * mlvu -- per task, overall micro and M-Avg (mean of the task accuracies).
 * longvideobench -- per question category and per duration group, overall micro.
 * lvbench -- per question type, a question counting toward every type it lists
   (compute_accuracy.py), overall micro.
 * judge -- open-ended (RVS): share judged correct over every question (ours), and ReKV's
   eval_open_ended.py definitions, the official ones: `rekv_accuracy` = yes / (yes + no) over
-  judged replies and `rekv_mean_score`, the mean integer score over them.
+  judged replies and `rekv_mean_score`, the mean integer score over every reply ReKV keeps (one
+  that says neither yes nor no included; see `judge.parse_judge_reply`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from hermes.errors import UsageError
 
 from .ovo_bench import CATEGORY_OF
 from .records import KIND_PROACTIVE, BenchmarkQuestion, VideoRecord
+from .videomme import DURATIONS
 
 METRICS = ("accuracy", "ovo", "streamingbench", "videomme", "mlvu", "longvideobench", "lvbench", "judge")
 
@@ -115,7 +119,8 @@ def summarize(
     Returns:
         {"metric", "key", "overall", "per_task", "per_category" (when the benchmark has
         categories), "coverage": {"expected", "answered", "scored", "missing", "unlabelled",
-        "fraction"}} plus metric extras ("m_avg", "mean_score", proactive "time_accuracy").
+        "fraction"}} plus metric extras ("m_avg", "mean_score", proactive "time_accuracy", Video-MME's
+        "leaderboard", ReKV's "rekv_accuracy").
 
     Raises:
         UsageError: For an unknown metric name.
@@ -153,17 +158,40 @@ def summarize(
         scores = [r.get("judge_score") for r in judged if r.get("judge_score") is not None]
         summary["mean_score"] = _mean(float(s) for s in scores)
         summary["rekv_accuracy"] = sum(1 for r in judged if r[key]) / len(judged) if judged else None
-        summary["rekv_mean_score"] = _mean(float(int(s)) for s in scores)  # ReKV casts the score to int
+        # ReKV averages the int score of every reply it kept, those that say neither yes nor no included
+        kept = [results[q.qid]["judge_score"] for q in labelled if results.get(q.qid, {}).get("judge_score") is not None]
+        summary["rekv_mean_score"] = _mean(float(int(s)) for s in kept)
         summary["official_definition"] = "rekv_accuracy"
     elif metric == "videomme":
-        parsed = "parsed_official" if key == "official" else "parsed_strict"
-        extracted = [results[q.qid] for q in labelled if q.qid in results and results[q.qid].get(parsed) is not None]
-        summary["overall_extracted"] = sum(1 for r in extracted if r.get(key)) / len(extracted) if extracted else None
-        summary["extracted"] = len(extracted)
-        summary["official_definition"] = "overall_extracted"
+        summary["leaderboard"] = _videomme_leaderboard(labelled, results, key)
+        summary["official_definition"] = "leaderboard"
     if metric == "streamingbench":
         _proactive_timing(summary, labelled, results)
     return summary
+
+
+def _videomme_leaderboard(labelled: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping], key: str) -> dict:
+    """Video-MME as its official eval_your_results.py scores it: only replies with an extracted letter count.
+
+    Returns:
+        {"overall", "extracted", "correct", "per_duration": {bucket: {"extracted", "correct", "accuracy"}}}:
+        accuracies are correct / extracted, None where no reply had a letter (the script prints 0.0
+        there); "overall" is the script's "entire dataset" line, over every selected bucket.
+    """
+    parsed = "parsed_official" if key == "official" else "parsed_strict"
+
+    def tally(qs: Sequence[BenchmarkQuestion]) -> dict:
+        extracted = [results[q.qid] for q in qs if q.qid in results and results[q.qid].get(parsed) is not None]
+        correct = sum(1 for r in extracted if r.get(key))
+        return {"extracted": len(extracted), "correct": correct,
+                "accuracy": correct / len(extracted) if extracted else None}
+
+    buckets: dict[str, list[BenchmarkQuestion]] = {d: [] for d in DURATIONS}  # the script's order
+    for q in labelled:
+        buckets.setdefault(q.meta.get("duration", "other"), []).append(q)
+    entire = tally(labelled)
+    return {"overall": entire["accuracy"], "extracted": entire["extracted"], "correct": entire["correct"],
+            "per_duration": {bucket: tally(qs) for bucket, qs in buckets.items() if qs}}
 
 
 def _ovo_macro(summary: dict) -> None:

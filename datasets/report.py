@@ -75,14 +75,13 @@ def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]
               + (f", shard {settings['shard']}" if settings.get("shard") else ""),
               f"- finished {summary['finished_at']}, wall time {summary['wall_time_s']:.1f} s, git {commit}",
               "- " + ", ".join(f"{k} {versions.get(k)}" for k in ("hermes", "torch", "transformers")), ""]
-    rows = [["overall", _pct(official["overall"]), _pct(strict["overall"]) if strict else "-"]]
+    rows = _leaderboard_rows(official, strict) if "leaderboard" in official else []
+    rows.append(["overall" + (" (every question; missing or letterless count wrong)" if rows else ""),
+                 _pct(official["overall"]), _pct(strict["overall"]) if strict else "-"])
     if "m_avg" in official:
         rows.append(["M-Avg", _pct(official["m_avg"]), _pct(strict["m_avg"]) if strict else "-"])
     if official.get("mean_score") is not None:
         rows.append(["mean judge score (0-5)", f"{official['mean_score']:.2f}", "-"])
-    if "overall_extracted" in official:  # Video-MME's official denominator
-        rows.append([f"over replies with a letter (official; {official['extracted']} replies)",
-                     _pct(official["overall_extracted"]), _pct(strict.get("overall_extracted")) if strict else "-"])
     if "rekv_accuracy" in official:  # RVS as ReKV scores it
         rows.append(["ReKV yes/(yes+no) (official)", _pct(official["rekv_accuracy"]), "-"])
         rows.append(["ReKV mean score (official)", _num(official["rekv_mean_score"], digits=2), "-"])
@@ -106,6 +105,18 @@ def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]
         judge = {k: v for k, v in summary["judge"].items() if k not in ("system", "user_template")}
         lines += ["## Judge", "", "```json", json.dumps(judge, indent=2), "```", ""]
     return "\n".join(lines)
+
+
+def _leaderboard_rows(official: Mapping, strict: Mapping | None) -> list[list[str]]:
+    """Video-MME's leaderboard numbers (eval_your_results.py: over replies with a letter), entire set first."""
+    board, other = official["leaderboard"], (strict or {}).get("leaderboard", {})
+    rows = [[f"Video-MME leaderboard (eval_your_results.py; {board['extracted']} with a letter)",
+             _pct(board["overall"]), _pct(other.get("overall")) if strict else "-"]]
+    for bucket, tally in board["per_duration"].items():
+        theirs = other.get("per_duration", {}).get(bucket, {})
+        rows.append([f"leaderboard {bucket} ({tally['extracted']} with a letter)", _pct(tally["accuracy"]),
+                     _pct(theirs.get("accuracy")) if strict else "-"])
+    return rows
 
 
 def _coverage_lines(cov: Mapping) -> list[str]:

@@ -351,20 +351,34 @@ def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes
             short by a time limit still leaves what it measured.
 
     Returns:
-        The `SweepResult`; rows are ordered by chunk size, policy, then length.
+        The `SweepResult`; rows are ordered by chunk size, policy, then length. A policy whose optional
+        dependency is not installed (`hermes+recall` without faiss) is skipped with a note, printed at once.
     """
     notes = [p.note for p in policies if p.memory is None]
     runnable = [p for p in policies if p.memory is not None]
+
+    def skip_if_missing(policy: PolicySpec, measure: Callable[[], tuple[list[StreamRow], str | None]]):
+        # one missing optional package must not cost the rows of every other policy
+        try:
+            return measure()
+        except ModuleNotFoundError as exc:
+            if (exc.name or "hermes").partition(".")[0] == "hermes":
+                raise  # our own module missing is a broken install, not an optional dependency
+            notes.append(f"{policy.label}: skipped, it needs {exc.name or exc} (not installed here)")
+            print(f"  {notes[-1]}", file=sys.stderr, flush=True)
+            runnable.remove(policy)
+            return [], None
+
     if warmup:
-        for policy in runnable:
-            _warm_up(model, policy, chunk_sizes[0], decode_tokens, frame_px)
+        for policy in list(runnable):
+            skip_if_missing(policy, lambda: _warm_up(model, policy, chunk_sizes[0], decode_tokens, frame_px))
     rows = []
     for chunk_frames in chunk_sizes:
-        for policy in runnable:
+        for policy in list(runnable):
             start = time.perf_counter()
-            measured, note = measure_stream(model, policy, lengths, chunk_frames=chunk_frames,
-                                            decode_tokens=decode_tokens, repeats=repeats, frame_px=frame_px,
-                                            progress=progress)
+            measured, note = skip_if_missing(policy, lambda: measure_stream(
+                model, policy, lengths, chunk_frames=chunk_frames, decode_tokens=decode_tokens, repeats=repeats,
+                frame_px=frame_px, progress=progress))
             rows += measured
             if note:
                 notes.append(note)

@@ -3,8 +3,9 @@
 #
 # What it does, in order (no network is needed or used):
 #   1. reports what the image has: python3, torch and its CUDA device, transformers;
-#   2. if transformers is missing or not 5.24.x, installs the wheels carried in $WHEELS (default
-#      wheels/) into /tmp/site and puts them first on PYTHONPATH;
+#   2. if transformers is missing or not 5.24.x, or faiss is missing (the image has no faiss-cpu), installs
+#      the wheels carried in $WHEELS (default wheels/) into /tmp/site and puts them first on PYTHONPATH;
+#      without a faiss wheel the sweep skips hermes+recall with a note and measures the other policies;
 #   3. installs hermes from this working tree (`pip install --no-deps --no-build-isolation -e .`), or,
 #      if that fails, links the source folders into /tmp/hermes_pkg and uses PYTHONPATH;
 #   4. runs the sweep on random-weight LLaVA-OV-7B in bf16 (built on the GPU, `--arch llava-ov-7b`),
@@ -26,8 +27,9 @@
 # CPU dry run here (small random models, a few lengths; writes under runs/device_bench unless $OUT is set):
 #   DEVICE=cpu bash scripts/device_bench.sh
 #
-# Carried wheels (only needed when the image's transformers is not 5.24.x; 2026-11 images had 5.17):
-#   bash scripts/prepare_wheels.sh      # transformers 5.24, tokenizers, safetensors, regex: ~17 MB, into wheels/
+# Carried wheels (transformers when the image's is not 5.24.x, 2026-11 images had 5.17; faiss-cpu, which the
+# image lacks, for the recall policy and `bench tiers`):
+#   bash scripts/prepare_wheels.sh      # transformers 5.24, tokenizers, safetensors, regex, faiss-cpu: ~36 MB
 # huggingface_hub is not carried: the image's 1.x satisfies transformers 5.24 (>=1.31), and hub 2.x
 # would need httpx2, which the image does not have.
 #
@@ -61,7 +63,7 @@ say "device=$DEVICE out=$OUT python=$(command -v "$PY")"
   "$PY" --version
   "$PY" - <<'EOF'
 import importlib
-for name in ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "numpy", "cv2", "yaml"):
+for name in ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "numpy", "cv2", "yaml", "faiss"):
     try:
         print(f"{name:16} {importlib.import_module(name).__version__}")
     except Exception as exc:  # report, do not fail: step 2 may fix it
@@ -76,16 +78,23 @@ if [ "$DEVICE" != cpu ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cu
   say "no CUDA device visible to torch: nothing to measure (DEVICE=cpu runs the dry run)"; return 2
 fi
 
-# ---- 2. transformers 5.24 ------------------------------------------------------------------------------
+# ---- 2. transformers 5.24 and faiss, from the carried wheels where the image lacks them -----------------------
+wheels=()
 if ! "$PY" -c "import sys, transformers; sys.exit(transformers.__version__[:5] != '5.24.')" 2>/dev/null; then
-  if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-    say "installing carried wheels: $(ls "$WHEELS" | tr '\n' ' ')"
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-      "$WHEELS"/*.whl || { say "wheel install failed"; return 3; }
-    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-  else
+  for w in "$WHEELS"/*.whl; do [[ -f $w && $(basename "$w") != faiss_cpu-* ]] && wheels+=("$w"); done
+  if [ ${#wheels[@]} -eq 0 ]; then
     say "transformers is not 5.24.x and no wheels in $WHEELS/: run scripts/prepare_wheels.sh and carry wheels"; return 3
   fi
+fi
+if ! "$PY" -c "import faiss" 2>/dev/null; then  # the recall index (hermes+recall, bench tiers) needs it
+  if ls "$WHEELS"/faiss_cpu-*.whl >/dev/null 2>&1; then wheels+=("$WHEELS"/faiss_cpu-*.whl)
+  else say "faiss is not importable and no faiss_cpu wheel in $WHEELS/: the sweep skips hermes+recall"; fi
+fi
+if [ ${#wheels[@]} -gt 0 ]; then
+  say "installing carried wheels: $(basename -a "${wheels[@]}" | tr '\n' ' ')"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${wheels[@]}" || { say "wheel install failed"; return 3; }
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 "$PY" -c "import transformers; print('transformers in use', transformers.__version__, transformers.__file__)" \
   >> "$OUT/env.txt" || { say "transformers does not import (see above)"; return 3; }

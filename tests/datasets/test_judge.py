@@ -1,5 +1,6 @@
-"""Judges of open-ended replies: the verdict parser, the HTTP judge against a stub server on
-127.0.0.1 (never any other address), the local judge with a tiny random Qwen2, and RVS end to end."""
+"""Judges of open-ended replies: the HTTP judge against a stub server on 127.0.0.1 (never any other
+address), the local judge with a tiny random Qwen2, and RVS end to end. The verdict parser's rules:
+test_judge_rekv_rules.py."""
 
 from __future__ import annotations
 
@@ -13,24 +14,12 @@ from pathlib import Path
 import pytest
 
 from hermes.config import build_config
-from hermes.datasets.judge import JUDGE_SYSTEM, HttpJudge, JudgeConfig, LocalJudge, parse_judge_reply
+from hermes.datasets.judge import JUDGE_SYSTEM, HttpJudge, JudgeConfig, LocalJudge
 from hermes.datasets.runner import run_eval
 from hermes.errors import ModelError, UsageError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SECRET = "sk-test-secret-1234"
-
-
-@pytest.mark.parametrize("raw, expected", [
-    ("{'pred': 'yes', 'score': 4}", (True, 4.0)),
-    ("Sure! ```python\n{'pred': 'no', 'score': 1.5}\n```", (False, 1.5)),
-    ('{"pred": "Yes", "score": 5}', (True, 5.0)),
-    ("'pred': 'no', 'score': '2'", (False, 2.0)),  # not a dict: read by the fallback
-    ("I think they match.", (None, None)),
-    ("{'pred': __import__('os').getcwd()}", (None, None)),  # never evaluated
-])
-def test_parse_judge_reply(raw, expected):
-    assert parse_judge_reply(raw) == expected
 
 
 class StubServer:

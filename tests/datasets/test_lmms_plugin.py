@@ -1,8 +1,13 @@
 """The lmms-eval plugin: declared in lmms-eval's entry-point group, answers requests by streaming the
-video through a StreamingSession; with lmms-eval installed, `--model hermes` resolves to it."""
+video through a StreamingSession; with lmms-eval installed, `--model hermes` resolves to it, and
+lmms-eval's own command runs a task through it end to end (CI's lmms venv: `.ci/run`)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from types import SimpleNamespace
 
@@ -58,8 +63,18 @@ def test_generate_until_streams_the_video_and_answers_like_a_session(tiny_model,
     assert lmm.cfg.memory.policy == "sliding" and lmm.cfg.stream.fps == 2.0
 
 
+def lmms_eval_or_skip():
+    """lmms-eval, or a skip where it is not installed; CI's lmms venv sets HERMES_REQUIRE_LMMS=1, where a
+    missing or unimportable lmms-eval fails instead of skipping."""
+    if os.environ.get("HERMES_REQUIRE_LMMS") == "1":
+        import lmms_eval
+
+        return lmms_eval
+    return pytest.importorskip("lmms_eval")
+
+
 def test_with_lmms_eval_installed_model_hermes_resolves_to_the_plugin(tiny_model, video):
-    lmms_eval = pytest.importorskip("lmms_eval")
+    lmms_eval = lmms_eval_or_skip()
     from lmms_eval.api.instance import Instance
     from lmms_eval.models import get_model
 
@@ -72,3 +87,48 @@ def test_with_lmms_eval_installed_model_hermes_resolves_to_the_plugin(tiny_model
                           metadata={"task": "t", "doc_id": 0, "repeats": 1})
                  for r in reqs]
     assert lmm.generate_until(instances) == direct_replies(tiny_model, lmm.cfg, video, ["What is there?"])
+
+
+# A task of lmms-eval's own format over local files: a JSON-lines dataset (datasets' packaged "json"
+# builder, no hub), the video path per doc, lmms-eval's exact-match metric.
+SMOKE_TASK = """task: hermes_smoke
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {docs}
+test_split: test
+output_type: generate_until
+doc_to_visual: !function smoke_utils.doc_to_visual
+doc_to_text: question
+doc_to_target: answer
+generation_kwargs:
+  max_new_tokens: 3
+  until: ["\\n\\n"]
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+@pytest.mark.slow  # lmms-eval's command imports its whole task registry: about 15 s
+def test_lmms_eval_command_runs_a_task_through_the_plugin(tiny_model, video, tmp_path):
+    lmms_eval_or_skip()
+    prompts = ["What is there?", "What moves?"]
+    docs, tasks, out = tmp_path / "docs.jsonl", tmp_path / "tasks", tmp_path / "out"
+    docs.write_text("".join(json.dumps({"video": str(video), "question": p, "answer": "x"}) + "\n" for p in prompts))
+    tasks.mkdir()
+    (tasks / "hermes_smoke.yaml").write_text(SMOKE_TASK.format(docs=docs))
+    (tasks / "smoke_utils.py").write_text("def doc_to_visual(doc):\n    return [doc['video']]\n")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "lmms_eval", "--model", "hermes",
+         "--model_args", "model=tiny-llava-onevision,memory=sliding,fps=2", "--tasks", "hermes_smoke",
+         "--include_path", str(tasks), "--batch_size", "1", "--output_path", str(out), "--log_samples"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    logged = sorted(out.rglob("*_samples_hermes_smoke.jsonl"))
+    # lmms-eval logs an evaluation error and may still exit 0: the samples file is the evidence
+    assert logged, f"lmms-eval wrote no samples (exit {run.returncode}):\n{run.stderr[-3000:]}"
+    samples = sorted((json.loads(line) for line in logged[0].read_text().splitlines()), key=lambda s: s["doc_id"])
+    cfg = HermesLMM(model="tiny-llava-onevision", memory="sliding", fps=2, loaded_model=tiny_model).cfg
+    assert [s["filtered_resps"] for s in samples] == direct_replies(tiny_model, cfg, video, prompts)

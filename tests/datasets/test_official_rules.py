@@ -134,7 +134,7 @@ def test_videomme_reports_both_denominators_and_names_the_official_one():
                "q2": {"official": False, "parsed_official": None}}  # q3 missing
     s = summarize("videomme", questions, results)
     assert s["overall"] == 1 / 4  # every question (ours)
-    assert s["overall_extracted"] == 1 / 2 and s["official_definition"] == "overall_extracted"
+    assert s["leaderboard"]["overall"] == 1 / 2 and s["official_definition"] == "leaderboard"
 
 
 def test_rvs_reports_rekv_accuracy_and_mean_score_beside_ours():
