@@ -85,3 +85,15 @@ def test_report_puts_the_leaderboard_first_then_every_question():
     ]
     assert [r.split("|")[2].strip() for r in rows] == ["60.0%", "50.0%", "100.0%", "0.0%", "33.3%"]
     assert rows[1].split("|")[3].strip() == "0.0%"  # strict: short 0 of 1
+
+
+def test_the_terminal_line_puts_the_leaderboard_number_first_and_names_it():
+    from hermes.datasets.cli import _headline
+
+    summary = {"benchmark": "videomme",
+               "accuracy": {"official": {"overall": 3 / 9, "leaderboard": {"overall": 0.6, "extracted": 5}}},
+               "coverage": {"questions_answered": 9, "questions_expected": 9, "videos_missing": 0,
+                            "videos_unreadable": 0}}
+    line = _headline(summary, "out").splitlines()[0]
+    assert line.startswith("videomme: leaderboard 60.0% (over 5 replies with a letter), every question 33.3%")
+    assert "official" not in line
