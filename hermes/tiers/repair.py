@@ -14,6 +14,11 @@ the way out. Nothing is deleted: everything replaced or cut is moved (or copied)
 - A checkpoint that fails its checksum, or that claims records the store no longer holds, is moved
   aside: a later run starts the stream afresh instead of resuming from a state that lies.
 - The host-memory log (``dram/``, a store of the same format) is repaired the same way.
+- A record whose bytes check out but whose meaning does not (`hermes.tiers.meaning`: another KV
+  layout) is left out the same way, its bytes copied to quarantine.
+- An eviction stored more than once (the same `hermes.tiers.records.identity` under several ids, in
+  either store: a commit replayed after a crash) keeps its lowest id; the other copies are deleted
+  from the manifests and their bytes copied to quarantine.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from pathlib import Path
 from hermes.tiers import checkpoint
 from hermes.tiers.codec import from_safetensors
 from hermes.tiers.errors import MemoryDirError, storage_error
-from hermes.tiers.files import lock_directory, sha256, write_bytes_atomic
+from hermes.tiers.files import lock_directory, read_exact, sha256, write_bytes_atomic
 from hermes.tiers.fingerprint import FINGERPRINT
 from hermes.tiers.index import INDEX, INDEX_META
+from hermes.tiers.meaning import meaning_problem
 from hermes.tiers.manifest import MANIFEST, SEGMENTS, SUFFIX, Entry, del_line, header_line, replay
 from hermes.tiers.recovery import Quarantine
+from hermes.tiers.records import identity
 
 WAL = "dram"  # the host-memory log's folder inside a memory directory
 LOCK = "lock"
@@ -78,16 +85,34 @@ def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list
     return found, pos
 
 
-def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, label: str) -> int:
-    """Rebuild one store's manifest from its segments; returns the next record id it implies."""
+@dataclass
+class StorePlan:
+    """One store's manifest as `rebuild_store` rebuilt it from the segments, before it is written."""
+
+    directory: Path
+    label: str  # "" for level 3, "dram/" for level 2's log
+    entries: list[Entry]
+    deleted: set[int]
+    next_id: int
+    identities: dict[int, tuple]  # id -> `records.identity` of each readable record that has one
+
+
+def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport, label: str) -> StorePlan:
+    """Rebuild one store's manifest from its segments (written by `write_store`); cuts unreadable tails
+    and copies unreadable records into quarantine."""
     segdir, path = directory / SEGMENTS, directory / MANIFEST
     prefix = label.replace("/", "-")  # quarantine names: dram-manifest.jsonl beside manifest.jsonl
+    try:
+        fingerprint = json.loads((directory / FINGERPRINT).read_text())
+    except (OSError, ValueError):
+        fingerprint = {}  # a log without its own copy: shapes are checked against nothing
     old = replay(path.read_bytes()) if path.exists() else replay(b"")
     # segments the old manifest emptied on purpose (a drop line, or every record deleted)
     dropped = {s for s in old.segments_named if s in old.extents and not old.by_segment.get(s)}
     entries: list[Entry] = []
     seen: set[int] = set()
     corrupt: set[int] = set()
+    identities: dict[int, tuple] = {}
     next_id = old.next_id
     for seg in sorted(segdir.glob(f"*{SUFFIX}")) if segdir.exists() else []:
         if seg.name in dropped:
@@ -125,6 +150,15 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
                 continue
             seen.add(record.record_id)
             entries.append(Entry.of(record, seg.name, offset, length, digest))
+            problem = meaning_problem(record, fingerprint)
+            if problem is not None:  # sound bytes that mean something else: named, deleted, kept in quarantine
+                corrupt.add(record.record_id)
+                bad = directory / f"record-{record.record_id}{SUFFIX}"
+                write_bytes_atomic(bad, data[offset:offset + length])
+                report.actions.append(f"{label}{problem}; left out, its bytes copied to {quarantine.move(bad, prefix)}")
+                continue
+            if identity(record) is not None:
+                identities[record.record_id] = identity(record)
         if end < len(data):
             report.actions.append(f"{label}{SEGMENTS}/{seg.name}: {len(data) - end} unreadable bytes after its "
                                   f"last record; moved to {quarantine.cut(seg, end, prefix)}")
@@ -136,7 +170,36 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
     for rid in missing:
         report.unfixable.append(f"{label}record {rid}: named by the manifest but its bytes are gone; "
                                 f"left out")
-    body = header_line(next_id) + b"".join(e.line() for e in entries)
+    return StorePlan(directory, label, entries, deleted, next_id, identities)
+
+
+def quarantine_duplicates(plans: list[StorePlan], quarantine: Quarantine, report: RepairReport) -> None:
+    """Mark every copy of an eviction stored more than once as deleted, its bytes copied to quarantine;
+    the lowest id is kept (an id in both stores, a crash between their commits, is one record)."""
+    holders: dict[tuple, list[tuple[int, StorePlan]]] = {}
+    for plan in plans:
+        for rid, key in plan.identities.items():
+            if rid not in plan.deleted:
+                holders.setdefault(key, []).append((rid, plan))
+    for key, held in holders.items():
+        keep = min(rid for rid, _ in held)
+        for rid, plan in held:
+            if rid == keep:
+                continue
+            entry = next(e for e in plan.entries if e.record_id == rid)
+            copy = plan.directory / f"duplicate-{rid}{SUFFIX}"
+            write_bytes_atomic(copy, read_exact(plan.directory / SEGMENTS / entry.segment, entry.offset, entry.length))
+            plan.deleted.add(rid)
+            report.actions.append(f"{plan.label}record {rid}: a second copy of record {keep} (frames {key[0]}..{key[1]}, "
+                                  f"the eviction at frame {key[3]}); left out, its bytes copied to "
+                                  f"{quarantine.move(copy, plan.label.replace('/', '-'))}")
+
+
+def write_store(plan: StorePlan, quarantine: Quarantine, report: RepairReport) -> None:
+    """Write a rebuilt manifest (the old one copied into quarantine first)."""
+    directory, label, entries, deleted = plan.directory, plan.label, plan.entries, plan.deleted
+    path, prefix = directory / MANIFEST, label.replace("/", "-")
+    body = header_line(plan.next_id) + b"".join(e.line() for e in entries)
     if deleted:
         body += del_line(sorted(deleted))
     if path.exists():
@@ -148,7 +211,6 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
     tmp = directory / (MANIFEST + ".tmp")
     if tmp.exists():
         report.actions.append(f"{label}{tmp.name}: moved to {quarantine.move(tmp, prefix)}")
-    return next_id
 
 
 def repair(directory: str | Path) -> RepairReport:
@@ -170,9 +232,13 @@ def repair(directory: str | Path) -> RepairReport:
     report = RepairReport()
     try:
         quarantine = Quarantine(directory)
-        next_ids = {"disk": repair_store(directory, quarantine, report, "")}
+        plans = {"disk": rebuild_store(directory, quarantine, report, "")}
         if (directory / WAL / SEGMENTS).is_dir():
-            next_ids["dram"] = repair_store(directory / WAL, quarantine, report, f"{WAL}/")
+            plans["dram"] = rebuild_store(directory / WAL, quarantine, report, f"{WAL}/")
+        quarantine_duplicates(list(plans.values()), quarantine, report)
+        for plan in plans.values():
+            write_store(plan, quarantine, report)
+        next_ids = {store: plan.next_id for store, plan in plans.items()}
         for name in (INDEX, INDEX_META):
             if (directory / name).exists():
                 report.actions.append(f"{name}: moved to {quarantine.move(directory / name)} (rebuilt from the "
