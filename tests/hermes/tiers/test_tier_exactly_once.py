@@ -115,3 +115,29 @@ def test_a_duplicate_across_the_log_and_level3_is_found_and_the_log_copy_quarant
     assert report.records == {"disk": 1, "dram": 0}
     capsys.readouterr()
     assert main(["memory", "verify", str(path)]) == 0
+
+
+def test_a_replayed_eviction_is_stored_once_in_an_object_store(tmp_path, monkeypatch):
+    boto3 = pytest.importorskip("boto3")
+    moto = pytest.importorskip("moto")
+    from hermes.tiers.remote_level import RemoteOptions
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with moto.mock_aws():
+        boto3.client("s3").create_bucket(Bucket="mem")
+        remote = RemoteOptions(cache_dir=str(tmp_path / "cache"))
+        for dram_bytes in (0, 1 << 30):  # level 3, then level 2's log in the store
+            url = f"s3://mem/once-{dram_bytes}"
+            md = MemoryDirectory(url, FP, dram_bytes, 1 << 30, remote=remote)
+            for n, frames_seen in enumerate((8, 16)):
+                md.add(_eviction(n, frames_seen))
+            md.close(spill_dram=False)
+            md = MemoryDirectory(url, FP, dram_bytes, 1 << 30, remote=remote)
+            assert md.add(_eviction(md.new_record_id(), 16)) == 1
+            md.close(spill_dram=False)
+            reader = MemoryDirectory(url, None, 0, 0, readonly=True, remote=RemoteOptions(cache_dir=str(tmp_path / "r")))
+            assert reader.duplicates() == [] and len(set(reader.disk.ids()) | set(reader.wal.ids())) == 2
+            reader.close(spill_dram=False)
