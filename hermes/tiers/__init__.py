@@ -1,4 +1,4 @@
-"""Memory levels 2 and 3 (DESIGN §3): host memory (DRAM), disk segments with a FAISS index, recall.
+"""Memory levels 2 and 3 (docs/ARCHITECTURE.md, Memory): host memory (DRAM), disk segments with a FAISS index, recall.
 
 Level 1 (the working cache on the device) evicts tokens; the ones worth keeping become a `Record`
 (one chunk's evicted tokens, every layer, with scores and original positions). This package keeps

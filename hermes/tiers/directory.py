@@ -1,6 +1,6 @@
 """A persistent memory directory: levels 2 and 3 and the index behind one object.
 
-`MemoryDirectory` is what a session holds below level 1 (DESIGN §3):
+`MemoryDirectory` is what a session holds below level 1 (docs/ARCHITECTURE.md, Memory):
 
 - `add(record)` puts an evicted chunk's record in DRAM (`DramStore`, compressed, bounded). Records
   DRAM has no room for leave least-valuable first: they are summarised (`summarise_fn`) and
@@ -19,7 +19,7 @@ Bounds: DRAM holds at most `dram_bytes` of records. Segments, manifest and the s
 budget are checkpoints, ``fingerprint.json``, ``index.json`` and, while the index is being saved,
 its temp file.
 
-Durability (DESIGN §3). Level 2 is durable through a write-ahead log: every record that enters DRAM
+Durability (docs/ARCHITECTURE.md, Memory). Level 2 is durable through a write-ahead log: every record that enters DRAM
 is also appended, as stored (compressed, not summarised), to ``dram/``, a second `DiskStore` of the
 same crash-safe format, by that store's writer thread (ingest only queues it). A record leaves the
 log only after its level-3 copy is committed (``on_commit``), so at every moment each record is

@@ -117,15 +117,11 @@ def test_a_duplicate_across_the_log_and_level3_is_found_and_the_log_copy_quarant
     assert main(["memory", "verify", str(path)]) == 0
 
 
-def test_a_replayed_eviction_is_stored_once_in_an_object_store(tmp_path, monkeypatch):
+def test_a_replayed_eviction_is_stored_once_in_an_object_store(tmp_path, aws_env):
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
     from hermes.tiers.remote_level import RemoteOptions
 
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with moto.mock_aws():
         boto3.client("s3").create_bucket(Bucket="mem")
         remote = RemoteOptions(cache_dir=str(tmp_path / "cache"))

@@ -26,14 +26,6 @@ FP = {"model": "s3-cache-test", "family": "synthetic", "num_layers": 3}
 URL = "s3://mem/cams/door"
 
 
-@pytest.fixture
-def aws(monkeypatch):
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-
-
 def _fresh_store():
     """A new, empty S3 store (moto) with the bucket made; a context manager."""
     mock = moto.mock_aws()
@@ -55,7 +47,7 @@ def _write_stream(remote: RemoteOptions) -> None:
 
 
 @pytest.mark.parametrize("explicit_cache", [True, False])
-def test_a_second_fresh_store_under_the_same_bucket_sees_nothing_of_the_first(aws, tmp_path, monkeypatch,
+def test_a_second_fresh_store_under_the_same_bucket_sees_nothing_of_the_first(aws_env, tmp_path, monkeypatch,
                                                                              explicit_cache):
     monkeypatch.setenv("HERMES_CACHE_DIR", str(tmp_path / "root"))
     remote = RemoteOptions(cache_dir=str(tmp_path / "cache") if explicit_cache else None)
@@ -81,7 +73,7 @@ def test_a_second_fresh_store_under_the_same_bucket_sees_nothing_of_the_first(aw
         second.stop()
 
 
-def test_a_local_checkpoint_copy_the_store_does_not_hold_is_never_resumed(aws, tmp_path):
+def test_a_local_checkpoint_copy_the_store_does_not_hold_is_never_resumed(aws_env, tmp_path):
     remote = RemoteOptions(cache_dir=str(tmp_path / "cache"))
     store = _fresh_store()
     try:
