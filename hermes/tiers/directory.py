@@ -19,8 +19,8 @@ Bounds: DRAM holds at most `dram_bytes` of records. Segments, manifest and the s
 budget are checkpoints, ``fingerprint.json``, ``index.json`` and, while the index is being saved,
 its temp file.
 
-Durability (docs/ARCHITECTURE.md, Memory). Level 2 is durable through a write-ahead log: every record that enters DRAM
-is also appended, as stored (compressed, not summarised), to ``dram/``, a second `DiskStore` of the
+Durability (docs/ARCHITECTURE.md, Memory). Level 2 is durable through a write-ahead log: every record
+that enters DRAM is also appended, as stored (compressed, not summarised), to ``dram/``, a second `DiskStore` of the
 same crash-safe format, by that store's writer thread (ingest only queues it). A record leaves the
 log only after its level-3 copy is committed (``on_commit``), so at every moment each record is
 durable in one place or the other, or is still in the queue of the chunk in flight; `barrier` waits
@@ -724,7 +724,8 @@ class MemoryDirectory:
             "index": {"state": self.index_state, "records": len(self.index), "dim": self.index.dim,
                       "saved": (self.path / INDEX_META).exists()},
             "checkpoints": self.checkpoints(),
-            "dram_log": {"records": self.wal.num_records if self.wal is not None else 0, "replayed_on_resume": len(logged)},
+            "dram_log": {"records": self.wal.num_records if self.wal is not None else 0,
+                         "replayed_on_resume": len(logged)},
             "resume": self._resume_state(len(logged)),
             "problems": self.disk.open_problems + self.index_problems + self.store_problems,
             "notes": self.disk.open_notes + self.checkpoint_notes + [f"in quarantine: {f}" for f in

@@ -9,8 +9,9 @@ the directory is created; opening it with a different fingerprint is refused wit
 The fingerprint includes a SHA-256 of the model's weights (`weights_digest`): two checkpoints of
 one architecture (a fine-tune, another seed) have the same shapes but make keys the other cannot
 use. Weight files are hashed once per model load and the digest is cached by file identity (path,
-size, modification time) in ``weights-sha256.json`` under the cache root (`hermes.tiers.files.cache_root`:
-``HERMES_CACHE_DIR``, else ``$XDG_CACHE_HOME/hermes-video``, else ``~/.cache/hermes-video``), so a second run of the same files costs a stat per file; builtin random
+size, modification time) in ``weights-sha256.json`` under the cache root
+(`hermes.tiers.files.cache_root`: ``HERMES_CACHE_DIR``, else ``$XDG_CACHE_HOME/hermes-video``, else
+``~/.cache/hermes-video``), so a second run of the same files costs a stat per file; builtin random
 models (``tiny-*``, ``micro-*``) hash their tensors in memory.
 """
 
@@ -87,7 +88,8 @@ def rotary_spec(fingerprint: dict[str, Any]) -> RotarySpec | None:
     if not isinstance(rope, dict):
         return None
     try:
-        return RotarySpec(head_dim=int(fingerprint["kv"]["head_dim"]), theta=float(rope["theta"]), kind=str(rope["kind"]),
+        return RotarySpec(head_dim=int(fingerprint["kv"]["head_dim"]), theta=float(rope["theta"]),
+                          kind=str(rope["kind"]),
                           mrope_section=tuple(rope["mrope_section"]) if rope.get("mrope_section") else None,
                           attention_scaling=float(rope["attention_scaling"]),
                           mrope_interleaved=bool(rope["mrope_interleaved"]))

@@ -190,8 +190,8 @@ def quarantine_duplicates(plans: list[StorePlan], quarantine: Quarantine, report
             copy = plan.directory / f"duplicate-{rid}{SUFFIX}"
             write_bytes_atomic(copy, read_exact(plan.directory / SEGMENTS / entry.segment, entry.offset, entry.length))
             plan.deleted.add(rid)
-            report.actions.append(f"{plan.label}record {rid}: a second copy of record {keep} (frames {key[0]}..{key[1]}, "
-                                  f"the eviction at frame {key[3]}); left out, its bytes copied to "
+            report.actions.append(f"{plan.label}record {rid}: a second copy of record {keep} (frames "
+                                  f"{key[0]}..{key[1]}, the eviction at frame {key[3]}); left out, its bytes copied to "
                                   f"{quarantine.move(copy, plan.label.replace('/', '-'))}")
 
 
