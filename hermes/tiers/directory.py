@@ -2,7 +2,8 @@
 
 `MemoryDirectory` is what a session holds below level 1 (docs/ARCHITECTURE.md, Memory):
 
-- `add(record)` puts an evicted chunk's record in DRAM (`DramStore`, compressed, bounded). Records
+- `add(record)` puts an evicted chunk's record in DRAM (`DramStore`, compressed, bounded), once: an
+  eviction already held under another id (`records.identity`) is not stored again. Records
   DRAM has no room for leave least-valuable first: they are summarised (`summarise_fn`) and
   compressed on the disk writer's thread and appended to disk (`DiskStore`, bounded, crash-safe);
   their embeddings go into the FAISS index (`RecordIndex`) at once, so search never misses them.
