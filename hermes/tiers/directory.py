@@ -170,7 +170,9 @@ class MemoryDirectory:
                     self.wal = self.remote.open_store(WAL, 1 << 62, self.disk.fingerprint)
             elif (durable_dram and not readonly) or (self.path / WAL).is_dir():
                 # one record per log segment, so a record leaving DRAM frees its file at once
-                self.wal = DiskStore(self.path / WAL, 1 << 62, self.disk.fingerprint, segment_bytes=1,
+                # read-only: the log's own fingerprint copy is taken as it is, for `verify` to compare
+                self.wal = DiskStore(self.path / WAL, 1 << 62, None if readonly else self.disk.fingerprint,
+                                     segment_bytes=1,
                                      readonly=readonly, min_next_id=claims.get("dram_next_id", 0),
                                      min_tail=claims.get("dram_tail"))
             self.checkpoint_notes = [] if readonly else [f"checkpoints/{n}: left by an interrupted save; deleted"
@@ -798,6 +800,13 @@ class MemoryDirectory:
         if (counts["disk_segments"] < counts["disk_manifest"]
                 or counts["dram_log_segments"] < counts["dram_log_manifest"]):
             disagreements.append(f"the segments hold fewer readable records than the manifests name: {counts}")
+        if self.wal is not None and self.wal.fingerprint != self.disk.fingerprint:
+            differ = sorted(k for k in set(self.wal.fingerprint) | set(self.disk.fingerprint)
+                            if self.wal.fingerprint.get(k) != self.disk.fingerprint.get(k))
+            disagreements.append(f"fingerprint.json and {WAL}/fingerprint.json disagree (in: {', '.join(differ)}): "
+                                 f"one was replaced")
+        if self.readonly and self.index_state == "rebuilt (missing)" and checkpoint_claims(self.path):
+            disagreements.append("the index is missing, but the checkpoints were saved with it (it was deleted)")
         if self.index_state not in ("loaded", "empty"):  # on open it did not match the manifest
             notes.append(f"index {self.index_state} on open" + (" (in memory only: read-only)" if self.readonly else ""))
         notes += [f"in quarantine (kept, never served): {f}" for f in quarantined_files(self.path)]

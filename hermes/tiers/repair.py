@@ -10,7 +10,9 @@ the way out. Nothing is deleted: everything replaced or cut is moved (or copied)
   are cut into quarantine. A record the old manifest names with another checksum (flipped bytes)
   is left out and its bytes are copied to quarantine; ids the old manifest removed (``del`` lines,
   dropped segments) stay removed, so nothing dropped on purpose comes back.
-- The FAISS index is moved aside, to be rebuilt from the records on the next open.
+- The FAISS index is moved aside and rebuilt from the repaired records.
+- ``fingerprint.json`` and the log's copy disagreeing (one replaced by another model's): the copy the
+  records agree with (`hermes.tiers.meaning`) is kept in both places, the other copied to quarantine.
 - A checkpoint that fails its checksum, or that claims records the store no longer holds, is moved
   aside: a later run starts the stream afresh instead of resuming from a state that lies.
 - The host-memory log (``dram/``, a store of the same format) is repaired the same way.
@@ -232,6 +234,7 @@ def repair(directory: str | Path) -> RepairReport:
     report = RepairReport()
     try:
         quarantine = Quarantine(directory)
+        settle_fingerprints(directory, quarantine, report)
         plans = {"disk": rebuild_store(directory, quarantine, report, "")}
         if (directory / WAL / SEGMENTS).is_dir():
             plans["dram"] = rebuild_store(directory / WAL, quarantine, report, f"{WAL}/")
@@ -241,8 +244,7 @@ def repair(directory: str | Path) -> RepairReport:
         next_ids = {store: plan.next_id for store, plan in plans.items()}
         for name in (INDEX, INDEX_META):
             if (directory / name).exists():
-                report.actions.append(f"{name}: moved to {quarantine.move(directory / name)} (rebuilt from the "
-                                      f"records on the next open)")
+                report.actions.append(f"{name}: moved to {quarantine.move(directory / name)}")
         folder = directory / checkpoint.CHECKPOINTS
         for info_path in sorted(folder.glob("*.json")) if folder.exists() else []:
             reason = None
@@ -262,9 +264,51 @@ def repair(directory: str | Path) -> RepairReport:
                     moved.append(quarantine.move(folder / str(file)))
                 report.actions.append(f"checkpoint {info_path.stem!r}: {reason}; moved to {', '.join(moved)} "
                                       f"(the next run starts the stream afresh)")
+        rebuild_index(directory, report)
         (directory / LOCK).unlink(missing_ok=True)
     except OSError as exc:
         raise storage_error(directory, "repairing", exc) from exc
     finally:
         os.close(fd)
     return report
+
+
+def rebuild_index(directory: Path, report: RepairReport) -> None:
+    """Build and save the FAISS index from the repaired records (a read-only open derives it)."""
+    from hermes.tiers.directory import MemoryDirectory  # the directory module imports this one
+
+    md = MemoryDirectory(directory, None, 0, 0, readonly=True)
+    try:
+        md._save_index()
+        report.actions.append(f"{INDEX}: rebuilt from the {len(md.index)} record(s) of level 3")
+    finally:
+        md.close(spill_dram=False)
+
+
+def settle_fingerprints(directory: Path, quarantine: Quarantine, report: RepairReport) -> None:
+    """When ``fingerprint.json`` and the log's copy disagree (one was replaced), keep the one the records
+    agree with (`hermes.tiers.meaning`), the other copied to quarantine first; if the records cannot
+    tell (no KV layout to check against), nothing is changed and it is reported."""
+    copies = [directory / FINGERPRINT, directory / WAL / FINGERPRINT]
+    try:
+        texts = [json.loads(p.read_text()) for p in copies]
+    except (OSError, ValueError):
+        return  # no log, or a copy that does not parse: verify names it
+    if texts[0] == texts[1]:
+        return
+    records = []
+    for store in (directory, directory / WAL):
+        for seg in sorted((store / SEGMENTS).glob(f"*{SUFFIX}")):
+            records += [r for _, _, r in scan_segment(seg.read_bytes())[0] if r is not None]
+    fails = [sum(meaning_problem(r, fp) is not None for r in records) for fp in texts]
+    checks = [isinstance(fp.get("kv"), dict) for fp in texts]
+    if not all(checks) or fails[0] == fails[1]:
+        report.unfixable.append(f"{FINGERPRINT} and {WAL}/{FINGERPRINT} disagree and the records cannot tell which "
+                                f"is theirs; put the right one in both places")
+        return
+    good, bad = (0, 1) if fails[0] < fails[1] else (1, 0)
+    moved = quarantine.copy(copies[bad], "dram-" if bad else "")
+    write_bytes_atomic(copies[bad], copies[good].read_bytes())
+    report.actions.append(f"{copies[bad].relative_to(directory)}: replaced by {copies[good].relative_to(directory)}, "
+                          f"which the records agree with ({fails[bad]} of {len(records)} disagree with it); "
+                          f"old copy in {moved}")
