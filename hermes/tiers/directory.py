@@ -193,6 +193,7 @@ class MemoryDirectory:
         self._lock = threading.RLock()
         self._checkpoint_job: _WriterJob | None = None  # the checkpoint save in flight on the disk writer
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
+        self._meaning_checked: set[int] = set()  # records a recall has checked (`hermes.tiers.meaning`)
         # a follower of a remote stream recalls the writer's level 2 from its log (a local reader need not)
         self._follows_log = self.remote is not None and readonly and self.wal is not None
         if self._follows_log:
@@ -539,7 +540,8 @@ class MemoryDirectory:
         Looks in DRAM, then the prefetch cache (waiting for a load in flight), then reads the disk.
 
         A disk record that fails its checksum is left out, with a warning (and noted in `skipped`); one
-        that fails its meaning check (`hermes.tiers.meaning`) is left out and quarantined.
+        that fails its meaning check (`hermes.tiers.meaning`, the first time this object serves it from
+        disk or the prefetch cache) is left out and quarantined.
 
         Raises:
             KeyError: An id this directory does not hold.
@@ -568,10 +570,13 @@ class MemoryDirectory:
                 warnings.warn(f"{stored}; left out of this answer", stacklevel=2)
                 self.skipped.append(str(stored))
                 continue
-            problem = meaning_problem(stored, self.disk.fingerprint) if source != "dram" else None
-            if problem is not None:  # a valid checksum over keys that mean something else: never spliced
-                self._quarantine(rid, problem)
-                continue
+            # once per record and process: the check rotates its last layer, as making its embedding did
+            if source != "dram" and rid not in self._meaning_checked:
+                self._meaning_checked.add(rid)
+                problem = meaning_problem(stored, self.disk.fingerprint)
+                if problem is not None:  # a valid checksum over keys that mean something else: never spliced
+                    self._quarantine(rid, problem)
+                    continue
             self.fetched[source] += 1
             out.append(stored.dequantize(device, dtype, non_blocking=non_blocking))
         return out

@@ -118,3 +118,21 @@ def test_a_directory_of_another_kv_layout_is_refused(tmp_path):
                             kv=kv_layout(SPEC, 2, "bfloat16"))
     with pytest.raises(MemoryDirError, match="differ in: kv"):
         _open(path, 0, fingerprint=bf16)
+
+
+def test_a_recall_checks_each_level3_record_once_per_process(tmp_path, monkeypatch):
+    import hermes.tiers.directory as directory_module
+
+    path = tmp_path / "mem"
+    md = _open(path, 0)
+    for rid in range(4):
+        md.add(_rec(rid))
+    md.flush()
+    checked = []
+    original = directory_module.meaning_problem
+    monkeypatch.setattr(directory_module, "meaning_problem", lambda rec, fp: checked.append(rec.record_id)
+                        or original(rec, fp))
+    for _ in range(3):  # the same question three times
+        assert [r.record_id for r in md.fetch([1, 2])] == [1, 2]
+    assert sorted(checked) == [1, 2]
+    md.close()
