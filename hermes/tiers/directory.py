@@ -723,6 +723,7 @@ class MemoryDirectory:
             dram = self.dram.stats()
         return {
             "path": str(self.location), "fingerprint": self.disk.fingerprint,
+            "stream_id": self.remote.stream_id if self.remote is not None else None,  # the store's marker
             "disk": {"records": len(entries), "bytes": self.disk.disk_bytes, "capacity_bytes": self.disk.capacity_bytes,
                      "segments": self.disk.segments()},
             "dram": dram,

@@ -56,6 +56,7 @@ def test_a_second_fresh_store_under_the_same_bucket_sees_nothing_of_the_first(aw
         _write_stream(remote)
         md = _open(remote)
         assert [c["name"] for c in md.checkpoints()] == ["session"] and len(md.disk.ids()) + len(md.dram) == 6
+        first_id = md.inspect()["stream_id"]
         md.close()
     finally:
         first.stop()
@@ -64,6 +65,7 @@ def test_a_second_fresh_store_under_the_same_bucket_sees_nothing_of_the_first(aw
         md = _open(remote)
         try:
             assert md.checkpoints() == []  # a fresh write is not refused as "already holds a stream"
+            assert md.inspect()["stream_id"] not in (None, first_id)
             assert md.disk.ids() == [] and len(md.dram) == 0 and len(md.index) == 0
             with pytest.raises(KeyError):
                 md.load_checkpoint("session")
