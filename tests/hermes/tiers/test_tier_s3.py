@@ -162,8 +162,9 @@ def test_flipped_byte_in_a_segment_object_is_detected_and_never_served(s3, tmp_p
     # a damaged local cache copy is fetched again from the store, not served and not fatal
     good = [e for e in reader.disk.entries() if e.segment != entry.segment]
     if good:
-        path = tmp_path / "b" / "cache" / "level3" / f"{good[0].segment}.{good[0].offset}"
         reader.fetch([good[0].record_id])
+        # the cache sits under the store's marker (one folder per store identity)
+        [path] = (tmp_path / "b").glob(f"*/cache/level3/{good[0].segment}.{good[0].offset}")
         raw = bytearray(path.read_bytes())
         raw[10] ^= 0xFF
         path.write_bytes(bytes(raw))
