@@ -456,8 +456,16 @@ class HermesPolicy(BudgetPolicy):
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
                  probe: torch.Tensor | None = None) -> Evictions:
+        if probe is None and self._chunk_shift is not None and self.evicts_after(cache, 0):
+            # probed before the chunk moves, as a probe riding in the chunk's forward sees it
+            probe = self._probe(cache)
         self.settle_chunk(cache)
         return super().maintain(cache, copy_evicted=copy_evicted, probe=probe)
+
+    def _probe(self, cache: HermesCache) -> torch.Tensor:
+        """(L, Q, T) maps of the pseudo-query over the cache, from a probe pass of its own."""
+        maps = probe_attention(self.model, cache, self._pseudo_query()[0])
+        return torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps
 
     def _attention(self, cache: HermesCache, probe: torch.Tensor | None) -> torch.Tensor:
         """(L, T) pseudo-query attention per cached entry: this probe's, or carried across probes by id.
@@ -468,8 +476,7 @@ class HermesPolicy(BudgetPolicy):
         """
         embeds, n_local = self._pseudo_query()
         if probe is None:
-            probe = probe_attention(self.model, cache, embeds)
-            probe = torch.stack(list(probe)) if not isinstance(probe, torch.Tensor) else probe
+            probe = self._probe(cache)
         if probe.shape[1:] != (embeds.shape[0], cache.num_tokens):
             raise ValueError(f"probe maps of shape {tuple(probe.shape)} do not fit a pseudo-query of "
                              f"{embeds.shape[0]} tokens over {cache.num_tokens} cached tokens")
