@@ -25,8 +25,8 @@ Positions: new tokens always take positions after the last one used, so eviction
 re-indexing). A `hermes` chunk continues each layer after that layer's own largest position, as the
 reference does (`memory.chunk_positions`: the model's forward places it after layer 0's, and
 `maintain` moves each layer's copy by its difference); other policies keep the same tokens in every
-layer, so one position serves all. When the next tokens would pass `max_position_embeddings`, every layer's visual keys
-are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
+layer, so one position serves all. When the next tokens would pass `max_position_embeddings`, every
+layer's visual keys are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
 kept coordinates, or whole frames packed back to back, `memory.mrope_compaction`, see
 `hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
 eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
@@ -93,7 +93,7 @@ class Evictions:
 class Choice:
     """What a policy chose for one eviction: the entries to keep and, for HERMES, the summaries to write."""
 
-    keep: torch.Tensor  # (L, K) visual cache indices to keep, per layer, in their new cache order (summary slot included)
+    keep: torch.Tensor  # (L, K) visual cache indices to keep per layer, in their new order (summary slot included)
     scores: torch.Tensor | None = None  # (L, V) importance of every visual entry, if the policy scores
     summaries: tuple[tuple[int, Summary, torch.Tensor], ...] = ()  # (layer, summary, position (A,)) per layer
 
@@ -221,8 +221,14 @@ class MemoryPolicy:
 
 
 def move_entries(layer: HermesLayer, new_positions: torch.Tensor, spec: RotarySpec) -> None:
-    """Give a layer's entries new positions (A, T), re-rotating the keys that move by the exact fp32 delta
-    (keys that stay are untouched, bit for bit)."""
+    """Give a layer's entries new positions, re-rotating the keys that move by the exact fp32 delta
+    (keys that stay are untouched, bit for bit).
+
+    Args:
+        layer: the cache layer (every token described).
+        new_positions: (A, T) int64 positions for its T entries.
+        spec: the model's rotary scheme.
+    """
     delta = new_positions - layer.positions  # (A, T)
     keys = None
     if bool((delta != 0).any()):
@@ -443,7 +449,12 @@ class HermesPolicy(BudgetPolicy):
 
     def settle_chunk(self, cache: HermesCache) -> None:
         """Move each layer's copy of the last placed chunk (its newest entries) to that layer's own
-        positions (`place_once`), keys re-rotated by the exact delta; nothing if no layer differs."""
+        positions (`place_once`), keys re-rotated by the exact delta; nothing if no layer differs or no
+        chunk is pending. `maintain` calls it first.
+
+        Args:
+            cache: the working cache, the placed chunk prefilled and recorded in it.
+        """
         if self._chunk_shift is None:
             return
         n, shift = self._chunk_shift

@@ -248,11 +248,13 @@ def run_stream(name: str, monkeypatch, **memory) -> Iterator[StreamStep]:
         reference_placed = data[f"chunk{c}.placed"].reshape(layers, axes, tokens)
         for layer in range(layers):
             # the golden keys sit at the reference's positions of this layer; the forward rotates at `positions`
-            keys = rotate_between(data[f"chunk{c}.keys"][layer, 0], rope_positions(reference_placed[layer], policy.spec),
+            keys = rotate_between(data[f"chunk{c}.keys"][layer, 0],
+                                  rope_positions(reference_placed[layer], policy.spec),
                                   rope_positions(positions, policy.spec), policy.spec)
             cache.update(keys[None], data[f"chunk{c}.values"][layer], layer)
         cache.record(positions, KIND_VISUAL, frames)
-        stream_index.update(zip(cache.token_ids[0, -tokens:].tolist(), range(prefix + c * tokens, prefix + (c + 1) * tokens)))
+        stream_index.update(zip(cache.token_ids[0, -tokens:].tolist(),
+                                range(prefix + c * tokens, prefix + (c + 1) * tokens)))
         policy.settle_chunk(cache)  # what maintain does first; here so that the placement can be read
         placed = cache.positions[:, :, -tokens:].clone()
         if f"chunk{c}.attention" in data:
@@ -312,7 +314,8 @@ def test_smoothing_by_token_identity_is_the_default_and_departs_from_the_referen
     assert MemoryConfig().smoothing_match == "token"
     lowest = 1.0
     for step in run_stream(name, monkeypatch):
-        lowest = min(lowest, *band_jaccard(step.entries, reference_entries(data, step.chunk), step.policy.bands).values())
+        jaccard = band_jaccard(step.entries, reference_entries(data, step.chunk), step.policy.bands)
+        lowest = min(lowest, *jaccard.values())
     assert lowest < 0.99
 
 
