@@ -436,6 +436,12 @@ class HermesCache(DynamicCache):
         self.next_position, self.block = placement.next_position, placement.block
         return placement.positions
 
+    def layer_next_positions(self) -> torch.Tensor:
+        """(L,) int64 one past each layer's largest position on any axis (0 for a layer without tokens):
+        where the reference continues each layer (`memory.chunk_positions: per_layer`)."""
+        return torch.tensor([int(layer.positions.max()) + 1 if layer.positions.numel() else 0 for layer in self.layers],
+                            dtype=torch.long)
+
     def new_token_ids(self, n: int) -> torch.Tensor:
         """`n` fresh ids (for tokens a policy creates, such as summary tokens)."""
         ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)

@@ -82,6 +82,10 @@ class MemoryConfig:
     w0: float = 0.75  # recency weight of the first working layer
     gamma: float = 0.6  # fall of the recency weight across the working band
     smoothing: tuple[float, ...] = (0.1, 0.3, 0.4)  # deep-to-shallow lambda for sensory / working / long-term
+    # how smoothing pairs a layer's tokens with the deeper layer's: by token identity (ours, a fix: after an
+    # eviction the layers hold different tokens, so equal cache indices are different tokens) or by cache
+    # index (the reference's convention; for the differential against it, docs/ARCHITECTURE.md)
+    smoothing_match: Literal["token", "index"] = "token"
     # Attention that selection reads: "none" = this probe's alone (the reference), "sum" = a running
     # sum over probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe.
     accumulation: Literal["none", "sum", "ema"] = "none"
@@ -93,6 +97,15 @@ class MemoryConfig:
     # where the summary token sits: right after the newest kept token (the reference; M-RoPE: max over
     # the axes + 1 on every axis) or at the count-weighted mean position of what it folds, per axis
     summary_position: Literal["after_kept", "mean_evicted"] = "after_kept"
+    # a long-term layer's previous summary: "candidate" (the reference) competes for the budget like any
+    # token, so a layer may keep several; the new summary is the plain mean of what is evicted, appended
+    # after the kept tokens. "fold" (ours) always folds it, count-weighted, into the one new summary,
+    # written in the first visual slot: one summary per layer, weighted by the tokens it stands for
+    previous_summary: Literal["candidate", "fold"] = "candidate"
+    # positions of a new chunk: "per_layer" (the reference) continues every layer after its own largest
+    # position, each chunk a block of its own (M-RoPE); "shared" (ours) places it once for the whole
+    # cache after the largest position of any layer, continuing the open M-RoPE block
+    chunk_positions: Literal["per_layer", "shared"] = "per_layer"
     reindex: Literal["lazy", "eager"] = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
     position_reserve: int = 1024  # positions kept free for a question and its answer
     # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack

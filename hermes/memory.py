@@ -10,9 +10,11 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
   scores, every evicted token goes to levels 2-3 and questions search them; preset `recall-only`);
 - `hermes`: the paper's per-layer importance, as its reference code computes it (DESIGN §3): recency
   in shallow layers, the model's own attention from pseudo-queries in deep layers, a depth-weighted
-  mix in between, smoothed from deep to shallow by token identity, selected on the fresh probe;
-  long-term layers fold what they evict into one summary token placed right after the newest kept
-  token. Our own variants are `memory.*` options (recency unit, accumulation, summary position).
+  mix in between, smoothed from deep to shallow by token identity (our fix; by cache index, the
+  reference's convention, with `memory.smoothing_match`), selected on the fresh probe; long-term layers
+  keep `budget - 1` entries, a previous summary competing like any token, and append one new summary
+  token of what they evict, placed right after the newest kept token. Our own variants are `memory.*`
+  options (recency unit, accumulation, summary position, `previous_summary: fold`).
 
 Every bounded policy evicts only when a chunk takes the cache past `budget`, and then to `budget`
 (the reference) or, with `memory.evict_headroom` h (ours), to budget * (1 - h), so that the next
@@ -20,8 +22,11 @@ chunks fit without another eviction: for `hermes` that is one probe per several 
 per chunk (the probe's forward is a fixed ~30 tokens, a large share of a small chunk's encode).
 
 Positions: new tokens always take positions after the last one used, so eviction leaves gaps (lazy
-re-indexing). When the next tokens would pass `max_position_embeddings`, every layer's visual keys
-are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
+re-indexing). A `hermes` chunk continues each layer after that layer's own largest position, as the
+reference does (`memory.chunk_positions`: the model's forward places it after layer 0's, and
+`maintain` moves each layer's copy by its difference); other policies keep the same tokens in every
+layer, so one position serves all. When the next tokens would pass `max_position_embeddings`, every
+layer's visual keys are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
 kept coordinates, or whole frames packed back to back, `memory.mrope_compaction`, see
 `hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
 eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, TokenEntries, to_device_no_sync
+from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, HermesLayer, TokenEntries, to_device_no_sync
 from hermes.config import MemoryConfig, preset_names
 from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
@@ -88,7 +93,7 @@ class Evictions:
 class Choice:
     """What a policy chose for one eviction: the entries to keep and, for HERMES, the summaries to write."""
 
-    keep: torch.Tensor  # (L, K) visual cache indices to keep, per layer (the summary slot included)
+    keep: torch.Tensor  # (L, K) visual cache indices to keep per layer, in their new order (summary slot included)
     scores: torch.Tensor | None = None  # (L, V) importance of every visual entry, if the policy scores
     summaries: tuple[tuple[int, Summary, torch.Tensor], ...] = ()  # (layer, summary, position (A,)) per layer
 
@@ -194,17 +199,42 @@ class MemoryPolicy:
         """
         limit = self.model.max_position_embeddings
         mark = cache.mark()
-        positions = cache.place(layout)
+        positions = self.place_once(cache, layout)
         if cache.next_position + self.cfg.position_reserve <= limit:
             return positions
         cache.rewind(mark)  # nothing was appended yet: this only undoes the reservation
         self.compact(cache)
         start = cache.next_position
-        positions = cache.place(layout)
+        positions = self.place_once(cache, layout)
         if cache.next_position > limit:
             raise ConfigError(f"{cache.num_tokens} cached tokens plus a chunk reaching {cache.next_position - start} "
                               f"positions exceed the model's {limit} positions: lower memory.budget or the chunk size")
         return positions
+
+    def place_once(self, cache: HermesCache, layout: list[Run | GridStep]) -> torch.Tensor:
+        """Reserve positions for a chunk's layout after the cache's next free position (no range check).
+
+        Returns:
+            (A, n) int64 positions the model's forward takes.
+        """
+        return cache.place(layout)
+
+
+def move_entries(layer: HermesLayer, new_positions: torch.Tensor, spec: RotarySpec) -> None:
+    """Give a layer's entries new positions, re-rotating the keys that move by the exact fp32 delta
+    (keys that stay are untouched, bit for bit).
+
+    Args:
+        layer: the cache layer (every token described).
+        new_positions: (A, T) int64 positions for its T entries.
+        spec: the model's rotary scheme.
+    """
+    delta = new_positions - layer.positions  # (A, T)
+    keys = None
+    if bool((delta != 0).any()):
+        old = rope_positions(layer.positions, spec).to(layer.keys.device)
+        keys = rotate_keys(layer.keys, rope_positions(delta, spec).to(layer.keys.device), spec, positions=old)
+    layer.move(new_positions, keys)
 
 
 def rope_positions(positions: torch.Tensor, spec: RotarySpec) -> torch.Tensor:
@@ -235,12 +265,7 @@ def compact_positions(cache: HermesCache, spec: RotarySpec, mrope: str = "frame_
             # a frame's grid moves as one (M-RoPE); 1-D entries move one by one
             groups = layer.frame_index if spec.kind == "mrope" else torch.arange(layer.positions.shape[-1])
             new_positions = compact(layer.positions, movable, groups, origin)
-        delta = new_positions - layer.positions  # (A, T)
-        keys = None
-        if bool((delta != 0).any()):
-            old = rope_positions(layer.positions, spec).to(layer.keys.device)
-            keys = rotate_keys(layer.keys, rope_positions(delta, spec).to(layer.keys.device), spec, positions=old)
-        layer.move(new_positions, keys)
+        move_entries(layer, new_positions, spec)
         if new_positions.numel():
             largest = max(largest if largest is not None else -1, int(new_positions.max()))
     cache.next_position = max(largest + 1, origin) if largest is not None else 0
@@ -262,8 +287,8 @@ class BudgetPolicy(MemoryPolicy):
         self.last_scores: torch.Tensor | None = None  # (L, V) of the last eviction, for inspection only
 
     def choose(self, cache: HermesCache, prefix_len: int, probe: torch.Tensor | None = None) -> Choice:
-        """The visual entries to keep ((L, keep_tokens) cache indices, ascending, per layer), and their
-        scores (`probe`: as `maintain` takes it)."""
+        """The visual entries to keep ((L, keep_tokens) cache indices per layer, in the order they are to
+        stay: ascending, but for a slot reused for a summary), and their scores (`probe`: as `maintain` takes it)."""
         raise NotImplementedError
 
     def evicts_after(self, cache: HermesCache, n_new: int) -> bool:
@@ -340,8 +365,10 @@ class UniformPolicy(BudgetPolicy):
 class HermesPolicy(BudgetPolicy):
     """The paper's hierarchical importance: per-layer budgets, summary tokens in long-term layers.
 
-    Defaults reproduce the reference code (DESIGN §3, fidelity rule); `memory.recency_unit`,
-    `memory.recency_k_fall`, `memory.accumulation` and `memory.summary_position` select our variants.
+    Defaults reproduce the reference code (DESIGN §3, fidelity rule) over any number of evictions, but
+    for smoothing by token identity (our fix; `memory.smoothing_match`); `memory.recency_unit`,
+    `memory.recency_k_fall`, `memory.accumulation`, `memory.summary_position`, `memory.previous_summary`
+    and `memory.chunk_positions` select our variants.
     Its state between chunks is the importance carried across probes (`memory.accumulation`), per
     layer by token id (`state_dict`).
     """
@@ -353,7 +380,9 @@ class HermesPolicy(BudgetPolicy):
         if len(cfg.bands) != 3 or len(cfg.smoothing) != 3:
             raise ConfigError("memory.bands and memory.smoothing need three values: sensory, working, long-term")
         for name, choices in (("recency_unit", ("token", "frame")), ("accumulation", ("none", "sum", "ema")),
-                              ("summary_position", ("after_kept", "mean_evicted"))):
+                              ("summary_position", ("after_kept", "mean_evicted")),
+                              ("smoothing_match", ("token", "index")), ("previous_summary", ("candidate", "fold")),
+                              ("chunk_positions", ("per_layer", "shared"))):
             if getattr(cfg, name) not in choices:
                 raise ConfigError(f"memory.{name} must be one of {', '.join(choices)}, found {getattr(cfg, name)!r}")
         if cfg.accumulation == "ema" and not 0.0 <= cfg.accumulate_decay < 1.0:
@@ -366,6 +395,9 @@ class HermesPolicy(BudgetPolicy):
         # the last pseudo-query by its texts, (local, global) -> (embeddings, local tokens): an evicting
         # chunk asks for it before its prefill (`probe_queries`) and again in maintenance (`_attention`)
         self._pseudo: tuple[tuple[str, str], torch.Tensor, int] | None = None
+        # the last placed chunk (tokens, (L,) shift of each layer's copy from the forward's positions),
+        # until `maintain` moves it (`memory.chunk_positions: per_layer`)
+        self._chunk_shift: tuple[int, torch.Tensor] | None = None
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The carried importance: ``running.<l>.ids`` and ``running.<l>.scores`` for each layer that has it."""
@@ -398,6 +430,54 @@ class HermesPolicy(BudgetPolicy):
     def probe_queries(self, cache: HermesCache, n_new: int) -> torch.Tensor | None:
         return self._pseudo_query()[0] if self.evicts_after(cache, n_new) else None
 
+    def place_once(self, cache: HermesCache, layout: list[Run | GridStep]) -> torch.Tensor:
+        """`memory.chunk_positions: per_layer` (the reference's `encode_video_chunk`): the chunk is placed
+        after layer 0's largest position, as a block of its own (M-RoPE), and layer l's copy is to sit
+        `after[l] - after[0]` further on every axis, `after` being one past each layer's largest position.
+        The model's forward takes one set of positions (layer 0's); `maintain` moves the other layers'
+        copies (`settle_chunk`). The cache's next free position (text) comes after every layer's copy."""
+        if self.cfg.chunk_positions == "shared":
+            return super().place_once(cache, layout)
+        after = cache.layer_next_positions()  # (L,)
+        shift = after - after[0]
+        before = cache.next_position
+        cache.next_position, cache.block = int(after[0]), None
+        positions = cache.place(layout)
+        cache.next_position = max(cache.next_position + int(shift.max()), before)
+        self._chunk_shift = (positions.shape[-1], shift)
+        return positions
+
+    def settle_chunk(self, cache: HermesCache) -> None:
+        """Move each layer's copy of the last placed chunk (its newest entries) to that layer's own
+        positions (`place_once`), keys re-rotated by the exact delta; nothing if no layer differs or no
+        chunk is pending. `maintain` calls it first.
+
+        Args:
+            cache: the working cache, the placed chunk prefilled and recorded in it.
+        """
+        if self._chunk_shift is None:
+            return
+        n, shift = self._chunk_shift
+        self._chunk_shift = None
+        for layer, layer_shift in zip(cache.layers, shift.tolist()):
+            if layer_shift:
+                new_positions = layer.positions.clone()
+                new_positions[:, -n:] += layer_shift
+                move_entries(layer, new_positions, self.spec)
+
+    def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
+                 probe: torch.Tensor | None = None) -> Evictions:
+        if probe is None and self._chunk_shift is not None and self.evicts_after(cache, 0):
+            # probed before the chunk moves, as a probe riding in the chunk's forward sees it
+            probe = self._probe(cache)
+        self.settle_chunk(cache)
+        return super().maintain(cache, copy_evicted=copy_evicted, probe=probe)
+
+    def _probe(self, cache: HermesCache) -> torch.Tensor:
+        """(L, Q, T) maps of the pseudo-query over the cache, from a probe pass of its own."""
+        maps = probe_attention(self.model, cache, self._pseudo_query()[0])
+        return torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps
+
     def _attention(self, cache: HermesCache, probe: torch.Tensor | None) -> torch.Tensor:
         """(L, T) pseudo-query attention per cached entry: this probe's, or carried across probes by id.
 
@@ -407,8 +487,7 @@ class HermesPolicy(BudgetPolicy):
         """
         embeds, n_local = self._pseudo_query()
         if probe is None:
-            probe = probe_attention(self.model, cache, embeds)
-            probe = torch.stack(list(probe)) if not isinstance(probe, torch.Tensor) else probe
+            probe = self._probe(cache)
         if probe.shape[1:] != (embeds.shape[0], cache.num_tokens):
             raise ValueError(f"probe maps of shape {tuple(probe.shape)} do not fit a pseudo-query of "
                              f"{embeds.shape[0]} tokens over {cache.num_tokens} cached tokens")
@@ -442,23 +521,27 @@ class HermesPolicy(BudgetPolicy):
         scores = combine_layer_scores(self._recency(cache, prefix_len), attention, self.bands, self.cfg.w0,
                                       self.cfg.gamma)
         ids = cache.token_ids[:, prefix_len:]
-        scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing))
+        scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing,
+                                                    match=self.cfg.smoothing_match))
         keep_rows, summaries = [], []
+        fold_previous = self.cfg.previous_summary == "fold"
         for layer in range(cache.num_layers):
             if not bool(self.longterm[layer]):
                 keep_rows.append(prefix_len + select_keep(scores[layer], budget))
                 continue
-            # long-term: budget - 1 tokens plus the summary slot, which absorbs everything evicted
-            is_summary = cache.layers[layer].kinds[prefix_len:] == KIND_SUMMARY
-            candidates = (~is_summary).nonzero().squeeze(1)
+            # long-term: budget - 1 entries plus a slot for the new summary of everything evicted
+            candidates = torch.arange(scores.shape[1])
+            if fold_previous:  # ours: the previous summary is always folded, never kept beside the new one
+                candidates = (cache.layers[layer].kinds[prefix_len:] != KIND_SUMMARY).nonzero().squeeze(1)
             kept = candidates[select_keep(scores[layer, candidates], budget - 1)]
             folded = torch.ones(scores.shape[1], dtype=torch.bool)
-            folded[kept] = False  # evicted tokens and the previous summary
+            folded[kept] = False  # evicted tokens (and summaries)
             target = self._summary_position(cache, layer, prefix_len, kept, folded)
             summaries.append((layer, self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1), target),
                               target))
             slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in write_summaries
-            keep_rows.append(torch.cat([slot, prefix_len + kept]))
+            # the reference appends the new summary after the kept entries; ours takes the first visual slot
+            keep_rows.append(torch.cat([slot, prefix_len + kept] if fold_previous else [prefix_len + kept, slot]))
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
     def _summary_position(self, cache: HermesCache, layer: int, prefix_len: int, kept: torch.Tensor,
@@ -480,15 +563,17 @@ class HermesPolicy(BudgetPolicy):
     def _fold(self, cache: HermesCache, layer: int, idx: torch.Tensor, target: torch.Tensor) -> Summary:
         folded = cache.layers[layer].entries(idx)
         return fold_summary(folded.keys, folded.values, folded.counts, rope_positions(folded.positions, self.spec),
-                            rope_positions(target, self.spec), self.spec)
+                            rope_positions(target, self.spec), self.spec,
+                            weighted=self.cfg.previous_summary == "fold")
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         before = cache.next_position
         new_ids = cache.new_token_ids(len(summaries))
+        slot = prefix_len if self.cfg.previous_summary == "fold" else cache.num_tokens - 1  # as `choose` ordered it
         for (layer, summary, target), new_id in zip(summaries, new_ids.tolist()):
-            cache.layers[layer].write(prefix_len, summary.key[:, 0], summary.value[:, 0], target, new_id,
+            cache.layers[layer].write(slot, summary.key[:, 0], summary.value[:, 0], target, new_id,
                                       KIND_SUMMARY, -1, int(summary.count))
-            # what comes next is placed after the summary, as the reference continues each layer after it
+            # text and a `shared` chunk come after every summary (a `per_layer` chunk after its layer's own)
             cache.next_position = max(cache.next_position, int(target.max()) + 1)
         if cache.next_position != before:  # M-RoPE: the next frames open a new block after the summary,
             cache.block = None  # not one inside the old block that would place them below it

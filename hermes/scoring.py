@@ -21,12 +21,13 @@ constants are the paper's; golden tests in ``tests/hermes/test_golden.py`` hold 
   reference code updates in place from deep to shallow, so signals propagate over several layers).
   Tokens are matched by id, not by cache index (a fix: after the first eviction the reference's
   indices no longer line up across layers); a token absent from the deeper layer contributes 0.
+  Matching by index, the reference's convention, is `match="index"` (`memory.smoothing_match`).
 - Accumulation: the reference selects on the fresh probe; `accumulate` offers a running sum or an
   EMA as options (a running sum freezes long-term layers on old content).
 - Summary token (App. Algorithm "Summary Tokens"): evicted values are averaged; evicted keys are
-  first re-rotated to the summary position, then averaged. Here both means are weighted by how many
-  original tokens each entry stands for, so an existing summary folds in with its count (a fix: the
-  reference's plain mean lets one summary of thousands weigh as one token).
+  first re-rotated to the summary position, then averaged. The reference takes plain means (an evicted
+  summary weighs as one token); `weighted=True` weights both means by how many original tokens each
+  entry stands for (ours, with `memory.previous_summary: fold`).
 """
 
 from __future__ import annotations
@@ -254,25 +255,34 @@ def smooth_deep_to_shallow(
     token_ids: Sequence[torch.Tensor],
     bands: Sequence[str],
     lambdas: Sequence[float] = DEFAULT_LAMBDAS,
+    match: str = "token",
 ) -> list[torch.Tensor]:
-    """Cross-layer memory smoothing, deep to shallow, matching tokens by id.
+    """Cross-layer memory smoothing, deep to shallow, matching tokens by id (or by cache index).
 
     ``S~_{L-1} = S_{L-1}``; for l = L-2 .. 0: ``S~_l = (1 - lam) * S_l + lam * S~_{l+1}[same id]``,
     ``lam = lambdas[band of l]``; the deeper term is 0 for a token that layer l+1 no longer holds.
+    ``match="index"`` pairs the entries at the same index instead, as the reference does, whatever
+    tokens they are (the layers must then hold equally many).
 
     Args:
         scores: Per layer, ``(T_l,)`` scores (layers may hold different tokens).
         token_ids: Per layer, ``(T_l,)`` int64 token ids, unique within a layer.
         bands: Band name per layer.
         lambdas: Smoothing strength for (sensory, working, long-term) layers.
+        match: "token" (by id) or "index" (by cache index).
 
     Returns:
         Per layer, the smoothed ``(T_l,)`` scores (float32).
 
     Raises:
-        ValueError: Lengths of ``scores``, ``token_ids`` and ``bands`` differ, or a layer's scores
-            and ids differ in length.
+        ValueError: Lengths of ``scores``, ``token_ids`` and ``bands`` differ, a layer's scores
+            and ids differ in length, an unknown ``match``, or layers of different lengths with
+            ``match="index"``.
     """
+    if match not in ("token", "index"):
+        raise ValueError(f"match must be 'token' or 'index', got {match!r}")
+    if match == "index" and len({s.shape for s in scores}) > 1:
+        raise ValueError(f"smoothing by index needs layers of equal length, got {sorted({s.numel() for s in scores})}")
     if not len(scores) == len(token_ids) == len(bands):
         raise ValueError(f"got {len(scores)} score rows, {len(token_ids)} id rows, {len(bands)} bands")
     for layer, (s, ids) in enumerate(zip(scores, token_ids)):
@@ -287,7 +297,7 @@ def smooth_deep_to_shallow(
     out[-1] = scores[-1].float().clone()
     for layer in range(len(scores) - 2, -1, -1):
         lam = float(lambdas[band_idx[layer]])
-        deeper = _lookup(token_ids[layer], token_ids[layer + 1], out[layer + 1])
+        deeper = out[layer + 1] if match == "index" else _lookup(token_ids[layer], token_ids[layer + 1], out[layer + 1])
         out[layer] = (1.0 - lam) * scores[layer].float() + lam * deeper
     return out
 
@@ -376,13 +386,15 @@ def fold_summary(
     positions: torch.Tensor,
     target_position: torch.Tensor | int | Sequence[int],
     spec: RotarySpec,
+    weighted: bool = True,
 ) -> Summary:
     """Fold tokens (evicted ones, and possibly the previous summary) into one summary token.
 
     value = sum_i c_i v_i / sum_i c_i; key = sum_i c_i rot(k_i, p_i -> t) / sum_i c_i, where c_i is
     the number of original tokens entry i stands for (1 for a plain token, n for a summary) and
     rot moves a stored key from its position to the summary position t (hermes.rope, exact fp32
-    compensation). Means are taken in fp32 and cast back.
+    compensation). ``weighted=False`` takes c_i = 1 for every entry (the reference's plain mean).
+    Means are taken in fp32 and cast back.
 
     Args:
         keys: ``(..., T, D)`` keys rotated at ``positions`` (e.g. ``(H, T, D)``).
@@ -391,6 +403,7 @@ def fold_summary(
         positions: ``(T,)`` (1-D RoPE) or ``(3, T)`` (M-RoPE) current positions of the keys.
         target_position: Summary position: an int (1-D) or 3 ints (M-RoPE).
         spec: The rotary scheme.
+        weighted: Weight each entry by its count (else every entry alike).
 
     Returns:
         `Summary` with key ``(..., 1, D)``, value ``(..., 1, Dv)`` and the total count.
@@ -408,7 +421,8 @@ def fold_summary(
     old = positions.long()
     new = target.reshape(-1, 1).expand(old.shape) if old.dim() == 2 else target.reshape(()).expand(old.shape)
     moved = rotate_between(keys.float(), old, new, spec)  # (..., T, D) fp32, all at the target
-    weight = (counts.float() / counts.float().sum()).to(keys.device).unsqueeze(-1)  # (T, 1)
+    mass = counts.float() if weighted else torch.ones(num)
+    weight = (mass / mass.sum()).to(keys.device).unsqueeze(-1)  # (T, 1)
     key = (moved * weight).sum(dim=-2, keepdim=True).to(keys.dtype)
     value = (values.float() * weight.to(values.device)).sum(dim=-2, keepdim=True).to(values.dtype)
     return Summary(key=key, value=value, count=counts.sum())

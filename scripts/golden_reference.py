@@ -21,6 +21,22 @@ cache of a system prefix plus visual tokens at the first eviction:
 
 Everything is stored in one safetensors file per geometry (inputs and outputs, fp32 / int64) with
 the settings in its metadata.
+
+A stream (`reference_stream_1d`, `reference_stream_mrope`): a prefix, then `CHUNKS` chunks of one
+synthetic stream, each encoded by the reference's own `encode_video_chunk` (the language model a
+stand-in that appends the chunk's seeded keys and values, so the reference's per-layer position
+bookkeeping runs as written: each layer continues after its own largest position), and whenever the
+cache holds more than the budget, `prune_kv_cache_by_attention` (Qwen file, the paper's constants) on
+seeded maps of the current length, then `_shrink_positions_and_rerotate_keys` (streaming) of the
+geometry's file: 1-D the LLaVA file's, M-RoPE the Qwen file's. Stored per chunk c: the chunk's keys
+and values (`chunk<c>.keys`, taken as rotated at the positions the reference records for them, which
+are `chunk<c>.placed` per layer), the maps, scores and keep indices of an eviction, and the cache after
+it (`.cache_keys`, `.cache_values`, `.cache_positions`, and `.ids`: per layer, in cache order, the
+stream index of each entry, a summary written at chunk c as -(c + 1)).
+Under transformers 4.57.1 the reference's per-layer position hooks set `position_ids`, which the
+decoder layers do not rotate by (they take the model's one `position_embeddings`), so on a real model
+its keys sit at layer 0's positions while it records each layer's own; the stream here takes the
+recorded positions as the truth (what the hooks are for).
 """
 
 from __future__ import annotations
@@ -41,6 +57,9 @@ PREFIX, QUERY = 4, 3  # system-prompt tokens; pseudo-query tokens
 BUDGET = 48  # visual tokens kept per layer (kv_size)
 THETA = 10000.0
 MROPE_SECTION = (2, 3, 3)  # pairs per (t, h, w) axis; sums to HEAD_DIM / 2
+CHUNKS = 14  # chunks of the stream
+STREAM_1D = 16  # tokens per chunk, 1-D (one run)
+GRID_STEPS, GRID_SIDE = 2, 4  # M-RoPE chunk: 2 grid steps of 4 x 4 merged patches (1 fps, 2 tokens per second)
 
 
 class TableRope(torch.nn.Module):
@@ -195,6 +214,109 @@ def mrope() -> dict[str, torch.Tensor]:
     return out
 
 
+class StandInLM:
+    """The language model `encode_video_chunk` calls: appends the chunk's keys/values (set in `chunk`) to
+    every layer and returns the cache as (keys, values) per layer; carries the rotary module and config
+    the shrink reads."""
+
+    def __init__(self, rotary_emb, config) -> None:
+        self.rotary_emb, self.config = rotary_emb, config
+        self.model = types.SimpleNamespace(layers=[])  # the LLaVA file looks for per-layer rotary modules here
+        self.chunk: tuple[torch.Tensor, torch.Tensor] | None = None  # (L, 1, KV, n, D) each
+
+    def __call__(self, inputs_embeds=None, past_key_values=None, **kwargs):
+        keys, values = self.chunk
+        cache = [(torch.cat([k, keys[l]], dim=2), torch.cat([v, values[l]], dim=2))
+                 for l, (k, v) in enumerate(past_key_values)]
+        return types.SimpleNamespace(past_key_values=cache)
+
+
+class StandInVideo:
+    """The processor and vision tower `encode_video_chunk` calls: pixels are never read, only the grid."""
+
+    def __init__(self, grid: list[int], tokens: int) -> None:
+        self.grid, self.tokens = grid, tokens
+        self.video_processor = self  # the LLaVA file's `processor.video_processor(...)`
+
+    def __call__(self, *args, **kwargs):
+        out = {"pixel_values_videos": torch.zeros(1), "video_grid_thw": torch.tensor([self.grid])}
+        return types.SimpleNamespace(to=lambda *a: out, pixel_values_videos=torch.zeros(1))
+
+    def features(self, *args):
+        return torch.zeros(1, self.tokens, HEADS * HEAD_DIM)
+
+
+def stream(mrope: bool) -> dict[str, torch.Tensor]:
+    """The reference over `CHUNKS` chunks of one synthetic stream (module docstring)."""
+    import inference.llavaov_hermes as llava_mod
+    import inference.qwenvl_hermes as qwen_mod
+
+    gen = torch.Generator().manual_seed(4004 if mrope else 3003)
+    cls = qwen_mod.QwenVL_Hermes if mrope else llava_mod.LlavaOneVision_Hermes
+    tokens = GRID_STEPS * GRID_SIDE ** 2 if mrope else STREAM_1D
+    video = StandInVideo([GRID_STEPS, 2 * GRID_SIDE, 2 * GRID_SIDE], tokens)
+    if mrope:
+        from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLTextConfig
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
+
+        config = Qwen2_5_VLTextConfig(hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS,
+                                      num_key_value_heads=KV_HEADS, rope_theta=THETA, max_position_embeddings=32768,
+                                      rope_scaling={"type": "mrope", "mrope_section": list(MROPE_SECTION)})
+        lm = StandInLM(Qwen2_5_VLRotaryEmbedding(config=config), config)
+        names = ["encode_video_chunk", "_ensure_dynamic_cache", "_get_next_global_offset_per_layer",
+                 "_build_position_ids_3d_for_vision", "_append_position_ids_layer_explicit"]
+        prefix_positions = torch.arange(PREFIX, dtype=torch.float32).expand(3, PREFIX).clone()
+        extra = dict(config=types.SimpleNamespace(vision_config=types.SimpleNamespace(spatial_merge_size=2,
+                                                                                      tokens_per_second=2)),
+                     sample_fps=1, visual_start_idx=PREFIX, _mrope_section=list(MROPE_SECTION))
+    else:
+        config = types.SimpleNamespace(hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS,
+                                       max_position_embeddings=32768)
+        lm = StandInLM(TableRope(HEAD_DIM, THETA), config)
+        names = ["encode_video_chunk", "_get_next_start_pos_per_layer", "_set_rotary_required_len",
+                 "_build_position_ids", "_append_position_ids", "_append_position_ids_layer"]
+        prefix_positions = torch.arange(PREFIX)
+        extra = {}
+    prefix_keys = torch.randn(LAYERS, 1, KV_HEADS, PREFIX, HEAD_DIM, generator=gen)
+    prefix_values = torch.randn(LAYERS, 1, KV_HEADS, PREFIX, HEAD_DIM, generator=gen)
+    obj = stand_in(cls, names + ["_shrink_positions_and_rerotate_keys", "_get_cache_seq_len_per_layer",
+                                 "_sanitize_keep_indices"],
+                   device=torch.device("cpu"), dtype=torch.float32, num_layers=LAYERS, streaming=True,
+                   long_term_threshold=int(LAYERS * (1 - 0.3)), language_model=lm, processor=video,
+                   get_video_features=video.features, _layer_position_ids={}, total_processed_frames=0,
+                   kv_cache=[(prefix_keys[l].clone(), prefix_values[l].clone()) for l in range(LAYERS)],
+                   _position_ids_cache=[prefix_positions.clone() for _ in range(LAYERS)], **extra)
+    ids = [list(range(PREFIX)) for _ in range(LAYERS)]
+    out = {"prefix.keys": prefix_keys, "prefix.values": prefix_values}
+    for c in range(CHUNKS):
+        keys = torch.randn(LAYERS, 1, KV_HEADS, tokens, HEAD_DIM, generator=gen)
+        values = torch.randn(LAYERS, 1, KV_HEADS, tokens, HEAD_DIM, generator=gen)
+        lm.chunk = keys, values
+        obj.encode_video_chunk(torch.zeros(GRID_STEPS if mrope else 1, 3, 8, 8))
+        placed = torch.stack([p[..., -tokens:] for p in obj._position_ids_cache])  # (L, tokens) or (L, 3, tokens)
+        out.update({f"chunk{c}.keys": keys, f"chunk{c}.values": values,
+                    f"chunk{c}.placed": placed.round().long() if mrope else placed})
+        for row in ids:
+            row.extend(range(PREFIX + c * tokens, PREFIX + (c + 1) * tokens))
+        total = len(ids[0])
+        if total - PREFIX > BUDGET:
+            attn = attention_maps(gen, total)
+            scores, keep = prune(qwen_mod.QwenVL_Hermes, qwen_mod, attn, obj.kv_cache, llava=False)
+            rows = keep_lists(keep)
+            obj._shrink_positions_and_rerotate_keys(rows)
+            for l in range(LAYERS):
+                ids[l] = [ids[l][i] for i in rows[l]] + ([-(c + 1)] if l >= obj.long_term_threshold else [])
+            out.update({f"chunk{c}.attention": attn, f"chunk{c}.scores": scores, f"chunk{c}.keep": keep})
+        if any(len(row) != k.shape[2] for row, (k, _) in zip(ids, obj.kv_cache)):
+            raise SystemExit(f"chunk {c}: entry ids and cache lengths disagree")
+        positions = torch.stack(list(obj._position_ids_cache))
+        out.update({f"chunk{c}.cache_keys": torch.stack([k for k, _ in obj.kv_cache]),
+                    f"chunk{c}.cache_values": torch.stack([v for _, v in obj.kv_cache]),
+                    f"chunk{c}.cache_positions": positions.round().long() if mrope else positions,
+                    f"chunk{c}.ids": torch.tensor(ids)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("checkout", type=Path, help="a checkout of the reference (the folder holding inference/)")
@@ -206,11 +328,16 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"layers": LAYERS, "heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "prefix": PREFIX,
             "query": QUERY, "budget": BUDGET, "theta": THETA, "mrope_section": list(MROPE_SECTION),
             "transformers": transformers.__version__, "torch": torch.__version__}
+    stream_meta = dict(meta, chunks=CHUNKS, stream_1d_tokens=STREAM_1D, grid_steps=GRID_STEPS, grid_side=GRID_SIDE,
+                       tokens_per_second=2, sample_fps=1)
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, build in (("reference_1d", one_d), ("reference_mrope", mrope)):
+    for name, build, settings in (("reference_1d", one_d, meta), ("reference_mrope", mrope, meta),
+                                  ("reference_stream_1d", lambda: stream(mrope=False), stream_meta),
+                                  ("reference_stream_mrope", lambda: stream(mrope=True), stream_meta)):
         tensors = {k: v.contiguous() for k, v in build().items()}
-        save_file(tensors, args.out / f"{name}.safetensors", metadata={"settings": json.dumps(meta)})
-        print(f"wrote {args.out / name}.safetensors: {', '.join(f'{k} {tuple(v.shape)}' for k, v in tensors.items())}")
+        save_file(tensors, args.out / f"{name}.safetensors", metadata={"settings": json.dumps(settings)})
+        shown = ', '.join(f'{k} {tuple(v.shape)}' for k, v in list(tensors.items())[:12])
+        print(f"wrote {args.out / name}.safetensors: {shown}{', ...' if len(tensors) > 12 else ''} ({len(tensors)} tensors)")
     try:
         commit = subprocess.run(["git", "-C", str(args.checkout), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()

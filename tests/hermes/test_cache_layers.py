@@ -223,6 +223,7 @@ def test_maintains_returned_evictions_are_what_the_lower_levels_receive(tiny_mod
     maintain, capture = session.memory.maintain, LowerLevels.capture
 
     def spy_maintain(cache, **kwargs):
+        session.memory.settle_chunk(cache)  # what maintain does first: each layer's copy of the chunk at its positions
         snapshots.append([layer_state(layer) for layer in cache.layers])  # level 1 before the eviction
         returned.append(maintain(cache, **kwargs))
         return returned[-1]

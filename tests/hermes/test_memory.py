@@ -48,10 +48,11 @@ def test_hermes_stays_bounded_over_600_frames(tiny_model):
         c.frames for c in session.chunk_stats[: i + 1]) * TPF > budget)
     assert len(set(sizes[first_full:])) == 1  # bytes constant once eviction has started
     kinds = session.cache.kinds[:, p:]
-    # long-term layers (the last two of four) hold exactly one summary token standing for the evicted rest
-    assert (kinds == KIND_SUMMARY).sum(dim=1).tolist() == [0, 0, 1, 1]
-    summary_counts = session.cache.counts[:, p:][kinds == KIND_SUMMARY]
-    assert summary_counts.tolist() == [600 * TPF - (budget - 1)] * 2
+    # only long-term layers (the last two of four) hold summary tokens (old ones compete for the budget
+    # like any token, so there may be several), and their entries stand for every token seen
+    summaries = (kinds == KIND_SUMMARY).sum(dim=1).tolist()
+    assert summaries[:2] == [0, 0] and min(summaries[2:]) >= 1
+    assert session.cache.counts[2:, p:].sum(dim=1).tolist() == [600 * TPF] * 2
 
 
 @pytest.mark.slow
@@ -97,8 +98,9 @@ def test_with_equal_attention_every_layer_keeps_exactly_the_newest_tokens(tiny_m
     assert session.cache.frame_index[0, -2 * TPF:].tolist() == [18] * TPF + [19] * TPF
     for layer in range(2):  # sensory and working
         assert torch.equal(session.cache.token_ids[layer, p:], newest)
-    for layer in (2, 3):  # long-term: a summary slot, then the newest budget - 1 tokens (ties go to newer)
-        assert torch.equal(session.cache.token_ids[layer, p + 1:], newest[1:])
+    for layer in (2, 3):  # long-term: the newest budget - 1 tokens (ties go to newer), then the new summary
+        assert torch.equal(session.cache.token_ids[layer, p:-1], newest[1:])
+        assert session.cache.kinds[layer, -1] == KIND_SUMMARY
 
 
 @pytest.mark.slow

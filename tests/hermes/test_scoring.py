@@ -158,6 +158,18 @@ def test_smoothing_moves_scores_exactly_as_the_formula():
         smooth_deep_to_shallow(scores[:2], ids, bands)
 
 
+def test_smoothing_by_index_pairs_entries_at_the_same_index_whatever_their_ids():
+    """The reference's convention (`memory.smoothing_match: index`): the same scores and ids as above."""
+    bands = ["sensory", "working", "longterm"]
+    ids = [torch.tensor([13, 11, 10]), torch.tensor([12, 10, 13]), torch.tensor([10, 11, 12])]
+    scores = [torch.tensor([1.0, 0.0, 0.5]), torch.tensor([0.2, 0.4, 0.6]), torch.tensor([1.0, 0.5, 0.0])]
+    out = smooth_deep_to_shallow(scores, ids, bands, match="index")
+    assert out[1].tolist() == pytest.approx([0.44, 0.43, 0.42])  # 0.7 * [0.2, 0.4, 0.6] + 0.3 * [1.0, 0.5, 0.0]
+    assert out[0].tolist() == pytest.approx([0.944, 0.043, 0.492])  # 0.9 * [1, 0, 0.5] + 0.1 * out[1]
+    with pytest.raises(ValueError, match="equal length"):
+        smooth_deep_to_shallow([scores[0], scores[1][:2], scores[2]], [ids[0], ids[1][:2], ids[2]], bands, match="index")
+
+
 def test_deep_attention_rescues_a_token_in_a_working_layer():
     layers, tokens, budget = 10, 8, 3
     bands = layer_bands(layers)  # sensory 0, working 1-6, long-term 7-9
@@ -295,6 +307,9 @@ def test_fold_summary_values_weighted_by_counts_and_dtype_kept():
     assert summary.value.dtype == torch.bfloat16 and summary.key.dtype == torch.bfloat16
     assert summary.value[0, 0, :2].tolist() == [1.0, 2.0]  # (3*0 + 1*4) / 4, (3*0 + 1*8) / 4
     assert int(summary.count) == 4
+    plain = fold_summary(keys, values, torch.tensor([3, 1]), torch.tensor([0, 7]), 7, spec, weighted=False)
+    assert plain.value[0, 0, :2].tolist() == [2.0, 4.0]  # the reference's plain mean: (0 + 4) / 2, (0 + 8) / 2
+    assert int(plain.count) == 4  # it still stands for every token folded
 
 
 def test_fold_summary_rejects_bad_input():

@@ -194,6 +194,7 @@ def test_frames_after_a_summary_token_are_placed_after_it(monkeypatch):
     gaps = []
 
     def checked_maintain(self, cache, **kwargs):
+        self.settle_chunk(cache)  # what maintain does first: each layer's copy of the chunk at its own positions
         for layer in range(cache.positions.shape[0]):
             summary = cache.kinds[layer] == KIND_SUMMARY
             if bool(summary.any()):
