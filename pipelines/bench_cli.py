@@ -1,4 +1,4 @@
-"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers, serve and reference.
+"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers, serve, reference and overhead.
 
 Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. The bench's configuration is the
 same `HermesConfig` as `run`'s: `memory.budget` is the budget of every bounded policy measured, set by
@@ -202,6 +202,43 @@ def cmd_bench_reference(args) -> int:
     return 0
 
 
+def cmd_bench_overhead(args) -> int:
+    """`bench overhead`: a policy's whole ingest cost over a baseline's at the same budget, paired chunk by chunk."""
+    from hermes.pipelines.reference_bench import parse_geometries
+
+    geometries = parse_geometries(args.geometries, args.tokens_per_frame)
+    for flag in ("frames", "chunk_frames", "budget", "repeats", "threads"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {getattr(args, flag)}")
+    check_output_path(args.output, "--output")
+    import dataclasses
+
+    import torch
+
+    from hermes.config import MemoryConfig
+    from hermes.pipelines.bench import paired_overhead, resolve_policies
+    from hermes.pipelines.bench_report import overhead_table
+    from hermes.pipelines.reference_bench import geometry_model
+
+    policy, baseline = resolve_policies([args.policy, args.baseline], MemoryConfig(), args.budget)
+    for spec in (policy, baseline):
+        if spec.memory is None:
+            raise UsageError(spec.note)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for geo in geometries:
+        model, _ = geometry_model(geo)
+        if not args.quiet:
+            print(f"bench overhead: {geo.label}, {policy.label} vs {baseline.label}, budget {args.budget}, "
+                  f"{args.frames} frames x {args.repeats}", file=sys.stderr, flush=True)
+        rows.append(paired_overhead(model, policy, baseline, args.frames, chunk_frames=args.chunk_frames,
+                                    repeats=args.repeats, geometry=geo.label))
+    record = {"suite": "overhead", "threads": args.threads, "rows": [dataclasses.asdict(r) for r in rows]}
+    print(json.dumps(record) if args.json else overhead_table(rows))
+    write_json_output(args.output, record)
+    return 0
+
+
 def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...]) -> None:
     """The configuration (with `config_flags`), --json, and --arch, --num-layers, --vision-layers: which
     random-weight model to build (not configuration: they choose the model measured)."""
@@ -276,6 +313,28 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     reference.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
     add_common_options(reference)
     reference.set_defaults(func=cmd_bench_reference)
+
+    overhead = bench_sub.add_parser(
+        "overhead", help="what a policy's ingest costs over a baseline's at the same budget (default hermes over "
+                         "sliding), both streamed side by side chunk by chunk, told whole: the probe in hermes's "
+                         "prefill counts; min / median / max over repeats", description=BENCH_COSTS)
+    overhead.add_argument("--geometries", default="4x64,8x512",
+                          help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
+    overhead.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=16,
+                          help="visual tokens per frame (default: %(default)s)")
+    overhead.add_argument("--frames", type=int, default=384, help="stream length per repeat (default: %(default)s)")
+    overhead.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
+    overhead.add_argument("--budget", type=int, default=1024,
+                          help="visual tokens kept per layer, both policies (default: %(default)s)")
+    overhead.add_argument("--policy", default="hermes", help="the policy measured (default: %(default)s)")
+    overhead.add_argument("--baseline", default="sliding", help="the policy it is paired with (default: %(default)s)")
+    overhead.add_argument("--repeats", type=int, default=3, help="paired streams (default: %(default)s)")
+    overhead.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+    overhead.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
+    overhead.add_argument("--json", action="store_true", help="the run as JSON on stdout instead of the table")
+    overhead.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_common_options(overhead)
+    overhead.set_defaults(func=cmd_bench_overhead)
 
     sweep = bench_sub.add_parser(
         "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "

@@ -13,7 +13,7 @@ from dataclasses import asdict
 import torch
 
 from hermes.markdown import table
-from hermes.pipelines.bench import StreamRow, SweepResult
+from hermes.pipelines.bench import OverheadRow, StreamRow, SweepResult
 
 
 # (header, row field, format) per column; "-" where a value is None
@@ -41,6 +41,19 @@ def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) ->
     cells = [[("-" if getattr(r, c) is None else _COLUMNS[c][1].format(getattr(r, c))) for c in columns]
              for r in rows]
     return table([_COLUMNS[c][0] for c in columns], cells, right=[c != "policy" for c in columns])
+
+
+def overhead_table(rows: list[OverheadRow]) -> str:
+    """`bench overhead`'s rows as markdown: the paired overhead (min / median / max over repeats) beside the
+    per-chunk encode and maintenance of both policies."""
+    cells = [[r.geometry, r.budget, r.frames, r.paired_chunks,
+              f"{r.overhead_min:.3f} / {r.overhead_median:.3f} / {r.overhead_max:.3f}",
+              f"{r.encode_ms:.1f}", f"{r.maintain_ms:.1f}", f"{r.baseline_encode_ms:.1f}", f"{r.baseline_maintain_ms:.1f}"]
+             for r in rows]
+    policy, baseline = (rows[0].policy, rows[0].baseline) if rows else ("policy", "baseline")
+    header = ["geometry", "budget", "frames", "paired chunks", f"{policy} over {baseline}, min / median / max",
+              f"{policy} encode ms", f"{policy} maintain ms", f"{baseline} encode ms", f"{baseline} maintain ms"]
+    return table(header, cells, right=[False] + [True] * (len(header) - 1))
 
 
 def rows_as_dicts(rows: list[StreamRow]) -> list[dict]:
