@@ -34,6 +34,7 @@ its layers' API (`hermes.cache.HermesLayer`).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -361,6 +362,7 @@ class HermesPolicy(BudgetPolicy):
         self.bands = layer_bands(model.num_layers, cfg.bands)
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
+        self.longterm_band = torch.tensor([b == "longterm" for b in self.bands])[:, None]  # (L, 1)
         # per layer, (token ids (n,), importance (n,)) carried across probes (accumulation sum / ema)
         self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
         # the last pseudo-query by its texts, (local, global) -> (embeddings, local tokens): an evicting
@@ -414,8 +416,9 @@ class HermesPolicy(BudgetPolicy):
                              f"{embeds.shape[0]} tokens over {cache.num_tokens} cached tokens")
         maps = probe  # (L, Q, T) on the host
         local_mean, global_mean = maps[:, :n_local].mean(1), maps[:, n_local:].mean(1)  # (L, T) each
-        is_longterm = torch.tensor([band == "longterm" for band in self.bands])[:, None]
-        fresh_rows = torch.where(is_longterm, global_mean, (local_mean + global_mean) / 2)  # (L, T)
+        fresh_rows = torch.where(self.longterm_band, global_mean, (local_mean + global_mean) / 2)  # (L, T)
+        if self.cfg.accumulation == "none":  # the reference: this probe's rows, nothing carried (no loop over layers)
+            return fresh_rows.float()
         rows = []
         for layer, fresh in enumerate(fresh_rows):
             ids = cache.layers[layer].token_ids
@@ -443,22 +446,26 @@ class HermesPolicy(BudgetPolicy):
                                       self.cfg.gamma)
         ids = cache.token_ids[:, prefix_len:]
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing))
-        keep_rows, summaries = [], []
-        for layer in range(cache.num_layers):
-            if not bool(self.longterm[layer]):
-                keep_rows.append(prefix_len + select_keep(scores[layer], budget))
-                continue
-            # long-term: budget - 1 tokens plus the summary slot, which absorbs everything evicted
-            is_summary = cache.layers[layer].kinds[prefix_len:] == KIND_SUMMARY
-            candidates = (~is_summary).nonzero().squeeze(1)
-            kept = candidates[select_keep(scores[layer, candidates], budget - 1)]
+        keep_rows, summaries = [None] * cache.num_layers, []
+        plain = (~self.longterm).nonzero().squeeze(1).tolist()
+        if plain:  # one batched selection over the layers without a summary
+            for layer, row in zip(plain, select_keep(scores[plain], budget)):
+                keep_rows[layer] = prefix_len + row
+        longterm = self.longterm.nonzero().squeeze(1).tolist()
+        if longterm:
+            # long-term: budget - 1 tokens plus the summary slot, which absorbs everything evicted. A summary
+            # scores -inf so it is never among them: the stable selection then orders the other tokens as a
+            # selection among them alone would (there are at least budget of them: eviction runs past budget)
+            is_summary = cache.kinds[longterm, prefix_len:] == KIND_SUMMARY  # (n, V)
+            kept_rows = select_keep(scores[longterm].masked_fill(is_summary, -math.inf), budget - 1)
+        for layer, kept in zip(longterm, kept_rows if longterm else ()):
             folded = torch.ones(scores.shape[1], dtype=torch.bool)
             folded[kept] = False  # evicted tokens and the previous summary
             target = self._summary_position(cache, layer, prefix_len, kept, folded)
             summaries.append((layer, self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1), target),
                               target))
             slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in write_summaries
-            keep_rows.append(torch.cat([slot, prefix_len + kept]))
+            keep_rows[layer] = torch.cat([slot, prefix_len + kept])
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
     def _summary_position(self, cache: HermesCache, layer: int, prefix_len: int, kept: torch.Tensor,

@@ -285,11 +285,35 @@ def smooth_deep_to_shallow(
     if not scores:
         return out
     out[-1] = scores[-1].float().clone()
+    # where each token sits in the next deeper layer, for every layer at once when the layers hold equally many
+    # (a cache's always do): one batched sort and search instead of one per layer; the recurrence stays a loop
+    deeper_slots = _deeper_slots_batched(token_ids) if len({ids.shape[0] for ids in token_ids}) == 1 else None
     for layer in range(len(scores) - 2, -1, -1):
         lam = float(lambdas[band_idx[layer]])
-        deeper = _lookup(token_ids[layer], token_ids[layer + 1], out[layer + 1])
+        if deeper_slots is None:
+            deeper = _lookup(token_ids[layer], token_ids[layer + 1], out[layer + 1])
+        else:
+            slot, found = deeper_slots[0][layer], deeper_slots[1][layer]
+            vals = out[layer + 1].index_select(-1, slot)
+            deeper = torch.where(found, vals, torch.zeros_like(vals))
         out[layer] = (1.0 - lam) * scores[layer].float() + lam * deeper
     return out
+
+
+def _deeper_slots_batched(token_ids: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """For layers holding T tokens each: per layer l < L-1, the index in layer l+1 of each of its tokens, and
+    whether layer l+1 holds it (as `_lookup` finds them).
+
+    Returns:
+        (slot (L-1, T) int64, found (L-1, T) bool), or None when there is nothing to look up (T = 0 or L < 2).
+    """
+    if len(token_ids) < 2 or token_ids[0].numel() == 0:
+        return None
+    ids = torch.stack(list(token_ids))  # (L, T)
+    sorted_ids, order = torch.sort(ids[1:], dim=-1)  # (L-1, T) each
+    at = torch.searchsorted(sorted_ids, ids[:-1]).clamp(max=ids.shape[1] - 1)
+    found = sorted_ids.gather(1, at) == ids[:-1]
+    return order.gather(1, at), found
 
 
 ACCUMULATIONS = ("none", "sum", "ema")
