@@ -363,6 +363,7 @@ class HermesPolicy(BudgetPolicy):
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
         self.longterm_band = torch.tensor([b == "longterm" for b in self.bands])[:, None]  # (L, 1)
+        self._recency_by_count_memo: tuple[int, torch.Tensor | None] = (-1, None)  # (V, its (L, V) token recency)
         # per layer, (token ids (n,), importance (n,)) carried across probes (accumulation sum / ema)
         self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
         # the last pseudo-query by its texts, (local, global) -> (embeddings, local tokens): an evicting
@@ -431,9 +432,12 @@ class HermesPolicy(BudgetPolicy):
 
     def _recency(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
         """(L, V) recency of each visual entry: by cache index (reference) or by frame."""
-        if self.cfg.recency_unit == "token":
+        if self.cfg.recency_unit == "token":  # depends on the count alone, which chunks of one size repeat
             num = cache.num_tokens - prefix_len
-            return recency_scores(torch.arange(num).expand(cache.num_layers, num), k=self.rates)
+            if self._recency_by_count_memo[0] != num:
+                self._recency_by_count_memo = num, recency_scores(torch.arange(num).expand(cache.num_layers, num),
+                                                                  k=self.rates)
+            return self._recency_by_count_memo[1]
         frames = cache.frame_index[:, prefix_len:].float()  # (L, V); a summary's -1 counts as oldest
         newest = frames.max()
         return recency_scores(frames, newest=newest, k=self.rates,

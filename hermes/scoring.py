@@ -31,6 +31,7 @@ constants are the paper's; golden tests in ``tests/hermes/test_golden.py`` hold 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Sequence
 
@@ -125,6 +126,12 @@ def working_mix_weights(
     band, p = working_progress(bands)
     num = len(band)
     return torch.where(band == 0, torch.ones(num), torch.where(band == 2, torch.zeros(num), w0 - gamma * p))
+
+
+@functools.lru_cache(maxsize=16)
+def _mix_weights_memo(bands: tuple[str, ...], w0: float, gamma: float) -> torch.Tensor:
+    """`working_mix_weights`, computed once per setting (every eviction asks again); read-only."""
+    return working_mix_weights(bands, w0, gamma)
 
 
 def recency_rates(bands: Sequence[str], k: float = DEFAULT_K, fall: float = DEFAULT_K_FALL) -> torch.Tensor:
@@ -233,7 +240,7 @@ def combine_layer_scores(
             f"recency {tuple(recency.shape)} and attention {tuple(attention.shape)} must both be "
             f"(L, T) with L = {len(bands)}"
         )
-    w = working_mix_weights(bands, w0, gamma).to(recency.device).unsqueeze(1)  # (L, 1)
+    w = _mix_weights_memo(tuple(bands), w0, gamma).to(recency.device).unsqueeze(1)  # (L, 1)
     return (1.0 - w) * minmax(attention, mask=mask, eps=MINMAX_EPS) + w * minmax(recency, mask=mask, eps=MINMAX_EPS)
 
 
