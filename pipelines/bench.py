@@ -81,6 +81,13 @@ class StreamRow:
     # evicting chunk's prefill, so this sum, not `maintain_ratio`, compares ingest across versions and with
     # the reference (whose probe is in its maintenance). None in result files older than this field.
     ingest_ms_per_evicting_chunk: float | None = None
+    # `bench memory` streams every policy `stream_repeats` times (order reversed every other repeat): the
+    # row's times and ratios are medians over them, and the ratios against `full` also carry their spread
+    stream_repeats: int = 1
+    ttft_vs_full_min: float | None = None
+    ttft_vs_full_max: float | None = None
+    ingest_fps_vs_full_min: float | None = None
+    ingest_fps_vs_full_max: float | None = None
 
 
 class ChunkTiming(NamedTuple):
@@ -404,11 +411,63 @@ def add_ratios(rows: list[StreamRow]) -> None:
         r.ingest_fps_vs_full = ratio(r.ingest_fps, ref.ingest_fps)
 
 
+# ratios against `full` that come from two streams: their min and max over repeats are reported beside the median
+SPREAD_FIELDS = ("ttft_vs_full", "ingest_fps_vs_full")
+
+
 def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk_frames: int = 16,
-                 progress: bool = False) -> SweepResult:
-    """The `bench memory` suite: the sweep at one chunk size, TTFT of a one-token answer (median of 3)."""
-    return run_sweep(model, policies, lengths, [chunk_frames], decode_tokens=1, repeats=3, frame_px=32,
-                     progress=progress)
+                 stream_repeats: int = 3, progress: bool = False) -> SweepResult:
+    """The `bench memory` suite: every policy at one chunk size, TTFT of a one-token answer (median of 3
+    questions), after a warm-up per policy, streamed `stream_repeats` times with the policies' order reversed
+    every other repeat (a change of machine load then lands on either side alike).
+
+    Ratios against `full` are taken within each repeat; a row holds the medians over repeats, and
+    `*_vs_full_min` / `*_max` the spread of those ratios (`SPREAD_FIELDS`).
+
+    Returns:
+        The `SweepResult`; rows ordered by policy (as given), then length.
+    """
+    notes = [p.note for p in policies if p.memory is None]
+    runnable = [p for p in policies if p.memory is not None]
+    for policy in runnable:
+        _warm_up(model, policy, chunk_frames, 1, 32)
+    repeats: list[list[StreamRow]] = []
+    for r in range(stream_repeats):
+        rows = []
+        for policy in (runnable if r % 2 == 0 else runnable[::-1]):
+            measured, note = measure_stream(model, policy, lengths, chunk_frames=chunk_frames, decode_tokens=1,
+                                            repeats=3, frame_px=32, progress=progress)
+            rows += measured
+            if note and note not in notes:
+                notes.append(note)
+        add_ratios(rows)
+        repeats.append(rows)
+    order = {p.label: i for i, p in enumerate(runnable)}
+    return SweepResult(sorted(merge_repeats(repeats), key=lambda row: (order[row.policy], row.frames)), notes)
+
+
+def merge_repeats(repeats: list[list[StreamRow]]) -> list[StreamRow]:
+    """One row per (policy, chunk size, length) from the rows of several repeats: every float field is the
+    median over the repeats that reached it, and each `SPREAD_FIELDS` ratio also gets its min and max."""
+    by_key: dict[tuple, list[StreamRow]] = {}
+    for rows in repeats:
+        for row in rows:
+            by_key.setdefault((row.policy, row.chunk_frames, row.frames), []).append(row)
+    merged = []
+    for same in by_key.values():
+        medians = {}
+        for field in dataclasses.fields(StreamRow):
+            values = [getattr(r, field.name) for r in same]
+            if all(isinstance(v, float) for v in values):
+                medians[field.name] = statistics.median(values)
+        row = dataclasses.replace(same[0], **medians, stream_repeats=len(same))
+        for name in SPREAD_FIELDS:
+            values = [getattr(r, name) for r in same if getattr(r, name) is not None]
+            if values:
+                setattr(row, f"{name}_min", min(values))
+                setattr(row, f"{name}_max", max(values))
+        merged.append(row)
+    return merged
 
 
 # ---- `bench overhead`: what a policy costs over a baseline, paired chunk by chunk ------------------------

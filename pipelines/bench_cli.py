@@ -18,7 +18,8 @@ from hermes.cli_args import (add_common_options, add_config_options, check_outpu
 from hermes.errors import UsageError
 
 BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small model: `bench memory` about "
-               "20 minutes (full and hermes up to 2048 frames; --lengths 64,256 took 1.4 CPU-minutes), `bench sweep` "
+               "an hour (full and hermes up to 2048 frames, three streams each; --lengths 64,256 took 1.4 CPU-minutes a "
+               "stream), `bench sweep` "
                "longer (four policies at two chunk sizes up to 1024 frames; --lengths 16,64 for a short run), `bench "
                "tiers` about a minute (--records 100000 takes minutes), `bench serve` about 3 minutes. Progress lines "
                "go to stderr (--quiet hides them).")
@@ -101,6 +102,8 @@ def write_bench_outputs(args, meta: dict, result, columns) -> None:
 
 def cmd_bench_memory(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
+    if args.stream_repeats < 1:
+        raise UsageError(f"--stream-repeats expects a positive whole number, found {args.stream_repeats}")
     cfg = bench_config(args, MEMORY_SUITE_BUDGET)
     from hermes.pipelines.bench import bench_memory, resolve_policies
     from hermes.pipelines.bench_report import MEMORY_COLUMNS, run_info
@@ -110,9 +113,10 @@ def cmd_bench_memory(args) -> int:
     policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)
     print(f"bench memory: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device}, "
           f"budget {cfg.memory.budget} tokens, chunks of {chunk_frames} frames", file=sys.stderr)
-    result = bench_memory(model, policies, lengths, chunk_frames=chunk_frames, progress=not args.quiet)
+    result = bench_memory(model, policies, lengths, chunk_frames=chunk_frames, stream_repeats=args.stream_repeats,
+                          progress=not args.quiet)
     meta = {"suite": "memory", **run_info(model), "budget": cfg.memory.budget, "chunk_frames": chunk_frames,
-            "lengths": lengths, "policies": [p.label for p in policies]}
+            "lengths": lengths, "policies": [p.label for p in policies], "stream_repeats": args.stream_repeats}
     write_bench_outputs(args, meta, result, MEMORY_COLUMNS)
     return 0
 
@@ -190,13 +194,13 @@ def cmd_bench_reference(args) -> int:
     from hermes.pipelines.reference_bench import check_reference, compare, parse_geometries, ratio_table
 
     geometries = parse_geometries(args.geometries, args.tokens_per_frame)
-    for flag in ("frames", "chunk_frames", "budget", "repeats"):
+    for flag in ("frames", "chunk_frames", "budget", "repeats", "rounds"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {getattr(args, flag)}")
     check_output_path(args.output, "--output")
     check_reference(args.ref_dir, args.ref_python)  # before any model is built
     rows = compare(args.ref_dir, args.ref_python, geometries, frames=args.frames, chunk_frames=args.chunk_frames,
-                   budget=args.budget, repeats=args.repeats)
+                   budget=args.budget, repeats=args.repeats, rounds=args.rounds)
     print(json.dumps(rows) if args.json else ratio_table(rows))
     write_json_output(args.output, rows)
     return 0
@@ -266,13 +270,17 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     add_common_options(bench)
     bench_sub = bench.add_subparsers(dest="bench", metavar="SUITE", required=True)
     memory = bench_sub.add_parser("memory", help="peak KV memory, TTFT and maintenance cost over stream lengths "
-                                                 "(about 20 min on a 2-core CPU with the defaults)",
+                                                 "(about an hour on a 2-core CPU with the defaults: "
+                                                 "three streams per policy)",
                                   description=BENCH_COSTS)
     add_bench_model_options(memory, ("--device", "--budget", "--chunk-frames"))
     memory.add_argument("--policies", default="full,hermes",
                         help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
                              "sliding+recall (default: full,hermes)")
     memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
+    memory.add_argument("--stream-repeats", type=int, default=3,
+                        help="streams per policy, the policies' order reversed every other one; medians, and the "
+                             "ratios' min / median / max (default: %(default)s)")
     memory.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
     memory.add_argument("--quiet", action="store_true", help="no progress lines")
     memory.set_defaults(func=cmd_bench_memory)
@@ -309,6 +317,9 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     reference.add_argument("--budget", type=int, default=4096,
                            help="visual tokens kept per layer, both sides (default: %(default)s)")
     reference.add_argument("--repeats", type=int, default=3, help="questions; medians (default: %(default)s)")
+    reference.add_argument("--rounds", type=int, default=3,
+                           help="runs of both sides, which goes first alternating; medians, and the ratios' "
+                                "min / median / max (default: %(default)s)")
     reference.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
     reference.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
     add_common_options(reference)

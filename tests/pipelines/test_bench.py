@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"policy", "chunk_frames", "frames", "budget", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
               "recall_ms", "tpot_ms", "decode_tokens", "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio",
               "ingest_fps", "ttft_vs_full", "peak_kv_vs_full", "peak_device_vs_full", "ingest_fps_vs_full",
-              "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk"}
+              "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk", "stream_repeats", "ttft_vs_full_min",
+              "ttft_vs_full_max", "ingest_fps_vs_full_min", "ingest_fps_vs_full_max"}
 HAS_RECALL = "recall" in {f.name for f in dataclasses.fields(MemoryConfig)}
 
 
@@ -84,6 +85,36 @@ def test_with_headroom_the_amortised_maintenance_counts_the_chunks_that_fit(tiny
     rows, _ = measure_stream(tiny_model, policy, [8], chunk_frames=1, decode_tokens=1, repeats=1, frame_px=32)
     row = rows[0]
     assert row.maintain_ratio > 0 and 0 < row.amortised_maintain_ratio < row.maintain_ratio
+
+
+def test_bench_memory_warms_up_then_alternates_the_order_and_reports_the_ratios_spread(monkeypatch):
+    """Made-up TTFTs per stream: the warm-up's never reach the rows; the policies' order flips every repeat;
+    TTFT vs full is taken within a repeat, then its min / median / max over repeats."""
+    streams = []
+    ttfts = {"full": iter([10.0, 20.0, 10.0]), "hermes": iter([5.0, 5.0, 8.0])}  # per repeat
+
+    def fake_stream(model, policy, checkpoints, **kwargs):
+        streams.append((policy.label, checkpoints))
+        warm_up = checkpoints == [3 * 2]
+        ttft = 1e6 if warm_up else next(ttfts[policy.label])
+        row = StreamRow(policy=policy.label, chunk_frames=2, frames=checkpoints[-1], budget=None, cache_tokens=1,
+                        peak_kv_mb=1.0, peak_device_mb=None, ttft_ms=ttft, recall_ms=None, tpot_ms=None,
+                        decode_tokens=1, encode_ms_per_chunk=1.0, maintain_ms_per_chunk=0.0, maintain_ratio=0.0,
+                        ingest_fps=1.0)
+        return [row], None
+
+    monkeypatch.setattr(bench, "measure_stream", fake_stream)
+    model = type("Model", (), {"tokens_per_frame": 196})()
+    policies = resolve_policies("full,hermes", MemoryConfig(), budget=392)
+    result = bench.bench_memory(model, policies, [8], chunk_frames=2, stream_repeats=3)
+    assert [label for label, _ in streams] == ["full", "hermes"] + ["full", "hermes", "hermes", "full", "full", "hermes"]
+    assert [c for _, c in streams[:2]] == [[6], [6]] and all(c == [8] for _, c in streams[2:])
+    hermes = next(r for r in result.rows if r.policy == "hermes")
+    assert [r.policy for r in result.rows] == ["full", "hermes"] and hermes.stream_repeats == 3
+    assert (hermes.ttft_vs_full_min, hermes.ttft_vs_full, hermes.ttft_vs_full_max) == (0.25, 0.5, 0.8)
+    assert hermes.ttft_ms == 5.0  # the median over repeats, the warm-up's left out
+    table = markdown_table(result.rows, MEMORY_COLUMNS)
+    assert "TTFT vs full, min / median / max" in table and "0.25 / 0.50 / 0.80" in table
 
 
 # ---- bench overhead: a policy's whole ingest over a baseline's, paired chunk by chunk ----------------------
