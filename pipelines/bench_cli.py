@@ -190,14 +190,27 @@ def cmd_bench_serve(args) -> int:
     return 0
 
 
-def cmd_bench_reference(args) -> int:
-    from hermes.pipelines.reference_bench import check_reference, compare, parse_geometries, ratio_table
+def checked_geometry_run(args, counts: tuple[str, ...]):
+    """`bench reference`'s and `bench overhead`'s arguments checked before anything loads: the geometries
+    (returned), the whole numbers named in `counts` (at least 1) and the output path.
+
+    Raises:
+        UsageError: one line.
+    """
+    from hermes.pipelines.reference_bench import parse_geometries
 
     geometries = parse_geometries(args.geometries, args.tokens_per_frame)
-    for flag in ("frames", "chunk_frames", "budget", "repeats", "rounds"):
+    for flag in counts:
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {getattr(args, flag)}")
     check_output_path(args.output, "--output")
+    return geometries
+
+
+def cmd_bench_reference(args) -> int:
+    from hermes.pipelines.reference_bench import check_reference, compare, ratio_table
+
+    geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "rounds"))
     check_reference(args.ref_dir, args.ref_python)  # before any model is built
     rows = compare(args.ref_dir, args.ref_python, geometries, frames=args.frames, chunk_frames=args.chunk_frames,
                    budget=args.budget, repeats=args.repeats, rounds=args.rounds)
@@ -208,13 +221,7 @@ def cmd_bench_reference(args) -> int:
 
 def cmd_bench_overhead(args) -> int:
     """`bench overhead`: a policy's whole ingest cost over a baseline's at the same budget, paired chunk by chunk."""
-    from hermes.pipelines.reference_bench import parse_geometries
-
-    geometries = parse_geometries(args.geometries, args.tokens_per_frame)
-    for flag in ("frames", "chunk_frames", "budget", "repeats", "threads"):
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {getattr(args, flag)}")
-    check_output_path(args.output, "--output")
+    geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "threads"))
     import dataclasses
 
     import torch
@@ -258,6 +265,19 @@ def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str,
                         "(default without --model: cpu-small)")
     p.add_argument("--num-layers", type=int, metavar="N", help="--arch: language-model layers (widths unchanged)")
     p.add_argument("--vision-layers", type=int, metavar="N", help="--arch: vision-tower layers")
+
+
+def add_geometry_options(p: argparse.ArgumentParser, *, tokens_per_frame: int, frames: int, budget: int) -> None:
+    """--geometries, --tokens-per-frame, --frames, --chunk-frames and --budget of the suites that build random
+    LLaVA-OneVision decoders (`bench reference`, `bench overhead`), with these defaults."""
+    p.add_argument("--geometries", default="4x64,8x512",
+                   help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
+    p.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=tokens_per_frame,
+                   help="visual tokens per frame (default: %(default)s)")
+    p.add_argument("--frames", type=int, default=frames, help="stream length (default: %(default)s)")
+    p.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
+    p.add_argument("--budget", type=int, default=budget,
+                   help="visual tokens kept per layer, both sides (default: %(default)s)")
 
 
 BUDGET_HELP = {"--budget": f"visual tokens per layer for bounded policies (default: the preset's with --memory, "
@@ -308,14 +328,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                            help="checkout of the reference code (has inference/llavaov_hermes.py)")
     reference.add_argument("--ref-python", default="python3", metavar="PY",
                            help="interpreter of the reference's environment (transformers 4.57.1; default: %(default)s)")
-    reference.add_argument("--geometries", default="4x64,8x512",
-                           help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
-    reference.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=196,
-                           help="visual tokens per frame (default: %(default)s)")
-    reference.add_argument("--frames", type=int, default=48, help="stream length (default: %(default)s)")
-    reference.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
-    reference.add_argument("--budget", type=int, default=4096,
-                           help="visual tokens kept per layer, both sides (default: %(default)s)")
+    add_geometry_options(reference, tokens_per_frame=196, frames=48, budget=4096)
     reference.add_argument("--repeats", type=int, default=3, help="questions; medians (default: %(default)s)")
     reference.add_argument("--rounds", type=int, default=3,
                            help="runs of both sides, which goes first alternating; medians, and the ratios' "
@@ -329,14 +342,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         "overhead", help="what a policy's ingest costs over a baseline's at the same budget (default hermes over "
                          "sliding), both streamed side by side chunk by chunk, told whole: the probe in hermes's "
                          "prefill counts; min / median / max over repeats", description=BENCH_COSTS)
-    overhead.add_argument("--geometries", default="4x64,8x512",
-                          help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
-    overhead.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=16,
-                          help="visual tokens per frame (default: %(default)s)")
-    overhead.add_argument("--frames", type=int, default=384, help="stream length per repeat (default: %(default)s)")
-    overhead.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
-    overhead.add_argument("--budget", type=int, default=1024,
-                          help="visual tokens kept per layer, both policies (default: %(default)s)")
+    add_geometry_options(overhead, tokens_per_frame=16, frames=384, budget=1024)
     overhead.add_argument("--policy", default="hermes", help="the policy measured (default: %(default)s)")
     overhead.add_argument("--baseline", default="sliding", help="the policy it is paired with (default: %(default)s)")
     overhead.add_argument("--repeats", type=int, default=3, help="paired streams (default: %(default)s)")
