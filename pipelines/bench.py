@@ -1,4 +1,4 @@
-"""`hermes-video bench memory` and `bench sweep`: speed and memory of memory policies, measured in one run.
+"""`hermes-video bench memory`, `bench sweep` and `bench overhead`: speed and memory of memory policies, measured in one run.
 
 One measurement function serves both suites: `measure_stream` streams random frames through a
 `StreamingSession` chunk by chunk and, at each checkpoint length, asks a question and records a
@@ -21,6 +21,12 @@ Policies are data: `full`, `sliding`, `hermes`, ... and `name+flag` for a boolea
 turned on (`hermes+recall` sets `memory.recall`); a flag that is not a known config key is skipped
 with a note instead of failing the run. Ratios are against `full` at the same chunk size and length.
 Tables, JSON and run details are formatted by `hermes.pipelines.bench_report`.
+
+`bench memory` repeats its streams, the policies' order reversed every other repeat, and reports the
+ratios against `full` as min / median / max over repeats (`merge_repeats`). `bench overhead`
+(`paired_overhead`) is what a policy's remembering costs, told whole: its ingest (encode, with the
+probe that rides in hermes's prefill, plus maintenance) over a baseline's at the same budget, the two
+streamed side by side in one process chunk by chunk (`paired_streams`, order flipped every chunk).
 """
 
 from __future__ import annotations
