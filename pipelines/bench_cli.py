@@ -21,7 +21,8 @@ BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small
                "an hour (full and hermes up to 2048 frames, three streams each; --lengths 64,256 took 1.4 CPU-minutes a "
                "stream), `bench sweep` "
                "longer (four policies at two chunk sizes up to 1024 frames; --lengths 16,64 for a short run), `bench "
-               "tiers` about a minute (--records 100000 takes minutes), `bench serve` about 3 minutes. Progress lines "
+               "tiers` about a minute (--records 100000 takes minutes), `bench serve` about 3 minutes, `bench overhead` "
+               "45 s with its defaults at load 2 (4x64 and 8x512, 384 frames, three repeats). Progress lines "
                "go to stderr (--quiet hides them).")
 
 # the budget each suite measures at unless the configuration says otherwise
