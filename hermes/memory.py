@@ -39,6 +39,7 @@ its layers' API (`hermes.cache.HermesLayer`).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -390,6 +391,8 @@ class HermesPolicy(BudgetPolicy):
         self.bands = layer_bands(model.num_layers, cfg.bands)
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
+        self.longterm_band = torch.tensor([b == "longterm" for b in self.bands])[:, None]  # (L, 1)
+        self._recency_by_count_memo: tuple[int, torch.Tensor | None] = (-1, None)  # (V, its (L, V) token recency)
         # per layer, (token ids (n,), importance (n,)) carried across probes (accumulation sum / ema)
         self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
         # the last pseudo-query by its texts, (local, global) -> (embeddings, local tokens): an evicting
@@ -493,8 +496,9 @@ class HermesPolicy(BudgetPolicy):
                              f"{embeds.shape[0]} tokens over {cache.num_tokens} cached tokens")
         maps = probe  # (L, Q, T) on the host
         local_mean, global_mean = maps[:, :n_local].mean(1), maps[:, n_local:].mean(1)  # (L, T) each
-        is_longterm = torch.tensor([band == "longterm" for band in self.bands])[:, None]
-        fresh_rows = torch.where(is_longterm, global_mean, (local_mean + global_mean) / 2)  # (L, T)
+        fresh_rows = torch.where(self.longterm_band, global_mean, (local_mean + global_mean) / 2)  # (L, T)
+        if self.cfg.accumulation == "none":  # the reference: this probe's rows, nothing carried (no loop over layers)
+            return fresh_rows.float()
         rows = []
         for layer, fresh in enumerate(fresh_rows):
             ids = cache.layers[layer].token_ids
@@ -507,9 +511,12 @@ class HermesPolicy(BudgetPolicy):
 
     def _recency(self, cache: HermesCache, prefix_len: int) -> torch.Tensor:
         """(L, V) recency of each visual entry: by cache index (reference) or by frame."""
-        if self.cfg.recency_unit == "token":
+        if self.cfg.recency_unit == "token":  # depends on the count alone, which chunks of one size repeat
             num = cache.num_tokens - prefix_len
-            return recency_scores(torch.arange(num).expand(cache.num_layers, num), k=self.rates)
+            if self._recency_by_count_memo[0] != num:
+                self._recency_by_count_memo = num, recency_scores(torch.arange(num).expand(cache.num_layers, num),
+                                                                  k=self.rates)
+            return self._recency_by_count_memo[1]
         frames = cache.frame_index[:, prefix_len:].float()  # (L, V); a summary's -1 counts as oldest
         newest = frames.max()
         return recency_scores(frames, newest=newest, k=self.rates,
@@ -523,17 +530,24 @@ class HermesPolicy(BudgetPolicy):
         ids = cache.token_ids[:, prefix_len:]
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing,
                                                     match=self.cfg.smoothing_match))
-        keep_rows, summaries = [], []
+        keep_rows, summaries = [None] * cache.num_layers, []
         fold_previous = self.cfg.previous_summary == "fold"
-        for layer in range(cache.num_layers):
-            if not bool(self.longterm[layer]):
-                keep_rows.append(prefix_len + select_keep(scores[layer], budget))
-                continue
-            # long-term: budget - 1 entries plus a slot for the new summary of everything evicted
-            candidates = torch.arange(scores.shape[1])
-            if fold_previous:  # ours: the previous summary is always folded, never kept beside the new one
-                candidates = (cache.layers[layer].kinds[prefix_len:] != KIND_SUMMARY).nonzero().squeeze(1)
-            kept = candidates[select_keep(scores[layer, candidates], budget - 1)]
+        plain = (~self.longterm).nonzero().squeeze(1).tolist()
+        if plain:  # one batched selection over the layers without a summary
+            for layer, row in zip(plain, select_keep(scores[plain], budget)):
+                keep_rows[layer] = prefix_len + row
+        longterm = self.longterm.nonzero().squeeze(1).tolist()
+        if longterm:
+            # long-term: budget - 1 entries plus a slot for the new summary of everything evicted. The reference
+            # lets a previous summary compete like any token; with `fold` (ours) it scores -inf so it is never
+            # kept: the stable selection then orders the other tokens as a selection among them alone would
+            # (there are at least budget of them: eviction runs past budget)
+            longterm_scores = scores[longterm]
+            if fold_previous:
+                is_summary = cache.kinds[longterm, prefix_len:] == KIND_SUMMARY  # (n, V)
+                longterm_scores = longterm_scores.masked_fill(is_summary, -math.inf)
+            kept_rows = select_keep(longterm_scores, budget - 1)
+        for layer, kept in zip(longterm, kept_rows if longterm else ()):
             folded = torch.ones(scores.shape[1], dtype=torch.bool)
             folded[kept] = False  # evicted tokens (and summaries)
             target = self._summary_position(cache, layer, prefix_len, kept, folded)
@@ -541,7 +555,7 @@ class HermesPolicy(BudgetPolicy):
                               target))
             slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in write_summaries
             # the reference appends the new summary after the kept entries; ours takes the first visual slot
-            keep_rows.append(torch.cat([slot, prefix_len + kept] if fold_previous else [prefix_len + kept, slot]))
+            keep_rows[layer] = torch.cat([slot, prefix_len + kept] if fold_previous else [prefix_len + kept, slot])
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
     def _summary_position(self, cache: HermesCache, layer: int, prefix_len: int, kept: torch.Tensor,

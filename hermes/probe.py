@@ -72,6 +72,15 @@ class _ProbeRecorder:
         self.probe_len = probe_len
         self.maps: torch.Tensor | None = None  # (L, Q, T) float32 on the device, allocated by layer 0
         self.queries: torch.Tensor | None = None  # (Hq, Q, D) of `query_layer`
+        self._built_once: dict[tuple, torch.Tensor] = {}
+
+    def mask_once_per_pass(self, name: str, q_len: int, t_len: int, device: torch.device) -> torch.Tensor:
+        """A mask every layer of this pass uses alike, built by the first layer that asks (`_MASKS[name]`)."""
+        key = (name, q_len, t_len, device)
+        mask = self._built_once.get(key)
+        if mask is None:
+            mask = self._built_once[key] = _MASKS[name](q_len, t_len, device)
+        return mask
 
 
 class _PassDone(Exception):
@@ -84,6 +93,18 @@ _recorder: _ProbeRecorder | None = None
 def _future_mask(q_len: int, device: torch.device) -> torch.Tensor:
     """(Q, Q) True above the diagonal: query i (cache index T + i) sees the cache and new tokens up to itself."""
     return torch.ones(q_len, q_len, dtype=torch.bool, device=device).triu(1)
+
+
+def _visible_after_cache(q_len: int, t_len: int, device: torch.device) -> torch.Tensor:
+    """(Q, T) True where query i, the i-th of Q new tokens after T - Q cached ones, may look: the cache, and
+    the new tokens up to itself."""
+    visible = torch.ones(q_len, t_len, dtype=torch.bool, device=device)
+    visible[:, t_len - q_len:] = ~_future_mask(q_len, device)
+    return visible
+
+
+# the masks a pass's layers share (`_ProbeRecorder.mask_once_per_pass`), by name: (Q, T, device) -> mask
+_MASKS = {"future": lambda q_len, t_len, device: _future_mask(q_len, device), "visible": _visible_after_cache}
 
 
 def grouped_scores_fp32(query: torch.Tensor, key: torch.Tensor, scaling: float) -> torch.Tensor:
@@ -148,11 +169,13 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
     groups = hq // hkv
     rec = _recorder
     last = rec is not None and module.layer_idx == rec.num_layers - 1
-    future = _future_mask(q_len, query.device)
+    future = _future_mask(q_len, query.device) if rec is None else \
+        rec.mask_once_per_pass("future", q_len, q_len, query.device)
     if rec is not None:
         if rec.maps is None:
             rec.maps = torch.zeros(rec.num_layers, q_len, rec.cached, dtype=torch.float32, device=query.device)
         head_sum = rec.maps[module.layer_idx]  # (Q, T): summed over query heads here, then divided
+    # heads-major, as the grouped matmuls write it: (B * Hkv, G * Q, D); batch 1 writes it in place (`out=`)
     output = None if last else torch.empty(b * hkv, groups * q_len, d, dtype=value.dtype, device=value.device)
     step = kv_heads_per_block(hkv, b * groups * q_len, t_len, query.device)
     for h0 in range(0, hkv, step):  # blocks of KV heads; the query heads of each follow it
@@ -165,13 +188,17 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
             head_sum.add_(weights[0, ..., :rec.cached].sum(dim=(0, 1)))
         if output is not None:
             rows = weights.view(b * (h1 - h0), groups * q_len, t_len).to(value.dtype)
-            blocks = output.view(b, hkv, groups * q_len, d)[:, h0:h1]
-            blocks.copy_(torch.bmm(rows, value[:, h0:h1].reshape(b * (h1 - h0), t_len, d)).view_as(blocks))
+            values = value[:, h0:h1].reshape(b * (h1 - h0), t_len, d)
+            if b == 1:
+                torch.bmm(rows, values, out=output[h0:h1])
+            else:
+                blocks = output.view(b, hkv, groups * q_len, d)[:, h0:h1]
+                blocks.copy_(torch.bmm(rows, values).view_as(blocks))
     if rec is not None:
         head_sum.div_(hq)
     if last:
         raise _PassDone  # the last layer's output (o_proj, MLP, norm) is never read
-    return output.view(b, hq, q_len, d).transpose(1, 2).contiguous(), None
+    return output.view(b, hq, q_len, d).transpose(1, 2), None
 
 
 def queries_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
@@ -190,32 +217,35 @@ def queries_attention_forward(module, query, key, value, attention_mask, scaling
     if rec is not None and module.layer_idx == rec.query_layer:
         rec.queries = query[0]  # (Hq, Q, D), rotated at the pass's positions
         raise _PassDone
-    return _attend_after_cache(query, key, value, scaling), None
+    q_len, t_len = query.shape[-2], key.shape[-2]
+    visible = rec.mask_once_per_pass("visible", q_len, t_len, query.device) if rec is not None else None
+    return _attend_after_cache(query, key, value, scaling, visible).transpose(1, 2).contiguous(), None
 
 
-def _attend_after_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
+def _attend_after_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
+                        visible: torch.Tensor | None = None) -> torch.Tensor:
     """SDPA of new tokens placed after a cache: every cached token visible, causal among the new ones.
 
     Args:
         query: (1, Hq, Q, D) the new tokens' queries.
         key, value: (1, Hkv, T, D) the cache, the Q new tokens last.
         scaling: the softmax scale.
+        visible: the (Q, T) mask `_visible_after_cache` builds, built once for a pass's layers (None: built here).
 
     Returns:
-        (1, Q, Hq, D) the output as the model's SDPA computes it: on a CPU with grouped heads as
+        (1, Hq, Q, D) the output as the model's SDPA computes it: on a CPU with grouped heads as
         they are (`enable_gqa`, as `hermes_sdpa`), elsewhere widened first, as transformers' `sdpa`
         does (CUDA's kernels that take a mask do not take grouped heads).
     """
     q_len, t_len = query.shape[-2], key.shape[-2]
-    visible = torch.ones(q_len, t_len, dtype=torch.bool, device=query.device)
-    visible[:, t_len - q_len:] = ~_future_mask(q_len, query.device)
+    if visible is None:
+        visible = _visible_after_cache(q_len, t_len, query.device)
     key, value = key.to(query.dtype), value.to(query.dtype)
     groups = query.shape[1] // key.shape[1]
     if groups > 1 and query.device.type != "cpu":
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=visible, scale=scaling,
-                                                              enable_gqa=query.shape[1] != key.shape[1])
-    return output.transpose(1, 2).contiguous()
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=visible, scale=scaling,
+                                                            enable_gqa=query.shape[1] != key.shape[1])
 
 
 def ingest_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
@@ -243,8 +273,16 @@ def ingest_attention_forward(module, query, key, value, attention_mask, scaling:
     if module.layer_idx == rec.num_layers - 1:
         raise _PassDone
     t_chunk = key.shape[-2] - n_probe  # the chunk's rows never see the pseudo-query after them
-    output = _attend_after_cache(query[:, :, :n_chunk], key[:, :, :t_chunk], value[:, :, :t_chunk], scaling)
-    return (output if probe_output is None else torch.cat([output, probe_output], dim=1)), None
+    visible = rec.mask_once_per_pass("visible", n_chunk, t_chunk, query.device)
+    chunk_output = _attend_after_cache(query[:, :, :n_chunk], key[:, :, :t_chunk], value[:, :, :t_chunk], scaling,
+                                       visible)  # (1, Hq, n, D)
+    # both outputs land in one (1, n + Q, Hq, D) buffer: the one copy each needs to be token-major anyway
+    output = torch.empty(1, n_chunk + n_probe, query.shape[1], query.shape[-1], dtype=chunk_output.dtype,
+                         device=chunk_output.device)
+    output[:, :n_chunk] = chunk_output.transpose(1, 2)
+    if probe_output is not None:
+        output[:, n_chunk:] = probe_output
+    return output, None
 
 
 AttentionInterface.register(PROBE_ATTENTION, probe_attention_forward)

@@ -32,6 +32,7 @@ constants are the paper's; golden tests in ``tests/hermes/test_golden.py`` hold 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Sequence
 
@@ -126,6 +127,12 @@ def working_mix_weights(
     band, p = working_progress(bands)
     num = len(band)
     return torch.where(band == 0, torch.ones(num), torch.where(band == 2, torch.zeros(num), w0 - gamma * p))
+
+
+@functools.lru_cache(maxsize=16)
+def _mix_weights_memo(bands: tuple[str, ...], w0: float, gamma: float) -> torch.Tensor:
+    """`working_mix_weights`, computed once per setting (every eviction asks again); read-only."""
+    return working_mix_weights(bands, w0, gamma)
 
 
 def recency_rates(bands: Sequence[str], k: float = DEFAULT_K, fall: float = DEFAULT_K_FALL) -> torch.Tensor:
@@ -234,7 +241,7 @@ def combine_layer_scores(
             f"recency {tuple(recency.shape)} and attention {tuple(attention.shape)} must both be "
             f"(L, T) with L = {len(bands)}"
         )
-    w = working_mix_weights(bands, w0, gamma).to(recency.device).unsqueeze(1)  # (L, 1)
+    w = _mix_weights_memo(tuple(bands), w0, gamma).to(recency.device).unsqueeze(1)  # (L, 1)
     return (1.0 - w) * minmax(attention, mask=mask, eps=MINMAX_EPS) + w * minmax(recency, mask=mask, eps=MINMAX_EPS)
 
 
@@ -295,11 +302,38 @@ def smooth_deep_to_shallow(
     if not scores:
         return out
     out[-1] = scores[-1].float().clone()
+    # where each token sits in the next deeper layer, for every layer at once when the layers hold equally many
+    # (a cache's always do): one batched sort and search instead of one per layer; the recurrence stays a loop
+    same_length = len({ids.shape[0] for ids in token_ids}) == 1
+    deeper_slots = _deeper_slots_batched(token_ids) if match == "token" and same_length else None
     for layer in range(len(scores) - 2, -1, -1):
         lam = float(lambdas[band_idx[layer]])
-        deeper = out[layer + 1] if match == "index" else _lookup(token_ids[layer], token_ids[layer + 1], out[layer + 1])
+        if match == "index":  # the reference's rule: the entry at the same cache index in the deeper layer
+            deeper = out[layer + 1]
+        elif deeper_slots is None:
+            deeper = _lookup(token_ids[layer], token_ids[layer + 1], out[layer + 1])
+        else:
+            slot, found = deeper_slots[0][layer], deeper_slots[1][layer]
+            vals = out[layer + 1].index_select(-1, slot)
+            deeper = torch.where(found, vals, torch.zeros_like(vals))
         out[layer] = (1.0 - lam) * scores[layer].float() + lam * deeper
     return out
+
+
+def _deeper_slots_batched(token_ids: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """For layers holding T tokens each: per layer l < L-1, the index in layer l+1 of each of its tokens, and
+    whether layer l+1 holds it (as `_lookup` finds them).
+
+    Returns:
+        (slot (L-1, T) int64, found (L-1, T) bool), or None when there is nothing to look up (T = 0 or L < 2).
+    """
+    if len(token_ids) < 2 or token_ids[0].numel() == 0:
+        return None
+    ids = torch.stack(list(token_ids))  # (L, T)
+    sorted_ids, order = torch.sort(ids[1:], dim=-1)  # (L-1, T) each
+    at = torch.searchsorted(sorted_ids, ids[:-1]).clamp(max=ids.shape[1] - 1)
+    found = sorted_ids.gather(1, at) == ids[:-1]
+    return order.gather(1, at), found
 
 
 ACCUMULATIONS = ("none", "sum", "ema")

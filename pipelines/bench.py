@@ -1,4 +1,4 @@
-"""`hermes-video bench memory` and `bench sweep`: speed and memory of memory policies, measured in one run.
+"""`hermes-video bench memory`, `bench sweep` and `bench overhead`: speed and memory of memory policies, measured in one run.
 
 One measurement function serves both suites: `measure_stream` streams random frames through a
 `StreamingSession` chunk by chunk and, at each checkpoint length, asks a question and records a
@@ -21,6 +21,12 @@ Policies are data: `full`, `sliding`, `hermes`, ... and `name+flag` for a boolea
 turned on (`hermes+recall` sets `memory.recall`); a flag that is not a known config key is skipped
 with a note instead of failing the run. Ratios are against `full` at the same chunk size and length.
 Tables, JSON and run details are formatted by `hermes.pipelines.bench_report`.
+
+`bench memory` repeats its streams, the policies' order reversed every other repeat, and reports the
+ratios against `full` as min / median / max over repeats (`merge_repeats`). `bench overhead`
+(`paired_overhead`) is what a policy's remembering costs, told whole: its ingest (encode, with the
+probe that rides in hermes's prefill, plus maintenance) over a baseline's at the same budget, the two
+streamed side by side in one process chunk by chunk (`paired_streams`, order flipped every chunk).
 """
 
 from __future__ import annotations
@@ -81,6 +87,13 @@ class StreamRow:
     # evicting chunk's prefill, so this sum, not `maintain_ratio`, compares ingest across versions and with
     # the reference (whose probe is in its maintenance). None in result files older than this field.
     ingest_ms_per_evicting_chunk: float | None = None
+    # `bench memory` streams every policy `stream_repeats` times (order reversed every other repeat): the
+    # row's times and ratios are medians over them, and the ratios against `full` also carry their spread
+    stream_repeats: int = 1
+    ttft_vs_full_min: float | None = None
+    ttft_vs_full_max: float | None = None
+    ingest_fps_vs_full_min: float | None = None
+    ingest_fps_vs_full_max: float | None = None
 
 
 class ChunkTiming(NamedTuple):
@@ -189,6 +202,18 @@ class SyncedMaintainTimer:
         session.memory.maintain = synced_maintain
 
 
+def timed_ingest(session: StreamingSession, timer: SyncedMaintainTimer, chunk: list[Frame]) -> ChunkTiming:
+    """`session.ingest(chunk)` between device synchronisations; encode is its time less `timer`'s maintenance."""
+    device = session.model.device
+    device_sync(device)
+    timer.maintain_ms, timer.evicted = 0.0, False
+    start = time.perf_counter()
+    session.ingest(chunk)
+    device_sync(device)
+    total_ms = (time.perf_counter() - start) * 1e3
+    return ChunkTiming(len(chunk), total_ms - timer.maintain_ms, timer.maintain_ms, timer.evicted)
+
+
 @contextmanager
 def forced_length_decoding(model):
     """Decode exactly `max_new_tokens` tokens: no end-of-answer token stops early while measuring."""
@@ -257,14 +282,7 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
     began = time.perf_counter()
     try:
         for size, checkpoint in checkpointed_stream(max(checkpoints), checkpoints, chunk_frames):
-            chunk = [next(frames) for _ in range(size)]
-            device_sync(device)
-            timer.maintain_ms, timer.evicted = 0.0, False
-            start = time.perf_counter()
-            session.ingest(chunk)
-            device_sync(device)
-            total_ms = (time.perf_counter() - start) * 1e3
-            chunks.append(ChunkTiming(size, total_ms - timer.maintain_ms, timer.maintain_ms, timer.evicted))
+            chunks.append(timed_ingest(session, timer, [next(frames) for _ in range(size)]))
             seen += size
             if checkpoint:
                 rows.append(_checkpoint_row(session, policy, chunks[window:], seen, chunk_frames, decode_tokens,
@@ -334,11 +352,16 @@ class SweepResult:
 def _warm_up(model, policy: PolicySpec, chunk_frames: int, decode_tokens: int, frame_px: int) -> None:
     """Three chunks and a question, with the budget shrunk to one chunk so that eviction runs too:
     first calls pay one-off costs (allocator growth, kernel selection, lazy initialisation)."""
+    measure_stream(model, _evicting_early(model, policy, chunk_frames), [3 * chunk_frames], chunk_frames=chunk_frames,
+                   decode_tokens=decode_tokens, repeats=1, frame_px=frame_px)
+
+
+def _evicting_early(model, policy: PolicySpec, chunk_frames: int) -> PolicySpec:
+    """`policy` with its budget shrunk to one chunk (a bounded policy evicts from the second chunk on), for warm-ups."""
     memory = policy.memory
     if memory.policy != "full":
         memory = dataclasses.replace(memory, budget=min(memory.budget, max(1, model.tokens_per_frame * chunk_frames)))
-    measure_stream(model, PolicySpec(policy.label, memory), [3 * chunk_frames], chunk_frames=chunk_frames,
-                   decode_tokens=decode_tokens, repeats=1, frame_px=frame_px)
+    return PolicySpec(policy.label, memory)
 
 
 def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes: list[int], *,
@@ -408,8 +431,161 @@ def add_ratios(rows: list[StreamRow]) -> None:
         r.ingest_fps_vs_full = ratio(r.ingest_fps, ref.ingest_fps)
 
 
+# ratios against `full` that come from two streams: their min and max over repeats are reported beside the median
+SPREAD_FIELDS = ("ttft_vs_full", "ingest_fps_vs_full")
+
+
 def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk_frames: int = 16,
-                 progress: bool = False) -> SweepResult:
-    """The `bench memory` suite: the sweep at one chunk size, TTFT of a one-token answer (median of 3)."""
-    return run_sweep(model, policies, lengths, [chunk_frames], decode_tokens=1, repeats=3, frame_px=32,
-                     progress=progress)
+                 stream_repeats: int = 3, progress: bool = False) -> SweepResult:
+    """The `bench memory` suite: every policy at one chunk size, TTFT of a one-token answer (median of 3
+    questions), after a warm-up per policy, streamed `stream_repeats` times with the policies' order reversed
+    every other repeat (a change of machine load then lands on either side alike).
+
+    Ratios against `full` are taken within each repeat; a row holds the medians over repeats, and
+    `*_vs_full_min` / `*_max` the spread of those ratios (`SPREAD_FIELDS`).
+
+    Returns:
+        The `SweepResult`; rows ordered by policy (as given), then length.
+    """
+    notes = [p.note for p in policies if p.memory is None]
+    runnable = [p for p in policies if p.memory is not None]
+    for policy in runnable:
+        _warm_up(model, policy, chunk_frames, 1, 32)
+    repeats: list[list[StreamRow]] = []
+    for r in range(stream_repeats):
+        rows = []
+        for policy in (runnable if r % 2 == 0 else runnable[::-1]):
+            measured, note = measure_stream(model, policy, lengths, chunk_frames=chunk_frames, decode_tokens=1,
+                                            repeats=3, frame_px=32, progress=progress)
+            rows += measured
+            if note and note not in notes:
+                notes.append(note)
+        add_ratios(rows)
+        repeats.append(rows)
+    order = {p.label: i for i, p in enumerate(runnable)}
+    return SweepResult(sorted(merge_repeats(repeats), key=lambda row: (order[row.policy], row.frames)), notes)
+
+
+def merge_repeats(repeats: list[list[StreamRow]]) -> list[StreamRow]:
+    """One row per (policy, chunk size, length) from the rows of several repeats: every float field is the
+    median over the repeats that reached it, and each `SPREAD_FIELDS` ratio also gets its min and max."""
+    by_key: dict[tuple, list[StreamRow]] = {}
+    for rows in repeats:
+        for row in rows:
+            by_key.setdefault((row.policy, row.chunk_frames, row.frames), []).append(row)
+    merged = []
+    for same in by_key.values():
+        medians = {}
+        for field in dataclasses.fields(StreamRow):
+            values = [getattr(r, field.name) for r in same]
+            if all(isinstance(v, float) for v in values):
+                medians[field.name] = statistics.median(values)
+        row = dataclasses.replace(same[0], **medians, stream_repeats=len(same))
+        for name in SPREAD_FIELDS:
+            values = [getattr(r, name) for r in same if getattr(r, name) is not None]
+            if values:
+                setattr(row, f"{name}_min", min(values))
+                setattr(row, f"{name}_max", max(values))
+        merged.append(row)
+    return merged
+
+
+# ---- `bench overhead`: what a policy costs over a baseline, paired chunk by chunk ------------------------
+
+
+@dataclass
+class OverheadRow:
+    """`bench overhead`: a policy's ingest cost over a baseline's at the same budget, on the same frames.
+
+    Per repeat, the two stream side by side in one process, chunk by chunk, the order flipped every
+    chunk; over the chunks that evicted under both, the median of policy / baseline ingest time, minus
+    one, is that repeat's overhead. Times are medians over repeats of per-repeat means over those chunks, in ms.
+    """
+
+    geometry: str
+    policy: str
+    baseline: str
+    budget: int
+    frames: int
+    chunk_frames: int
+    repeats: int
+    paired_chunks: int  # chunks per repeat that evicted under both (the fewest over repeats)
+    overhead_min: float
+    overhead_median: float
+    overhead_max: float
+    encode_ms: float  # the policy's encode per paired chunk (its probe rides in the chunk's prefill)
+    maintain_ms: float
+    baseline_encode_ms: float
+    baseline_maintain_ms: float
+
+
+def paired_streams(model, specs: tuple[PolicySpec, PolicySpec], n_frames: int, *, chunk_frames: int,
+                   frame_px: int, seed: int = 0) -> tuple[list[ChunkTiming], list[ChunkTiming]]:
+    """Stream the same frames through two sessions in one process, chunk by chunk, alternating which goes first.
+
+    A change of machine load lands on both halves of a pair alike, and flipping the order every chunk
+    cancels what going first or second costs (caches warmed or evicted by the other).
+
+    Returns:
+        Each session's `ChunkTiming`s, one per chunk, in stream order.
+    """
+    sessions = [StreamingSession(model, spec.memory, (), chunk_frames=chunk_frames, max_new_tokens=1)
+                for spec in specs]
+    timers = [SyncedMaintainTimer(s) for s in sessions]
+    timings: tuple[list[ChunkTiming], list[ChunkTiming]] = ([], [])
+    frames = synthetic_frames(n_frames, side_px=frame_px, seed=seed)
+    try:
+        for i, (size, _) in enumerate(checkpointed_stream(n_frames, [n_frames], chunk_frames)):
+            chunk = [next(frames) for _ in range(size)]
+            for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+                timings[k].append(timed_ingest(sessions[k], timers[k], chunk))
+    finally:
+        for s in sessions:
+            s.close()
+    return timings
+
+
+def paired_overhead(model, policy: PolicySpec, baseline: PolicySpec, n_frames: int, *, chunk_frames: int = 16,
+                    repeats: int = 3, frame_px: int = 32, seed: int = 0, warmup: bool = True,
+                    geometry: str = "") -> OverheadRow:
+    """`policy`'s ingest cost over `baseline`'s (same budget), measured whole: encode with whatever rides in
+    it (hermes's probe), plus maintenance.
+
+    Args:
+        model: a loaded adapter.
+        policy, baseline: the two (their `memory` not None), e.g. `hermes` and `sliding` at one budget.
+        n_frames: stream length per repeat.
+        chunk_frames: frames per chunk.
+        repeats: paired streams measured; the overhead's min / median / max are over them.
+        frame_px: side of the random frames.
+        warmup: one short paired stream first, not counted (first calls pay one-off costs).
+        geometry: a label for the row.
+
+    Returns:
+        The `OverheadRow`.
+
+    Raises:
+        ConfigError: no chunk evicted under both (the stream does not outgrow the budget).
+    """
+    if warmup:
+        paired_streams(model, tuple(_evicting_early(model, p, chunk_frames) for p in (policy, baseline)),
+                       3 * chunk_frames, chunk_frames=chunk_frames, frame_px=frame_px, seed=seed)
+    overheads, paired_counts, times = [], [], []
+    for _ in range(repeats):
+        ours, theirs = paired_streams(model, (policy, baseline), n_frames, chunk_frames=chunk_frames,
+                                      frame_px=frame_px, seed=seed)
+        pairs = [(a, b) for a, b in zip(ours, theirs) if a.evicted and b.evicted]
+        if not pairs:
+            raise ConfigError(f"no chunk of {n_frames} frames evicted under both {policy.label} and {baseline.label}: "
+                              "lengthen the stream or lower the budget")
+        overheads.append(statistics.median((a.encode_ms + a.maintain_ms) / (b.encode_ms + b.maintain_ms)
+                                           for a, b in pairs) - 1.0)
+        paired_counts.append(len(pairs))
+        times.append([statistics.fmean(getattr(c, field) for c in side) for side in zip(*pairs)
+                      for field in ("encode_ms", "maintain_ms")])
+    encode, maintain, base_encode, base_maintain = (statistics.median(t[i] for t in times) for i in range(4))
+    return OverheadRow(geometry=geometry, policy=policy.label, baseline=baseline.label, budget=policy.memory.budget,
+                       frames=n_frames, chunk_frames=chunk_frames, repeats=repeats, paired_chunks=min(paired_counts),
+                       overhead_min=min(overheads), overhead_median=statistics.median(overheads),
+                       overhead_max=max(overheads), encode_ms=encode, maintain_ms=maintain,
+                       baseline_encode_ms=base_encode, baseline_maintain_ms=base_maintain)

@@ -1,4 +1,4 @@
-"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers, serve and reference.
+"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers, serve, reference and overhead.
 
 Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. The bench's configuration is the
 same `HermesConfig` as `run`'s: `memory.budget` is the budget of every bounded policy measured, set by
@@ -18,9 +18,11 @@ from hermes.cli_args import (add_common_options, add_config_options, check_outpu
 from hermes.errors import UsageError
 
 BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small model: `bench memory` about "
-               "20 minutes (full and hermes up to 2048 frames; --lengths 64,256 took 1.4 CPU-minutes), `bench sweep` "
+               "an hour (full and hermes up to 2048 frames, three streams each; --lengths 64,256 took 1.4 CPU-minutes a "
+               "stream), `bench sweep` "
                "longer (four policies at two chunk sizes up to 1024 frames; --lengths 16,64 for a short run), `bench "
-               "tiers` about a minute (--records 100000 takes minutes), `bench serve` about 3 minutes. Progress lines "
+               "tiers` about a minute (--records 100000 takes minutes), `bench serve` about 3 minutes, `bench overhead` "
+               "45 s with its defaults at load 2 (4x64 and 8x512, 384 frames, three repeats). Progress lines "
                "go to stderr (--quiet hides them).")
 
 # the budget each suite measures at unless the configuration says otherwise
@@ -101,6 +103,8 @@ def write_bench_outputs(args, meta: dict, result, columns) -> None:
 
 def cmd_bench_memory(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
+    if args.stream_repeats < 1:
+        raise UsageError(f"--stream-repeats expects a positive whole number, found {args.stream_repeats}")
     cfg = bench_config(args, MEMORY_SUITE_BUDGET)
     from hermes.pipelines.bench import bench_memory, resolve_policies
     from hermes.pipelines.bench_report import MEMORY_COLUMNS, run_info
@@ -110,9 +114,10 @@ def cmd_bench_memory(args) -> int:
     policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)
     print(f"bench memory: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device}, "
           f"budget {cfg.memory.budget} tokens, chunks of {chunk_frames} frames", file=sys.stderr)
-    result = bench_memory(model, policies, lengths, chunk_frames=chunk_frames, progress=not args.quiet)
+    result = bench_memory(model, policies, lengths, chunk_frames=chunk_frames, stream_repeats=args.stream_repeats,
+                          progress=not args.quiet)
     meta = {"suite": "memory", **run_info(model), "budget": cfg.memory.budget, "chunk_frames": chunk_frames,
-            "lengths": lengths, "policies": [p.label for p in policies]}
+            "lengths": lengths, "policies": [p.label for p in policies], "stream_repeats": args.stream_repeats}
     write_bench_outputs(args, meta, result, MEMORY_COLUMNS)
     return 0
 
@@ -186,19 +191,63 @@ def cmd_bench_serve(args) -> int:
     return 0
 
 
-def cmd_bench_reference(args) -> int:
-    from hermes.pipelines.reference_bench import check_reference, compare, parse_geometries, ratio_table
+def checked_geometry_run(args, counts: tuple[str, ...]):
+    """`bench reference`'s and `bench overhead`'s arguments checked before anything loads: the geometries
+    (returned), the whole numbers named in `counts` (at least 1) and the output path.
+
+    Raises:
+        UsageError: one line.
+    """
+    from hermes.pipelines.reference_bench import parse_geometries
 
     geometries = parse_geometries(args.geometries, args.tokens_per_frame)
-    for flag in ("frames", "chunk_frames", "budget", "repeats"):
+    for flag in counts:
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {getattr(args, flag)}")
     check_output_path(args.output, "--output")
+    return geometries
+
+
+def cmd_bench_reference(args) -> int:
+    from hermes.pipelines.reference_bench import check_reference, compare, ratio_table
+
+    geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "rounds"))
     check_reference(args.ref_dir, args.ref_python)  # before any model is built
     rows = compare(args.ref_dir, args.ref_python, geometries, frames=args.frames, chunk_frames=args.chunk_frames,
-                   budget=args.budget, repeats=args.repeats)
+                   budget=args.budget, repeats=args.repeats, rounds=args.rounds)
     print(json.dumps(rows) if args.json else ratio_table(rows))
     write_json_output(args.output, rows)
+    return 0
+
+
+def cmd_bench_overhead(args) -> int:
+    """`bench overhead`: a policy's whole ingest cost over a baseline's at the same budget, paired chunk by chunk."""
+    geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "threads"))
+    import dataclasses
+
+    import torch
+
+    from hermes.config import MemoryConfig
+    from hermes.pipelines.bench import paired_overhead, resolve_policies
+    from hermes.pipelines.bench_report import overhead_table
+    from hermes.pipelines.reference_bench import geometry_model
+
+    policy, baseline = resolve_policies([args.policy, args.baseline], MemoryConfig(), args.budget)
+    for spec in (policy, baseline):
+        if spec.memory is None:
+            raise UsageError(spec.note)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for geo in geometries:
+        model, _ = geometry_model(geo)
+        if not args.quiet:
+            print(f"bench overhead: {geo.label}, {policy.label} vs {baseline.label}, budget {args.budget}, "
+                  f"{args.frames} frames x {args.repeats}", file=sys.stderr, flush=True)
+        rows.append(paired_overhead(model, policy, baseline, args.frames, chunk_frames=args.chunk_frames,
+                                    repeats=args.repeats, geometry=geo.label))
+    record = {"suite": "overhead", "threads": args.threads, "rows": [dataclasses.asdict(r) for r in rows]}
+    print(json.dumps(record) if args.json else overhead_table(rows))
+    write_json_output(args.output, record)
     return 0
 
 
@@ -219,6 +268,19 @@ def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str,
     p.add_argument("--vision-layers", type=int, metavar="N", help="--arch: vision-tower layers")
 
 
+def add_geometry_options(p: argparse.ArgumentParser, *, tokens_per_frame: int, frames: int, budget: int) -> None:
+    """--geometries, --tokens-per-frame, --frames, --chunk-frames and --budget of the suites that build random
+    LLaVA-OneVision decoders (`bench reference`, `bench overhead`), with these defaults."""
+    p.add_argument("--geometries", default="4x64,8x512",
+                   help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
+    p.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=tokens_per_frame,
+                   help="visual tokens per frame (default: %(default)s)")
+    p.add_argument("--frames", type=int, default=frames, help="stream length (default: %(default)s)")
+    p.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
+    p.add_argument("--budget", type=int, default=budget,
+                   help="visual tokens kept per layer, both sides (default: %(default)s)")
+
+
 BUDGET_HELP = {"--budget": f"visual tokens per layer for bounded policies (default: the preset's with --memory, "
                            f"else {MEMORY_SUITE_BUDGET} for memory, {SWEEP_SUITE_BUDGET} for sweep)"}
 
@@ -229,13 +291,17 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     add_common_options(bench)
     bench_sub = bench.add_subparsers(dest="bench", metavar="SUITE", required=True)
     memory = bench_sub.add_parser("memory", help="peak KV memory, TTFT and maintenance cost over stream lengths "
-                                                 "(about 20 min on a 2-core CPU with the defaults)",
+                                                 "(about an hour on a 2-core CPU with the defaults: "
+                                                 "three streams per policy)",
                                   description=BENCH_COSTS)
     add_bench_model_options(memory, ("--device", "--budget", "--chunk-frames"))
     memory.add_argument("--policies", default="full,hermes",
                         help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
                              "sliding+recall (default: full,hermes)")
     memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
+    memory.add_argument("--stream-repeats", type=int, default=3,
+                        help="streams per policy, the policies' order reversed every other one; medians, and the "
+                             "ratios' min / median / max (default: %(default)s)")
     memory.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
     memory.add_argument("--quiet", action="store_true", help="no progress lines")
     memory.set_defaults(func=cmd_bench_memory)
@@ -263,19 +329,30 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                            help="checkout of the reference code (has inference/llavaov_hermes.py)")
     reference.add_argument("--ref-python", default="python3", metavar="PY",
                            help="interpreter of the reference's environment (transformers 4.57.1; default: %(default)s)")
-    reference.add_argument("--geometries", default="4x64,8x512",
-                           help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
-    reference.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=196,
-                           help="visual tokens per frame (default: %(default)s)")
-    reference.add_argument("--frames", type=int, default=48, help="stream length (default: %(default)s)")
-    reference.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
-    reference.add_argument("--budget", type=int, default=4096,
-                           help="visual tokens kept per layer, both sides (default: %(default)s)")
+    add_geometry_options(reference, tokens_per_frame=196, frames=48, budget=4096)
     reference.add_argument("--repeats", type=int, default=3, help="questions; medians (default: %(default)s)")
+    reference.add_argument("--rounds", type=int, default=3,
+                           help="runs of both sides, which goes first alternating; medians, and the ratios' "
+                                "min / median / max (default: %(default)s)")
     reference.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
     reference.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
     add_common_options(reference)
     reference.set_defaults(func=cmd_bench_reference)
+
+    overhead = bench_sub.add_parser(
+        "overhead", help="what a policy's ingest costs over a baseline's at the same budget (default hermes over "
+                         "sliding), both streamed side by side chunk by chunk, told whole: the probe in hermes's "
+                         "prefill counts; min / median / max over repeats", description=BENCH_COSTS)
+    add_geometry_options(overhead, tokens_per_frame=16, frames=384, budget=1024)
+    overhead.add_argument("--policy", default="hermes", help="the policy measured (default: %(default)s)")
+    overhead.add_argument("--baseline", default="sliding", help="the policy it is paired with (default: %(default)s)")
+    overhead.add_argument("--repeats", type=int, default=3, help="paired streams (default: %(default)s)")
+    overhead.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+    overhead.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
+    overhead.add_argument("--json", action="store_true", help="the run as JSON on stdout instead of the table")
+    overhead.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_common_options(overhead)
+    overhead.set_defaults(func=cmd_bench_overhead)
 
     sweep = bench_sub.add_parser(
         "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "

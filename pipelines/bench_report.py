@@ -13,7 +13,7 @@ from dataclasses import asdict
 import torch
 
 from hermes.markdown import table
-from hermes.pipelines.bench import StreamRow, SweepResult
+from hermes.pipelines.bench import OverheadRow, StreamRow, SweepResult
 
 
 # (header, row field, format) per column; "-" where a value is None
@@ -28,7 +28,10 @@ _COLUMNS = {
     "ingest_fps": ("ingest fps", "{:.1f}"),
     "ingest_fps_vs_full": ("fps vs full", "{:.2f}"), "peak_kv_vs_full": ("KV vs full", "{:.3f}"),
 }
-MEMORY_COLUMNS = ["policy", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms", "ttft_vs_full",
+# a ratio with its spread over repeats: "min / median / max" from `<field>_min`, `<field>`, `<field>_max`
+_SPREAD_COLUMNS = {"ttft_vs_full_spread": ("TTFT vs full, min / median / max", "ttft_vs_full", "{:.2f}"),
+                   "ingest_fps_vs_full_spread": ("fps vs full, min / median / max", "ingest_fps_vs_full", "{:.2f}")}
+MEMORY_COLUMNS = ["policy", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms", "ttft_vs_full_spread",
                   "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio", "amortised_maintain_ratio"]
 SWEEP_COLUMNS = ["policy", "chunk_frames", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
                  "ttft_vs_full", "tpot_ms", "recall_ms", "encode_ms_per_chunk", "maintain_ms_per_chunk",
@@ -38,9 +41,31 @@ SWEEP_COLUMNS = ["policy", "chunk_frames", "frames", "cache_tokens", "peak_kv_mb
 
 def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) -> str:
     """The rows as a markdown table with the given columns (`SWEEP_COLUMNS` or `MEMORY_COLUMNS`)."""
-    cells = [[("-" if getattr(r, c) is None else _COLUMNS[c][1].format(getattr(r, c))) for c in columns]
+    cells = [[_cell(r, c) for c in columns] for r in rows]
+    headers = [_SPREAD_COLUMNS[c][0] if c in _SPREAD_COLUMNS else _COLUMNS[c][0] for c in columns]
+    return table(headers, cells, right=[c != "policy" for c in columns])
+
+
+def _cell(row: StreamRow, column: str) -> str:
+    if column in _SPREAD_COLUMNS:
+        _, field, fmt = _SPREAD_COLUMNS[column]
+        values = [getattr(row, name) for name in (f"{field}_min", field, f"{field}_max")]
+        return "-" if None in values else " / ".join(fmt.format(v) for v in values)
+    value = getattr(row, column)
+    return "-" if value is None else _COLUMNS[column][1].format(value)
+
+
+def overhead_table(rows: list[OverheadRow]) -> str:
+    """`bench overhead`'s rows as markdown: the paired overhead (min / median / max over repeats) beside the
+    per-chunk encode and maintenance of both policies."""
+    cells = [[r.geometry, r.budget, r.frames, r.paired_chunks,
+              f"{r.overhead_min:.3f} / {r.overhead_median:.3f} / {r.overhead_max:.3f}",
+              f"{r.encode_ms:.1f}", f"{r.maintain_ms:.1f}", f"{r.baseline_encode_ms:.1f}", f"{r.baseline_maintain_ms:.1f}"]
              for r in rows]
-    return table([_COLUMNS[c][0] for c in columns], cells, right=[c != "policy" for c in columns])
+    policy, baseline = (rows[0].policy, rows[0].baseline) if rows else ("policy", "baseline")
+    header = ["geometry", "budget", "frames", "paired chunks", f"{policy} over {baseline}, min / median / max",
+              f"{policy} encode ms", f"{policy} maintain ms", f"{baseline} encode ms", f"{baseline} maintain ms"]
+    return table(header, cells, right=[False] + [True] * (len(header) - 1))
 
 
 def rows_as_dicts(rows: list[StreamRow]) -> list[dict]:

@@ -6,14 +6,15 @@ imports the checkout's code there and calls it (no reference code is copied here
 process. Both get the same random-weight LLaVA-OneVision geometry (`tiny_llava_onevision_config`,
 same seed), the same frames (one .npy file), the same chunking and budget, pseudo-queries of equal
 token lengths (ours: `memory.local_query` / `memory.global_query`; the reference's two get the same
-lengths, its third the sum) and a question of equal length. Ours runs first, then the reference,
-back to back.
+lengths, its third the sum) and a question of equal length. Both run back to back in rounds (`--rounds`),
+which goes first alternating round by round.
 
 Measured per side: median TTFT of a question after the last chunk, mean maintenance time over the
 chunks that evicted, maintenance / encode over those chunks, encode plus maintenance of such a chunk
 (ours probes inside the chunk's forward, the reference after it: only this sum compares the probe's
-cost across the two), peak KV-cache bytes (and device peak on CUDA); the table gives ours /
-reference for each.
+cost across the two, and the two maintenance rows are named `..._ours_without_probe` to say that
+ours leaves it out), peak KV-cache bytes (and device peak on CUDA); the table gives ours /
+reference for each. What our remembering costs over a sliding window, told whole, is `bench overhead`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ import numpy as np
 from hermes.errors import HermesError, UsageError
 
 DRIVER = Path(__file__).with_name("reference_driver.py")
+# Our probe rides in the chunk's prefill, so it is in our encode and in the reference's maintenance: these two
+# rows compare unlike things, and say so (`ingest_ms_per_evicting_chunk` compares like with like).
+MAINTAIN_MS = "maintain_ms_per_chunk_ours_without_probe"
+MAINTAIN_OVER_ENCODE = "maintain_over_encode_ours_without_probe"
 REQUIRED = ("inference/llavaov_hermes.py", "inference/reindex_1d.py")  # what the driver imports
 
 
@@ -64,6 +69,23 @@ def parse_geometries(text: str, tokens_per_frame: int) -> list[Geometry]:
     if not out:
         raise UsageError("--geometries needs at least one LAYERSxWIDTH item, e.g. 4x64,8x512")
     return out
+
+
+def geometry_model(geo: Geometry, seed: int = 0):
+    """The random-weight adapter of `geo` on the CPU in float32 (the same weights for the same seed).
+
+    Returns:
+        (adapter, tokenizer).
+    """
+    from hermes.config import ModelConfig
+    from hermes.models.loading import make_adapter
+    from hermes.models.tiny import tiny_llava_onevision
+
+    net, tokenizer = tiny_llava_onevision(seed=seed, image_size=geo.image_size, hidden_size=geo.hidden_size,
+                                          num_layers=geo.num_layers)
+    model = make_adapter("llava_onevision", f"random llava-onevision {geo.label}", net, tokenizer,
+                         ModelConfig(device="cpu", dtype="float32"))
+    return model, tokenizer
 
 
 def check_reference(ref_dir: str, ref_python: str) -> tuple[Path, str]:
@@ -107,34 +129,55 @@ def run_reference(root: Path, python: str, spec: dict, workdir: Path, timeout_s:
     return json.loads(lines[-1])
 
 
-def _ours(model, cfg, frames: list, chunk_frames: int, repeats: int):
-    from hermes.pipelines.bench import PolicySpec, _warm_up, measure_stream
+def _ours(model, cfg, frames: list, chunk_frames: int, repeats: int) -> dict:
+    """Our side's values (`compare`'s metrics), from one stream (warmed up by the caller)."""
+    from hermes.pipelines.bench import PolicySpec, measure_stream
 
-    policy = PolicySpec("hermes", cfg)
-    _warm_up(model, policy, chunk_frames, 1, frames[0].rgb.shape[0])
-    rows, note = measure_stream(model, policy, [len(frames)], chunk_frames=chunk_frames, decode_tokens=1,
-                                repeats=repeats, frame_px=frames[0].rgb.shape[0])
+    rows, note = measure_stream(model, PolicySpec("hermes", cfg), [len(frames)], chunk_frames=chunk_frames,
+                                decode_tokens=1, repeats=repeats, frame_px=frames[0].rgb.shape[0])
     if note or not rows:
         raise HermesError(note or "our pipeline measured nothing")
-    return rows[-1]
+    ours = rows[-1]
+    # ours carries the probe in the chunk's forward (`hermes.probe.prefill_chunk`): its cost is in our
+    # encode, in the reference's maintenance; a chunk's encode plus maintenance compares across both
+    return {"ttft_ms": ours.ttft_ms, MAINTAIN_MS: ours.maintain_ms_per_chunk, MAINTAIN_OVER_ENCODE: ours.maintain_ratio,
+            "ingest_ms_per_evicting_chunk": ours.ingest_ms_per_evicting_chunk or 0.0, "peak_kv_mb": ours.peak_kv_mb}
+
+
+def _reference_values(ref: dict) -> dict:
+    """The reference driver's result as `compare`'s metrics."""
+    # its first chunk carries the one-off costs our warm-up absorbs: left out
+    evicting = [c for c in ref["chunks"][1:] if c["evicted"]] or ref["chunks"][-1:]
+    return {
+        "ttft_ms": statistics.median(ref["ttft_ms"]),
+        MAINTAIN_MS: statistics.fmean(c["maintain_ms"] for c in evicting),
+        MAINTAIN_OVER_ENCODE: sum(c["maintain_ms"] for c in evicting) / sum(c["encode_ms"] for c in evicting),
+        "ingest_ms_per_evicting_chunk": statistics.fmean(c["encode_ms"] + c["maintain_ms"] for c in evicting),
+        "peak_kv_mb": ref["peak_kv_bytes"] / 2**20,
+    }
 
 
 def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames: int, chunk_frames: int,
-            budget: int, repeats: int = 3, frame_px: int = 64, seed: int = 0, threads: int = 1,
+            budget: int, repeats: int = 3, rounds: int = 3, frame_px: int = 64, seed: int = 0, threads: int = 1,
             timeout_s: float = 1800.0, memory=None) -> list[dict]:
-    """Both pipelines at every geometry; one row per (geometry, metric).
+    """Both pipelines at every geometry, `rounds` times each, one row per (geometry, metric).
+
+    Ours is warmed up once per geometry; then each round runs both sides back to back, ours first in
+    even rounds and the reference first in odd ones, so that a change of machine load between the two
+    halves does not always move the ratio the same way.
 
     Returns:
-        Rows ``{"geometry", "metric", "ours", "reference", "ratio"}`` (ratio = ours / reference).
+        Rows ``{"geometry", "metric", "ours", "reference", "ratio", "ratio_min", "ratio_max", "rounds"}``:
+        ours and reference are medians over rounds; ratio (ours / reference, taken within each round) is
+        their median, with its min and max.
     """
     import dataclasses
 
     import torch
 
-    from hermes.config import MemoryConfig, ModelConfig
-    from hermes.models.loading import make_adapter
-    from hermes.models.tiny import tiny_llava_onevision, tiny_llava_onevision_config
-    from hermes.pipelines.bench import BENCH_QUESTION, synthetic_frames
+    from hermes.config import MemoryConfig
+    from hermes.models.tiny import tiny_llava_onevision_config
+    from hermes.pipelines.bench import BENCH_QUESTION, PolicySpec, _warm_up, synthetic_frames
     from hermes.pipelines.session import format_prompt
 
     root, python = check_reference(ref_dir, ref_python)
@@ -146,11 +189,8 @@ def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames
         workdir = Path(tmp)
         np.save(workdir / "frames.npy", np.stack([f.rgb for f in stream]))
         for geo in geometries:
-            net, tokenizer = tiny_llava_onevision(seed=seed, image_size=geo.image_size, hidden_size=geo.hidden_size,
-                                                  num_layers=geo.num_layers)
-            model = make_adapter("llava_onevision", f"random llava-onevision {geo.label}", net, tokenizer,
-                                 ModelConfig(device="cpu", dtype="float32"))
-            ours = _ours(model, memory, stream, chunk_frames, repeats)
+            model, tokenizer = geometry_model(geo, seed)
+            _warm_up(model, PolicySpec("hermes", memory), chunk_frames, 1, frame_px)
             spec = {"config": tiny_llava_onevision_config(tokenizer, geo.image_size, geo.hidden_size, geo.num_layers),
                     "seed": seed, "frames": str(workdir / "frames.npy"), "chunk_frames": chunk_frames,
                     "budget": budget, "repeats": repeats, "threads": threads, "device": "cpu", "dtype": "float32",
@@ -159,33 +199,30 @@ def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames
                     "question_tokens": model.question_embeds(format_prompt(BENCH_QUESTION)).shape[0],
                     "prefix_tokens": model.embed_text(model.prefix_text()).shape[0],
                     "eos_token_id": tokenizer.eos_token_id}
-            ref = run_reference(root, python, spec, workdir, timeout_s)
-            # its first chunk carries the one-off costs our warm-up absorbs: left out
-            evicting = [c for c in ref["chunks"][1:] if c["evicted"]] or ref["chunks"][-1:]
-            ref_values = {
-                "ttft_ms": statistics.median(ref["ttft_ms"]),
-                "maintain_ms_per_chunk": statistics.fmean(c["maintain_ms"] for c in evicting),
-                "maintain_over_encode": sum(c["maintain_ms"] for c in evicting) / sum(c["encode_ms"] for c in evicting),
-                "ingest_ms_per_evicting_chunk": statistics.fmean(c["encode_ms"] + c["maintain_ms"] for c in evicting),
-                "peak_kv_mb": ref["peak_kv_bytes"] / 2**20,
-            }
-            # ours carries the probe in the chunk's forward (`hermes.probe.prefill_chunk`): its cost is in our
-            # encode, in the reference's maintenance; a chunk's encode plus maintenance compares across both
-            our_values = {"ttft_ms": ours.ttft_ms, "maintain_ms_per_chunk": ours.maintain_ms_per_chunk,
-                          "maintain_over_encode": ours.maintain_ratio,
-                          "ingest_ms_per_evicting_chunk": ours.ingest_ms_per_evicting_chunk or 0.0,
-                          "peak_kv_mb": ours.peak_kv_mb}
-            for metric, ref_value in ref_values.items():
-                value = our_values[metric]
-                rows.append({"geometry": geo.label, "metric": metric, "ours": value, "reference": ref_value,
-                             "ratio": value / ref_value if ref_value else None})
+            measured = []  # per round: {"ours": values, "reference": values}
+            for r in range(rounds):
+                sides = {}
+                for side in (("ours", "reference") if r % 2 == 0 else ("reference", "ours")):
+                    sides[side] = _ours(model, memory, stream, chunk_frames, repeats) if side == "ours" else \
+                        _reference_values(run_reference(root, python, spec, workdir, timeout_s))
+                measured.append(sides)
+            for metric in measured[0]["reference"]:
+                ratios = [m["ours"][metric] / m["reference"][metric] for m in measured if m["reference"][metric]]
+                rows.append({"geometry": geo.label, "metric": metric,
+                             "ours": statistics.median(m["ours"][metric] for m in measured),
+                             "reference": statistics.median(m["reference"][metric] for m in measured),
+                             "ratio": statistics.median(ratios) if ratios else None,
+                             "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None),
+                             "rounds": rounds})
     return rows
 
 
 def ratio_table(rows: list[dict]) -> str:
-    """Markdown: geometry, metric, ours, reference, ours / reference."""
-    lines = ["| geometry | metric | ours | reference | ours / reference |", "|---|---|---:|---:|---:|"]
+    """Markdown: geometry, metric, ours, reference (medians over rounds), ours / reference min / median / max."""
+    lines = ["| geometry | metric | ours | reference | ours / reference, min / median / max |",
+             "|---|---|---:|---:|---:|"]
     for r in rows:
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        ratio = " / ".join(f"{r[k]:.3f}" for k in ("ratio_min", "ratio", "ratio_max")) if r["ratio"] is not None \
+            else "-"
         lines.append(f"| {r['geometry']} | {r['metric']} | {r['ours']:.3f} | {r['reference']:.3f} | {ratio} |")
     return "\n".join(lines)

@@ -5,7 +5,8 @@ over thousands of frames; real models put 196 tokens per frame (LLaVA-OneVision)
 This script streams random frames through `hermes` on a small random LLaVA-OneVision (8 layers,
 512 wide) at both geometries and chunks of 8 and 16 frames, one CPU thread, and prints each
 chunk's mean encode time, mean maintenance time over the chunks that evicted, and their ratio
-(the issue's target: maintenance at most 0.10 of encode). It uses only APIs older than the probe
+(the former target: maintenance at most 0.10 of encode; since the probe rides in the prefill the
+target is the whole ingest over `sliding`'s, `hermes-video bench overhead`). It uses only APIs older than the probe
 rewrite, so the same command measures an older checkout too (run it with that checkout's python).
 
     OMP_NUM_THREADS=1 python scripts/bench_maintenance_cpu.py [--quick]

@@ -5,8 +5,10 @@
 Targets (LLaVA-OV-7B at a 4K budget on an H100/H200-class GPU, for the `hermes` policy):
 - TTFT <= 30 ms at every stream length, and flat: the longest stream's TTFT within 10% of the shortest's;
 - peak device memory flat within 5% from the shortest to the longest stream (KV-cache bytes off CUDA);
-- maintenance <= 10% of a chunk's encode time (`maintain_ratio`, over the chunks that evicted; the
-  probe rides in an evicting chunk's prefill, so its cost is in encode and in the next target);
+- what remembering costs, told whole, <= 10% over `sliding` at the same budget: an evicting chunk's
+  encode plus maintenance (`ingest_ms_per_evicting_chunk`) under `hermes` over `sliding`'s, minus one, at
+  every length where both evicted (the probe rides in hermes's prefill, so `maintain_ratio` alone
+  misses it; `hermes-video bench overhead` measures the same ratio paired chunk by chunk);
 - 16 frames encoded and maintained in <= 2 s (per-chunk encode + maintenance at chunks of 16).
 
 Exit code 0 when every target holds, 1 when one fails, 2 when the file holds no matching rows.
@@ -23,12 +25,25 @@ from pathlib import Path
 TTFT_MS_MAX = 30.0
 TTFT_FLAT = 1.10  # longest / shortest stream
 MEMORY_FLAT = 1.05
-MAINTAIN_RATIO_MAX = 0.10
+OVERHEAD_MAX = 0.10  # hermes's ingest over sliding's, minus one
 SIXTEEN_FRAMES_S_MAX = 2.0
 
 
+def overhead_over_baseline(mine: list[dict], rows: list[dict], baseline: str = "sliding") -> list[float]:
+    """Per stream length where both evicted: `mine`'s encode + maintenance per evicting chunk over the
+    baseline's at the same chunk size and length, minus one."""
+    theirs = {(r["chunk_frames"], r["frames"]): r.get("ingest_ms_per_evicting_chunk") for r in rows
+              if r["policy"] == baseline}
+    out = []
+    for r in mine:
+        reference = theirs.get((r["chunk_frames"], r["frames"]))
+        if r.get("ingest_ms_per_evicting_chunk") and reference:
+            out.append(r["ingest_ms_per_evicting_chunk"] / reference - 1.0)
+    return out
+
+
 def evaluate(rows: list[dict], policy: str = "hermes", chunk_frames: int = 16) -> list[tuple[str, str, bool]]:
-    """(target, measured, holds) per target, from the rows of one policy at one chunk size.
+    """(target, measured, holds) per target, from the rows of one policy at one chunk size (and `sliding`'s).
 
     Raises:
         ValueError: no rows for that policy and chunk size.
@@ -42,8 +57,7 @@ def evaluate(rows: list[dict], policy: str = "hermes", chunk_frames: int = 16) -
     ttfts = [r["ttft_ms"] for r in mine]
     memory_key = "peak_device_mb" if all(r["peak_device_mb"] is not None for r in mine) else "peak_kv_mb"
     memory = [r[memory_key] for r in mine]
-    evicting = [r for r in mine if r["maintain_ratio"] > 0]
-    worst_ratio = max((r["maintain_ratio"] for r in evicting), default=0.0)
+    overheads = overhead_over_baseline(mine, rows)
     per16_s = [(r["encode_ms_per_chunk"] + r["maintain_ms_per_chunk"]) / 1e3 * 16 / chunk_frames for r in mine]
     return [
         (f"TTFT <= {TTFT_MS_MAX:g} ms at every length", f"max {max(ttfts):.1f} ms", max(ttfts) <= TTFT_MS_MAX),
@@ -51,8 +65,9 @@ def evaluate(rows: list[dict], policy: str = "hermes", chunk_frames: int = 16) -
          ttfts[-1] <= TTFT_FLAT * ttfts[0]),
         (f"peak memory flat within {MEMORY_FLAT - 1:.0%} ({memory_key}, {span})",
          f"max / min {max(memory) / min(memory):.3f}", max(memory) <= MEMORY_FLAT * min(memory)),
-        (f"maintenance <= {MAINTAIN_RATIO_MAX:.0%} of encode (the probe counts as encode)", f"worst {worst_ratio:.3f}"
-         + ("" if evicting else " (no eviction)"), worst_ratio <= MAINTAIN_RATIO_MAX),
+        (f"ingest <= {OVERHEAD_MAX:.0%} over sliding's (encode + maintenance per evicting chunk, probe included)",
+         f"worst {max(overheads):+.3f}" if overheads else "no length where both evicted",
+         bool(overheads) and max(overheads) <= OVERHEAD_MAX),
         (f"16 frames encoded + maintained <= {SIXTEEN_FRAMES_S_MAX:g} s", f"worst {max(per16_s):.2f} s",
          max(per16_s) <= SIXTEEN_FRAMES_S_MAX),
     ]

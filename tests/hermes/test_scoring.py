@@ -191,6 +191,42 @@ def test_deep_attention_rescues_a_token_in_a_working_layer():
     assert select_keep(smoothed[6], budget).tolist() == [0, 6, 7]
 
 
+def test_smoothing_layers_of_equal_length_matches_tokens_by_id_as_token_by_token():
+    """Layers holding equally many tokens (a cache's) take the batched lookup; the result must be what
+    the recurrence gives token by token: a deeper layer's smoothed score of the same id, 0 where absent."""
+    gen = torch.Generator().manual_seed(3)
+    layers, tokens = 5, 12
+    bands = layer_bands(layers)
+    # each layer holds 12 of ids 0..19 in its own order (evictions differ by layer)
+    ids = [torch.randperm(20, generator=gen)[:tokens] for _ in range(layers)]
+    scores = [torch.rand(tokens, generator=gen) for _ in range(layers)]
+    lambdas = (0.1, 0.3, 0.4)
+    expected = [None] * layers
+    expected[-1] = {int(i): float(s) for i, s in zip(ids[-1], scores[-1])}
+    for layer in range(layers - 2, -1, -1):
+        lam = lambdas[("sensory", "working", "longterm").index(bands[layer])]
+        expected[layer] = {int(i): (1 - lam) * float(s) + lam * expected[layer + 1].get(int(i), 0.0)
+                           for i, s in zip(ids[layer], scores[layer])}
+    out = smooth_deep_to_shallow(scores, ids, bands, lambdas)
+    for layer in range(layers):
+        assert out[layer].tolist() == pytest.approx([expected[layer][int(i)] for i in ids[layer]], abs=1e-6)
+
+
+def test_a_summary_scored_minus_infinity_leaves_the_selection_among_the_others_as_it_was():
+    """Long-term layers select budget - 1 tokens among those that are not the summary: in one batch, with the
+    summary scored -inf, the kept tokens must be those a selection among the others alone keeps, ties included."""
+    gen = torch.Generator().manual_seed(5)
+    layers, tokens, keep = 3, 40, 17
+    scores = (torch.rand(layers, tokens, generator=gen) * 4).round() / 4  # few distinct values: many ties
+    summary_at = [0, 23, 39]
+    is_summary = torch.zeros(layers, tokens, dtype=torch.bool)
+    is_summary[torch.arange(layers), summary_at] = True
+    batched = select_keep(scores.masked_fill(is_summary, -math.inf), keep)
+    for layer in range(layers):
+        candidates = (~is_summary[layer]).nonzero().squeeze(1)
+        assert batched[layer].tolist() == candidates[select_keep(scores[layer, candidates], keep)].tolist()
+
+
 def test_accumulate_by_id():
     prev = (torch.tensor([5, 6, 7]), torch.tensor([1.0, 2.0, 3.0]))
     new, ids = torch.tensor([10.0, 10.0, 10.0]), torch.tensor([6, 7, 8])  # id 5 left the cache, id 8 is new

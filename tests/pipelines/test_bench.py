@@ -14,6 +14,7 @@ import torch
 
 from hermes.config import MemoryConfig
 from hermes.models.base import Generation
+from hermes.pipelines import bench
 from hermes.pipelines.bench import (
     PolicySpec, StreamRow, checkpointed_stream, forced_length_decoding, ingest_fps, measure_stream, resolve_policies,
     run_sweep, synthetic_frames, time_per_output_token_ms,
@@ -26,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"policy", "chunk_frames", "frames", "budget", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
               "recall_ms", "tpot_ms", "decode_tokens", "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio",
               "ingest_fps", "ttft_vs_full", "peak_kv_vs_full", "peak_device_vs_full", "ingest_fps_vs_full",
-              "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk"}
+              "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk", "stream_repeats", "ttft_vs_full_min",
+              "ttft_vs_full_max", "ingest_fps_vs_full_min", "ingest_fps_vs_full_max"}
 HAS_RECALL = "recall" in {f.name for f in dataclasses.fields(MemoryConfig)}
 
 
@@ -83,6 +85,110 @@ def test_with_headroom_the_amortised_maintenance_counts_the_chunks_that_fit(tiny
     rows, _ = measure_stream(tiny_model, policy, [8], chunk_frames=1, decode_tokens=1, repeats=1, frame_px=32)
     row = rows[0]
     assert row.maintain_ratio > 0 and 0 < row.amortised_maintain_ratio < row.maintain_ratio
+
+
+def test_bench_memory_warms_up_then_alternates_the_order_and_reports_the_ratios_spread(monkeypatch):
+    """Made-up TTFTs per stream: the warm-up's never reach the rows; the policies' order flips every repeat;
+    TTFT vs full is taken within a repeat, then its min / median / max over repeats."""
+    streams = []
+    ttfts = {"full": iter([10.0, 20.0, 10.0]), "hermes": iter([5.0, 5.0, 8.0])}  # per repeat
+
+    def fake_stream(model, policy, checkpoints, **kwargs):
+        streams.append((policy.label, checkpoints))
+        warm_up = checkpoints == [3 * 2]
+        ttft = 1e6 if warm_up else next(ttfts[policy.label])
+        row = StreamRow(policy=policy.label, chunk_frames=2, frames=checkpoints[-1], budget=None, cache_tokens=1,
+                        peak_kv_mb=1.0, peak_device_mb=None, ttft_ms=ttft, recall_ms=None, tpot_ms=None,
+                        decode_tokens=1, encode_ms_per_chunk=1.0, maintain_ms_per_chunk=0.0, maintain_ratio=0.0,
+                        ingest_fps=1.0)
+        return [row], None
+
+    monkeypatch.setattr(bench, "measure_stream", fake_stream)
+    model = type("Model", (), {"tokens_per_frame": 196})()
+    policies = resolve_policies("full,hermes", MemoryConfig(), budget=392)
+    result = bench.bench_memory(model, policies, [8], chunk_frames=2, stream_repeats=3)
+    assert [label for label, _ in streams] == ["full", "hermes"] + ["full", "hermes", "hermes", "full", "full", "hermes"]
+    assert [c for _, c in streams[:2]] == [[6], [6]] and all(c == [8] for _, c in streams[2:])
+    hermes = next(r for r in result.rows if r.policy == "hermes")
+    assert [r.policy for r in result.rows] == ["full", "hermes"] and hermes.stream_repeats == 3
+    assert (hermes.ttft_vs_full_min, hermes.ttft_vs_full, hermes.ttft_vs_full_max) == (0.25, 0.5, 0.8)
+    assert hermes.ttft_ms == 5.0  # the median over repeats, the warm-up's left out
+    table = markdown_table(result.rows, MEMORY_COLUMNS)
+    assert "TTFT vs full, min / median / max" in table and "0.25 / 0.50 / 0.80" in table
+
+
+# ---- bench overhead: a policy's whole ingest over a baseline's, paired chunk by chunk ----------------------
+
+
+def test_overhead_pairs_every_chunk_alternating_which_goes_first_after_a_warm_up(tiny_model, monkeypatch):
+    ingests = []
+    real_ingest = bench.StreamingSession.ingest
+
+    def logged(session, frames):
+        ingests.append((session.memory.name, session.memory.cfg.budget))
+        return real_ingest(session, frames)
+
+    monkeypatch.setattr(bench.StreamingSession, "ingest", logged)
+    budget = 3 * 196  # chunks of 2 frames (392 tokens): the second chunk and every later one evicts
+    hermes, sliding = resolve_policies("hermes,sliding", MemoryConfig(), budget=budget)
+    row = bench.paired_overhead(tiny_model, hermes, sliding, 8, chunk_frames=2, repeats=2, frame_px=32)
+    warm, measured = ingests[:6], ingests[6:]
+    assert all(b == 2 * 196 for _, b in warm)  # the warm-up's budget is one chunk, so that it evicts too
+    # 2 repeats x 4 chunks x both policies, the order flipped every chunk, at the budget asked for
+    assert measured == [("hermes", budget), ("sliding", budget), ("sliding", budget), ("hermes", budget)] * 4
+    assert row.paired_chunks == 3 and row.repeats == 2  # the first chunk fits: no pair
+    assert row.overhead_min <= row.overhead_median <= row.overhead_max
+    assert row.policy == "hermes" and row.baseline == "sliding" and row.maintain_ms > 0
+
+
+def test_overhead_is_the_median_ratio_over_chunks_that_evicted_in_both(tiny_model, monkeypatch):
+    """Made-up chunk times: the statistic is the per-repeat median of policy / baseline over the chunks
+    both evicted, minus one; its min / median / max over repeats; chunks that fit do not count."""
+    repeat_ratios = iter([[1.5, 1.2, 1.1], [1.3, 1.4, 2.0], [1.0, 1.1, 1.2]])  # per repeat, per evicting chunk
+
+    def fake_ingest(session, timer, chunk):
+        i = session.fake_chunk_index = getattr(session, "fake_chunk_index", -1) + 1
+        if session.memory.name == "sliding":
+            if i == 0:
+                ratios[:] = next(repeat_ratios)
+            return bench.ChunkTiming(len(chunk), 90.0, 10.0, i > 0)
+        # the first chunk fits: a huge time there would move every median if it counted
+        return bench.ChunkTiming(len(chunk), 1e6 if i == 0 else 100.0 * ratios[i - 1] - 5.0, 5.0, i > 0)
+
+    ratios = []
+    monkeypatch.setattr(bench, "timed_ingest", fake_ingest)
+    hermes, sliding = resolve_policies("hermes,sliding", MemoryConfig(), budget=3 * 196)
+    row = bench.paired_overhead(tiny_model, hermes, sliding, 8, chunk_frames=2, repeats=3, warmup=False)
+    assert row.paired_chunks == 3
+    assert (row.overhead_min, row.overhead_median, row.overhead_max) == pytest.approx((0.1, 0.2, 0.4))
+
+
+def test_cli_overhead_reports_the_paired_overhead(tmp_path, capsys):
+    from hermes.cli import main
+
+    out = tmp_path / "o.json"
+    assert main(["bench", "overhead", "--geometries", "2x64", "--tokens-per-frame", "16", "--frames", "32",
+                 "--chunk-frames", "4", "--budget", "128", "--repeats", "2", "--quiet", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["suite"] == "overhead" and len(data["rows"]) == 1
+    r = data["rows"][0]
+    assert (r["policy"], r["baseline"], r["budget"], r["repeats"]) == ("hermes", "sliding", 128, 2)
+    assert r["paired_chunks"] == 6  # 8 chunks of 64 tokens; the third is the first past 128
+    assert r["overhead_min"] <= r["overhead_median"] <= r["overhead_max"]
+    assert "hermes over sliding, min / median / max" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--geometries", "4x65"], "--geometries expects LAYERSxWIDTH"),
+    (["--repeats", "0"], "--repeats expects a positive whole number"),
+    (["--baseline", "sliding+nosuchflag"], "sliding+nosuchflag: skipped"),
+])
+def test_cli_overhead_bad_input_is_one_line(argv, message, capsys):
+    from hermes.cli import main
+
+    assert main(["bench", "overhead", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
 
 
 def test_recall_is_skipped_with_a_note_until_it_exists(sweep):
@@ -250,16 +356,24 @@ def test_target_check_reads_a_sweep_json(tmp_path, capsys):
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
 
-    def row(frames, ttft_ms, device_mb, maintain_ratio):
-        return {"policy": "hermes", "chunk_frames": 16, "frames": frames, "ttft_ms": ttft_ms, "peak_kv_mb": 200.0,
-                "peak_device_mb": device_mb, "maintain_ratio": maintain_ratio, "encode_ms_per_chunk": 900.0,
-                "maintain_ms_per_chunk": 900.0 * maintain_ratio}
+    def row(frames, ttft_ms, device_mb, ingest_ms, policy="hermes"):
+        # maintenance alone stays at 0.05 of encode: the probe rides in the prefill, so only the whole
+        # ingest (against sliding's) says what remembering costs
+        return {"policy": policy, "chunk_frames": 16, "frames": frames, "ttft_ms": ttft_ms, "peak_kv_mb": 200.0,
+                "peak_device_mb": device_mb, "maintain_ratio": 0.05 if ingest_ms else 0.0,
+                "encode_ms_per_chunk": 900.0, "maintain_ms_per_chunk": 45.0 if ingest_ms else 0.0,
+                "ingest_ms_per_evicting_chunk": ingest_ms}
 
+    sliding = [row(16, 27.0, 16900.0, None, "sliding"), row(1024, 27.0, 16900.0, 1000.0, "sliding")]
     path = tmp_path / "sweep.json"
-    path.write_text(json.dumps({"rows": [row(16, 27.0, 16900.0, 0.0), row(1024, 28.5, 17500.0, 0.06)]}))
+    path.write_text(json.dumps({"rows": [row(16, 27.0, 16900.0, None), row(1024, 28.5, 17500.0, 1080.0)] + sliding}))
     assert check.main([str(path)]) == 0 and capsys.readouterr().out.count("| yes |") == 5
-    path.write_text(json.dumps({"rows": [row(16, 27.0, 16900.0, 0.0), row(1024, 45.0, 19000.0, 0.2)]}))
-    assert check.main([str(path)]) == 1 and capsys.readouterr().out.count("| NO |") == 4
+    path.write_text(json.dumps({"rows": [row(16, 27.0, 16900.0, None), row(1024, 45.0, 19000.0, 1200.0)] + sliding}))
+    out = check.main([str(path)]), capsys.readouterr().out
+    assert out[0] == 1 and out[1].count("| NO |") == 4 and "worst +0.200" in out[1]
+    path.write_text(json.dumps({"rows": [row(16, 27.0, 16900.0, None), row(1024, 28.5, 17500.0, 1080.0)]}))
+    out = check.main([str(path)]), capsys.readouterr().out  # no sliding row: the overhead is not measured
+    assert out[0] == 1 and "no length where both evicted" in out[1]
     assert check.main([str(path), "--chunk", "8"]) == 2
 
 
