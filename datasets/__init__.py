@@ -1,4 +1,4 @@
-"""Benchmark loading for `hermes-video eval` (DESIGN §7), installed as `hermes.datasets`.
+"""Benchmark loading for `hermes-video eval` (docs/ARCHITECTURE.md, Evaluation), installed as `hermes.datasets`.
 
 * `records`: the unified `VideoRecord` / `Question` and the timestamp/option parsers;
 * one loader module per benchmark family (`ovo_bench`, `streamingbench`, `rvs`, `mvbench`,

@@ -43,7 +43,7 @@ LISTED_ISSUES = 200
 
 @dataclass
 class DataIssues:
-    """What a loader found wrong in an official file, and what it did about it (DESIGN §7).
+    """What a loader found wrong in an official file, and what it did about it (docs/ARCHITECTURE.md, Evaluation).
 
     The rule: a malformed field that scoring does not need (LVBench `time_reference`, a padded
     option) is kept and *flagged*; one that scoring needs (the answer, the options, the time a

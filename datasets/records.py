@@ -1,4 +1,4 @@
-"""The unified benchmark record of DESIGN §7, and the value parsers every loader shares.
+"""The unified benchmark record of docs/ARCHITECTURE.md, Evaluation, and the value parsers every loader shares.
 
 Every benchmark loader turns its official files into a list of `VideoRecord`s, each holding the
 `BenchmarkQuestion`s asked about one video (one stream under the streaming protocol). A question carries
@@ -33,7 +33,7 @@ KIND_PROACTIVE = "proactive"  # StreamingBench proactive output: answer at the r
 
 @dataclass
 class BenchmarkQuestion:
-    """One question about a video, in the unified form of DESIGN §7.
+    """One question about a video, in the unified form of docs/ARCHITECTURE.md, Evaluation.
 
     Attributes:
         question: The question text as the benchmark words it (options removed when the

@@ -4,7 +4,7 @@
 
 * loader: `load(data_root, tasks=None, limit=None) -> list[VideoRecord]`;
 * protocol: "streaming" (one stream per video, questions asked at their time, the stream
-  continuing after each answer: DESIGN §7) or "offline" (the whole video, then the questions);
+  continuing after each answer: docs/ARCHITECTURE.md, Evaluation) or "offline" (the whole video, then the questions);
 * metric: the aggregation `metrics.summarize` applies (see metrics.py).
 
 Names are matched case-insensitively and without regard to "-", "_" or spaces, so "OVO-Bench",

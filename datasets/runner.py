@@ -1,6 +1,6 @@
 """`run_eval`: one benchmark, one model and memory config, every selected question answered and scored.
 
-Protocols (DESIGN §7; the registry says which a benchmark uses):
+Protocols (docs/ARCHITECTURE.md, Evaluation; the registry says which a benchmark uses):
 
 * streaming (OVO-Bench, StreamingBench, RVS): one `StreamingSession` per video; questions in
   time order, each asked at its `t_s` so that exactly the frames before it are encoded, the

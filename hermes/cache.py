@@ -360,7 +360,7 @@ class HermesCache(DynamicCache):
     """A `DynamicCache` of `HermesLayer`s: every token carries position, id, kind, frame and count.
 
     Every layer holds the same *number* of tokens (which keeps the library's attention masks
-    valid, DESIGN §3), but memory policies may keep different tokens in different layers, so each
+    valid, docs/ARCHITECTURE.md, Memory), but memory policies may keep different tokens in different layers, so each
     layer's metadata describes its own tokens in cache order.
 
     Args:

@@ -8,7 +8,7 @@ the shared options of `hermes.cli_args` (where the table of config flags lives).
 Nothing heavy is imported before the input is checked: arguments, files and configuration are
 validated first (usage, file and config errors are one line, raised before torch or transformers
 loads), then the command imports what it needs. Every `HermesError` becomes one line on stderr and
-the exit code of DESIGN §6; anything else is a bug: one line too, and a traceback with `--debug`
+the exit code of docs/ARCHITECTURE.md, Interfaces; anything else is a bug: one line too, and a traceback with `--debug`
 (accepted before or after the subcommand).
 """
 

@@ -69,7 +69,7 @@ class ModelConfig:
 
 @dataclass
 class MemoryConfig:
-    """How the KV cache is kept (DESIGN §3, level 1). Defaults are the paper's."""
+    """How the KV cache is kept (docs/ARCHITECTURE.md, Memory, level 1). Defaults are the paper's."""
 
     # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames). `run` does not use this
     # default: without --memory it takes the model's bounded preset (`default_memory_preset`).

@@ -1,4 +1,4 @@
-"""Errors a user can act on, each with the exit code of DESIGN §6.
+"""Errors a user can act on, each with the exit code of docs/ARCHITECTURE.md, Interfaces.
 
 Every error raised for bad input is a `HermesError`: the CLI prints its message on one line and
 exits with its `exit_code`; anything else is a bug and exits 1 (with a traceback under --debug).

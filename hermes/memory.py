@@ -8,7 +8,7 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
 - `uniform`: evenly spaced frames over everything seen;
 - (`recall-only`, ReKV-style, is not a policy of its own but `sliding` with `memory.recall` on: with no
   scores, every evicted token goes to levels 2-3 and questions search them; preset `recall-only`);
-- `hermes`: the paper's per-layer importance, as its reference code computes it (DESIGN §3): recency
+- `hermes`: the paper's per-layer importance, as its reference code computes it (docs/ARCHITECTURE.md, Memory): recency
   in shallow layers, the model's own attention from pseudo-queries in deep layers, a depth-weighted
   mix in between, smoothed from deep to shallow by token identity (our fix; by cache index, the
   reference's convention, with `memory.smoothing_match`), selected on the fresh probe; long-term layers
@@ -58,7 +58,9 @@ from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summ
 
 @dataclass(frozen=True)
 class Evictions:
-    """What one `maintain()` took out of level 1: the lower levels' only input (DESIGN §9).
+    """What one `maintain()` took out of level 1: the lower levels' only input.
+
+    (docs/ARCHITECTURE.md, State and who owns it.)
 
     Attributes:
         entries: per layer, copies of the visual tokens that left the layer (keys, values and
@@ -366,7 +368,7 @@ class UniformPolicy(BudgetPolicy):
 class HermesPolicy(BudgetPolicy):
     """The paper's hierarchical importance: per-layer budgets, summary tokens in long-term layers.
 
-    Defaults reproduce the reference code (DESIGN §3, fidelity rule) over any number of evictions, but
+    Defaults reproduce the reference code (docs/ARCHITECTURE.md, Memory) over any number of evictions, but
     for smoothing by token identity (our fix; `memory.smoothing_match`); `memory.recency_unit`,
     `memory.recency_k_fall`, `memory.accumulation`, `memory.summary_position`, `memory.previous_summary`
     and `memory.chunk_positions` select our variants.

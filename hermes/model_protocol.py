@@ -2,7 +2,7 @@
 
 The core is model-agnostic: it never imports `hermes.models`. Adapters (`hermes.models.base.VLMAdapter`)
 satisfy these protocols structurally; tests pass small stand-ins that have only what a function uses.
-Dependency direction (DESIGN §1): core <- models <- pipelines <- datasets.
+Dependency direction (docs/ARCHITECTURE.md, Layout): core <- models <- pipelines <- datasets.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where new tokens go, and where kept tokens move when positions are compacted (DESIGN §3, Positions).
+"""Where new tokens go, and where kept tokens move when positions are compacted (docs/ARCHITECTURE.md, Memory).
 
 Every cached token has a rotary position with A axes: A = 1 for 1-D RoPE, A = 3 (temporal, height,
 width) for M-RoPE (Qwen-VL). Positions are ``(A, n)`` int64 tensors throughout hermes.

@@ -13,7 +13,7 @@ usual kernel. That function receives the layer's real rotated queries and the fu
 cache and computes attention eagerly, so the weights exist; it returns the same output the eager
 kernel would. The cache is rewound afterwards: the probe leaves no trace.
 
-What it costs (DESIGN §8): nothing is copied to widen K/V. The queries are grouped against the
+What it costs (docs/ARCHITECTURE.md, Performance): nothing is copied to widen K/V. The queries are grouped against the
 key heads (query head h reads key head h // G, as `repeat_interleave` would), so one batched matmul
 per layer runs against the cache as it is stored; scores accumulate in float32 (on CUDA straight
 from bf16/fp16 inputs, `out_dtype`; elsewhere one layer's keys are widened at a time). Each

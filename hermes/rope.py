@@ -1,6 +1,6 @@
 """Rotary position embeddings owned by hermes: re-rotating cached keys to new positions.
 
-Cached keys are stored already rotated (DESIGN §3, Positions). When positions are compacted, or
+Cached keys are stored already rotated (docs/ARCHITECTURE.md, Memory, Positions). When positions are compacted, or
 when evicted keys are folded into a summary token, a key rotated at position ``p`` must be moved to
 position ``q`` without recomputing it from hidden states. RoPE rotates each frequency pair by an
 angle proportional to the position, so moving a key means rotating every pair once more by the

@@ -1,4 +1,4 @@
-"""The model adapter interface (DESIGN §4) and what every family shares: prefill and greedy decoding.
+"""The model adapter interface (docs/ARCHITECTURE.md, Models) and what every family shares: prefill and greedy decoding.
 
 An adapter wraps one Hugging Face vision-language model and tells hermes
 - how a chunk of frames becomes token embeddings and their layout (`encode_chunk`: the visual tokens,

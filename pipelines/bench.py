@@ -8,8 +8,8 @@ stream (`checkpointed_stream`): answering leaves memory exactly as it was, so th
 is the state a separate N-frame run would reach, and a sweep to 1024 frames costs 1024 frames per
 policy instead of the sum of all lengths.
 
-Timing rules (DESIGN §8): every interval is closed by a device synchronisation, so on CUDA a time is
-the time of the kernels, not of their launches. The session's own `ChunkStats` use unsynchronised
+Timing rules (docs/ARCHITECTURE.md, Performance): every interval is closed by a device synchronisation,
+so on CUDA a time is the time of the kernels, not of their launches. The session's own `ChunkStats` use unsynchronised
 wall clocks, so the bench times `ingest` itself and wraps the policy's `maintain` in synchronised
 clocks (`SyncedMaintainTimer`); encode time is the chunk's time minus its maintenance. TTFT and
 decode latency come from the adapter's greedy decoder, whose clocks stop at a token id read back
@@ -114,7 +114,7 @@ class PolicySpec:
     note: str = ""
 
 
-# Baselines that are a policy plus a flag, under the name DESIGN §3 and the memory presets give them.
+# Baselines that are a policy plus a flag, under the name the memory presets give them (docs/ARCHITECTURE.md, Memory).
 POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style: recency window, everything evicted findable
 
 

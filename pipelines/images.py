@@ -3,7 +3,7 @@
 `list_images` and `read_image` are the one reader of image folders (a benchmark's extracted frames
 use them too, `hermes.datasets.record_frames`).
 
-DESIGN §5. Files are ordered by natural filename order (``frame2.png`` before ``frame10.png``),
+docs/ARCHITECTURE.md, Sources. Files are ordered by natural filename order (``frame2.png`` before ``frame10.png``),
 frame ``i`` gets ``t_s = i / fps``. Only jpg/jpeg/png/bmp/webp files count; other files (a
 README, ``.DS_Store``) are ignored. An empty folder fails on open; an image that cannot be
 decoded fails when it is reached, naming the file.

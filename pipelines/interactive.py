@@ -1,4 +1,4 @@
-"""Live runs: frames keep coming while questions are typed or scheduled (DESIGN §5).
+"""Live runs: frames keep coming while questions are typed or scheduled (docs/ARCHITECTURE.md, Sources).
 
 `run_live` feeds a session from a source that does not wait for the model: a camera or stream
 (frames stamped by the source's capture clock), or a file or image folder played back in real time.

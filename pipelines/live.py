@@ -1,6 +1,6 @@
 """Live capture: webcams and network streams read by OpenCV/FFmpeg in a reader thread.
 
-DESIGN §5. One `LiveSource` owns one reader thread and one ``cv2.VideoCapture``. The thread
+docs/ARCHITECTURE.md, Sources. One `LiveSource` owns one reader thread and one ``cv2.VideoCapture``. The thread
 decodes as fast as the source delivers, stamps each frame with the capture clock
 (``t_s = time.monotonic() - opened_at``), samples to the target fps by timestamp, and hands the
 kept frames to the consumer through a bounded queue with a named drop policy:

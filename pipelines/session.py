@@ -4,7 +4,7 @@
     answer = session.ask("What is moving?", at=12.0)           # encodes frames with t_s < 12.0, then answers
     for answer in session.run(questions): ...                  # a whole schedule of questions
 
-Rules the session keeps (DESIGN §2):
+Rules the session keeps (docs/ARCHITECTURE.md, Data flow):
 - a question at time t is answered from exactly the frames with `t_s < t` (a partly filled chunk is
   encoded before answering, and the first frame at or after t waits for the next chunk);
 - answering leaves memory as it was: question and answer tokens are rewound out of the cache;
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Answer:
-    """One answer and how it was produced; `to_json()` gives the fields of DESIGN §6."""
+    """One answer and how it was produced; `to_json()` gives the fields of docs/ARCHITECTURE.md, Interfaces."""
 
     question: str
     answer: str

@@ -1,6 +1,6 @@
 """Frame sources: one `open_source(spec)` for files, image folders, webcams and network streams.
 
-DESIGN §5. Every source yields `Frame(t_s, rgb, index)` and shares one small interface
+docs/ARCHITECTURE.md, Sources. Every source yields `Frame(t_s, rgb, index)` and shares one small interface
 (`FrameSource`): `.live`, `.stats`, `.gaps`, `.close()`, `.describe()` and use as a context
 manager. What a spec means:
 

@@ -3,7 +3,7 @@
 `open_video(path)` returns a `VideoFile` whose `.frames(fps, start_s, end_s)` yields
 `hermes.pipelines.frames.Frame`s: RGB uint8, rotated upright from the container's rotation
 metadata, each carrying its presentation timestamp (PTS) in seconds from the first frame. Two
-backends read files (DESIGN §5):
+backends read files (docs/ARCHITECTURE.md, Sources):
 
 * ``decord`` (preferred): demuxes the whole packet index at open, so every frame's PTS is known up
   front; the frames to keep are chosen by `sample_indices` and decoded in bounded batches with

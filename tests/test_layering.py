@@ -38,3 +38,13 @@ def test_no_module_imports_a_layer_above_its_own(folder):
             if any(name == up or name.startswith(up + ".") for up in ABOVE[folder]):
                 wrong.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not wrong, wrong
+
+
+def test_code_and_docs_cite_the_design_of_record_in_the_repository():
+    """Comments cite docs/ARCHITECTURE.md (in the repository), never the design brief outside it."""
+    root = Path(__file__).resolve().parents[1]
+    citing = [str(path.relative_to(root)) for folder in ("hermes", "models", "pipelines", "datasets", "scripts",
+                                                          "tests", "docs", "configs")
+              for path in (root / folder).rglob("*") if path.suffix in (".py", ".md", ".yaml", ".sh")
+              and "DESIGN " + "§" in path.read_text(encoding="utf-8", errors="replace")]
+    assert citing == []

@@ -1,4 +1,4 @@
-"""Baselines that answer differently from a memory policy over one continuing cache (DESIGN §3).
+"""Baselines that answer differently from a memory policy over one continuing cache (docs/ARCHITECTURE.md, Memory).
 
 They hold state of their own (recent-frames its newest frames, rekv its host blocks) that the
 memory directory does not persist, so they refuse levels 2-3 (a memory directory, or recall; the

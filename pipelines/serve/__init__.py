@@ -1,4 +1,6 @@
-"""`hermes-video serve`: one process, one model, many streams, an HTTP API and a web page (DESIGN §6).
+"""`hermes-video serve`: one process, one model, many streams, an HTTP API and a web page.
+
+docs/ARCHITECTURE.md, Serving.
 
 One concept per module:
 

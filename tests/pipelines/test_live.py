@@ -1,4 +1,4 @@
-"""Live input (DESIGN §5): open_source routing, RTSP/MJPEG streams, reconnects, drops, redaction.
+"""Live input (docs/ARCHITECTURE.md, Sources): open_source routing, RTSP/MJPEG streams, reconnects, drops, redaction.
 
 Every server runs on 127.0.0.1 (tests/servers/, started by live_fixtures.py); every loop is
 bounded by wall-clock time.
