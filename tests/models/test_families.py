@@ -90,7 +90,8 @@ def test_hermes_stays_bounded_over_a_long_stream(name):
         sizes.append(session.cache.nbytes())
     assert len(set(sizes[-2:])) == 1  # bytes constant once eviction has started
     kinds = session.cache.kinds[:, p:]
-    assert (kinds == KIND_SUMMARY).sum(dim=1).tolist() == [0] * (model.num_layers - 2) + [1, 1]
+    summaries = (kinds == KIND_SUMMARY).sum(dim=1).tolist()  # a previous summary competes like any token
+    assert summaries[:-2] == [0] * (model.num_layers - 2) and min(summaries[-2:]) >= 1
     # long-term layers fold everything they evict into their summary: their counts add up to the stream
     assert session.cache.counts[-2:, p:].sum(dim=1).tolist() == [sum(streamed)] * 2
     assert torch.isfinite(session.ask("What happened?").first_token_logits).all()
@@ -98,12 +99,17 @@ def test_hermes_stays_bounded_over_a_long_stream(name):
 
 @pytest.mark.parametrize("name", TINY_FAMILIES)
 def test_hermes_with_a_budget_larger_than_the_stream_equals_full(name):
+    """Without eviction hermes is full: with one position sequence for all layers on every family, and with the
+    reference's per-layer positions where they coincide (1-D RoPE; on M-RoPE each chunk opens a new video block,
+    as the reference's chunks do, so it departs from one pass: docs/ARCHITECTURE.md, Memory)."""
     model = tiny(name)
     frames = random_frames(6, size=SMALL)
     full = StreamingSession(model, "full", frames, chunk_frames=2).ask("q", at=10.0)
-    hermes = StreamingSession(model, MemoryConfig(policy="hermes", budget=10_000), frames,
-                              chunk_frames=2).ask("q", at=10.0)
-    assert torch.equal(full.first_token_logits, hermes.first_token_logits)
+    layouts = ["shared"] + (["per_layer"] if model.rotary.num_axes == 1 else [])
+    for chunk_positions in layouts:
+        memory = MemoryConfig(policy="hermes", budget=10_000, chunk_positions=chunk_positions)
+        hermes = StreamingSession(model, memory, frames, chunk_frames=2).ask("q", at=10.0)
+        assert torch.equal(full.first_token_logits, hermes.first_token_logits), chunk_positions
 
 
 # The limit each family passes many times over: a chunk of one frame advances positions by ~200 (LLaVA-OV),
