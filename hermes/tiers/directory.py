@@ -811,7 +811,10 @@ class MemoryDirectory:
                             if self.wal.fingerprint.get(k) != self.disk.fingerprint.get(k))
             disagreements.append(f"fingerprint.json and {WAL}/fingerprint.json disagree (in: {', '.join(differ)}): "
                                  f"one was replaced")
-        if self.readonly and self.index_state == "rebuilt (missing)" and checkpoint_claims(self.path):
+        # an object store's index is derived by each reader from the manifests (none is stored): only a local
+        # directory whose checkpoints were saved beside an index has lost something when it is missing
+        if (self.remote is None and self.readonly and self.index_state == "rebuilt (missing)"
+                and checkpoint_claims(self.path)):
             disagreements.append("the index is missing, but the checkpoints were saved with it (it was deleted)")
         if self.index_state not in ("loaded", "empty"):  # on open it did not match the manifest
             notes.append(f"index {self.index_state} on open" + (" (in memory only: read-only)" if self.readonly else ""))
