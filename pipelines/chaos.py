@@ -57,6 +57,7 @@ TEST_SERVERS = Path(__file__).resolve().parents[1] / "tests" / "servers"
 MODEL = "tiny-llava-onevision"
 BUCKET = "mem"
 S3_PREFIX = "chaos/stream"  # every s3 stream of a campaign uses it again (its objects deleted in between)
+S3_KEY = ("chaos", "chaos-secret")  # any key: SeaweedFS on loopback checks none until one was used
 S3_LEVEL2 = ("--set", "memory.dram_bytes=20000")  # s3: a small level 2, so level 3 commits from the first chunks
 
 
@@ -214,20 +215,29 @@ class Campaign:
         self.run_s = 0.0  # an unkilled run's wall time: kill moments are drawn from [open_s, run_s]
         self.references: dict[tuple[str, ...], Snapshot] = {}  # unkilled runs by their extra settings
         self._logs = 0
+        self._launchers: dict[tuple, Launcher] = {}  # a fork server per environment
 
     # ---- processes -------------------------------------------------------------------------------
 
-    def _spawn(self, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+    def _launcher(self, env: dict | None = None) -> Launcher:
+        """The fork server of this environment, started on first use (it imports torch: seconds)."""
+        key = tuple(sorted((env or self.env).items()))
+        if key not in self._launchers:
+            self._launchers[key] = Launcher(env or self.env)
+        return self._launchers[key]
+
+    def _spawn(self, argv: list[str], env: dict | None = None) -> ForkedProcess:
         self._logs += 1
-        log = open(self.work / f"proc-{self._logs:04d}.log", "wb")
-        try:
-            return subprocess.Popen([sys.executable, "-m", "hermes", *argv], stdout=log, stderr=subprocess.STDOUT,
-                                    env=env or self.env, start_new_session=True)
-        finally:
-            log.close()  # the child holds its own descriptor
+        return self._launcher(env).spawn(argv, self.work / f"proc-{self._logs:04d}")
+
+    def close(self) -> None:
+        """Stop the fork servers."""
+        for launcher in self._launchers.values():
+            launcher.close()
+        self._launchers.clear()
 
     @staticmethod
-    def _sigkill(proc: subprocess.Popen) -> bool:
+    def _sigkill(proc) -> bool:
         """SIGKILL a process we started (by its pid); True if it was still running."""
         if proc.poll() is not None:
             return False
@@ -236,9 +246,14 @@ class Campaign:
         proc.wait()
         return True
 
-    def _log_tail(self, proc: subprocess.Popen) -> str:
-        text = (self.work / f"proc-{self._logs:04d}.log").read_text(errors="replace").strip().splitlines()
-        return text[-1][:200] if text else f"exit {proc.returncode}"
+    def _log_tail(self, proc: ForkedProcess) -> str:
+        """The last line the process wrote on stderr (else stdout)."""
+        for suffix in (".err", ".out"):
+            path = proc.out_prefix.with_suffix(suffix)
+            lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+            if lines:
+                return lines[-1][:200]
+        return f"exit {proc.returncode}"
 
     def _run_args(self, memory_dir: str, extra: list[str]) -> list[str]:
         return ["run", str(self.video), "--model", MODEL, "--memory", "hermes-4k", "--set",
@@ -264,6 +279,7 @@ class Campaign:
         if settings in self.references:
             return self.references[settings]
         directory = self.work / f"reference-{len(self.references)}"
+        self._launcher()  # its start-up is no part of a run
         started = time.monotonic()
         proc = self._spawn(self._run_args(str(directory), list(settings)))
         while proc.poll() is None and not directory.is_dir():  # start-up (imports, the model) is not the run
@@ -353,7 +369,7 @@ class Campaign:
 
     def _file_stream(self, tally: KindTally, location: str, extra: list[str], reference: Snapshot,
                      env: dict | None = None, cache_dir: Path | None = None,
-                     between: Callable[[subprocess.Popen], bool] | None = None) -> None:
+                     between: Callable[[ForkedProcess], bool] | None = None) -> None:
         """One stream of a file: runs killed at random moments, each then verified and resumed, until a
         run completes; then the stream is counted against the unkilled run.
 
@@ -412,20 +428,20 @@ class Campaign:
         is of the S3 server instead (restarted on the same data after a second)."""
         self.prepare_file()
         reference = self.reference_for(S3_LEVEL2)
-        weed = load_test_server("seaweedfs").WeedServer(self.work / "s3", BUCKET)
+        weed = load_test_server("seaweedfs").WeedServer(self.work / "s3", BUCKET, credentials=S3_KEY)
         tally = KindTally("s3")
         (self.work / "s3").mkdir(exist_ok=True)
         cache = self.work / "s3-cache"  # one machine's cache, kept across streams as ~/.cache would be
         try:
             endpoint = weed.start()
-            credentials = dict(AWS_ACCESS_KEY_ID="chaos", AWS_SECRET_ACCESS_KEY="chaos-secret",
+            credentials = dict(AWS_ACCESS_KEY_ID=S3_KEY[0], AWS_SECRET_ACCESS_KEY=S3_KEY[1],
                                AWS_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
             env = dict(self.env, **credentials)
             extra = ["--set", "memory.s3_lease_s=1", "--set", "memory.s3_timeout_s=2", "--set",
                      "memory.s3_retries=2", "--set", f"memory.s3_cache_dir={cache / 'writer'}", *S3_LEVEL2]
             turn = {"n": 0}
 
-            def maybe_kill_server(proc: subprocess.Popen) -> bool:
+            def maybe_kill_server(proc: ForkedProcess) -> bool:
                 turn["n"] += 1
                 if turn["n"] % self.opts.server_kill_every:
                     return False
@@ -547,7 +563,91 @@ class Campaign:
 
     def run(self) -> list[KindTally]:
         """Every kind asked for, in order."""
-        return [getattr(self, f"run_{kind}")() for kind in self.opts.kinds]
+        try:
+            return [getattr(self, f"run_{kind}")() for kind in self.opts.kinds]
+        finally:
+            self.close()
+
+
+class ForkedProcess:
+    """A `hermes-video` command forked by a `Launcher`, with the parts of `subprocess.Popen` used here."""
+
+    def __init__(self, pid: int, out_prefix: Path) -> None:
+        self.pid, self.out_prefix = pid, out_prefix
+        self.returncode: int | None = None
+        self._done = threading.Event()
+
+    def finished(self, status: int) -> None:
+        self.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+        self._done.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired("hermes-video", timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+class Launcher:
+    """Runs `hermes-video` commands as children of the checkout's fork server
+    (``tests/pipelines/cli_fork_server.py``, as the signal tests do): torch, hermes and the tiny model
+    are imported once, and each command is a process of its own, forked from that warm one, which a
+    SIGKILL ends as it ends any process, without 5-20 s of imports per run on a busy machine. One
+    command at a time; its stdout and stderr go to ``OUT.out`` / ``OUT.err``."""
+
+    def __init__(self, env: dict) -> None:
+        path = TEST_SERVERS.parent / "pipelines" / "cli_fork_server.py"
+        if not path.is_file():
+            raise UsageError(f"bench chaos needs the checkout's {path}; run it from a checkout of hermes-video")
+        self.proc = subprocess.Popen([sys.executable, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the fork server {path} did not start (exit {self.proc.wait()})")
+        self._current: ForkedProcess | None = None
+        self._pids: list[str] = []
+        self._pid_ready = threading.Condition()
+        threading.Thread(target=self._read, daemon=True, name="chaos-launcher").start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            word, _, value = line.strip().partition(" ")
+            with self._pid_ready:
+                if word == "pid":
+                    self._pids.append(value)
+                    self._pid_ready.notify_all()
+                elif word == "done" and self._current is not None:
+                    self._current.finished(int(value))
+
+    def spawn(self, argv: list[str], out_prefix: Path) -> ForkedProcess:
+        """Fork `hermes-video ARGV` (the previous command must have ended)."""
+        import shlex
+
+        self.proc.stdin.write(" ".join(shlex.quote(a) for a in ["run", str(out_prefix), *argv]) + "\n")
+        self.proc.stdin.flush()
+        with self._pid_ready:
+            while not self._pids:
+                if not self._pid_ready.wait(60) and self.proc.poll() is not None:
+                    raise RuntimeError("the fork server stopped")
+            self._current = ForkedProcess(int(self._pids.pop()), out_prefix)
+        return self._current
+
+    def close(self) -> None:
+        """End the server (an empty line stops it) and wait for it."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write("\n")
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Pusher:

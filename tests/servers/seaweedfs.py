@@ -52,10 +52,13 @@ class WeedServer:
         tmp_path: folder for the data (``tmp_path/weed``) and the log (``tmp_path/weed.log``).
         bucket: created on the first start.
         timeout_s: how long a start may take before it fails.
+        credentials: access key and secret this helper's own client signs with.
     """
 
-    def __init__(self, tmp_path: Path, bucket: str = "mem", timeout_s: float = 60.0) -> None:
+    def __init__(self, tmp_path: Path, bucket: str = "mem", timeout_s: float = 60.0,
+                 credentials: tuple[str, str] = ("any", "any")) -> None:
         self.binary = weed_binary()
+        self.credentials = credentials  # once a client has written with a key, a restarted server asks for it
         self.tmp_path, self.bucket, self.timeout_s = Path(tmp_path), bucket, timeout_s
         self.ports = _free_ports(4)  # master, volume, filer, s3
         self.endpoint = f"http://127.0.0.1:{self.ports[3]}"
@@ -82,7 +85,7 @@ class WeedServer:
         import boto3
 
         client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                              aws_access_key_id="any", aws_secret_access_key="any")
+                              aws_access_key_id=self.credentials[0], aws_secret_access_key=self.credentials[1])
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
