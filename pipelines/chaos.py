@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from hermes.errors import UsageError
+from hermes.errors import StorageError, UsageError
 
 KINDS = ("file", "live", "serve", "s3")
 TEST_SERVERS = Path(__file__).resolve().parents[1] / "tests" / "servers"
@@ -74,6 +74,8 @@ class ChaosOptions:
         fps: frames sampled per second, every kind.
         chunk_frames: frames per chunk of a file.
         budget: ``memory.budget``: small, so that every chunk evicts and makes a record.
+        live_window_s: ``live`` and ``serve`` (sources that never end): a kill lands uniformly within
+            this many seconds of the run opening its memory directory (of the server listening).
         serve_streams: push streams of ``serve``.
         server_kill_every: kill the S3 server instead of the writer every this many s3 kills.
     """
@@ -86,6 +88,7 @@ class ChaosOptions:
     fps: float = 2.0
     chunk_frames: int = 4
     budget: int = 256
+    live_window_s: float = 10.0
     serve_streams: int = 3
     server_kill_every: int = 4
 
@@ -147,7 +150,7 @@ def record_digest(record) -> str:
     return h.hexdigest()
 
 
-def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot:
+def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot | None:
     """Read every record of a memory directory (level 3, then level 2's log) the way a reader does.
 
     Args:
@@ -155,7 +158,7 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot:
         cache_dir: an ``s3://`` reader's local cache; kept between calls, as a machine's is.
 
     Returns:
-        The records by identity (`Snapshot`).
+        The records by identity (`Snapshot`), or None when the store cannot be read (`verify` says why).
     """
     from hermes.tiers.directory import MemoryDirectory
     from hermes.tiers.errors import RecordCorruptError
@@ -163,7 +166,10 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot:
     from hermes.tiers.remote_level import RemoteOptions
 
     remote = RemoteOptions(cache_dir=str(cache_dir)) if cache_dir is not None else None
-    store = MemoryDirectory(location, None, 0, 0, readonly=True, remote=remote)
+    try:
+        store = retrying(lambda: MemoryDirectory(location, None, 0, 0, readonly=True, remote=remote))
+    except StorageError:
+        return None
     out = Snapshot()
     try:
         for level, records in (("disk", store.disk), ("log", store.wal)):
@@ -172,7 +178,7 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot:
             for rid in records.ids():
                 try:
                     record = records.load(rid)
-                except RecordCorruptError:
+                except (RecordCorruptError, StorageError):  # refused: never served
                     out.unreadable += 1
                     continue
                 key = RecordKey(record.frame_start, record.frame_end, int(record.extra.get("frames_seen", -1)))
@@ -187,16 +193,46 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot:
     return out
 
 
+def is_memory_directory(location: str) -> bool:
+    """Whether a run got as far as writing the directory's fingerprint (a kill may come before)."""
+    from hermes.tiers.fingerprint import FINGERPRINT
+    from hermes.tiers.s3 import S3Location, parse_location
+
+    where = parse_location(location)
+    if not isinstance(where, S3Location):
+        return (Path(location) / FINGERPRINT).is_file()
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"), region_name="us-east-1")
+    key = f"{where.prefix.rstrip('/')}/{FINGERPRINT}" if where.prefix else FINGERPRINT
+    return client.list_objects_v2(Bucket=where.bucket, Prefix=key).get("KeyCount", 0) > 0
+
+
 def verify(location: str) -> tuple[bool, str]:
     """`memory verify`'s verdict on a directory, and its first problem (or its record counts)."""
     from hermes.tiers.commands import open_readonly
 
-    store = open_readonly(location)
+    try:
+        store = retrying(lambda: open_readonly(location))
+    except StorageError as exc:  # the store does not answer, or lost what it had: a failed verify
+        return False, str(exc)
     try:
         ok, messages = store.verify()
     finally:
         store.close(spill_dram=False)
     return ok, (messages[0] if messages else "")
+
+
+def retrying(open_fn: Callable, attempts: int = 5, pause_s: float = 2.0):
+    """`open_fn()`, tried again after a pause while it raises `StorageError`: an S3 server just started
+    again may answer before it has loaded its volumes."""
+    for attempt in range(attempts):
+        try:
+            return open_fn()
+        except StorageError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(pause_s)
 
 
 class Campaign:
@@ -312,12 +348,16 @@ class Campaign:
         Returns:
             A short progress note.
         """
+        if not is_memory_directory(location):
+            return "nothing written yet"
         ok, first = verify(location)
         tally.verify_ok += ok
         tally.verify_failed += not ok
         if not ok:
             tally.notes.append(f"verify failed after kill {tally.kills}: {first}")
         snap = snapshot(location, cache_dir)
+        if snap is None:
+            return f"verify FAILED, unreadable: {first}"
         for key in snap.keys:
             if seen.get(key) is None:
                 seen[key] = snap.digests.get(key)
@@ -331,7 +371,7 @@ class Campaign:
         tally.verify_failed += not ok
         if not ok:
             tally.notes.append(f"verify failed at the end of stream {tally.streams}: {first}")
-        final = snapshot(location, cache_dir)
+        final = snapshot(location, cache_dir) or Snapshot()
         tally.streams += 1
         tally.unreadable += final.unreadable
         tally.quarantined += final.quarantined
@@ -483,7 +523,7 @@ class Campaign:
             resume = False
             while tally.kills < self.opts.kills:
                 proc = self._spawn(self._live_args(server.url, directory, resume))
-                delay = self.kill_delay()
+                delay = self.open_s + self.rng.uniform(0.0, self.opts.live_window_s)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=delay)
                 if not self._sigkill(proc):
@@ -506,7 +546,7 @@ class Campaign:
         """The stream's last run: let it encode, then SIGTERM (a clean stop, checkpointed)."""
         proc = self._spawn(self._live_args(url, directory, resume))
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=self.run_s)
+            proc.wait(timeout=self.open_s + self.opts.live_window_s)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         if proc.wait() != 0:
@@ -536,8 +576,8 @@ class Campaign:
                 while not pusher.listening.wait(0.2):
                     if proc.poll() is not None:
                         raise RuntimeError(f"chaos serve: the server did not start: {self._log_tail(proc)}")
-                # the kill lands in a stretch as long as an unkilled run's work, once the server listens
-                delay = self.rng.uniform(0.0, self.run_s - self.open_s)
+                # a stream never ends: the kill lands within live_window_s of the server listening
+                delay = self.rng.uniform(0.0, self.opts.live_window_s)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=delay)
                 if final:  # a clean end: the streams closed (each checkpointed), then SIGTERM

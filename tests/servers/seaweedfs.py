@@ -80,7 +80,10 @@ class WeedServer:
         self._log = open(self.tmp_path / "weed.log", "ab")
         self.proc = subprocess.Popen([self.binary, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
                                       f"-master.port={master}", f"-volume.port={volume}", "-filer",
-                                      f"-filer.port={filer}", "-s3", f"-s3.port={s3}", "-volume.max=4"],
+                                      f"-filer.port={filer}", "-s3", f"-s3.port={s3}", "-volume.max=4",
+                                      # no Iceberg / Lance listeners: their fixed ports (8181, 9101) would
+                                      # keep a second server on this machine from starting
+                                      "-s3.port.iceberg=0", "-s3.port.lance=0"],
                                      stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         import boto3
 
