@@ -14,7 +14,7 @@ told apart by their identity (`RecordKey`: frame span and the stream position of
 made them), read from the records themselves, never from verify's counts, so that a record stored
 twice is counted even where verify passes.
 
-What is counted, per kind (docs/ARCHITECTURE.md, "Durability"):
+What is counted, per kind (the contract: docs/ARCHITECTURE.md, "Memory", persistence and durability):
 
 - expected: for a file (``file``, ``s3``), the records of one unkilled run of the same video with the
   same settings (recomputing from a checkpoint gives the same records); for a source that never ends
