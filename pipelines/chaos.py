@@ -28,6 +28,8 @@ What is counted, per kind (the contract: docs/ARCHITECTURE.md, "Memory", persist
   (level-3 records are immutable); unreadable records are refused by the reader (not served) and
   counted apart;
 - quarantined: files a recovery moved to ``DIR/quarantine``;
+- stuck streams: streams whose runs kept being refused (`MAX_REFUSALS` in a row) although each did
+  what the previous error said (``--resume``, or a start without it); counted, then left;
 - verify: `memory verify`'s verdicts after each kill and at each stream's end.
 
 The test servers come from the checkout's ``tests/servers`` (the bench needs a checkout).
@@ -57,6 +59,7 @@ TEST_SERVERS = Path(__file__).resolve().parents[1] / "tests" / "servers"
 MODEL = "tiny-llava-onevision"
 BUCKET = "mem"
 S3_PREFIX = "chaos/stream"  # every s3 stream of a campaign uses it again (its objects deleted in between)
+MAX_REFUSALS = 6  # runs in a row refused (exit 2 or 3) before a stream counts as stuck
 S3_KEY = ("chaos", "chaos-secret")  # any key: SeaweedFS on loopback checks none until one was used
 S3_LEVEL2 = ("--set", "memory.dram_bytes=20000")  # s3: a small level 2, so level 3 commits from the first chunks
 
@@ -107,6 +110,7 @@ class KindTally:
     corrupt_served: int = 0
     unreadable: int = 0
     quarantined: int = 0
+    stuck: int = 0
     verify_ok: int = 0
     verify_failed: int = 0
     notes: list[str] = field(default_factory=list)
@@ -172,10 +176,13 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot | None:
         return None
     out = Snapshot()
     try:
+        on_disk = set(store.disk.ids())
         for level, records in (("disk", store.disk), ("log", store.wal)):
             if records is None:
                 continue
             for rid in records.ids():
+                if level == "log" and rid in on_disk:  # committed to level 3, not yet out of the log: one record
+                    continue
                 try:
                     record = records.load(rid)
                 except (RecordCorruptError, StorageError):  # refused: never served
@@ -419,6 +426,7 @@ class Campaign:
         """
         seen: dict[RecordKey, str | None] = {}
         resume: list[str] = []
+        refused = 0  # runs in a row that exited with an error, not killed
         while True:
             proc = self._spawn(self._run_args(location, extra + resume), env)
             if tally.kills >= self.opts.kills:  # the campaign's kills are done: finish the stream
@@ -435,6 +443,7 @@ class Campaign:
                     continue
                 if self._sigkill(proc):
                     tally.kills += 1
+                    refused = 0
                     note = self.after_kill(tally, location, seen, cache_dir)
                     self.progress(f"chaos {tally.kind}: kill {tally.kills}/{self.opts.kills} at {delay:.1f} s "
                                   f"(stream {tally.streams + 1}): {note}")
@@ -443,14 +452,20 @@ class Campaign:
             if proc.returncode == 0:
                 break
             tail = self._log_tail(proc)
+            refused += 1
+            if refused > MAX_REFUSALS:  # what a user would be told to do no longer helps: the stream is stuck
+                tally.stuck += 1
+                tally.notes.append(f"stream {tally.streams + 1} stuck after {refused} refused runs, the last: {tail}")
+                break
             if resume and "holds no session to resume" in tail:
                 resume = []  # killed before its first checkpoint: start the stream again, as the error says
-                continue
-            tally.notes.append(f"a run exited {proc.returncode}: {tail}")
-            if proc.returncode in (2, 3):
+            elif not resume and "pass --resume" in tail:
+                resume = ["--resume"]  # as that error says
+            elif proc.returncode in (2, 3):
+                tally.notes.append(f"a run exited {proc.returncode}: {tail}")
                 time.sleep(1.0)  # a lease not yet expired, a store not yet back: try again
-                continue
-            raise RuntimeError(f"chaos {tally.kind}: a run failed: {tail}")
+            else:
+                raise RuntimeError(f"chaos {tally.kind}: a run failed: {tail}")
         self.stream_end(tally, location, seen, cache_dir, reference)
 
     def run_file(self) -> KindTally:
@@ -841,21 +856,18 @@ def patched_environ(values: dict[str, str]):
 
 # ---- the report ----------------------------------------------------------------------------------------
 
-COLUMNS = ("kind", "kills", "server_kills", "streams", "expected", "lost", "duplicated", "corrupt_served",
-           "unreadable", "quarantined", "verify_ok", "verify_failed")
-
-
-def table(tallies: list[KindTally]) -> str:
-    """The campaign as a markdown table, then each kind's notes."""
-    head = ("| kind | kills | S3 server kills | streams | records expected | lost | duplicated | corrupt served | "
-            "unreadable | quarantined | verify ok / failed |")
-    lines = [head, "|" + "---|" * 11]
+def table(tallies: list[KindTally], max_notes: int = 12) -> str:
+    """The campaign as a markdown table, then each kind's first `max_notes` notes."""
+    lines = ["| kind | kills | S3 server kills | streams | records expected | lost | duplicated | corrupt served | "
+             "unreadable | quarantined | stuck streams | verify ok / failed |", "|" + "---|" * 12]
     for t in tallies:
         lines.append(f"| {t.kind} | {t.kills} | {t.server_kills} | {t.streams} | {t.expected} | {t.lost} | "
-                     f"{t.duplicated} | {t.corrupt_served} | {t.unreadable} | {t.quarantined} | "
+                     f"{t.duplicated} | {t.corrupt_served} | {t.unreadable} | {t.quarantined} | {t.stuck} | "
                      f"{t.verify_ok} / {t.verify_failed} |")
     for t in tallies:
-        lines += [f"- {t.kind}: {note}" for note in t.notes]
+        lines += [f"- {t.kind}: {note}" for note in t.notes[:max_notes]]
+        if len(t.notes) > max_notes:
+            lines.append(f"- {t.kind}: ... {len(t.notes) - max_notes} more notes (--json has them all)")
     return "\n".join(lines)
 
 
@@ -922,5 +934,5 @@ def run_campaign(*, kills: int, kinds: str, seed: int, video_s: float, work_dir:
         opts = ChaosOptions(kills=kills, kinds=chosen, seed=seed, work_dir=Path(folder), video_s=video_s)
         tallies = Campaign(opts, progress).run()
     print(json.dumps(as_dicts(tallies)) if as_json else table(tallies))
-    clean = all(t.lost == t.duplicated == t.corrupt_served == t.verify_failed == 0 for t in tallies)
+    clean = all(t.lost == t.duplicated == t.corrupt_served == t.verify_failed == t.stuck == 0 for t in tallies)
     return 0 if clean else 1
