@@ -598,7 +598,7 @@ class Campaign:
                 if final:  # a clean end: the streams closed (each checkpointed), then SIGTERM
                     pusher.close_streams()
                     proc.send_signal(signal.SIGTERM)
-                    if proc.wait() != 0:
+                    if proc.wait() not in (0, -signal.SIGTERM):  # uvicorn raises the signal again once stopped
                         tally.notes.append(f"serve exited {proc.returncode} on SIGTERM: {self._log_tail(proc)}")
                     break
                 if not self._sigkill(proc):
