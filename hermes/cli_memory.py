@@ -20,7 +20,7 @@ def cmd_memory_inspect(args) -> int:
 def cmd_memory_verify(args) -> int:
     from hermes.tiers.commands import verify_command
 
-    return verify_command(args.directory)
+    return verify_command(args.directory, args.json)
 
 
 def cmd_memory_repair(args) -> int:
@@ -40,8 +40,10 @@ def add_memory_parser(subparsers) -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="the report as JSON")
     add_common_options(inspect)
     inspect.set_defaults(func=cmd_memory_inspect)
-    verify = memory_sub.add_parser("verify", help="check every checksum; exit 0 only when all hold")
+    verify = memory_sub.add_parser("verify", help="check every checksum and source of truth; exit 0 only when all hold")
     verify.add_argument("directory", metavar="DIR")
+    verify.add_argument("--json", action="store_true", help="the checks as one JSON object (ok, problems, duplicates, "
+                        "disagreements, counts, notes, repair)")
     add_common_options(verify)
     verify.set_defaults(func=cmd_memory_verify)
     repair = memory_sub.add_parser("repair", help="rebuild the manifest and index from the segments; move what "

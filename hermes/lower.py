@@ -38,11 +38,12 @@ from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
 from hermes.probe import question_queries
 from hermes.recall_gate import gate_hits, recall_cap
-from hermes.rope import RotarySpec, rotate_between, rotate_keys
+from hermes.rope import RotarySpec, rotate_keys
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.remote_level import remote_options
 from hermes.tiers.s3 import parse_location
-from hermes.tiers.fingerprint import make_fingerprint, weights_digest
+from hermes.tiers.fingerprint import kv_layout, make_fingerprint, weights_digest
+from hermes.tiers.meaning import content_vector
 from hermes.tiers.records import RECORD_FIELDS, Record
 from hermes.tiers.summarise import summarise
 
@@ -64,29 +65,12 @@ def fingerprint_for(model: CoreModel, cfg: MemoryConfig, with_weights: bool = Tr
     """What a memory directory must match: the model's cache geometry and weights, and the record format."""
     spec = RotarySpec.from_text_config(model.text_config)
     text = model.text_config
+    dtype = str(getattr(model, "dtype", None) or getattr(text, "dtype", None) or "float32").replace("torch.", "")
     return make_fingerprint(model.name, model.family, text.num_hidden_layers, text.num_key_value_heads,
                             spec.head_dim, rope=spec.kind,
                             memory={"dram_dtype": cfg.dram_dtype, "summary_anchors": cfg.summary_anchors},
-                            weights=weights_digest(model) if with_weights else None)
-
-
-def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotarySpec, groups: int = 1) -> torch.Tensor:
-    """Mean of `vectors` rotated back to position 0, per key head, flattened and L2-normalised.
-
-    Args:
-        vectors: (H, n, D) keys or queries as the model rotated them.
-        positions: (A, n) the positions they were rotated at.
-        spec: the rotary scheme.
-        groups: query heads per key head (queries are averaged within their group).
-
-    Returns:
-        (H / groups * D,) float32 vector on the host.
-    """
-    pos = positions[0] if spec.kind == "1d" else positions
-    at_zero = rotate_between(vectors.float(), pos.to(vectors.device), torch.zeros_like(pos).to(vectors.device), spec)
-    mean = at_zero.mean(dim=1)  # (H, D)
-    mean = mean.view(-1, groups, mean.shape[-1]).mean(dim=1)  # (H / groups, D)
-    return torch.nn.functional.normalize(mean.reshape(-1), dim=0).to("cpu", torch.float32)
+                            weights=weights_digest(model) if with_weights else None,
+                            kv=kv_layout(spec, text.num_key_value_heads, dtype))
 
 
 class LowerLevels:

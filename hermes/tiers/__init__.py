@@ -1,4 +1,4 @@
-"""Memory levels 2 and 3 (DESIGN §3): host memory (DRAM), disk segments with a FAISS index, recall.
+"""Memory levels 2 and 3 (docs/ARCHITECTURE.md, Memory): host memory (DRAM), disk segments with a FAISS index, recall.
 
 Level 1 (the working cache on the device) evicts tokens; the ones worth keeping become a `Record`
 (one chunk's evicted tokens, every layer, with scores and original positions). This package keeps
@@ -13,7 +13,8 @@ records below level 1 and finds them again:
   the durable-write primitives and the directory lock;
 - `repair`: ``memory repair``, rebuilding manifests from the self-describing segment records;
 - `commands`: the bodies of ``memory inspect | verify | repair``;
-- `fingerprint`: which model (and weights) made a memory directory; another model's is refused;
+- `fingerprint`: which model (and weights, and KV layout) made a memory directory; another's is refused;
+- `meaning`: restored records checked against that layout and their own embeddings (not only bytes);
 - `index`: `RecordIndex`, a FAISS inner-product index over record embeddings, derived from disk;
 - `prefetch`: `Prefetcher`, loads likely-needed records from disk on a worker thread;
 - `checkpoint`: named, atomic tensor + JSON checkpoints (level 1 and session state);

@@ -1,7 +1,8 @@
 """``hermes-video memory inspect | verify | repair DIR``: the bodies of the three subcommands.
 
 `hermes.cli` only parses the arguments and calls these. Each returns the exit code: inspect 0;
-verify 0 when every checksum holds and every source of truth agrees on the records, else 1; repair
+verify 0 when every checksum holds, no eviction is stored twice and every source of truth agrees on
+the records, else 1 (``--json``: the same checks as one JSON object); repair
 0 when the directory verifies afterwards, else 1. Errors (not a memory directory, in use, cannot be
 written) raise a `hermes.errors.HermesError` the CLI prints on one line.
 """
@@ -60,20 +61,34 @@ def inspect_command(directory: str, records: int | None, as_json: bool) -> int:
     return 0
 
 
-def verify_command(directory: str) -> int:
-    """Check every checksum and the record counts of every source of truth; 0 only when all hold."""
+def verify_command(directory: str, as_json: bool = False) -> int:
+    """Check every checksum and every source of truth against the others; 0 only when all hold.
+
+    Args:
+        directory: A memory directory or ``s3://bucket/prefix``.
+        as_json: Print `MemoryDirectory.verify_report` as one JSON object, with ``directory`` and
+            ``repair`` (the command that fixes what was found, or null) added; its keys are stable.
+
+    Returns:
+        0 when every check holds, 1 when anything is damaged, duplicated or disagrees.
+    """
     store = open_readonly(directory)
     try:
-        ok, messages = store.verify()
+        report = store.verify_report() if as_json else None
+        ok, messages = (report["ok"], []) if report is not None else store.verify()
     finally:
         store.close(spill_dram=False)
+    fix = None if ok else f"hermes-video memory repair {directory}"
+    if report is not None:
+        print(json.dumps({"directory": directory, **report, "repair": fix}, indent=2, default=str))
+        return 0 if ok else 1
     for message in messages:
         print(message)
     if ok:
         print(f"{directory}: all checksums hold")
     else:
-        print(f"{directory}: problems found; `hermes-video memory repair {directory}` rebuilds what can be "
-              f"rebuilt and moves the rest to {directory}/quarantine", file=sys.stderr)
+        print(f"{directory}: problems found; `{fix}` rebuilds what can be rebuilt and moves the rest (duplicates "
+              f"included) to {directory}/quarantine", file=sys.stderr)
     return 0 if ok else 1
 
 

@@ -1,8 +1,9 @@
 """A persistent memory directory: levels 2 and 3 and the index behind one object.
 
-`MemoryDirectory` is what a session holds below level 1 (DESIGN §3):
+`MemoryDirectory` is what a session holds below level 1 (docs/ARCHITECTURE.md, Memory):
 
-- `add(record)` puts an evicted chunk's record in DRAM (`DramStore`, compressed, bounded). Records
+- `add(record)` puts an evicted chunk's record in DRAM (`DramStore`, compressed, bounded), once: an
+  eviction already held under another id (`records.identity`) is not stored again. Records
   DRAM has no room for leave least-valuable first: they are summarised (`summarise_fn`) and
   compressed on the disk writer's thread and appended to disk (`DiskStore`, bounded, crash-safe);
   their embeddings go into the FAISS index (`RecordIndex`) at once, so search never misses them.
@@ -19,8 +20,8 @@ Bounds: DRAM holds at most `dram_bytes` of records. Segments, manifest and the s
 budget are checkpoints, ``fingerprint.json``, ``index.json`` and, while the index is being saved,
 its temp file.
 
-Durability (DESIGN §3). Level 2 is durable through a write-ahead log: every record that enters DRAM
-is also appended, as stored (compressed, not summarised), to ``dram/``, a second `DiskStore` of the
+Durability (docs/ARCHITECTURE.md, Memory). Level 2 is durable through a write-ahead log: every record
+that enters DRAM is also appended, as stored (compressed, not summarised), to ``dram/``, a second `DiskStore` of the
 same crash-safe format, by that store's writer thread (ingest only queues it). A record leaves the
 log only after its level-3 copy is committed (``on_commit``), so at every moment each record is
 durable in one place or the other, or is still in the queue of the chunk in flight; `barrier` waits
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -49,29 +51,53 @@ from typing import Any
 import torch
 
 from hermes.tiers import checkpoint
-from hermes.tiers.disk import DiskStore
+from hermes.tiers.disk import LOCK, DiskStore
 from hermes.tiers.dram import DramStore
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.index import INDEX_META, normalise, open_index
-from hermes.tiers.recovery import quarantined_files
+from hermes.tiers.files import read_exact, read_pid, write_bytes_atomic
+from hermes.tiers.manifest import SEGMENTS, SUFFIX
+from hermes.tiers.meaning import meaning_problem
+from hermes.tiers.recovery import Quarantine, quarantined_files
 from hermes.tiers.repair import WAL
 from hermes.tiers.prefetch import Prefetcher
 from hermes.tiers.remote import RemoteStore
 from hermes.tiers.remote_level import RemoteLevel, RemoteOptions
 from hermes.tiers.s3 import S3Location, parse_location
-from hermes.tiers.records import Record, compress, default_embedding
+from hermes.tiers.records import Record, compress, default_embedding, identity
 
 
-def checkpoint_claims(path: Path) -> dict[str, int]:
-    """How far the checkpoints saw each store's manifest reach: ``{"disk_next_id", "dram_next_id"}`` (max)."""
-    out: dict[str, int] = {}
+def checkpoint_claims(path: Path) -> dict[str, Any]:
+    """How far the checkpoints saw each store's manifest reach (the furthest over all checkpoints):
+    ``{"disk_next_id", "dram_next_id"}`` ids, and ``{"disk_tail", "dram_tail"}`` ``(segment, extent)``
+    of the newest segment's committed records (`DiskStore.committed_tail`)."""
+    out: dict[str, Any] = {}
     for info_path in sorted((path / checkpoint.CHECKPOINTS).glob("*.json")):
         claims = ((checkpoint.read_info(info_path) or {}).get("meta") or {}).get("store")
         if isinstance(claims, dict):  # a damaged checkpoint is reported by its own checksum check
             for key in ("disk_next_id", "dram_next_id"):
                 if isinstance(claims.get(key), int):
                     out[key] = max(out.get(key, 0), claims[key])
+            for key in ("disk_tail", "dram_tail"):
+                tail = claims.get(key)
+                if (isinstance(tail, list) and len(tail) == 2 and isinstance(tail[0], str)
+                        and isinstance(tail[1], int)):
+                    out[key] = max(out.get(key, tuple(tail)), tuple(tail))
     return out
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine (a pid file's holder)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
+SPOT_CHECK_RECORDS = 8  # level-3 records whose meaning a writable open checks (the log's are all checked)
 
 
 class _WriterJob:
@@ -136,7 +162,7 @@ class MemoryDirectory:
             claims = checkpoint_claims(self.path)  # checked by each store before it cuts anything
             self.disk = DiskStore(self.path, disk_bytes, fingerprint, segment_bytes=segment_bytes, readonly=readonly,
                                   prepare=self._prepare, on_drop=self._on_drop, on_commit=self._on_disk_commit,
-                                  min_next_id=claims.get("disk_next_id", 0))
+                                  min_next_id=claims.get("disk_next_id", 0), min_tail=claims.get("disk_tail"))
         self.skipped: list[str] = []  # corrupt records left out of an answer, with why
         try:
             if self.remote is not None:
@@ -144,8 +170,11 @@ class MemoryDirectory:
                     self.wal = self.remote.open_store(WAL, 1 << 62, self.disk.fingerprint)
             elif (durable_dram and not readonly) or (self.path / WAL).is_dir():
                 # one record per log segment, so a record leaving DRAM frees its file at once
-                self.wal = DiskStore(self.path / WAL, 1 << 62, self.disk.fingerprint, segment_bytes=1,
-                                     readonly=readonly, min_next_id=claims.get("dram_next_id", 0))
+                # read-only: the log's own fingerprint copy is taken as it is, for `verify` to compare
+                self.wal = DiskStore(self.path / WAL, 1 << 62, None if readonly else self.disk.fingerprint,
+                                     segment_bytes=1,
+                                     readonly=readonly, min_next_id=claims.get("dram_next_id", 0),
+                                     min_tail=claims.get("dram_tail"))
             self.checkpoint_notes = [] if readonly else [f"checkpoints/{n}: left by an interrupted save; deleted"
                                                          for n in checkpoint.clean(self.path)]
             self.store_problems = [f"{WAL}/: {p}" for p in self.wal.open_problems] if self.wal is not None else []
@@ -164,6 +193,7 @@ class MemoryDirectory:
         self._lock = threading.RLock()
         self._checkpoint_job: _WriterJob | None = None  # the checkpoint save in flight on the disk writer
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
+        self._meaning_checked: set[int] = set()  # records a recall has checked (`hermes.tiers.meaning`)
         # a follower of a remote stream recalls the writer's level 2 from its log (a local reader need not)
         self._follows_log = self.remote is not None and readonly and self.wal is not None
         if self._follows_log:
@@ -198,8 +228,44 @@ class MemoryDirectory:
             except RecordCorruptError as exc:  # verify reports it; it stays in the log, never served
                 self.skipped.append(str(exc))
                 continue
+            problem = meaning_problem(record, self.disk.fingerprint)
+            if problem is not None:  # a resume never replays a record that means something else
+                self._quarantine(entry.record_id, problem)
+                continue
             with self._lock:
                 self.dram.add(record)  # over the budget, the least valuable move on to disk as usual
+        for rid in self.disk.ids()[-SPOT_CHECK_RECORDS:]:  # a sample of level 3: the newest, most likely recalled
+            held = self._load_or_error(rid)
+            problem = meaning_problem(held, self.disk.fingerprint) if isinstance(held, Record) else None
+            if problem is not None:
+                self._quarantine(rid, problem)
+
+    def _quarantine(self, rid: int, reason: str) -> None:
+        """Never serve a record that failed its meaning check (`hermes.tiers.meaning`) again.
+
+        It is left out of the index and noted in `skipped`; in a writable local directory its bytes are
+        copied to ``quarantine/`` and it is removed from its store's manifest (an object store's objects
+        are immutable: there it is only left out, and `memory verify` names it).
+        """
+        warnings.warn(f"{reason}; quarantined, never served", stacklevel=3)
+        self.skipped.append(reason)
+        self._on_drop([rid])
+        if self.readonly:
+            return
+        for label, store in (("", self.disk), (f"{WAL}-", self.wal)):
+            if not isinstance(store, DiskStore):
+                continue
+            entry = next((e for e in store.entries() if e.record_id == rid), None)
+            if entry is None:
+                continue
+            copy = store.directory / f"meaning-{rid}{SUFFIX}"
+            try:
+                write_bytes_atomic(copy, read_exact(store.directory / SEGMENTS / entry.segment, entry.offset,
+                                                    entry.length))
+                Quarantine(self.path).move(copy, label)
+            except OSError as exc:
+                raise storage_error(self.path, f"quarantining record {rid}", exc) from exc
+            store.remove([rid])
 
     def _binding(self, ids: list[int]) -> str:
         """Digest of the records behind `ids`: their ids and the checksums of their bytes."""
@@ -247,11 +313,18 @@ class MemoryDirectory:
         """A fresh record id, larger than any this directory has held (also across restarts)."""
         return self.disk.reserve_id()
 
-    def add(self, record: Record) -> None:
+    def add(self, record: Record) -> int:
         """Keep a record: in DRAM, moving the least valuable records to disk if DRAM is full.
+
+        Exactly once: a record of an eviction this directory already holds (the same `identity`, under
+        any id, in DRAM, its log or level 3: a commit replayed after a crash and a resume) is not stored
+        again, on any level; the copy already held is the one kept.
 
         Args:
             record: Any form, K/V on any device; gets `default_embedding` if it has none. Not modified.
+
+        Returns:
+            The id the record is held under: its own, or the held copy's.
 
         Raises:
             ValueError: Duplicate id, or an embedding size other than the directory's.
@@ -267,6 +340,9 @@ class MemoryDirectory:
                              f"this memory directory holds {dim}-d ones")
         if record.record_id in self.dram or record.record_id in self.disk:
             raise ValueError(f"record {record.record_id} is already in {self.path}")
+        held = self._held_copy(record)
+        if held is not None:
+            return held
         self.disk.note_id(record.record_id)
         if self.wal is not None:
             # level 2's write-ahead log, written on the log's thread; queued before DRAM can pass the
@@ -275,6 +351,73 @@ class MemoryDirectory:
             self.wal.add(record, prepare=False)
         with self._lock:  # a record DRAM evicts is on its way to disk before fetch can look for it
             self.dram.add(record)
+        return record.record_id
+
+    def _held_copy(self, record: Record) -> int | None:
+        """The id of a held record (DRAM, its log, level 3, committed or queued) that is the same
+        eviction as `record`, or None. Only records over the same frame span are read to compare."""
+        key = identity(record)
+        if key is None:
+            return None
+        with self._lock:
+            for rid in self.dram.ids():
+                held = self.dram.peek(rid)
+                if held is not None and identity(held) == key:
+                    return rid
+        for rid in self._same_span(key[0], key[1]):
+            held = self._load_any(rid)
+            if isinstance(held, Record) and identity(held) == key:
+                return rid
+        return None
+
+    def _same_span(self, frame_start: int, frame_end: int) -> list[int]:
+        """Ids held by level 3 or the level-2 log (committed or queued) over exactly this frame span."""
+        out: list[int] = []
+        for store in (self.disk, self.wal):
+            if store is None:
+                continue
+            out += [e.record_id for e in store.entries() if (e.frame_start, e.frame_end) == (frame_start, frame_end)]
+            for rid in store.pending_ids():
+                try:
+                    queued = store.load(rid)  # as given: no read
+                except (KeyError, RecordCorruptError):
+                    continue
+                if (queued.frame_start, queued.frame_end) == (frame_start, frame_end):
+                    out.append(rid)
+        return list(dict.fromkeys(out))
+
+    def _load_any(self, rid: int) -> Record | RecordCorruptError | None:
+        """A record from level 3, else the level-2 log; the damage found in it; None if neither holds it."""
+        for store in (self.disk, self.wal):
+            if store is not None and rid in store:
+                try:
+                    return store.load(rid)
+                except RecordCorruptError as exc:
+                    return exc
+                except KeyError:
+                    continue
+        return None
+
+    def duplicates(self) -> list[list[int]]:
+        """Groups of held ids that are the same eviction (`identity`) stored more than once, each sorted:
+        the first is the copy kept, the rest are copies `memory repair` moves to quarantine.
+
+        A record in both level 3 and the log under one id (a crash between the two commits) is one record.
+        """
+        spans: dict[tuple[int, int], set[int]] = {}
+        for store in (self.disk, self.wal):
+            for e in store.entries() if store is not None else ():
+                spans.setdefault((e.frame_start, e.frame_end), set()).add(e.record_id)
+        groups: dict[tuple, list[int]] = {}
+        for ids in spans.values():
+            if len(ids) < 2:
+                continue
+            for rid in sorted(ids):
+                held = self._load_any(rid)
+                key = identity(held) if isinstance(held, Record) else None
+                if key is not None:
+                    groups.setdefault(key, []).append(rid)
+        return sorted(ids for ids in groups.values() if len(ids) > 1)
 
     def barrier(self) -> None:
         """Wait until every record added so far is durable (in the level-2 log or on disk).
@@ -396,7 +539,9 @@ class MemoryDirectory:
 
         Looks in DRAM, then the prefetch cache (waiting for a load in flight), then reads the disk.
 
-        A disk record that fails its checksum is left out, with a warning (and noted in `skipped`).
+        A disk record that fails its checksum is left out, with a warning (and noted in `skipped`); one
+        that fails its meaning check (`hermes.tiers.meaning`, the first time this object serves it from
+        disk or the prefetch cache) is left out and quarantined.
 
         Raises:
             KeyError: An id this directory does not hold.
@@ -425,6 +570,13 @@ class MemoryDirectory:
                 warnings.warn(f"{stored}; left out of this answer", stacklevel=2)
                 self.skipped.append(str(stored))
                 continue
+            # once per record and process: the check rotates its last layer, as making its embedding did
+            if source != "dram" and rid not in self._meaning_checked:
+                self._meaning_checked.add(rid)
+                problem = meaning_problem(stored, self.disk.fingerprint)
+                if problem is not None:  # a valid checksum over keys that mean something else: never spliced
+                    self._quarantine(rid, problem)
+                    continue
             self.fetched[source] += 1
             out.append(stored.dequantize(device, dtype, non_blocking=non_blocking))
         return out
@@ -476,6 +628,10 @@ class MemoryDirectory:
                 claims = {"disk_next_id": self.disk.recorded_next_id, "disk_records": self.disk.num_records,
                           "dram_next_id": self.wal.recorded_next_id if self.wal is not None else 0,
                           "dram_records": self.wal.num_records if self.wal is not None else 0}
+                for key, store in (("disk_tail", self.disk), ("dram_tail", self.wal)):
+                    tail = store.committed_tail() if isinstance(store, DiskStore) else None
+                    if tail is not None:
+                        claims[key] = list(tail)
                 try:
                     checkpoint.save_checkpoint(self.path, name, host, {**meta_copy, "store": claims})
                 except OSError as exc:
@@ -517,7 +673,8 @@ class MemoryDirectory:
         and committed after it). Read from DRAM or from disk; a damaged record is left out (`verify`
         reports it).
         """
-        first = max(checkpoint_claims(self.path).values(), default=0)
+        claims = checkpoint_claims(self.path)
+        first = max(claims.get("disk_next_id", 0), claims.get("dram_next_id", 0))
         with self._lock:
             held = sorted(rid for rid in {*self.dram.ids(), *self.disk.ids()} if rid >= first)
         out = []
@@ -540,28 +697,66 @@ class MemoryDirectory:
                 "fetched": dict(self.fetched), "prefetch": self.prefetcher.stats()}
 
     def inspect(self, max_records: int | None = None) -> dict[str, Any]:
-        """What the directory holds: records (time spans, sizes), segments, index state, checkpoints.
+        """What the directory holds, as a resume will see it: records (time spans, sizes), segments, index
+        state, checkpoints, and after a stop without a close (a crash) the level-2 log a resume replays.
 
         Args:
             max_records: List at most this many records (the newest); None lists all.
+
+        Returns:
+            A JSON-able dict. ``records`` lists level 3's and the log's records (each with its
+            ``level``); ``dram`` counts what level 2 holds, or for a directory nobody has open, what a
+            resume loads back from the log; ``resume`` says whether a resume is pending (a session
+            checkpoint and a log to replay or a stop without a close), from which checkpoint, and
+            what it replays.
         """
         entries = self.disk.entries()
-        shown = entries if max_records is None else entries[len(entries) - max_records:] if max_records else []
+        on_disk = {e.record_id for e in entries}
+        logged = [e for e in (self.wal.entries() if self.wal is not None else ()) if e.record_id not in on_disk]
+        listed = sorted([dict(e.summary(), level="disk") for e in entries]
+                        + [dict(e.summary(), level="dram_log") for e in logged], key=lambda r: r["id"])
+        shown = listed if max_records is None else listed[len(listed) - max_records:] if max_records else []
+        spans = [(e.t_start_s, e.t_end_s) for e in entries + logged]
+        if self.readonly:  # nothing is in this process's DRAM: what a resume puts there is the log
+            dram = {"records": len(logged), "bytes": sum(e.nbytes for e in logged), "from": "dram_log"}
+        else:
+            dram = self.dram.stats()
         return {
             "path": str(self.location), "fingerprint": self.disk.fingerprint,
+            "stream_id": self.remote.stream_id if self.remote is not None else None,  # the store's marker
             "disk": {"records": len(entries), "bytes": self.disk.disk_bytes, "capacity_bytes": self.disk.capacity_bytes,
                      "segments": self.disk.segments()},
-            "dram": self.dram.stats(),
-            "time_span_s": [min(e.t_start_s for e in entries), max(e.t_end_s for e in entries)] if entries else None,
-            "records": [e.summary() for e in shown],
+            "dram": dram,
+            "records_total": len(listed),
+            "time_span_s": [min(a for a, _ in spans), max(b for _, b in spans)] if spans else None,
+            "records": shown,
             "index": {"state": self.index_state, "records": len(self.index), "dim": self.index.dim,
                       "saved": (self.path / INDEX_META).exists()},
             "checkpoints": self.checkpoints(),
-            "dram_log": {"records": self.wal.num_records if self.wal is not None else 0},
+            "dram_log": {"records": self.wal.num_records if self.wal is not None else 0,
+                         "replayed_on_resume": len(logged)},
+            "resume": self._resume_state(len(logged)),
             "problems": self.disk.open_problems + self.index_problems + self.store_problems,
             "notes": self.disk.open_notes + self.checkpoint_notes + [f"in quarantine: {f}" for f in
                                                                      quarantined_files(self.path)],
         }
+
+    def _resume_state(self, replayed: int) -> dict[str, Any]:
+        """``{"pending", "stopped", "checkpoint", "frames", "replays_dram_log"}`` for `inspect`.
+
+        ``stopped`` is "running" while a process holds the directory, "crash" when the last one left its
+        lock's pid behind (a clean close removes it), else "closed". A resume is pending when a session
+        checkpoint exists and the last run did not close, or left records in the log to replay.
+        """
+        stopped = "closed"
+        if self.remote is None:
+            pid = read_pid(self.path / LOCK)
+            stopped = "closed" if pid is None else "running" if _alive(pid) else "crash"
+        infos = [checkpoint.read_info(p) or {} for p in sorted((self.path / checkpoint.CHECKPOINTS).glob("*.json"))]
+        newest = max(infos, key=lambda info: info.get("created_unix") or 0, default=None)
+        frames = ((newest or {}).get("meta") or {}).get("frames")
+        return {"pending": newest is not None and (stopped == "crash" or replayed > 0), "stopped": stopped,
+                "checkpoint": (newest or {}).get("name"), "frames": frames, "replays_dram_log": replayed}
 
     def counts(self) -> dict[str, Any]:
         """Records per source of truth: each store's manifest, its segments, the index, the checkpoints."""
@@ -578,18 +773,23 @@ class MemoryDirectory:
                                                   "dram_log": claims.get("dram_records")}
         return out
 
-    def verify(self) -> tuple[bool, list[str]]:
-        """Check every checksum (both stores, index binding, checkpoints) and record counts against each other.
+    def verify_report(self) -> dict[str, Any]:
+        """Check every checksum (both stores, index binding, checkpoints) and every source of truth
+        (segments, manifests, level 2's log, index, checkpoint claims) against the others.
 
         Returns:
-            ``(ok, messages)``: ok is False if any record, manifest line or checkpoint is damaged, the
-            index disagrees with the manifest or was built from other records, or a checkpoint claims
-            records the manifests no longer name; messages lists the problems, then the record counts
-            per source of truth, then harmless notes (crash leftovers, quarantine), those prefixed
-            ``"note: "``.
+            ``{"ok", "problems", "duplicates", "disagreements", "counts", "notes"}``: ``ok`` is False
+            when any list of the three before ``counts`` is not empty. ``problems``: damage in one
+            source (a record, manifest line or checkpoint that fails its checksum or does not parse,
+            bytes that are gone). ``duplicates``: groups of ids stored for one eviction (`duplicates`),
+            the first kept. ``disagreements``: one source against another (the index against the
+            manifests, segments against manifests, a checkpoint's claims against the manifests).
+            ``counts``: records per source of truth (`counts`). ``notes``: harmless (crash
+            leftovers cut on the next open, quarantine).
         """
         report = self.disk.verify()
-        problems = list(report.problems) + list(self.index_problems)
+        problems = list(report.problems)
+        disagreements = list(self.index_problems)
         notes = list(report.notes) + self.checkpoint_notes
         if self.wal is not None:
             wal_report = self.wal.verify()
@@ -599,15 +799,39 @@ class MemoryDirectory:
                    if self._holds(rid)}
         indexed = set(self.index.ids().tolist())
         if indexed != on_disk:
-            problems.append(f"index holds {len(indexed - on_disk)} ids the manifest lacks and lacks "
-                            f"{len(on_disk - indexed)} of its records")
+            disagreements.append(f"index holds {len(indexed - on_disk)} ids the manifest lacks and lacks "
+                                 f"{len(on_disk - indexed)} of its records")
         problems += checkpoint.verify_checkpoints(self.path)
         counts = self.counts()
         if (counts["disk_segments"] < counts["disk_manifest"]
                 or counts["dram_log_segments"] < counts["dram_log_manifest"]):
-            problems.append(f"the segments hold fewer readable records than the manifests name: {counts}")
+            disagreements.append(f"the segments hold fewer readable records than the manifests name: {counts}")
+        if self.wal is not None and self.wal.fingerprint != self.disk.fingerprint:
+            differ = sorted(k for k in set(self.wal.fingerprint) | set(self.disk.fingerprint)
+                            if self.wal.fingerprint.get(k) != self.disk.fingerprint.get(k))
+            disagreements.append(f"fingerprint.json and {WAL}/fingerprint.json disagree (in: {', '.join(differ)}): "
+                                 f"one was replaced")
+        if self.readonly and self.index_state == "rebuilt (missing)" and checkpoint_claims(self.path):
+            disagreements.append("the index is missing, but the checkpoints were saved with it (it was deleted)")
         if self.index_state not in ("loaded", "empty"):  # on open it did not match the manifest
             notes.append(f"index {self.index_state} on open" + (" (in memory only: read-only)" if self.readonly else ""))
         notes += [f"in quarantine (kept, never served): {f}" for f in quarantined_files(self.path)]
-        summary = "records: " + ", ".join(f"{k} {v}" for k, v in counts.items())
-        return not problems, problems + [summary] + [f"note: {n}" for n in notes]
+        for store in (self.disk, self.wal):
+            for entry in store.entries() if store is not None else ():
+                held = self._load_any(entry.record_id)
+                problem = meaning_problem(held, self.disk.fingerprint) if isinstance(held, Record) else None
+                if problem is not None:
+                    problems.append(problem)
+        duplicates = self.duplicates()
+        return {"ok": not (problems or duplicates or disagreements), "problems": problems, "duplicates": duplicates,
+                "disagreements": disagreements, "counts": counts, "notes": notes}
+
+    def verify(self) -> tuple[bool, list[str]]:
+        """`verify_report` as ``(ok, messages)``: the problems, duplicates and disagreements, one line
+        each, then the record counts per source of truth, then the notes, prefixed ``"note: "``."""
+        report = self.verify_report()
+        lines = report["problems"] + [
+            f"records {', '.join(map(str, ids))}: one eviction stored {len(ids)} times; the copies after record "
+            f"{ids[0]} are duplicates" for ids in report["duplicates"]] + report["disagreements"]
+        summary = "records: " + ", ".join(f"{k} {v}" for k, v in report["counts"].items())
+        return report["ok"], lines + [summary] + [f"note: {n}" for n in report["notes"]]

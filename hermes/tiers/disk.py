@@ -126,6 +126,8 @@ class DiskStore(RecordLedger):
         record_overhead_bytes: Bytes counted per live record beyond its own (the index's share).
         on_commit: Called on the syncer thread with the ids of each group once it is durable.
         min_next_id: How far a checkpoint saw the manifest reach (`hermes.tiers.recovery.recover`).
+        min_tail: ``(segment, extent)``: how far into its newest segment a checkpoint saw the manifest
+            name committed records (`committed_tail`; `hermes.tiers.recovery.recover`).
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use by another
@@ -137,7 +139,8 @@ class DiskStore(RecordLedger):
                  segment_bytes: int | None = None, queue_size: int = 32, readonly: bool = False,
                  prepare: Callable[[Record], Record] | None = None,
                  on_drop: Callable[[list[int]], None] | None = None, record_overhead_bytes: int = 0,
-                 on_commit: Callable[[list[int]], None] | None = None, min_next_id: int = 0) -> None:
+                 on_commit: Callable[[list[int]], None] | None = None, min_next_id: int = 0,
+                 min_tail: tuple[str, int] | None = None) -> None:
         self.directory = Path(directory)
         self.capacity_bytes = int(capacity_bytes)
         self.segment_bytes = int(segment_bytes or min(max(self.capacity_bytes // 16, 64 << 10), 256 << 20))
@@ -165,7 +168,7 @@ class DiskStore(RecordLedger):
             self.fingerprint = check_or_create(self.directory, fingerprint, create=not readonly)
             if not readonly:
                 (self.directory / SEGMENTS).mkdir(exist_ok=True)
-            self._open_manifest(min_next_id)
+            self._open_manifest(min_next_id, min_tail)
         except OSError as exc:
             self._release_lock()
             raise storage_error(self.directory, "opening", exc) from exc
@@ -217,10 +220,10 @@ class DiskStore(RecordLedger):
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
 
-    def _open_manifest(self, min_next_id: int = 0) -> None:
+    def _open_manifest(self, min_next_id: int = 0, min_tail: tuple[str, int] | None = None) -> None:
         """Recover the store's state from its files (cutting crash leftovers unless read-only)."""
         fix = not self.readonly
-        state = recover(self.directory, fix, min_next_id)
+        state = recover(self.directory, fix, min_next_id, min_tail)
         self.open_problems += state.problems
         self.open_notes += state.notes
         self._entries: dict[int, Entry] = state.entries
@@ -298,6 +301,19 @@ class DiskStore(RecordLedger):
         if sha256(data) != entry.sha256:
             raise RecordCorruptError(f"{where}: bytes fail their sha256 checksum{hint}")
         return parse_checked(data, record_id, where, hint)
+
+    def committed_tail(self) -> tuple[str, int] | None:
+        """``(segment, extent)``: the newest segment holding committed records, and the end of its last one.
+
+        Segments only grow until dropped whole, so a manifest that later names less of this segment
+        (while it is not dropped) has lost committed lines; a checkpoint records this to tell such a
+        cut from a crash's uncommitted tail (`hermes.tiers.recovery.recover`).
+        """
+        with self._lock:
+            if not self._by_segment:
+                return None
+            name = max(self._by_segment)
+            return name, max(self._entries[rid].offset + self._entries[rid].length for rid in self._by_segment[name])
 
     def scanned_records(self) -> int:
         """Records the segment files hold, read from the files themselves (for `verify`'s counts)."""

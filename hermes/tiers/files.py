@@ -16,6 +16,18 @@ from pathlib import Path
 from typing import Any
 
 
+def cache_root() -> Path:
+    """The one folder every hermes-video cache lives under (weights digests, S3 read-through caches).
+
+    ``HERMES_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/hermes-video``, else ``~/.cache/hermes-video``.
+    Model checkpoints are not here: they live in the Hugging Face cache (``HF_HOME``, ``HF_HUB_CACHE``).
+    """
+    explicit = os.environ.get("HERMES_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hermes-video"
+
+
 def write_all(fd: int, data: bytes | memoryview, offset: int | None = None) -> None:
     """Write every byte (``os.write`` may write fewer), at `offset` if given (pwrite), else appended."""
     view = memoryview(data)

@@ -9,8 +9,9 @@ the directory is created; opening it with a different fingerprint is refused wit
 The fingerprint includes a SHA-256 of the model's weights (`weights_digest`): two checkpoints of
 one architecture (a fine-tune, another seed) have the same shapes but make keys the other cannot
 use. Weight files are hashed once per model load and the digest is cached by file identity (path,
-size, modification time) in ``~/.cache/hermes-video/weights-sha256.json`` (``HERMES_CACHE_DIR``
-overrides the folder), so a second run of the same files costs a stat per file; builtin random
+size, modification time) in ``weights-sha256.json`` under the cache root
+(`hermes.tiers.files.cache_root`: ``HERMES_CACHE_DIR``, else ``$XDG_CACHE_HOME/hermes-video``, else
+``~/.cache/hermes-video``), so a second run of the same files costs a stat per file; builtin random
 models (``tiny-*``, ``micro-*``) hash their tensors in memory.
 """
 
@@ -18,14 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hermes.rope import RotarySpec
 from hermes.tiers.errors import MemoryDirError
-from hermes.tiers.files import write_json_atomic
+from hermes.tiers.files import cache_root, write_json_atomic
 
 FORMAT = "hermes-memory/1"
 FINGERPRINT = "fingerprint.json"
@@ -33,7 +34,7 @@ FINGERPRINT = "fingerprint.json"
 
 def make_fingerprint(model: str, family: str, num_layers: int, num_kv_heads: int, head_dim: int,
                      rope: str = "1d", memory: dict[str, Any] | None = None,
-                     weights: str | None = None) -> dict[str, Any]:
+                     weights: str | None = None, kv: dict[str, Any] | None = None) -> dict[str, Any]:
     """The fingerprint of a model and memory configuration, as JSON-able plain values.
 
     Args:
@@ -45,21 +46,59 @@ def make_fingerprint(model: str, family: str, num_layers: int, num_kv_heads: int
         rope: Rotary scheme ("1d", "mrope", ...; include the sections if they matter).
         memory: The memory settings records depend on (e.g. storage dtype, summary anchors).
         weights: `weights_digest` of the model (None: left out, for tests without a model).
+        kv: The full layout of the cached keys and values (`kv_layout`): records written under one
+            layout and read under another are wrong under a valid checksum. None: left out.
 
     Returns:
         ``{"format", "model", "family", "num_layers", "num_kv_heads", "head_dim", "rope", "memory"}``
-        plus ``"weights"`` when given.
+        plus ``"weights"`` and ``"kv"`` when given.
     """
     out = {"format": FORMAT, "model": model, "family": family, "num_layers": int(num_layers),
            "num_kv_heads": int(num_kv_heads), "head_dim": int(head_dim), "rope": rope, "memory": dict(memory or {})}
     if weights is not None:
         out["weights"] = weights
+    if kv is not None:
+        out["kv"] = dict(kv)
     return normalise(out)
 
 
+def kv_layout(spec: RotarySpec, num_kv_heads: int, dtype: str) -> dict[str, Any]:
+    """Everything that decides what a cached key or value means, beyond the weights.
+
+    Args:
+        spec: The rotary scheme (kind, base, M-RoPE sections and layout, the attention scaling).
+        num_kv_heads: Key/value heads per layer.
+        dtype: The cache's dtype name (``"float32"``, ``"bfloat16"``, ...).
+
+    Returns:
+        ``{"dtype", "num_kv_heads", "head_dim", "positions", "rope": {...}}``; ``positions`` names the
+        scheme: keys cached already rotated, at explicit positions of 1 or 3 axes.
+    """
+    return {"dtype": dtype, "num_kv_heads": int(num_kv_heads), "head_dim": int(spec.head_dim),
+            "positions": f"rotated-keys/{spec.num_axes}-axis",
+            "rope": {"kind": spec.kind, "theta": float(spec.theta),
+                     "mrope_section": list(spec.mrope_section) if spec.mrope_section else None,
+                     "mrope_interleaved": bool(spec.mrope_interleaved),
+                     "attention_scaling": float(spec.attention_scaling)}}
+
+
+def rotary_spec(fingerprint: dict[str, Any]) -> RotarySpec | None:
+    """The rotary scheme a fingerprint's `kv_layout` names, or None if it has none (or a bad one)."""
+    rope = (fingerprint.get("kv") or {}).get("rope")
+    if not isinstance(rope, dict):
+        return None
+    try:
+        return RotarySpec(head_dim=int(fingerprint["kv"]["head_dim"]), theta=float(rope["theta"]),
+                          kind=str(rope["kind"]),
+                          mrope_section=tuple(rope["mrope_section"]) if rope.get("mrope_section") else None,
+                          attention_scaling=float(rope["attention_scaling"]),
+                          mrope_interleaved=bool(rope["mrope_interleaved"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _cache_file() -> Path:
-    root = os.environ.get("HERMES_CACHE_DIR") or Path.home() / ".cache" / "hermes-video"
-    return Path(root) / "weights-sha256.json"
+    return cache_root() / "weights-sha256.json"
 
 
 def _hash_file(path: Path) -> str:

@@ -16,7 +16,7 @@ The copy lives in memory only (2 E bytes per record, rebuilt from the fp32 rows 
 after a load). When near-ties leave too many candidates it falls back to the full fp32 scan.
 Results equal a full scan's: ids, scores (bit for bit) and order, exact ties included.
 
-The index is *derived*: the manifest and segments are the truth (DESIGN §3). It is saved as
+The index is *derived*: the manifest and segments are the truth (docs/ARCHITECTURE.md, Memory). It is saved as
 ``index.faiss`` (FAISS's own serialisation, never pickle) with ``index.json`` beside it (format,
 dimension, count, SHA-256 of ``index.faiss``, and a *binding*: a SHA-256 over the ids it holds and
 the checksums of those records' bytes, so an index copied from another directory, even one with the

@@ -15,7 +15,8 @@
 - ``{"op":"del","ids":[17,18]}``: those records are gone (used when a record's bytes were found
   missing on open).
 
-Replaying the lines in order gives the live records. Only a last line without its ``\\n`` is a torn
+Replaying the lines in order gives the live records. The writer never adds a live id again: a
+second ``add`` of one (a duplicated line) is damage. Only a last line without its ``\\n`` is a torn
 tail (a crash while appending: every append ends in ``\\n``, so a cut one lacks it); it is cut and
 kept in quarantine. A complete line that does not parse, anywhere, is damage: reported and kept,
 never cut. So is a manifest whose first line is not a header (emptied, replaced, cut from the front).
@@ -204,7 +205,11 @@ def replay(data: bytes, name: str = "manifest") -> Replay:
         try:
             if obj is None:
                 raise ValueError("not a manifest line")
+            again = obj.get("op") == "add" and _parse_id(obj) in out.entries
             _apply(out, obj, end - pos)
+            if again:  # the writer never names a live id twice: a copied line, or two writers
+                out.problems.append(f"{name} line {lineno} adds record {_parse_id(obj)} a second time "
+                                    f"(a duplicated line)")
             if lineno == 1 and obj.get("op") == "header":
                 out.has_header = True
         except (KeyError, TypeError, ValueError, IndexError):
@@ -215,6 +220,13 @@ def replay(data: bytes, name: str = "manifest") -> Replay:
         out.problems.append(f"{name} does not start with its header line (emptied, replaced or cut from the "
                             f"front)")
     return out
+
+
+def _parse_id(obj: dict) -> int | None:
+    try:
+        return int(obj["id"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _parse(line: bytes) -> dict | None:

@@ -264,6 +264,26 @@ class Record:
         return dataclasses.replace(self, layers=layers)
 
 
+def identity(record: Record) -> tuple[int, int, int, int] | None:
+    """What makes a record the same eviction as another in one stream, whatever id it was given.
+
+    A stream evicts at most once per chunk, and a chunk is named by how many frames were encoded
+    when its eviction ran (``extra["frames_seen"]``); re-encoding the same frames after a resume
+    evicts the same tokens again, under the same position epoch (``extra["epoch"]``, level 1's
+    compaction count), over the same frame span. A record stored twice (a commit replayed after a
+    crash) has the same identity under two ids.
+
+    Returns:
+        ``(frame_start, frame_end, epoch, frames_seen)``, or None for a record that does not say which
+        eviction made it (no ``frames_seen``: written by a tool, a benchmark or an older version).
+    """
+    seen = record.extra.get("frames_seen")
+    if not isinstance(seen, int):
+        return None
+    epoch = record.extra.get("epoch", 0)
+    return (int(record.frame_start), int(record.frame_end), int(epoch) if isinstance(epoch, int) else 0, seen)
+
+
 def compress(record: Record, storage: str) -> Record:
     """Convert a record's K/V to `storage`: "int8" (per-channel symmetric), "fp16" or "fp32".
 

@@ -121,7 +121,7 @@ def _number(name: str) -> int | None:
     return int(stem) if stem.isdigit() else None
 
 
-def recover(directory: Path, fix: bool, min_next_id: int = 0) -> Recovered:
+def recover(directory: Path, fix: bool, min_next_id: int = 0, min_tail: tuple[str, int] | None = None) -> Recovered:
     """Replay the manifest, check it against the segment files, cut crash leftovers, find damage.
 
     Args:
@@ -129,6 +129,11 @@ def recover(directory: Path, fix: bool, min_next_id: int = 0) -> Recovered:
         fix: Cut crash leftovers into quarantine, and refuse damage (False: report only).
         min_next_id: How far a checkpoint saw this manifest reach: a manifest ending before it has
             lost committed lines (damage, even where the segments alone would look like a crash).
+        min_tail: ``(segment, extent)``: how far into that segment a checkpoint saw committed records
+            (`DiskStore.committed_tail`). A manifest naming less of it while the segment still holds
+            those bytes and was not dropped has lost committed lines: damage, although its unnamed
+            bytes, in the newest segment, would look like a crash's uncommitted tail (the header's
+            ``next_id`` counts ids handed out to level 2, so `min_next_id` alone misses such a cut).
 
     Returns:
         The recovered state.
@@ -144,6 +149,13 @@ def recover(directory: Path, fix: bool, min_next_id: int = 0) -> Recovered:
     if state.next_id < min_next_id:
         problems.append(f"a checkpoint saw records up to id {min_next_id - 1} committed, but {MANIFEST} ends "
                         f"before id {state.next_id} (lines were cut)")
+    if min_tail is not None:
+        seg, extent = min_tail
+        named = state.extents.get(seg, 0)
+        dropped_seg = seg in state.segments_named and not state.by_segment.get(seg)
+        if named < extent <= files.get(seg, -1) and not dropped_seg:
+            problems.append(f"a checkpoint saw records committed up to byte {extent} of {SEGMENTS}/{seg}, but "
+                            f"{MANIFEST} names only {named} bytes of it (lines were cut)")
     if not path.exists() and any(files.values()):
         problems.append(f"{MANIFEST} is missing but {len(files)} segment file(s) hold records")
 

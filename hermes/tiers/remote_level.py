@@ -3,7 +3,9 @@ local cache folder and the checkpoints kept in the store.
 
 `RemoteLevel` owns what a stream in an object store needs beside its record stores: the
 connection (`hermes.tiers.s3.S3Objects`), the writer's lease (`hermes.tiers.lease.Lease`, taken
-on open unless read-only, released on close), and a local folder that holds the read-through
+on open unless read-only, released on close), the stream's marker (`STREAM_ID`, a random id written
+create-only when a writer first opens the stream), and a local folder, keyed by endpoint and marker,
+that holds the read-through
 cache of segment objects (bounded by ``memory.s3_cache_bytes``), this machine's FAISS index
 (derived, as for a local directory) and copies of the checkpoints. Checkpoints are the store's:
 each save is uploaded (its tensor file first, then its metadata, after a lease check), and an
@@ -13,14 +15,14 @@ open downloads them, so ``--resume`` works from any machine.
 from __future__ import annotations
 
 import hashlib
-import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes.tiers import checkpoint
-from hermes.tiers.files import write_bytes_atomic
+from hermes.tiers.files import cache_root, write_bytes_atomic
 from hermes.tiers.lease import Lease
-from hermes.tiers.objects import LocalObjects
+from hermes.tiers.objects import LocalObjects, ObjectStore, PreconditionFailed
 from hermes.tiers.remote import MANIFEST_PREFIX, RemoteStore
 from hermes.tiers.s3 import S3Location, S3Objects, S3Settings
 
@@ -30,7 +32,7 @@ class RemoteOptions:
     """`hermes.config.MemoryConfig`'s ``s3_*`` keys, as the memory directory needs them."""
 
     settings: S3Settings = field(default_factory=S3Settings)
-    cache_dir: str | None = None  # None: ~/.cache/hermes-video/s3/<bucket>/<prefix>
+    cache_dir: str | None = None  # None: `default_cache_dir`; the stream's marker names a folder inside it
     cache_bytes: int = 1 << 30  # bound on the local copies of segment objects
     lease_s: float = 60.0  # a writer's lease; another may take over this long after it stops renewing
 
@@ -41,9 +43,29 @@ def remote_options(cfg) -> RemoteOptions:
                          cfg.s3_cache_dir or None, cfg.s3_cache_bytes, cfg.s3_lease_s)
 
 
-def default_cache_dir(location: S3Location) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hermes-video" / "s3"
-    return root / location.bucket / (location.prefix or "_")
+STREAM_ID = "stream-id"  # the store-side marker: a random id written create-only when the stream is made
+
+
+def default_cache_dir(location: S3Location, endpoint: str) -> Path:
+    """``<cache root>/s3/<endpoint digest>/<bucket>/<prefix>``: the same bucket and prefix on two
+    endpoints never share a folder (`hermes.tiers.files.cache_root`)."""
+    where = hashlib.sha256(endpoint.encode()).hexdigest()[:16]
+    return cache_root() / "s3" / where / location.bucket / (location.prefix or "_")
+
+
+def stream_id(objects: ObjectStore, create: bool) -> str | None:
+    """The stream's marker in the store (`STREAM_ID`): read, or with `create` written first if missing
+    (create-only, so two writers making a stream at once agree on one). None: a read-only look at a
+    stream no writer has marked (empty, or made by an older version)."""
+    got = objects.get(STREAM_ID)
+    if got is None and create:
+        try:
+            objects.put(STREAM_ID, uuid.uuid4().hex.encode(), create_only=True)
+        except PreconditionFailed:
+            pass  # another writer made it first: theirs stands
+        got = objects.get(STREAM_ID)
+    text = got[0].decode("ascii", "replace").strip() if got is not None else ""
+    return text if text.isalnum() else None
 
 
 class RemoteLevel:
@@ -57,12 +79,18 @@ class RemoteLevel:
     def __init__(self, location: S3Location, options: RemoteOptions, readonly: bool, client=None) -> None:
         self.location, self.options, self.readonly = location, options, readonly
         self.objects = S3Objects(location, options.settings, client=client)
-        self.cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir(location)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.lease = None if readonly else Lease(self.objects, options.lease_s)
         if self.lease is not None:
             self.lease.acquire()
         try:
+            # The local folder is keyed by the store's identity: endpoint (in the default folder's name)
+            # and the stream's marker, so a store made afresh under the same bucket and prefix (a
+            # server restarted empty, another endpoint) never sees another store's cache, index or
+            # checkpoint copies; a folder for an unmarked stream is emptied of copies the store lacks.
+            self.stream_id = stream_id(self.objects, create=not readonly)
+            base = Path(options.cache_dir) if options.cache_dir else default_cache_dir(location, self.objects.endpoint)
+            self.cache_dir = base / (self.stream_id or "unmarked")
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
             self.download_checkpoints()
         except BaseException:
             self.release()
@@ -105,6 +133,10 @@ class RemoteLevel:
         """
         folder = self.cache_dir / checkpoint.CHECKPOINTS
         names = [k for k in self.objects.keys(f"{checkpoint.CHECKPOINTS}/") if k.endswith(".json")]
+        held = {key.split("/", 1)[1] for key in names}
+        for stale in sorted(folder.glob("*.json")) if folder.exists() else []:
+            if stale.name not in held:  # a copy of a checkpoint the store no longer holds: never resumed from
+                stale.unlink()
         if not names:
             return
         folder.mkdir(exist_ok=True)

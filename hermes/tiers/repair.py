@@ -10,10 +10,17 @@ the way out. Nothing is deleted: everything replaced or cut is moved (or copied)
   are cut into quarantine. A record the old manifest names with another checksum (flipped bytes)
   is left out and its bytes are copied to quarantine; ids the old manifest removed (``del`` lines,
   dropped segments) stay removed, so nothing dropped on purpose comes back.
-- The FAISS index is moved aside, to be rebuilt from the records on the next open.
+- The FAISS index is moved aside and rebuilt from the repaired records.
+- ``fingerprint.json`` and the log's copy disagreeing (one replaced by another model's): the copy the
+  records agree with (`hermes.tiers.meaning`) is kept in both places, the other copied to quarantine.
 - A checkpoint that fails its checksum, or that claims records the store no longer holds, is moved
   aside: a later run starts the stream afresh instead of resuming from a state that lies.
 - The host-memory log (``dram/``, a store of the same format) is repaired the same way.
+- A record whose bytes check out but whose meaning does not (`hermes.tiers.meaning`: another KV
+  layout) is left out the same way, its bytes copied to quarantine.
+- An eviction stored more than once (the same `hermes.tiers.records.identity` under several ids, in
+  either store: a commit replayed after a crash) keeps its lowest id; the other copies are deleted
+  from the manifests and their bytes copied to quarantine.
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ from pathlib import Path
 from hermes.tiers import checkpoint
 from hermes.tiers.codec import from_safetensors
 from hermes.tiers.errors import MemoryDirError, storage_error
-from hermes.tiers.files import lock_directory, sha256, write_bytes_atomic
+from hermes.tiers.files import lock_directory, read_exact, sha256, write_bytes_atomic
 from hermes.tiers.fingerprint import FINGERPRINT
 from hermes.tiers.index import INDEX, INDEX_META
+from hermes.tiers.meaning import meaning_problem
 from hermes.tiers.manifest import MANIFEST, SEGMENTS, SUFFIX, Entry, del_line, header_line, replay
 from hermes.tiers.recovery import Quarantine
+from hermes.tiers.records import identity
 
 WAL = "dram"  # the host-memory log's folder inside a memory directory
 LOCK = "lock"
@@ -78,16 +87,34 @@ def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list
     return found, pos
 
 
-def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, label: str) -> int:
-    """Rebuild one store's manifest from its segments; returns the next record id it implies."""
+@dataclass
+class StorePlan:
+    """One store's manifest as `rebuild_store` rebuilt it from the segments, before it is written."""
+
+    directory: Path
+    label: str  # "" for level 3, "dram/" for level 2's log
+    entries: list[Entry]
+    deleted: set[int]
+    next_id: int
+    identities: dict[int, tuple]  # id -> `records.identity` of each readable record that has one
+
+
+def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport, label: str) -> StorePlan:
+    """Rebuild one store's manifest from its segments (written by `write_store`); cuts unreadable tails
+    and copies unreadable records into quarantine."""
     segdir, path = directory / SEGMENTS, directory / MANIFEST
     prefix = label.replace("/", "-")  # quarantine names: dram-manifest.jsonl beside manifest.jsonl
+    try:
+        fingerprint = json.loads((directory / FINGERPRINT).read_text())
+    except (OSError, ValueError):
+        fingerprint = {}  # a log without its own copy: shapes are checked against nothing
     old = replay(path.read_bytes()) if path.exists() else replay(b"")
     # segments the old manifest emptied on purpose (a drop line, or every record deleted)
     dropped = {s for s in old.segments_named if s in old.extents and not old.by_segment.get(s)}
     entries: list[Entry] = []
     seen: set[int] = set()
     corrupt: set[int] = set()
+    identities: dict[int, tuple] = {}
     next_id = old.next_id
     for seg in sorted(segdir.glob(f"*{SUFFIX}")) if segdir.exists() else []:
         if seg.name in dropped:
@@ -125,6 +152,15 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
                 continue
             seen.add(record.record_id)
             entries.append(Entry.of(record, seg.name, offset, length, digest))
+            problem = meaning_problem(record, fingerprint)
+            if problem is not None:  # sound bytes that mean something else: named, deleted, kept in quarantine
+                corrupt.add(record.record_id)
+                bad = directory / f"record-{record.record_id}{SUFFIX}"
+                write_bytes_atomic(bad, data[offset:offset + length])
+                report.actions.append(f"{label}{problem}; left out, its bytes copied to {quarantine.move(bad, prefix)}")
+                continue
+            if identity(record) is not None:
+                identities[record.record_id] = identity(record)
         if end < len(data):
             report.actions.append(f"{label}{SEGMENTS}/{seg.name}: {len(data) - end} unreadable bytes after its "
                                   f"last record; moved to {quarantine.cut(seg, end, prefix)}")
@@ -136,7 +172,36 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
     for rid in missing:
         report.unfixable.append(f"{label}record {rid}: named by the manifest but its bytes are gone; "
                                 f"left out")
-    body = header_line(next_id) + b"".join(e.line() for e in entries)
+    return StorePlan(directory, label, entries, deleted, next_id, identities)
+
+
+def quarantine_duplicates(plans: list[StorePlan], quarantine: Quarantine, report: RepairReport) -> None:
+    """Mark every copy of an eviction stored more than once as deleted, its bytes copied to quarantine;
+    the lowest id is kept (an id in both stores, a crash between their commits, is one record)."""
+    holders: dict[tuple, list[tuple[int, StorePlan]]] = {}
+    for plan in plans:
+        for rid, key in plan.identities.items():
+            if rid not in plan.deleted:
+                holders.setdefault(key, []).append((rid, plan))
+    for key, held in holders.items():
+        keep = min(rid for rid, _ in held)
+        for rid, plan in held:
+            if rid == keep:
+                continue
+            entry = next(e for e in plan.entries if e.record_id == rid)
+            copy = plan.directory / f"duplicate-{rid}{SUFFIX}"
+            write_bytes_atomic(copy, read_exact(plan.directory / SEGMENTS / entry.segment, entry.offset, entry.length))
+            plan.deleted.add(rid)
+            report.actions.append(f"{plan.label}record {rid}: a second copy of record {keep} (frames "
+                                  f"{key[0]}..{key[1]}, the eviction at frame {key[3]}); left out, its bytes copied to "
+                                  f"{quarantine.move(copy, plan.label.replace('/', '-'))}")
+
+
+def write_store(plan: StorePlan, quarantine: Quarantine, report: RepairReport) -> None:
+    """Write a rebuilt manifest (the old one copied into quarantine first)."""
+    directory, label, entries, deleted = plan.directory, plan.label, plan.entries, plan.deleted
+    path, prefix = directory / MANIFEST, label.replace("/", "-")
+    body = header_line(plan.next_id) + b"".join(e.line() for e in entries)
     if deleted:
         body += del_line(sorted(deleted))
     if path.exists():
@@ -148,7 +213,6 @@ def repair_store(directory: Path, quarantine: Quarantine, report: RepairReport, 
     tmp = directory / (MANIFEST + ".tmp")
     if tmp.exists():
         report.actions.append(f"{label}{tmp.name}: moved to {quarantine.move(tmp, prefix)}")
-    return next_id
 
 
 def repair(directory: str | Path) -> RepairReport:
@@ -170,13 +234,17 @@ def repair(directory: str | Path) -> RepairReport:
     report = RepairReport()
     try:
         quarantine = Quarantine(directory)
-        next_ids = {"disk": repair_store(directory, quarantine, report, "")}
+        settle_fingerprints(directory, quarantine, report)
+        plans = {"disk": rebuild_store(directory, quarantine, report, "")}
         if (directory / WAL / SEGMENTS).is_dir():
-            next_ids["dram"] = repair_store(directory / WAL, quarantine, report, f"{WAL}/")
+            plans["dram"] = rebuild_store(directory / WAL, quarantine, report, f"{WAL}/")
+        quarantine_duplicates(list(plans.values()), quarantine, report)
+        for plan in plans.values():
+            write_store(plan, quarantine, report)
+        next_ids = {store: plan.next_id for store, plan in plans.items()}
         for name in (INDEX, INDEX_META):
             if (directory / name).exists():
-                report.actions.append(f"{name}: moved to {quarantine.move(directory / name)} (rebuilt from the "
-                                      f"records on the next open)")
+                report.actions.append(f"{name}: moved to {quarantine.move(directory / name)}")
         folder = directory / checkpoint.CHECKPOINTS
         for info_path in sorted(folder.glob("*.json")) if folder.exists() else []:
             reason = None
@@ -196,9 +264,51 @@ def repair(directory: str | Path) -> RepairReport:
                     moved.append(quarantine.move(folder / str(file)))
                 report.actions.append(f"checkpoint {info_path.stem!r}: {reason}; moved to {', '.join(moved)} "
                                       f"(the next run starts the stream afresh)")
+        rebuild_index(directory, report)
         (directory / LOCK).unlink(missing_ok=True)
     except OSError as exc:
         raise storage_error(directory, "repairing", exc) from exc
     finally:
         os.close(fd)
     return report
+
+
+def rebuild_index(directory: Path, report: RepairReport) -> None:
+    """Build and save the FAISS index from the repaired records (a read-only open derives it)."""
+    from hermes.tiers.directory import MemoryDirectory  # the directory module imports this one
+
+    md = MemoryDirectory(directory, None, 0, 0, readonly=True)
+    try:
+        md._save_index()
+        report.actions.append(f"{INDEX}: rebuilt from the {len(md.index)} record(s) of level 3")
+    finally:
+        md.close(spill_dram=False)
+
+
+def settle_fingerprints(directory: Path, quarantine: Quarantine, report: RepairReport) -> None:
+    """When ``fingerprint.json`` and the log's copy disagree (one was replaced), keep the one the records
+    agree with (`hermes.tiers.meaning`), the other copied to quarantine first; if the records cannot
+    tell (no KV layout to check against), nothing is changed and it is reported."""
+    copies = [directory / FINGERPRINT, directory / WAL / FINGERPRINT]
+    try:
+        texts = [json.loads(p.read_text()) for p in copies]
+    except (OSError, ValueError):
+        return  # no log, or a copy that does not parse: verify names it
+    if texts[0] == texts[1]:
+        return
+    records = []
+    for store in (directory, directory / WAL):
+        for seg in sorted((store / SEGMENTS).glob(f"*{SUFFIX}")):
+            records += [r for _, _, r in scan_segment(seg.read_bytes())[0] if r is not None]
+    fails = [sum(meaning_problem(r, fp) is not None for r in records) for fp in texts]
+    checks = [isinstance(fp.get("kv"), dict) for fp in texts]
+    if not all(checks) or fails[0] == fails[1]:
+        report.unfixable.append(f"{FINGERPRINT} and {WAL}/{FINGERPRINT} disagree and the records cannot tell which "
+                                f"is theirs; put the right one in both places")
+        return
+    good, bad = (0, 1) if fails[0] < fails[1] else (1, 0)
+    moved = quarantine.copy(copies[bad], "dram-" if bad else "")
+    write_bytes_atomic(copies[bad], copies[good].read_bytes())
+    report.actions.append(f"{copies[bad].relative_to(directory)}: replaced by {copies[good].relative_to(directory)}, "
+                          f"which the records agree with ({fails[bad]} of {len(records)} disagree with it); "
+                          f"old copy in {moved}")

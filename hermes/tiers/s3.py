@@ -95,6 +95,7 @@ class S3Objects(ObjectStore):
         self.location = location
         self.settings = settings or S3Settings()
         endpoint = self.settings.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+        self.endpoint = endpoint or "aws"  # part of the store's identity (`hermes.tiers.remote_level`)
         self.name = str(location) + (f" at {redact_url(endpoint)}" if endpoint else "")
         if client is None:
             try:
@@ -113,6 +114,7 @@ class S3Objects(ObjectStore):
         """The same store and connection, under ``prefix/name``."""
         out = S3Objects.__new__(S3Objects)
         out.location, out.settings, out.client = self.location.child(name), self.settings, self.client
+        out.endpoint = self.endpoint
         out.name = self.name.replace(str(self.location), str(out.location), 1)
         return out
 

@@ -1,7 +1,7 @@
 """Shrinking a record before it goes to disk: a few anchor tokens per layer plus one mean token.
 
-DESIGN §3, level 3: "a record that leaves DRAM is summarised (a few anchor tokens per layer plus a
-weighted mean)". Per layer l of the record:
+Level 3 (docs/ARCHITECTURE.md, Memory): a record that leaves DRAM is summarised, a few anchor tokens
+per layer plus a weighted mean. Per layer l of the record:
 
 - the anchors are the `anchors_per_layer` highest-scoring tokens (ties: the newer token, as
   `hermes.scoring.select_keep` settles them), kept exactly as they were, in time order;

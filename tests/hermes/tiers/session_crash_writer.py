@@ -80,7 +80,8 @@ def stream(model, directory: str, mode: str, n: int, dram_bytes: int) -> None:
     ids: list[int] = []
     store = session.lower.store
     add = store.add
-    store.add = lambda record: (ids.append(record.record_id), add(record))[1]
+    # the id the record is held under: its own, or that of the copy stored before the kill (exactly once)
+    store.add = lambda record: (held := add(record), ids.append(held))[0]
     if mode == "checkpoint":
         _kill_on_call(checkpoint, "write_json_atomic", n)  # inside save: after the tensor file
     elif mode == "manifest":

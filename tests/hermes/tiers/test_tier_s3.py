@@ -41,11 +41,7 @@ def _rec(rid):
 
 
 @pytest.fixture
-def s3(monkeypatch):
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+def s3(aws_env):
     with moto.mock_aws():
         client = boto3.client("s3")
         client.create_bucket(Bucket="mem")
