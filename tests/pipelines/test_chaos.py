@@ -26,11 +26,16 @@ def _record(rid: int, frame_start: int, frames_seen: int, fill: float = 1.0) -> 
     return record
 
 
-def _directory(path, records) -> None:
+def _directory(path, records, replayed=()) -> None:
+    """A memory directory of `records`, plus `replayed` written beneath `MemoryDirectory.add` (which stores an
+    eviction once): what a replay after a crash stored before that check existed."""
     store = MemoryDirectory(path, {"model": "chaos-test"}, 0, 1 << 30)  # no level 2: straight to level 3
     try:
         for record in records:
             store.add(record)
+        store.flush()
+        for record in replayed:
+            store.disk.add(record)
     finally:
         store.close()
 
@@ -39,7 +44,7 @@ def test_a_record_stored_twice_is_counted_by_its_frames_not_by_verify(tmp_path):
     # Two records of one eviction (same frames, same stream position) under consecutive ids: what the
     # issue saw after a replay, and what `memory verify` passed.
     _directory(tmp_path / "ref", [_record(0, 0, 8), _record(1, 4, 12)])
-    _directory(tmp_path / "twice", [_record(0, 0, 8), _record(1, 4, 12), _record(2, 4, 12)])
+    _directory(tmp_path / "twice", [_record(0, 0, 8), _record(1, 4, 12)], replayed=[_record(2, 4, 12)])
     _directory(tmp_path / "short", [_record(0, 0, 8)])
     _directory(tmp_path / "changed", [_record(0, 0, 8), _record(1, 4, 12, fill=2.0)])
     campaign = Campaign(ChaosOptions(work_dir=tmp_path / "work"))
