@@ -377,7 +377,7 @@ class Campaign:
         tally.verify_ok += ok
         tally.verify_failed += not ok
         if not ok:
-            tally.notes.append(f"verify failed at the end of stream {tally.streams}: {first}")
+            tally.notes.append(f"verify failed at the end of stream {tally.streams + 1}: {first}")
         final = snapshot(location, cache_dir) or Snapshot()
         tally.streams += 1
         tally.unreadable += final.unreadable
