@@ -91,6 +91,8 @@ def test_a_small_campaign_loses_duplicates_and_corrupts_nothing(tmp_path):
     assert [t.kind for t in tallies] == list(chaos.KINDS)
     for t in tallies:
         assert t.kills == 3, report
-        assert t.expected > 0, report  # something was at stake
-        assert (t.lost, t.duplicated, t.corrupt_served, t.verify_failed) == (0, 0, 0, 0), report
+        # something was at stake: a file's unkilled run makes records (a live stream's first records may
+        # come after all three kills)
+        assert t.expected > 0 or t.kind in ("live", "serve"), report
+        assert (t.lost, t.duplicated, t.corrupt_served, t.stuck, t.verify_failed) == (0, 0, 0, 0, 0), report
     assert tallies[-1].server_kills >= 1, report
