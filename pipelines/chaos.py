@@ -531,7 +531,7 @@ class Campaign:
         """``live``: `run` on the MJPEG test server, killed `kills` times, then stopped with SIGTERM."""
         self.prepare_file()  # its run time sets the kill moments
         tally = KindTally("live")
-        server = load_test_server_process(self.work / "mjpeg.log")
+        server = start_mjpeg_server(self.work / "mjpeg.log")
         directory = str(self.work / "live")
         seen: dict[RecordKey, str | None] = {}
         try:
@@ -799,7 +799,7 @@ class _MjpegServer:
         Campaign._sigkill(self.proc)
 
 
-def load_test_server_process(log: Path, fps: float = 10.0) -> _MjpegServer:
+def start_mjpeg_server(log: Path, fps: float = 10.0) -> _MjpegServer:
     """Start ``tests/servers/mjpeg_server.py`` on a free loopback port; returns it once it listens."""
     path = TEST_SERVERS / "mjpeg_server.py"
     if not path.is_file():
