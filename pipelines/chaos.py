@@ -816,6 +816,7 @@ def start_mjpeg_server(log: Path, fps: float = 10.0) -> _MjpegServer:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the test fixtures' servers use it too)."""
     import socket
 
     with socket.socket() as sock:

@@ -9,7 +9,6 @@ RTSP server needs Debian's ``/usr/bin/python3`` with the GStreamer RTSP bindings
 from __future__ import annotations
 
 import functools
-import socket
 import subprocess
 import sys
 import threading
@@ -18,16 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from hermes.pipelines.chaos import free_port  # noqa: F401  (the fixtures' servers and tests use it)
+
 SERVERS = Path(__file__).resolve().parents[1] / "servers"
 SYSTEM_PYTHON = "/usr/bin/python3"
 READY_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @functools.lru_cache(maxsize=1)
