@@ -155,16 +155,14 @@ def config_from_args(args: argparse.Namespace, *, default_memory: bool = False, 
     Raises:
         ConfigError: any configuration error, in one line.
     """
-    from hermes.config import build_config, default_memory_preset
+    from hermes.config import build_config, build_config_default_memory
 
     model = getattr(args, "model", None) or model
     memory = getattr(args, "memory", None) or memory
     config_file = getattr(args, "config", None)
     overrides = config_overrides(args, list(extra or []) + list(getattr(args, "set", None) or []))
-    if memory is None and default_memory:
-        memory = default_memory_preset(build_config(model=model, config_file=config_file, overrides=overrides,
-                                                    base=base).model.name)
-    return build_config(model=model, memory=memory, config_file=config_file, overrides=overrides, base=base)
+    build = build_config_default_memory if default_memory else build_config
+    return build(model=model, memory=memory, config_file=config_file, overrides=overrides, base=base)
 
 
 def memory_chosen(args: argparse.Namespace) -> bool:

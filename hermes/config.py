@@ -459,6 +459,26 @@ def build_config(
     return cfg
 
 
+def build_config_default_memory(model: str | None = None, memory: str | None = None,
+                                 **layers: Any) -> HermesConfig:
+    """`build_config`, with the model's own bounded preset (`default_memory_preset`) where `memory` is None:
+    what `run`, `serve` and `hermes.open` use.
+
+    Args:
+        model, memory: as for `build_config`; memory None picks the resolved model's default preset.
+        **layers: `config_file`, `overrides`, `base`, as for `build_config`.
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: any configuration error, in one line.
+    """
+    if memory is None:
+        memory = default_memory_preset(build_config(model=model, **layers).model.name)
+    return build_config(model=model, memory=memory, **layers)
+
+
 def _read_config_file(config_file: str | Path) -> dict[str, Any]:
     """The layers of `--config`: a YAML file of sections, a model preset's file, or a preset name."""
     path = Path(config_file)

@@ -77,9 +77,9 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
         SourceError: a missing or unreadable video.
         UsageError: a live source, or a memory that cannot hold the video.
     """
-    from hermes.config import build_config, default_memory_preset
+    from hermes.config import build_config_default_memory
     from hermes.model_registry import resolve_source
-    from hermes.pipelines.run import check_capacity, check_source_spec
+    from hermes.pipelines.run import check_capacity, check_source_spec, source_options
     from hermes.pipelines.sources import is_live, open_source  # OpenCV, not torch
     from hermes.redact import redact_url
 
@@ -93,9 +93,7 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
         spec = str(spec)  # a webcam index: refused below as live, with the others
     if not isinstance(spec, str):
         raise UsageError(f"source: expected a path or URL of a recording, found {source!r}")
-    if memory is None:
-        memory = default_memory_preset(build_config(model=model, overrides=items).model.name)
-    cfg = build_config(model=model, memory=memory, overrides=items)
+    cfg = build_config_default_memory(model=model, memory=memory, overrides=items)
     resolve_source(cfg.model.name, cfg.model.hub_id)
     check_source_spec(spec)
     if is_live(spec):  # refused before a camera or stream is opened
@@ -105,7 +103,7 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
     from hermes.models.loading import load_model  # the heavy part: torch, transformers
     from hermes.pipelines.session import StreamingSession
 
-    frames = open_source(spec, fps=cfg.stream.fps)
+    frames = open_source(spec, fps=cfg.stream.fps, **source_options(cfg, spec))
     try:
         info = getattr(frames, "info", None)
         adapter = load_model(cfg.model)

@@ -254,6 +254,26 @@ def answer_read_only(plan: RunPlan, on_answer: Callable[[Any, Question | None], 
         session.close()
 
 
+def source_options(cfg, source: str, reconnect_timeout_s: float | None = None) -> dict:
+    """The keyword arguments of `open_source` a configuration asks for: the video backend for a file
+    (`stream.backend`, unless auto) and a live source's reconnect timeout.
+
+    Args:
+        cfg: the resolved `HermesConfig`.
+        source: the source spec as given.
+        reconnect_timeout_s: how long a live source tries to reconnect; None for the source's default.
+
+    Returns:
+        Keyword arguments for `open_source`.
+    """
+    options = {}
+    if reconnect_timeout_s is not None:
+        options["reconnect_timeout_s"] = reconnect_timeout_s
+    if cfg.stream.backend != "auto" and Path(source).is_file():
+        options["backend"] = cfg.stream.backend
+    return options
+
+
 def execute_run(plan: RunPlan, *, progress: bool,
                 on_answer: Callable[[Any, Question | None], None]) -> str | None:
     """Open the source, load the model, check capacity and prompts, then stream and answer.
@@ -277,12 +297,8 @@ def execute_run(plan: RunPlan, *, progress: bool,
     if plan.read_only:
         return answer_read_only(plan, on_answer)
     cfg = plan.cfg
-    options = {}
-    if plan.reconnect_timeout_s is not None:
-        options["reconnect_timeout_s"] = plan.reconnect_timeout_s
-    if cfg.stream.backend != "auto" and Path(plan.source).is_file():
-        options["backend"] = cfg.stream.backend
-    with open_source(plan.source, fps=cfg.stream.fps, **options) as source:
+    with open_source(plan.source, fps=cfg.stream.fps,
+                     **source_options(cfg, plan.source, plan.reconnect_timeout_s)) as source:
         info = getattr(source, "info", None)
         duration_s = info.duration_s if info is not None else None
         check_times(plan.questions, duration_s)

@@ -100,3 +100,18 @@ def test_is_live_tells_streams_from_recordings_as_open_source_opens_them(spec, l
     from hermes.pipelines.sources import is_live
 
     assert is_live(spec) is live
+
+
+def test_the_backend_setting_picks_the_reader_as_run_does(tmp_path, monkeypatch):
+    import hermes
+    from hermes.pipelines import video as video_module
+    from hermes.pipelines.synthetic import write_synthetic_video
+
+    opened = []
+    real_open = video_module.open_video
+    monkeypatch.setattr(video_module, "open_video", lambda path, backend="auto": (
+        opened.append(backend), real_open(path, backend=backend))[1])
+    video = write_synthetic_video(tmp_path / "clip.mp4", duration_s=1.0, fps=10.0)
+    with hermes.open(video, model="tiny-llava-onevision", memory="sliding", backend="opencv"):
+        pass
+    assert opened == ["opencv"]
