@@ -392,8 +392,11 @@ class HermesPolicy(BudgetPolicy):
             raise ConfigError(f"memory.accumulate_decay must be in [0, 1) for ema, found {cfg.accumulate_decay}")
         self.bands = layer_bands(model.num_layers, cfg.bands)
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
-        self.longterm = torch.tensor([b == "longterm" for b in self.bands]) & cfg.summary
         self.longterm_band = torch.tensor([b == "longterm" for b in self.bands])[:, None]  # (L, 1)
+        self.longterm = self.longterm_band[:, 0] & cfg.summary
+        # ours: a previous summary is always folded into the new one, which takes the first visual slot; the
+        # reference lets it compete and appends the new one (`choose` and `write_summaries` must agree)
+        self.fold_previous = cfg.previous_summary == "fold"
         self._recency_by_count_memo: tuple[int, torch.Tensor | None] = (-1, None)  # (V, its (L, V) token recency)
         # per layer, (token ids (n,), importance (n,)) carried across probes (accumulation sum / ema)
         self._running: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.num_layers
@@ -533,7 +536,6 @@ class HermesPolicy(BudgetPolicy):
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing,
                                                     match=self.cfg.smoothing_match))
         keep_rows, summaries = [None] * cache.num_layers, []
-        fold_previous = self.cfg.previous_summary == "fold"
         plain = (~self.longterm).nonzero().squeeze(1).tolist()
         if plain:  # one batched selection over the layers without a summary
             for layer, row in zip(plain, select_keep(scores[plain], budget)):
@@ -545,7 +547,7 @@ class HermesPolicy(BudgetPolicy):
             # kept: the stable selection then orders the other tokens as a selection among them alone would
             # (there are at least budget of them: eviction runs past budget)
             longterm_scores = scores[longterm]
-            if fold_previous:
+            if self.fold_previous:
                 is_summary = cache.kinds[longterm, prefix_len:] == KIND_SUMMARY  # (n, V)
                 longterm_scores = longterm_scores.masked_fill(is_summary, -math.inf)
             kept_rows = select_keep(longterm_scores, budget - 1)
@@ -556,8 +558,8 @@ class HermesPolicy(BudgetPolicy):
             summaries.append((layer, self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1), target),
                               target))
             slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in write_summaries
-            # the reference appends the new summary after the kept entries; ours takes the first visual slot
-            keep_rows[layer] = torch.cat([slot, prefix_len + kept] if fold_previous else [prefix_len + kept, slot])
+            order = [slot, prefix_len + kept] if self.fold_previous else [prefix_len + kept, slot]
+            keep_rows[layer] = torch.cat(order)
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
     def _summary_position(self, cache: HermesCache, layer: int, prefix_len: int, kept: torch.Tensor,
@@ -580,12 +582,12 @@ class HermesPolicy(BudgetPolicy):
         folded = cache.layers[layer].entries(idx)
         return fold_summary(folded.keys, folded.values, folded.counts, rope_positions(folded.positions, self.spec),
                             rope_positions(target, self.spec), self.spec,
-                            weighted=self.cfg.previous_summary == "fold")
+                            weighted=self.fold_previous)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         before = cache.next_position
         new_ids = cache.new_token_ids(len(summaries))
-        slot = prefix_len if self.cfg.previous_summary == "fold" else cache.num_tokens - 1  # as `choose` ordered it
+        slot = prefix_len if self.fold_previous else cache.num_tokens - 1  # as `choose` ordered it
         for (layer, summary, target), new_id in zip(summaries, new_ids.tolist()):
             cache.layers[layer].write(slot, summary.key[:, 0], summary.value[:, 0], target, new_id,
                                       KIND_SUMMARY, -1, int(summary.count))
