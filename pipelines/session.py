@@ -24,7 +24,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,13 +72,22 @@ class Answer:
         return out
 
 
+def check_option_count(options: Sequence[str]) -> None:
+    """Refuse more options than there are letters (A-J) to answer with.
+
+    Raises:
+        UsageError: more than 10 options.
+    """
+    if len(options) > len(OPTION_LETTERS):
+        raise UsageError(f"at most {len(OPTION_LETTERS)} options per question, found {len(options)}")
+
+
 def format_prompt(question: str, options: Iterable[str] = ()) -> str:
     """The question text the model sees; multiple choice gets lettered options and an instruction."""
     options = list(options)
     if not options:
         return question
-    if len(options) > len(OPTION_LETTERS):
-        raise UsageError(f"at most {len(OPTION_LETTERS)} options per question, found {len(options)}")
+    check_option_count(options)
     lines = [question] + [f"{OPTION_LETTERS[i]}. {text}" for i, text in enumerate(options)]
     lines.append("Answer with the option's letter from the given choices directly.")
     return "\n".join(lines)
@@ -339,6 +348,7 @@ class StreamingSession:
             UsageError: `at` earlier than a frame already in memory.
         """
         options = tuple(options)
+        check_option_count(options)  # before any prompt (ours or a baseline's) letters them
         if at is not None:
             if self.encoded_t_s and at <= self.encoded_t_s[-1]:
                 raise UsageError(f"question at {at:g}s comes after frames up to {self.encoded_t_s[-1]:g}s "
