@@ -193,7 +193,7 @@ class MemoryDirectory:
         self._lock = threading.RLock()
         self._checkpoint_job: _WriterJob | None = None  # the checkpoint save in flight on the disk writer
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
-        self._meaning_checked: set[int] = set()  # records a recall has checked (`hermes.tiers.meaning`)
+        self._meaning_checked: set[int] = set()  # records checked once, on open or by a recall (`hermes.tiers.meaning`)
         # a follower of a remote stream recalls the writer's level 2 from its log (a local reader need not)
         self._follows_log = self.remote is not None and readonly and self.wal is not None
         if self._follows_log:
@@ -235,6 +235,7 @@ class MemoryDirectory:
             with self._lock:
                 self.dram.add(record)  # over the budget, the least valuable move on to disk as usual
         for rid in self.disk.ids()[-SPOT_CHECK_RECORDS:]:  # a sample of level 3: the newest, most likely recalled
+            self._meaning_checked.add(rid)  # a recall need not check it again
             held = self._load_or_error(rid)
             problem = meaning_problem(held, self.disk.fingerprint) if isinstance(held, Record) else None
             if problem is not None:
