@@ -447,22 +447,14 @@ def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk
     Returns:
         The `SweepResult`; rows ordered by policy (as given), then length.
     """
-    notes = [p.note for p in policies if p.memory is None]
-    runnable = [p for p in policies if p.memory is not None]
-    for policy in runnable:
-        _warm_up(model, policy, chunk_frames, 1, 32)
+    notes: list[str] = []
     repeats: list[list[StreamRow]] = []
-    for r in range(stream_repeats):
-        rows = []
-        for policy in (runnable if r % 2 == 0 else runnable[::-1]):
-            measured, note = measure_stream(model, policy, lengths, chunk_frames=chunk_frames, decode_tokens=1,
-                                            repeats=3, frame_px=32, progress=progress)
-            rows += measured
-            if note and note not in notes:
-                notes.append(note)
-        add_ratios(rows)
-        repeats.append(rows)
-    order = {p.label: i for i, p in enumerate(runnable)}
+    for r in range(stream_repeats):  # one sweep per repeat (warmed up before the first), ratios within each
+        sweep = run_sweep(model, policies if r % 2 == 0 else policies[::-1], lengths, [chunk_frames],
+                          decode_tokens=1, repeats=3, frame_px=32, warmup=r == 0, progress=progress)
+        notes += [note for note in sweep.notes if note not in notes]
+        repeats.append(sweep.rows)
+    order = {p.label: i for i, p in enumerate(policies)}
     return SweepResult(sorted(merge_repeats(repeats), key=lambda row: (order[row.policy], row.frames)), notes)
 
 

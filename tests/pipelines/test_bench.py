@@ -117,6 +117,24 @@ def test_bench_memory_warms_up_then_alternates_the_order_and_reports_the_ratios_
     assert "TTFT vs full, min / median / max" in table and "0.25 / 0.50 / 0.80" in table
 
 
+def test_bench_memory_skips_a_policy_whose_optional_package_is_missing_as_the_sweep_does(monkeypatch):
+    def fake_stream(model, policy, checkpoints, **kwargs):
+        if policy.label == "hermes":
+            raise ModuleNotFoundError("No module named 'faiss'", name="faiss")
+        row = StreamRow(policy=policy.label, chunk_frames=2, frames=checkpoints[-1], budget=None, cache_tokens=1,
+                        peak_kv_mb=1.0, peak_device_mb=None, ttft_ms=1.0, recall_ms=None, tpot_ms=None,
+                        decode_tokens=1, encode_ms_per_chunk=1.0, maintain_ms_per_chunk=0.0, maintain_ratio=0.0,
+                        ingest_fps=1.0)
+        return [row], None
+
+    monkeypatch.setattr(bench, "measure_stream", fake_stream)
+    model = type("Model", (), {"tokens_per_frame": 196})()
+    policies = resolve_policies("full,hermes", MemoryConfig(), budget=392)
+    result = bench.bench_memory(model, policies, [8], chunk_frames=2, stream_repeats=2)
+    assert [r.policy for r in result.rows] == ["full"] and result.rows[0].stream_repeats == 2
+    assert result.notes == ["hermes: skipped, it needs faiss (not installed here)"]
+
+
 # ---- bench overhead: a policy's whole ingest over a baseline's, paired chunk by chunk ----------------------
 
 
