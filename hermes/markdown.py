@@ -20,3 +20,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], right: Sequen
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def spread_cell(values: Sequence[float | None], fmt: str = "{:.3f}") -> str:
+    """One cell of min / median / max (or any values) joined by " / "; "-" when any was not measured."""
+    return "-" if None in values else " / ".join(fmt.format(v) for v in values)

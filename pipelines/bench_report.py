@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import torch
 
-from hermes.markdown import table
+from hermes.markdown import spread_cell, table
 from hermes.pipelines.bench import OverheadRow, StreamRow, SweepResult
 
 
@@ -49,8 +49,7 @@ def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) ->
 def _cell(row: StreamRow, column: str) -> str:
     if column in _SPREAD_COLUMNS:
         _, field, fmt = _SPREAD_COLUMNS[column]
-        values = [getattr(row, name) for name in (f"{field}_min", field, f"{field}_max")]
-        return "-" if None in values else " / ".join(fmt.format(v) for v in values)
+        return spread_cell([getattr(row, name) for name in (f"{field}_min", field, f"{field}_max")], fmt)
     value = getattr(row, column)
     return "-" if value is None else _COLUMNS[column][1].format(value)
 
@@ -59,7 +58,7 @@ def overhead_table(rows: list[OverheadRow]) -> str:
     """`bench overhead`'s rows as markdown: the paired overhead (min / median / max over repeats) beside the
     per-chunk encode and maintenance of both policies."""
     cells = [[r.geometry, r.budget, r.frames, r.paired_chunks,
-              f"{r.overhead_min:.3f} / {r.overhead_median:.3f} / {r.overhead_max:.3f}",
+              spread_cell([r.overhead_min, r.overhead_median, r.overhead_max]),
               f"{r.encode_ms:.1f}", f"{r.maintain_ms:.1f}", f"{r.baseline_encode_ms:.1f}", f"{r.baseline_maintain_ms:.1f}"]
              for r in rows]
     policy, baseline = (rows[0].policy, rows[0].baseline) if rows else ("policy", "baseline")

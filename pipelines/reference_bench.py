@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from hermes.errors import HermesError, UsageError
+from hermes.markdown import spread_cell
 
 DRIVER = Path(__file__).with_name("reference_driver.py")
 # Our probe rides in the chunk's prefill, so it is in our encode and in the reference's maintenance: these two
@@ -222,7 +223,6 @@ def ratio_table(rows: list[dict]) -> str:
     lines = ["| geometry | metric | ours | reference | ours / reference, min / median / max |",
              "|---|---|---:|---:|---:|"]
     for r in rows:
-        ratio = " / ".join(f"{r[k]:.3f}" for k in ("ratio_min", "ratio", "ratio_max")) if r["ratio"] is not None \
-            else "-"
+        ratio = spread_cell([r.get(k) for k in ("ratio_min", "ratio", "ratio_max")])
         lines.append(f"| {r['geometry']} | {r['metric']} | {r['ours']:.3f} | {r['reference']:.3f} | {ratio} |")
     return "\n".join(lines)
