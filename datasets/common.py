@@ -404,6 +404,16 @@ def _existing_files(
             raise UsageError(f"{benchmark}: expected {root / files[name][0]} for task {name!r}, found nothing")
 
 
+def check_limit(limit: int | None, flag: str) -> None:
+    """A selection limit is None (no limit) or a positive integer.
+
+    Raises:
+        UsageError: anything else, naming the command-line `flag` it came from.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UsageError(f"expected {flag} to be a positive integer, found {limit!r}")
+
+
 def finish(
     records: list[VideoRecord],
     benchmark: str,
@@ -434,8 +444,7 @@ def finish(
         UsageError: On an unknown task name, a bad limit, or an empty selection.
         SourceError: When not one selected video is on disk (the data root is probably wrong).
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UsageError(f"expected --limit to be a positive integer, found {limit!r}")
+    check_limit(limit, "--limit")
     wanted = normalize_tasks(tasks)
     if wanted is not None:
         found = {label for r in records for q in r.questions for label in q.labels}
@@ -474,10 +483,9 @@ def first_questions(records: list[VideoRecord], limit: int | None) -> list[Video
     Raises:
         UsageError: A limit that is not a positive integer.
     """
+    check_limit(limit, "--limit-questions")
     if limit is None:
         return records
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise UsageError(f"expected --limit-questions to be a positive integer, found {limit!r}")
     kept = []
     for record in records:
         if limit <= 0:
