@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
-from hermes.errors import ConfigError, closest, did_you_mean
+from hermes.errors import ConfigError, did_you_mean
 
 
 # model names resolve in one place, the registry (configs/models/*.yaml): `auto`, the default memory preset
@@ -347,8 +347,8 @@ def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in names:
-            match = closest(str(key), names)  # the whole key suggested, as it is typed after --set
-            hint = f" (did you mean {(f'{where}.{match}' if where else match)!r}?)" if match is not None else ""
+            # the whole key suggested, as it is typed after --set
+            hint = did_you_mean(str(key), names, prefix=f"{where}." if where else "")
             raise ConfigError(f"unknown config key {path!r}{hint}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):

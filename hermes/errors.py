@@ -62,7 +62,8 @@ def closest(word: str, choices, cutoff: float = 0.5) -> str | None:
     return folded.get(word.casefold())
 
 
-def did_you_mean(word: str, choices, cutoff: float = 0.5) -> str:
-    """`" (did you mean 'x'?)"` for the `closest` choice, or "" when none is close."""
+def did_you_mean(word: str, choices, cutoff: float = 0.5, prefix: str = "") -> str:
+    """`" (did you mean 'x'?)"` for the `closest` choice (written after `prefix`, e.g. a config section's
+    "memory."), or "" when none is close."""
     match = closest(word, choices, cutoff)
-    return f" (did you mean {match!r}?)" if match is not None else ""
+    return f" (did you mean {prefix + match!r}?)" if match is not None else ""
