@@ -245,15 +245,25 @@ def combine_layer_scores(
     return (1.0 - w) * minmax(attention, mask=mask, eps=MINMAX_EPS) + w * minmax(recency, mask=mask, eps=MINMAX_EPS)
 
 
+def _slots_by_id(ids: torch.Tensor, ref_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each of ``ids (..., T)`` sits in ``ref_ids (..., N)`` (N > 0; the same leading dims, each row
+    searched on its own), and whether it is there at all.
+
+    Returns:
+        (slot (..., T) int64, found (..., T) bool); a slot where found is False is any valid index.
+    """
+    sorted_ids, order = torch.sort(ref_ids, dim=-1)
+    at = torch.searchsorted(sorted_ids, ids).clamp(max=ref_ids.shape[-1] - 1)
+    return order.gather(-1, at), sorted_ids.gather(-1, at) == ids
+
+
 def _lookup(ids: torch.Tensor, ref_ids: torch.Tensor, ref_vals: torch.Tensor) -> torch.Tensor:
     """Values of ``ref_vals (..., N)`` at the tokens ``ids (T,)`` by id; 0 where an id is absent."""
     out_shape = ref_vals.shape[:-1] + ids.shape
     if ref_ids.numel() == 0 or ids.numel() == 0:
         return torch.zeros(out_shape, dtype=ref_vals.dtype, device=ref_vals.device)
-    sorted_ids, order = torch.sort(ref_ids)
-    slot = torch.searchsorted(sorted_ids, ids).clamp(max=sorted_ids.numel() - 1)  # (T,)
-    found = sorted_ids[slot] == ids
-    vals = ref_vals.index_select(-1, order[slot])  # (..., T)
+    slot, found = _slots_by_id(ids, ref_ids)  # (T,)
+    vals = ref_vals.index_select(-1, slot)  # (..., T)
     return torch.where(found, vals, torch.zeros_like(vals))
 
 
@@ -330,10 +340,7 @@ def _deeper_slots_batched(token_ids: Sequence[torch.Tensor]) -> tuple[torch.Tens
     if len(token_ids) < 2 or token_ids[0].numel() == 0:
         return None
     ids = torch.stack(list(token_ids))  # (L, T)
-    sorted_ids, order = torch.sort(ids[1:], dim=-1)  # (L-1, T) each
-    at = torch.searchsorted(sorted_ids, ids[:-1]).clamp(max=ids.shape[1] - 1)
-    found = sorted_ids.gather(1, at) == ids[:-1]
-    return order.gather(1, at), found
+    return _slots_by_id(ids[:-1], ids[1:])
 
 
 ACCUMULATIONS = ("none", "sum", "ema")
