@@ -87,6 +87,13 @@ def test_with_headroom_the_amortised_maintenance_counts_the_chunks_that_fit(tiny
     assert row.maintain_ratio > 0 and 0 < row.amortised_maintain_ratio < row.maintain_ratio
 
 
+def made_up_row(policy: str, frames: int, ttft_ms: float) -> StreamRow:
+    """A bench memory row at chunks of 2 whose only measured value that matters is its TTFT."""
+    return StreamRow(policy=policy, chunk_frames=2, frames=frames, budget=None, cache_tokens=1, peak_kv_mb=1.0,
+                     peak_device_mb=None, ttft_ms=ttft_ms, recall_ms=None, tpot_ms=None, decode_tokens=1,
+                     encode_ms_per_chunk=1.0, maintain_ms_per_chunk=0.0, maintain_ratio=0.0, ingest_fps=1.0)
+
+
 def test_bench_memory_warms_up_then_alternates_the_order_and_reports_the_ratios_spread(monkeypatch):
     """Made-up TTFTs per stream: the warm-up's never reach the rows; the policies' order flips every repeat;
     TTFT vs full is taken within a repeat, then its min / median / max over repeats."""
@@ -97,11 +104,7 @@ def test_bench_memory_warms_up_then_alternates_the_order_and_reports_the_ratios_
         streams.append((policy.label, checkpoints))
         warm_up = checkpoints == [3 * 2]
         ttft = 1e6 if warm_up else next(ttfts[policy.label])
-        row = StreamRow(policy=policy.label, chunk_frames=2, frames=checkpoints[-1], budget=None, cache_tokens=1,
-                        peak_kv_mb=1.0, peak_device_mb=None, ttft_ms=ttft, recall_ms=None, tpot_ms=None,
-                        decode_tokens=1, encode_ms_per_chunk=1.0, maintain_ms_per_chunk=0.0, maintain_ratio=0.0,
-                        ingest_fps=1.0)
-        return [row], None
+        return [made_up_row(policy.label, checkpoints[-1], ttft)], None
 
     monkeypatch.setattr(bench, "measure_stream", fake_stream)
     model = type("Model", (), {"tokens_per_frame": 196})()
@@ -121,11 +124,7 @@ def test_bench_memory_skips_a_policy_whose_optional_package_is_missing_as_the_sw
     def fake_stream(model, policy, checkpoints, **kwargs):
         if policy.label == "hermes":
             raise ModuleNotFoundError("No module named 'faiss'", name="faiss")
-        row = StreamRow(policy=policy.label, chunk_frames=2, frames=checkpoints[-1], budget=None, cache_tokens=1,
-                        peak_kv_mb=1.0, peak_device_mb=None, ttft_ms=1.0, recall_ms=None, tpot_ms=None,
-                        decode_tokens=1, encode_ms_per_chunk=1.0, maintain_ms_per_chunk=0.0, maintain_ratio=0.0,
-                        ingest_fps=1.0)
-        return [row], None
+        return [made_up_row(policy.label, checkpoints[-1], 1.0)], None
 
     monkeypatch.setattr(bench, "measure_stream", fake_stream)
     model = type("Model", (), {"tokens_per_frame": 196})()
