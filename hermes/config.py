@@ -18,7 +18,9 @@ types, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import numbers
 import re
 import typing
 from dataclasses import dataclass, field
@@ -65,6 +67,11 @@ class ModelConfig:
     # answer pays the compile (~50 s on a CPU), and fused kernels round differently, so the tokens may
     # differ from eager's (hermes.models.compiled_decode).
     compile_decode: Literal["off", "default", "reduce-overhead"] = "off"
+
+    def __post_init__(self) -> None:
+        _validate_section(self, "model")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, found {self.device!r}")
 
 
 @dataclass
@@ -152,6 +159,21 @@ class MemoryConfig:
     s3_cache_dir: str = ""  # local read-through cache, index and checkpoint copies ("": ~/.cache/hermes-video/s3/...)
     s3_cache_bytes: int = 2**30  # bound on the cached copies of segment objects
 
+    def __post_init__(self) -> None:
+        policies = typing.get_args(_hints(MemoryConfig)["policy"])
+        if self.policy not in policies and self.policy in preset_names("memory"):  # `--set memory.policy=hermes-4k`
+            raise ConfigError(f"memory.policy: expected one of {', '.join(policies)}, found {self.policy!r} "
+                              f"({self.policy} is a memory preset, not a policy: use --memory {self.policy})")
+        _validate_section(self, "memory")
+        if abs(sum(self.bands) - 1.0) > 1e-6 or len(self.bands) != 3:
+            raise ConfigError(f"memory.bands: expected three fractions summing to 1, found {list(self.bands)}")
+        if len(self.smoothing) != 3:
+            raise ConfigError(f"memory.smoothing: expected three values (sensory, working, long-term), found "
+                              f"{list(self.smoothing)}")
+        if self.accumulation == "ema" and not self.accumulate_decay < 1:  # 1 would never admit anything
+            raise ConfigError(f"memory.accumulate_decay: expected below 1 with memory.accumulation=ema, found "
+                              f"{self.accumulate_decay!r}")
+
 
 @dataclass
 class StreamConfig:
@@ -162,6 +184,9 @@ class StreamConfig:
     live_chunk_frames: int = 4  # frames per forward for live input: smaller, so memory stays current
     backend: Literal["auto", "decord", "opencv"] = "auto"  # video file decoder
 
+    def __post_init__(self) -> None:
+        _validate_section(self, "stream")
+
 
 @dataclass
 class HermesConfig:
@@ -171,8 +196,16 @@ class HermesConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
 
+    def __post_init__(self) -> None:
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(f"{name}: expected a {cls.__name__}, found {getattr(self, name)!r}")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+SECTIONS = {"model": ModelConfig, "memory": MemoryConfig, "stream": StreamConfig}
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,19 +296,23 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     if target in (int, float) and isinstance(value, str) and _NUMBER_RE.match(value.strip()):
         number = float(value)
         value = int(number) if target is int and number.is_integer() and "." not in value else number
-    if target is float and isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, bool) and target is not bool:
+        raise ConfigError(f"{where}: expected {target.__name__}, found {value!r}")
+    if target is int and isinstance(value, numbers.Integral):  # a NumPy integer too
+        return int(value)
+    if target is float and isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, found {value!r}")
         return float(value)
-    if target is float and isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{where}: expected a finite number, found {value!r}")
-    if target is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if target is str and isinstance(value, (int, float)):
         return str(value)
-    if isinstance(value, target) and not (target is int and isinstance(value, bool)):
+    if isinstance(value, target):
         return value
     raise ConfigError(f"{where}: expected {target.__name__}, found {value!r}")
 
 
-# Allowed ranges of numeric keys: (lowest, highest), None for no bound; checked once the whole tree is
-# built. Enumerations need no entry: their `Literal` annotation lists what is allowed.
+# Allowed ranges of numeric keys: (lowest, highest), None for no bound; every int or float field has one
+# (tests/hermes/test_config.py checks). Enumerations need none: their `Literal` lists what is allowed.
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "model.max_new_tokens": (1, None),
     "model.seed": (0, None),
@@ -289,74 +326,79 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "memory.smoothing": (0.0, 1.0),
     "memory.accumulate_decay": (0.0, 1.0),
     "memory.position_reserve": (1, None),
+    "memory.evict_headroom": (0.0, 1.0),  # 1 excluded (`HIGH_EXCLUDED`): an eviction must keep something
     "memory.sink_tokens": (0, None),  # 0: a plain recent window (StreamingLLM without sinks)
+    "memory.recent_frames": (1, None),
+    "memory.recent_fps": (1e-6, None),
     "memory.compress_threshold": (0.0, 1.0),
     "memory.dram_bytes": (0, None),  # 0: every evicted record goes straight to disk
     "memory.disk_bytes": (1, None),
-    "memory.s3_timeout_s": (0.01, None),
-    "memory.s3_retries": (1, 20),
-    "memory.s3_lease_s": (0.5, None),
-    "memory.s3_cache_bytes": (0, None),
     "memory.summary_anchors": (1, None),
     "memory.recall_top_k": (1, None),
     "memory.recall_gate_margin": (-2.0, 2.0),
     "memory.recall_max_ratio": (0.0, None),
     "memory.checkpoint_every": (1, None),
     "memory.live_checkpoint_every": (1, None),
-    "memory.recent_frames": (1, None),
-    "memory.recent_fps": (1e-6, None),
+    "memory.s3_timeout_s": (0.01, None),
+    "memory.s3_retries": (1, 20),
+    "memory.s3_lease_s": (0.5, None),
+    "memory.s3_cache_bytes": (0, None),
     "stream.fps": (1e-6, None),
     "stream.chunk_frames": (1, None),
     "stream.live_chunk_frames": (1, None),
 }
+HIGH_EXCLUDED = {"memory.evict_headroom"}  # keys whose highest value is itself out of range
 
 
 def _check_range(key: str, value: Any) -> None:
     low, high = RANGES[key]
     for item in value if isinstance(value, tuple) else (value,):
-        if (low is not None and item < low) or (high is not None and item > high):
+        too_high = high is not None and (item >= high if key in HIGH_EXCLUDED else item > high)
+        if (low is not None and item < low) or too_high:
             want = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
-            if low == 1 and high is None and isinstance(item, int):
+            if key in HIGH_EXCLUDED:
+                want = f"at least {low:g} and below {high:g}"
+            elif low == 1 and high is None and isinstance(item, int):
                 want = "a positive whole number"
             elif low == 1e-6:
                 want = "a positive number"
             raise ConfigError(f"{key}: expected {want}, found {item!r}")
 
 
-def validate(cfg: HermesConfig) -> None:
-    """Check the numeric ranges of `RANGES` over the built tree (types were checked on the way in).
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _validate_section(section: Any, name: str) -> None:
+    """Coerce every field of a config section to its annotation (`_coerce`) and check its `RANGES`: what
+    each section's `__post_init__` does, so a section built directly is as checked as one from YAML.
 
     Raises:
-        ConfigError: the first key out of range, naming the key, what is allowed and what was found.
+        ConfigError: the first bad field, as `name.field: expected ..., found ...`.
     """
-    for key in RANGES:
-        section, name = key.split(".")
-        _check_range(key, getattr(getattr(cfg, section), name))
-    if abs(sum(cfg.memory.bands) - 1.0) > 1e-6 or len(cfg.memory.bands) != 3:
-        raise ConfigError(f"memory.bands: expected three fractions summing to 1, found {list(cfg.memory.bands)}")
-    if cfg.memory.accumulation == "ema" and not cfg.memory.accumulate_decay < 1:  # 1 would never admit anything
-        raise ConfigError(f"memory.accumulate_decay: expected below 1 with memory.accumulation=ema, found "
-                          f"{cfg.memory.accumulate_decay!r}")
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.model.device):
-        raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, found {cfg.model.device!r}")
+    hints = _hints(type(section))
+    for f in dataclasses.fields(section):
+        key = f"{name}.{f.name}"
+        value = _coerce(getattr(section, f.name), hints[f.name], key)
+        if key in RANGES:
+            _check_range(key, value)
+        setattr(section, f.name, value)
 
 
-def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
-    hints = typing.get_type_hints(type(obj))
-    names = [f.name for f in dataclasses.fields(obj)]
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else str(key)
-        if key not in names:
-            # the whole key suggested, as it is typed after --set
-            hint = did_you_mean(str(key), names, prefix=f"{where}." if where else "")
-            raise ConfigError(f"unknown config key {path!r}{hint}")
-        current = getattr(obj, key)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{path}: expected a mapping, found {value!r}")
-            _apply(current, value, path)
-        else:
-            setattr(obj, key, _coerce(value, hints[key], path))
+def _merge(tree: dict[str, dict[str, Any]], layer: dict[str, Any]) -> None:
+    """Add a layer's values to `tree` (section -> key -> value), refusing keys no section has."""
+    for section, values in layer.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config key {str(section)!r}{did_you_mean(str(section), list(SECTIONS))}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section}: expected a mapping, found {values!r}")
+        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        for key, value in values.items():
+            if key not in names:  # the whole key suggested, as it is typed after --set
+                hint = did_you_mean(str(key), names, prefix=f"{section}.")
+                raise ConfigError(f"unknown config key {f'{section}.{key}'!r}{hint}")
+            tree[section][key] = value
 
 
 def parse_set(item: str) -> dict[str, Any]:
@@ -514,19 +556,18 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
 
 
 def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[str, Any]]]) -> HermesConfig:
-    cfg = HermesConfig()
+    tree: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
     for kind, layer in layers:
         if kind == "base":
-            _apply(cfg, layer, "")
+            _merge(tree, layer)
     if memory is not None:
-        _apply(cfg.memory, load_preset("memory", memory), "memory")
+        _merge(tree, {"memory": load_preset("memory", memory)})
     entry = model_entry(name)
     if entry is not None:
-        _apply(cfg, entry.config_layer(), "")
+        _merge(tree, entry.config_layer())
     # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
     for kind, layer in layers:
         if kind != "base":
-            _apply(cfg, layer, "")
-    cfg.model.name = name
-    validate(cfg)
-    return cfg
+            _merge(tree, layer)
+    tree["model"]["name"] = name
+    return HermesConfig(**{section: cls(**tree[section]) for section, cls in SECTIONS.items()})

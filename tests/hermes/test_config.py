@@ -2,7 +2,7 @@
 
 import pytest
 
-from hermes.config import build_config, parse_set, preset_names
+from hermes.config import MemoryConfig, build_config, parse_set, preset_names
 from hermes.errors import ConfigError
 
 
@@ -121,3 +121,23 @@ def test_memory_options_default_to_the_reference_and_take_only_their_choices():
     gated = build_config(memory="hermes-recall").memory  # hermes-4k, recall on, gated (measured better)
     assert (gated.policy, gated.budget, gated.recall, gated.recall_gate) == ("hermes", 4096, True, "above_frames")
     assert (gated.recency_unit, gated.accumulation) == ("token", "none")  # the reference's scoring
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("budget", -1, "memory.budget: expected a positive whole number, found -1"),
+    ("evict_headroom", -0.1, "memory.evict_headroom: expected at least 0 and below 1, found -0.1"),
+    ("evict_headroom", 1.0, "memory.evict_headroom: expected at least 0 and below 1, found 1.0"),
+    ("reindex", "sometimes", "memory.reindex: expected one of lazy, eager, found 'sometimes'"),
+    ("policy", "lru", "memory.policy: expected one of full, hermes, sliding, uniform, recent-frames, rekv, "
+                      "found 'lru'"),
+    ("policy", "recall-only", "(recall-only is a memory preset, not a policy: use --memory recall-only)"),
+    ("smoothing", [0.1, 0.3], "memory.smoothing: expected three values (sensory, working, long-term), found [0.1, 0.3]"),
+])
+def test_a_memory_section_built_directly_fails_as_set_does(key, value, message):
+    """`MemoryConfig(budget=-1)` is refused on construction with the one line `--set memory.budget=-1` gives."""
+    with pytest.raises(ConfigError) as built:
+        MemoryConfig(**{key: value})
+    with pytest.raises(ConfigError) as overridden:
+        build_config(model="tiny-llava-onevision", overrides=[f"memory.{key}={value}"])
+    assert message in str(built.value)
+    assert str(built.value) == str(overridden.value)
