@@ -1,8 +1,12 @@
 """Configuration: presets, files and overrides resolve in order; mistakes are errors, never defaults."""
 
+import re
+import typing
+
 import pytest
 
-from hermes.config import MemoryConfig, build_config, parse_set, preset_names
+from hermes.config import (RANGES, SECTIONS, HermesConfig, MemoryConfig, ModelConfig, build_config, parse_set,
+                           preset_names)
 from hermes.errors import ConfigError
 
 
@@ -141,3 +145,62 @@ def test_a_memory_section_built_directly_fails_as_set_does(key, value, message):
         build_config(model="tiny-llava-onevision", overrides=[f"memory.{key}={value}"])
     assert message in str(built.value)
     assert str(built.value) == str(overridden.value)
+
+
+def _fields_by_kind():
+    """(key, annotation) of every field of every section, found by introspection (a new field is included)."""
+    return [(f"{section}.{name}", hint) for section, cls in SECTIONS.items()
+            for name, hint in typing.get_type_hints(cls).items()]
+
+
+def _numeric(hint) -> bool:
+    item = typing.get_args(hint)[0] if typing.get_origin(hint) is tuple else hint
+    return item in (int, float)
+
+
+def test_every_numeric_field_has_a_range():
+    numeric = [key for key, hint in _fields_by_kind() if _numeric(hint)]
+    assert {"memory.budget", "memory.evict_headroom", "memory.bands", "stream.fps"} <= set(numeric)
+    assert [key for key in numeric if key not in RANGES] == []
+    assert sorted(set(RANGES) - set(numeric)) == []  # no range left for a field that is gone
+
+
+def _build(key: str, value):
+    section, name = key.split(".")
+    return SECTIONS[section](**{name: value})
+
+
+@pytest.mark.parametrize("key", sorted(RANGES))
+def test_direct_construction_refuses_every_out_of_range_value(key):
+    hint = dict(_fields_by_kind())[key]
+    low, high = RANGES[key]
+    for bad in [low - 1 if low is not None else None, high + 1 if high is not None else None]:
+        if bad is None:
+            continue
+        value = (bad, 0.5, 0.5) if typing.get_origin(hint) is tuple else bad
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: expected .*, found {re.escape(repr(bad))}$"):
+            _build(key, value)
+
+
+@pytest.mark.parametrize("key, hint", _fields_by_kind())
+def test_direct_construction_refuses_a_wrong_type_in_every_field(key, hint):
+    value = "x" if typing.get_origin(hint) is tuple else [1]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: expected "):
+        _build(key, value)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: MemoryConfig(bands=(0.2, 0.2, 0.2)), "memory.bands: expected three fractions summing to 1"),
+    (lambda: MemoryConfig(accumulation="ema", accumulate_decay=1.0), "memory.accumulate_decay: expected below 1"),
+    (lambda: ModelConfig(device="gpu"), "model.device: expected auto, cpu, cuda or cuda:N, found 'gpu'"),
+    (lambda: ModelConfig(max_new_tokens=True), "model.max_new_tokens: expected int, found True"),
+    (lambda: HermesConfig(memory="hermes"), "memory: expected a MemoryConfig, found 'hermes'"),
+])
+def test_direct_construction_checks_what_spans_fields(build, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build()
+
+
+def test_direct_construction_coerces_as_yaml_does():
+    memory = MemoryConfig(bands=[0.1, 0.6, 0.3], recency_k=20, budget="64")
+    assert memory.bands == (0.1, 0.6, 0.3) and isinstance(memory.recency_k, float) and memory.budget == 64
