@@ -24,18 +24,15 @@ import numbers
 import re
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from hermes.errors import ConfigError, did_you_mean
-
-
-# model names resolve in one place, the registry (configs/models/*.yaml): `auto`, the default memory preset
-from hermes.model_registry import (AUTO_MODEL, DEFAULT_MEMORY, ENTRY_KEYS, auto_model_name,  # noqa: F401
-                                   entry_from_mapping, model_entry)
+from hermes.model_registry import (AUTO_MODEL, DEFAULT_MEMORY, ENTRY_KEYS, auto_model_name, entry_from_mapping,
+                                   model_entry)
+from hermes.presets import load_preset, preset_names, read_mapping
 
 
 @dataclass
@@ -206,41 +203,6 @@ class HermesConfig:
 
 
 SECTIONS = {"model": ModelConfig, "memory": MemoryConfig, "stream": StreamConfig}
-
-
-# --------------------------------------------------------------------------------------------
-# Presets
-
-
-def preset_names(kind: str) -> list[str]:
-    """Names of the YAML presets of one kind ("models", "memory" or "paper"), sorted."""
-    folder = resources.files("hermes.configs").joinpath(kind)
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def load_preset(kind: str, name: str) -> dict[str, Any]:
-    """Read `configs/<kind>/<name>.yaml` as a dict.
-
-    Raises:
-        ConfigError: no such preset (with a did-you-mean), or the file is not a mapping.
-    """
-    names = preset_names(kind)
-    if name not in names:
-        raise ConfigError(f"unknown {kind} preset {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}")
-    text = resources.files("hermes.configs").joinpath(kind, f"{name}.yaml").read_text()
-    return _read_mapping(text, f"configs/{kind}/{name}.yaml")
-
-
-def _read_mapping(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of keys to values, found {type(data).__name__}")
-    return data
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,7 +506,7 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text; expected a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    data = _read_mapping(raw, str(path))
+    data = read_mapping(raw, str(path))
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     if "model" not in data and set(data) & model_fields and set(data) <= model_fields | set(ENTRY_KEYS):
         # a model preset's own file (configs/models/*.yaml)

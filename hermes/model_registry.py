@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hermes.errors import ModelError, did_you_mean
+from hermes.errors import ConfigError, ModelError, did_you_mean
+from hermes.presets import load_preset, preset_names
 
 AUTO_MODEL = "auto"  # `model.name` that picks an entry for the device (`auto_model_name`)
 DEFAULT_MEMORY = "hermes-4k"  # the memory preset of a hub id or directory no entry names
@@ -67,8 +68,6 @@ def entry_from_mapping(name: str, data: dict[str, Any], where: str) -> ModelEntr
     Raises:
         ConfigError: a registry key of the wrong type.
     """
-    from hermes.errors import ConfigError
-
     data = dict(data)
     values = {key: data.pop(key) for key in ENTRY_KEYS if key in data}
     for key, kind in (("builder", str), ("random_arch", str), ("auto", str), ("memory", str),
@@ -83,15 +82,11 @@ def entry_from_mapping(name: str, data: dict[str, Any], where: str) -> ModelEntr
 
 def model_names() -> list[str]:
     """Every registered name, sorted."""
-    from hermes.config import preset_names
-
     return preset_names("models")
 
 
 def model_entry(name: str) -> ModelEntry | None:
     """The entry registered as `name`, or None (a hub id or a directory)."""
-    from hermes.config import load_preset
-
     if name not in model_names():
         return None
     return entry_from_mapping(name, load_preset("models", name), f"configs/models/{name}.yaml")
