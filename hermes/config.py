@@ -11,8 +11,9 @@ It is built in this order, each step overriding the one before:
 5. `--set section.key=value` overrides (values parsed as YAML scalars); the CLI's config flags
    (`hermes.cli_args.CONFIG_FLAGS`) are sugar for such overrides, applied last.
 
-Unknown keys are errors with a did-you-mean suggestion, and values are checked against the field
-types, so a typo never silently falls back to a default.
+Unknown keys are errors with a did-you-mean suggestion. Each section checks its values on
+construction (`__post_init__`: types, ranges, what spans fields), however it is built, so a typo
+never silently falls back to a default and readers of a config need not check it again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ from hermes.model_registry import (AUTO_MODEL, DEFAULT_MEMORY, ENTRY_KEYS, auto_
 from hermes.presets import load_preset, preset_names, read_mapping
 
 
+def ranged(default: Any, low: float | None, high: float | None = None, *, below: bool = False) -> Any:
+    """A numeric field's default and its allowed range [low, high] (None: no bound; `below`: high excluded),
+    checked on construction. Every int and float field has one (tests/hermes/test_config.py checks)."""
+    return field(default=default, metadata={"range": (low, high, below)})
+
+
 @dataclass
 class ModelConfig:
     """Which vision-language model answers, and how it decodes."""
@@ -46,14 +53,14 @@ class ModelConfig:
     revision: str = ""  # hub commit, branch or tag to load (as `hermes-video pull --revision` fetched); "" = main
     device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
     dtype: Literal["auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on cuda, fp32 on cpu
-    max_new_tokens: int = 64  # answer length cap, in tokens
+    max_new_tokens: int = ranged(64, 1)  # answer length cap, in tokens
     system_prompt: str = "You are a helpful assistant."
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     trust_remote_code: bool = False  # never on by default: it runs code from the checkpoint
-    seed: int = 0  # seed of builtin tiny random models
+    seed: int = ranged(0, 0)  # seed of builtin tiny random models
     # Greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
     # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy.
-    repetition_penalty: float = 1.0
+    repetition_penalty: float = ranged(1.0, 1e-6)
     # Where frames are resized and normalised: "host" (the CPU, before upload); "device" (the uint8 frames
     # are uploaded and resized on the model's device); "auto": the device on CUDA when its resize agrees
     # with the host's (hermes.models.preprocess), else the host. Host by default: on CUDA the kernel rounds
@@ -78,14 +85,14 @@ class MemoryConfig:
     # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames). `run` does not use this
     # default: without --memory it takes the model's bounded preset (`default_memory_preset`).
     policy: Literal["full", "hermes", "sliding", "uniform", "recent-frames", "rekv"] = "full"
-    budget: int = 4096  # visual tokens kept per layer in device memory (all but `full`)
-    bands: tuple[float, ...] = (0.1, 0.6, 0.3)  # sensory / working / long-term fractions of the layers
-    recency_k: float = 20.0  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
-    recency_k_fall: float = 12.0  # fall of the forgetting rate across the working band, k = recency_k - fall * p (0: one k)
+    budget: int = ranged(4096, 1)  # visual tokens kept per layer in device memory (all but `full`)
+    bands: tuple[float, ...] = ranged((0.1, 0.6, 0.3), 0.0, 1.0)  # sensory / working / long-term shares of layers
+    recency_k: float = ranged(20.0, 0.0)  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
+    recency_k_fall: float = ranged(12.0, 0.0)  # k = recency_k - fall * p across the working band (0: one k)
     recency_unit: Literal["token", "frame"] = "token"  # d counts cache entries ("frame": a frame's tokens tie)
-    w0: float = 0.75  # recency weight of the first working layer
-    gamma: float = 0.6  # fall of the recency weight across the working band
-    smoothing: tuple[float, ...] = (0.1, 0.3, 0.4)  # deep-to-shallow lambda for sensory / working / long-term
+    w0: float = ranged(0.75, 0.0, 1.0)  # recency weight of the first working layer
+    gamma: float = ranged(0.6, 0.0, 1.0)  # fall of the recency weight across the working band
+    smoothing: tuple[float, ...] = ranged((0.1, 0.3, 0.4), 0.0, 1.0)  # deep-to-shallow lambda per band, as `bands`
     # how smoothing pairs a layer's tokens with the deeper layer's: by token identity (ours, a fix: after an
     # eviction the layers hold different tokens, so equal cache indices are different tokens) or by cache
     # index (the reference's convention; for the differential against it, docs/ARCHITECTURE.md)
@@ -93,7 +100,7 @@ class MemoryConfig:
     # Attention that selection reads: "none" = this probe's alone (the reference), "sum" = a running
     # sum over probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe.
     accumulation: Literal["none", "sum", "ema"] = "none"
-    accumulate_decay: float = 0.5  # `ema` only: weight of the previous value, in [0, 1)
+    accumulate_decay: float = ranged(0.5, 0.0, 1.0)  # `ema` only: weight of the previous value, in [0, 1)
     local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
     global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
     condition_on_question: bool = False  # use the last question asked as the global pseudo-query
@@ -111,7 +118,7 @@ class MemoryConfig:
     # cache after the largest position of any layer, continuing the open M-RoPE block
     chunk_positions: Literal["per_layer", "shared"] = "per_layer"
     reindex: Literal["lazy", "eager"] = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
-    position_reserve: int = 1024  # positions kept free for a question and its answer
+    position_reserve: int = ranged(1024, 1)  # positions kept free for a question and its answer
     # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack
     # every frame as its own block keeping its layout (1-D RoPE: both give consecutive positions)
     mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
@@ -119,42 +126,42 @@ class MemoryConfig:
     # evict to budget * (1 - headroom) instead, so the next chunks fit without a probe. The cache never
     # holds more than before (budget + one chunk); maintenance runs about once per
     # 1 + headroom * budget / chunk tokens chunks; between evictions it holds fewer tokens.
-    evict_headroom: float = 0.0  # fraction of `budget` freed below it at each eviction, in [0, 1)
-    sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
-    recent_frames: int = 4  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
-    recent_fps: float = 1.0  # `recent-frames`: their rate, frames per second, counted back from the newest
+    evict_headroom: float = ranged(0.0, 0.0, 1.0, below=True)  # fraction of `budget` freed below it at each eviction
+    sink_tokens: int = ranged(4, 0)  # `sliding`: earliest visual tokens always kept (attention sinks; 0: none)
+    recent_frames: int = ranged(4, 1)  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
+    recent_fps: float = ranged(1.0, 1e-6)  # `recent-frames`: their rate (frames/s), counted back from the newest
     # Levels 2 (host memory) and 3 (disk + FAISS): active with a memory directory or with recall on.
     # Evicted tokens scoring at least this (0..1) are kept compressed, the rest dropped. 0 keeps them all
     # (the byte budgets below bound them): scores are min-max normalised over every cached token, so
     # the tokens a policy evicts score near 0, and at 0.3 a 4K budget kept nearly nothing to recall.
-    compress_threshold: float = 0.0
-    dram_bytes: int = 2 * 2**30  # level-2 budget (host memory)
+    compress_threshold: float = ranged(0.0, 0.0, 1.0)
+    dram_bytes: int = ranged(2 * 2**30, 0)  # level-2 budget (host memory; 0: records go straight to disk)
     dram_dtype: Literal["int8", "fp16"] = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
-    disk_bytes: int = 20 * 2**30  # level-3 budget (disk)
-    summary_anchors: int = 4  # tokens per layer a record keeps when it moves to disk (plus one mean token)
+    disk_bytes: int = ranged(20 * 2**30, 1)  # level-3 budget (disk)
+    summary_anchors: int = ranged(4, 1)  # tokens per layer a record keeps on disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
-    recall_top_k: int = 4  # records recalled per question
+    recall_top_k: int = ranged(4, 1)  # records recalled per question
     # Per-question gate (hermes.recall_gate; ours, off = the ungated recall): keep a hit only if it is more
     # similar to the question than level 1's content (+ margin), so a question the working cache answers
     # (the current frame) recalls nothing; compared with each frame ("above_frames") or with the mean of
     # every level-1 visual token ("above_level1", a mean over frames as a record's embedding is)
     recall_gate: Literal["off", "above_frames", "above_level1"] = "off"
-    recall_gate_margin: float = 0.0  # similarity a hit must exceed level 1's by (the gate on)
-    recall_max_ratio: float = 0.0  # recalled tokens per layer at most this x level-1 visual tokens (0: no cap)
-    checkpoint_every: int = 8  # chunks between checkpoints of level 1 in a memory directory (a file: the
+    recall_gate_margin: float = ranged(0.0, -2.0, 2.0)  # similarity a hit must exceed level 1's by (the gate on)
+    recall_max_ratio: float = ranged(0.0, 0.0)  # recalled tokens per layer <= this x level-1 visual tokens (0: no cap)
+    checkpoint_every: int = ranged(8, 1)  # chunks between checkpoints of level 1 in a memory directory (a file: the
     # frames after the last checkpoint are re-encoded on --resume)
-    live_checkpoint_every: int = 1  # the same for a live source, whose frames cannot be read again: 1 loses
+    live_checkpoint_every: int = ranged(1, 1)  # the same for a live source, whose frames cannot be read again: 1 loses
     # at most the chunk in flight on a crash; more trades level-1 durability for fewer checkpoint writes
     # Level 3 in an S3-compatible object store (--memory-dir s3://bucket/prefix). "" takes the usual AWS
     # environment variables (AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION); credentials come only
     # from the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and are never logged.
     s3_endpoint: str = ""  # e.g. http://127.0.0.1:8333 for a local SeaweedFS or MinIO
     s3_region: str = ""  # "" : the environment's, else us-east-1
-    s3_timeout_s: float = 10.0  # connect and read timeout of one request to the store
-    s3_retries: int = 3  # attempts per request before a one-line storage error (exit 3)
-    s3_lease_s: float = 60.0  # a writer's lease: another machine may take the stream over this long after it stops
+    s3_timeout_s: float = ranged(10.0, 0.01)  # connect and read timeout of one request to the store
+    s3_retries: int = ranged(3, 1, 20)  # attempts per request before a one-line storage error (exit 3)
+    s3_lease_s: float = ranged(60.0, 0.5)  # a writer's lease: another machine may take over this long after it stops
     s3_cache_dir: str = ""  # local read-through cache, index and checkpoint copies ("": ~/.cache/hermes-video/s3/...)
-    s3_cache_bytes: int = 2**30  # bound on the cached copies of segment objects
+    s3_cache_bytes: int = ranged(2**30, 0)  # bound on the cached copies of segment objects
 
     def __post_init__(self) -> None:
         policies = typing.get_args(_hints(MemoryConfig)["policy"])
@@ -176,9 +183,9 @@ class MemoryConfig:
 class StreamConfig:
     """How frames are sampled and grouped into chunks."""
 
-    fps: float = 0.5  # frames sampled per second of video (by timestamp)
-    chunk_frames: int = 16  # frames encoded in one forward (files)
-    live_chunk_frames: int = 4  # frames per forward for live input: smaller, so memory stays current
+    fps: float = ranged(0.5, 1e-6)  # frames sampled per second of video (by timestamp)
+    chunk_frames: int = ranged(16, 1)  # frames encoded in one forward (files)
+    live_chunk_frames: int = ranged(4, 1)  # frames per forward for live input: smaller, so memory stays current
     backend: Literal["auto", "decord", "opencv"] = "auto"  # video file decoder
 
     def __post_init__(self) -> None:
@@ -273,52 +280,11 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {target.__name__}, found {value!r}")
 
 
-# Allowed ranges of numeric keys: (lowest, highest), None for no bound; every int or float field has one
-# (tests/hermes/test_config.py checks). Enumerations need none: their `Literal` lists what is allowed.
-RANGES: dict[str, tuple[float | None, float | None]] = {
-    "model.max_new_tokens": (1, None),
-    "model.seed": (0, None),
-    "model.repetition_penalty": (1e-6, None),
-    "memory.budget": (1, None),
-    "memory.bands": (0.0, 1.0),
-    "memory.recency_k": (0.0, None),
-    "memory.recency_k_fall": (0.0, None),
-    "memory.w0": (0.0, 1.0),
-    "memory.gamma": (0.0, 1.0),
-    "memory.smoothing": (0.0, 1.0),
-    "memory.accumulate_decay": (0.0, 1.0),
-    "memory.position_reserve": (1, None),
-    "memory.evict_headroom": (0.0, 1.0),  # 1 excluded (`HIGH_EXCLUDED`): an eviction must keep something
-    "memory.sink_tokens": (0, None),  # 0: a plain recent window (StreamingLLM without sinks)
-    "memory.recent_frames": (1, None),
-    "memory.recent_fps": (1e-6, None),
-    "memory.compress_threshold": (0.0, 1.0),
-    "memory.dram_bytes": (0, None),  # 0: every evicted record goes straight to disk
-    "memory.disk_bytes": (1, None),
-    "memory.summary_anchors": (1, None),
-    "memory.recall_top_k": (1, None),
-    "memory.recall_gate_margin": (-2.0, 2.0),
-    "memory.recall_max_ratio": (0.0, None),
-    "memory.checkpoint_every": (1, None),
-    "memory.live_checkpoint_every": (1, None),
-    "memory.s3_timeout_s": (0.01, None),
-    "memory.s3_retries": (1, 20),
-    "memory.s3_lease_s": (0.5, None),
-    "memory.s3_cache_bytes": (0, None),
-    "stream.fps": (1e-6, None),
-    "stream.chunk_frames": (1, None),
-    "stream.live_chunk_frames": (1, None),
-}
-HIGH_EXCLUDED = {"memory.evict_headroom"}  # keys whose highest value is itself out of range
-
-
-def _check_range(key: str, value: Any) -> None:
-    low, high = RANGES[key]
+def _check_range(key: str, value: Any, low: float | None, high: float | None, below: bool) -> None:
     for item in value if isinstance(value, tuple) else (value,):
-        too_high = high is not None and (item >= high if key in HIGH_EXCLUDED else item > high)
-        if (low is not None and item < low) or too_high:
+        if (low is not None and item < low) or (high is not None and (item >= high if below else item > high)):
             want = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
-            if key in HIGH_EXCLUDED:
+            if below:
                 want = f"at least {low:g} and below {high:g}"
             elif low == 1 and high is None and isinstance(item, int):
                 want = "a positive whole number"
@@ -333,8 +299,8 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _validate_section(section: Any, name: str) -> None:
-    """Coerce every field of a config section to its annotation (`_coerce`) and check its `RANGES`: what
-    each section's `__post_init__` does, so a section built directly is as checked as one from YAML.
+    """Coerce every field of a config section to its annotation (`_coerce`) and check its range (`ranged`):
+    what each section's `__post_init__` does, so a section built directly is as checked as one from YAML.
 
     Raises:
         ConfigError: the first bad field, as `name.field: expected ..., found ...`.
@@ -343,8 +309,8 @@ def _validate_section(section: Any, name: str) -> None:
     for f in dataclasses.fields(section):
         key = f"{name}.{f.name}"
         value = _coerce(getattr(section, f.name), hints[f.name], key)
-        if key in RANGES:
-            _check_range(key, value)
+        if "range" in f.metadata:
+            _check_range(key, value, *f.metadata["range"])
         setattr(section, f.name, value)
 
 
@@ -386,11 +352,10 @@ def parse_set(item: str) -> dict[str, Any]:
 
 
 def default_memory_preset(model_name: str) -> str:
-    """The memory preset `run` (and a future `serve`) uses when none is given: bounded, never `full`.
+    """The memory preset `run` and `serve` use when none is given: bounded, never `full`.
 
-    A model preset names its own (`memory:` in `configs/models/<name>.yaml`: a HERMES budget the
-    model's positions hold with room for questions); hub ids and local directories get `hermes-4k`,
-    the budget the paper calibrates on LLaVA-OneVision-7B.
+    A model preset names its own (`memory:` in its YAML: a budget its positions hold with room for
+    questions); hub ids and directories get `hermes-4k`, the budget the paper calibrates on.
 
     Args:
         model_name: a model preset name, hub id, local directory or builtin id.
@@ -411,15 +376,11 @@ def build_config(
 ) -> HermesConfig:
     """Resolve the configuration from presets, a YAML file and `key=value` overrides.
 
-    A model preset may carry a `stream:` section (the frame rate its paper or model card uses) and a
-    `memory:` default preset; both apply before the file and the overrides. The model is named by,
-    last one winning: the `model.name` default, the file's `model.name`, `model` (`--model`), a
-    `model.name=` override; its preset applies beneath the file and the overrides. `model.name: auto`
-    (the default) becomes the preset `auto_model_name` picks for the configured device, and the
-    configuration is resolved again with it, so the result names the model actually loaded.
-
-    Every value is checked: types (a `Literal` field takes only its listed values), then the ranges
-    of `RANGES`, so a bad value fails here, before anything heavy is imported or loaded.
+    The model is named by, last one winning: the default, the file's `model.name`, `model`, a
+    `model.name=` override; its preset (with its `stream:` defaults) applies beneath the file and the
+    overrides. `auto` becomes the preset `auto_model_name` picks for the configured device, so the
+    result names the model actually loaded. The sections validate on construction, before anything
+    heavy is imported.
 
     Args:
         model: model preset name, hub id, local directory, builtin `tiny-*` id or "auto"; None keeps
@@ -434,50 +395,35 @@ def build_config(
             override that sets the same key wins.
 
     Returns:
-        The resolved, type-checked `HermesConfig`.
+        The resolved, validated `HermesConfig`.
 
     Raises:
         ConfigError: unknown preset or key (with a suggestion), ill-typed or out-of-range value,
             unreadable file.
     """
-    layers = ([("config", _read_config_file(config_file))] if config_file is not None else []) + \
-        [("override", parse_set(item)) for item in overrides or []]
-    def named(layer: dict[str, Any]) -> str | None:
-        section = layer.get("model")
-        return section.get("name") if isinstance(section, dict) else None
-
-    # the file may name a model, --model overrides it, a `model.name=` override wins over both
-    name = next((named(layer) for kind, layer in layers if kind == "config" and named(layer)), ModelConfig.name)
-    name = model if model is not None else name
-    for kind, layer in layers:
-        if kind == "override" and named(layer) is not None:
-            name = named(layer)
+    file = _read_config_file(config_file) if config_file is not None else {}
+    sets = [parse_set(item) for item in overrides or []]
+    # the model is named by, last one winning: the default, the file, --model, a `model.name=` override
+    names = [ModelConfig.name, _model_name(file) or None, model] + [_model_name(layer) for layer in sets]
+    name = [n for n in names if n is not None][-1]
     if not isinstance(name, str) or not name:
         raise ConfigError(f"model.name: expected a model name, found {name!r}")
-    layers = ([("base", base)] if base else []) + layers
-    cfg = _build_config(name, memory, layers)
+    layers = [file, *sets]
+    cfg = _build_config(name, memory, base or {}, layers)
     if cfg.model.name == AUTO_MODEL:  # resolved after the file and overrides: they may set the device
-        concrete = auto_model_name(cfg.model.device)
-        cfg = _build_config(concrete, memory, layers)
-        cfg.model.name = concrete
+        cfg = _build_config(auto_model_name(cfg.model.device), memory, base or {}, layers)
     return cfg
+
+
+def _model_name(layer: dict[str, Any]) -> Any:
+    section = layer.get("model")
+    return section.get("name") if isinstance(section, dict) else None
 
 
 def build_config_default_memory(model: str | None = None, memory: str | None = None,
                                  **layers: Any) -> HermesConfig:
-    """`build_config`, with the model's own bounded preset (`default_memory_preset`) where `memory` is None:
-    what `run`, `serve` and `hermes.open` use.
-
-    Args:
-        model, memory: as for `build_config`; memory None picks the resolved model's default preset.
-        **layers: `config_file`, `overrides`, `base`, as for `build_config`.
-
-    Returns:
-        The validated configuration.
-
-    Raises:
-        ConfigError: any configuration error, in one line.
-    """
+    """`build_config`, where `memory` None is the resolved model's bounded preset (`default_memory_preset`),
+    not `full`: what `run`, `serve` and `hermes.open` use. Raises `ConfigError` as `build_config` does."""
     if memory is None:
         memory = default_memory_preset(build_config(model=model, **layers).model.name)
     return build_config(model=model, memory=memory, **layers)
@@ -517,19 +463,11 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
     return data
 
 
-def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[str, Any]]]) -> HermesConfig:
+def _build_config(name: str, memory: str | None, base: dict[str, Any], layers: list[dict[str, Any]]) -> HermesConfig:
     tree: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
-    for kind, layer in layers:
-        if kind == "base":
-            _merge(tree, layer)
-    if memory is not None:
-        _merge(tree, {"memory": load_preset("memory", memory)})
-    entry = model_entry(name)
-    if entry is not None:
-        _merge(tree, entry.config_layer())
-    # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
-    for kind, layer in layers:
-        if kind != "base":
-            _merge(tree, layer)
+    entry = model_entry(name)  # None: a hub id, a local directory or a builtin tiny model (the loader resolves it)
+    for layer in [base, {"memory": load_preset("memory", memory)} if memory is not None else {},
+                  entry.config_layer() if entry is not None else {}, *layers]:
+        _merge(tree, layer)
     tree["model"]["name"] = name
     return HermesConfig(**{section: cls(**tree[section]) for section, cls in SECTIONS.items()})

@@ -1,12 +1,12 @@
 """Configuration: presets, files and overrides resolve in order; mistakes are errors, never defaults."""
 
+import dataclasses
 import re
 import typing
 
 import pytest
 
-from hermes.config import (RANGES, SECTIONS, HermesConfig, MemoryConfig, ModelConfig, build_config, parse_set,
-                           preset_names)
+from hermes.config import SECTIONS, HermesConfig, MemoryConfig, ModelConfig, build_config, parse_set, preset_names
 from hermes.errors import ConfigError
 
 
@@ -148,9 +148,9 @@ def test_a_memory_section_built_directly_fails_as_set_does(key, value, message):
 
 
 def _fields_by_kind():
-    """(key, annotation) of every field of every section, found by introspection (a new field is included)."""
-    return [(f"{section}.{name}", hint) for section, cls in SECTIONS.items()
-            for name, hint in typing.get_type_hints(cls).items()]
+    """(key, annotation, field) of every field of every section, found by introspection (a new one included)."""
+    return [(f"{section}.{f.name}", typing.get_type_hints(cls)[f.name], f) for section, cls in SECTIONS.items()
+            for f in dataclasses.fields(cls)]
 
 
 def _numeric(hint) -> bool:
@@ -159,10 +159,10 @@ def _numeric(hint) -> bool:
 
 
 def test_every_numeric_field_has_a_range():
-    numeric = [key for key, hint in _fields_by_kind() if _numeric(hint)]
+    numeric = [key for key, hint, _ in _fields_by_kind() if _numeric(hint)]
     assert {"memory.budget", "memory.evict_headroom", "memory.bands", "stream.fps"} <= set(numeric)
-    assert [key for key in numeric if key not in RANGES] == []
-    assert sorted(set(RANGES) - set(numeric)) == []  # no range left for a field that is gone
+    assert [key for key, hint, f in _fields_by_kind() if _numeric(hint) and "range" not in f.metadata] == []
+    assert [key for key, hint, f in _fields_by_kind() if not _numeric(hint) and "range" in f.metadata] == []
 
 
 def _build(key: str, value):
@@ -170,10 +170,10 @@ def _build(key: str, value):
     return SECTIONS[section](**{name: value})
 
 
-@pytest.mark.parametrize("key", sorted(RANGES))
-def test_direct_construction_refuses_every_out_of_range_value(key):
-    hint = dict(_fields_by_kind())[key]
-    low, high = RANGES[key]
+@pytest.mark.parametrize("key, hint, f", [pytest.param(*row, id=row[0]) for row in _fields_by_kind()
+                                           if "range" in row[2].metadata])
+def test_direct_construction_refuses_every_out_of_range_value(key, hint, f):
+    low, high, _ = f.metadata["range"]
     for bad in [low - 1 if low is not None else None, high + 1 if high is not None else None]:
         if bad is None:
             continue
@@ -182,7 +182,7 @@ def test_direct_construction_refuses_every_out_of_range_value(key):
             _build(key, value)
 
 
-@pytest.mark.parametrize("key, hint", _fields_by_kind())
+@pytest.mark.parametrize("key, hint", [row[:2] for row in _fields_by_kind()])
 def test_direct_construction_refuses_a_wrong_type_in_every_field(key, hint):
     value = "x" if typing.get_origin(hint) is tuple else [1]
     with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: expected "):
