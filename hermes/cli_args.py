@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.errors import UsageError
+from hermes.presets import preset_names  # YAML only: --help stays instant
 
 PROG = "hermes-video"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -39,7 +40,7 @@ class ConfigFlag:
 
 
 # flag -> key: the whole list of flags that configure. A command adds the ones it takes
-# (`add_config_options(p, flags=...)`); `config_overrides` turns them into `--set` items.
+# (`add_config_options(p, flags=...)`); `config_from_args` turns them into `--set` items.
 CONFIG_FLAGS: dict[str, ConfigFlag] = {f.flag: f for f in (
     ConfigFlag("--device", "model.device", "auto, cpu, cuda or cuda:N"),
     ConfigFlag("--dtype", "model.dtype", "weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32"),
@@ -104,8 +105,6 @@ def add_config_options(p: argparse.ArgumentParser, *, flags: tuple[str, ...] = (
         memory_help: a whole help line for --memory instead of the generated one.
         flag_help: per-flag help lines that replace the table's (the key is still named).
     """
-    from hermes.config import preset_names  # YAML only: --help stays instant
-
     if model:
         p.add_argument("--model", help="auto (the default: smolvlm2-500m without CUDA, llava-onevision-7b with it), "
                                        f"a preset ({', '.join(preset_names('models'))}), a hub id like org/name, "

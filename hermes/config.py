@@ -58,18 +58,16 @@ class ModelConfig:
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     trust_remote_code: bool = False  # never on by default: it runs code from the checkpoint
     seed: int = ranged(0, 0)  # seed of builtin tiny random models
-    # Greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
-    # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy.
+    # greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
+    # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy
     repetition_penalty: float = ranged(1.0, 1e-6)
-    # Where frames are resized and normalised: "host" (the CPU, before upload); "device" (the uint8 frames
-    # are uploaded and resized on the model's device); "auto": the device on CUDA when its resize agrees
-    # with the host's (hermes.models.preprocess), else the host. Host by default: on CUDA the kernel rounds
-    # float32 differently (an 8-bit rounding can land one level apart), and no GPU measurement exists yet.
+    # where frames are resized and normalised: "host" (the CPU), "device" (uint8 frames uploaded), "auto"
+    # (the device on CUDA when its resize agrees with the host's, hermes.models.preprocess). Host by default:
+    # CUDA rounds float32 differently (one 8-bit level apart at times), and no GPU measurement exists yet
     preprocess_on: Literal["host", "device", "auto"] = "host"
-    # Decode steps through torch.compile with dynamic shapes (the KV cache grows every step): "default"
-    # (inductor kernels) or "reduce-overhead" (plus CUDA graphs, CUDA only). Off by default: the first
-    # answer pays the compile (~50 s on a CPU), and fused kernels round differently, so the tokens may
-    # differ from eager's (hermes.models.compiled_decode).
+    # decode steps through torch.compile, dynamic shapes: "default" (inductor) or "reduce-overhead" (plus CUDA
+    # graphs). Off by default: the first answer pays the compile (~50 s on a CPU), and fused kernels round
+    # differently, so the tokens may differ from eager's (hermes.models.compiled_decode)
     compile_decode: Literal["off", "default", "reduce-overhead"] = "off"
 
     def __post_init__(self) -> None:
@@ -82,8 +80,8 @@ class ModelConfig:
 class MemoryConfig:
     """How the KV cache is kept (docs/ARCHITECTURE.md, Memory, level 1). Defaults are the paper's."""
 
-    # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames). `run` does not use this
-    # default: without --memory it takes the model's bounded preset (`default_memory_preset`).
+    # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames), two baselines;
+    # `run` without --memory takes the model's bounded preset instead (`default_memory_preset`)
     policy: Literal["full", "hermes", "sliding", "uniform", "recent-frames", "rekv"] = "full"
     budget: int = ranged(4096, 1)  # visual tokens kept per layer in device memory (all but `full`)
     bands: tuple[float, ...] = ranged((0.1, 0.6, 0.3), 0.0, 1.0)  # sensory / working / long-term shares of layers
@@ -94,11 +92,10 @@ class MemoryConfig:
     gamma: float = ranged(0.6, 0.0, 1.0)  # fall of the recency weight across the working band
     smoothing: tuple[float, ...] = ranged((0.1, 0.3, 0.4), 0.0, 1.0)  # deep-to-shallow lambda per band, as `bands`
     # how smoothing pairs a layer's tokens with the deeper layer's: by token identity (ours, a fix: after an
-    # eviction the layers hold different tokens, so equal cache indices are different tokens) or by cache
-    # index (the reference's convention; for the differential against it, docs/ARCHITECTURE.md)
+    # eviction equal cache indices are different tokens) or by cache index (the reference's, for the differential)
     smoothing_match: Literal["token", "index"] = "token"
-    # Attention that selection reads: "none" = this probe's alone (the reference), "sum" = a running
-    # sum over probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe.
+    # attention that selection reads: "none" = this probe's (the reference), "sum" = a running sum over
+    # probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe
     accumulation: Literal["none", "sum", "ema"] = "none"
     accumulate_decay: float = ranged(0.5, 0.0, 1.0)  # `ema` only: weight of the previous value, in [0, 1)
     local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
@@ -108,32 +105,29 @@ class MemoryConfig:
     # where the summary token sits: right after the newest kept token (the reference; M-RoPE: max over
     # the axes + 1 on every axis) or at the count-weighted mean position of what it folds, per axis
     summary_position: Literal["after_kept", "mean_evicted"] = "after_kept"
-    # a long-term layer's previous summary: "candidate" (the reference) competes for the budget like any
-    # token, so a layer may keep several; the new summary is the plain mean of what is evicted, appended
-    # after the kept tokens. "fold" (ours) always folds it, count-weighted, into the one new summary,
-    # written in the first visual slot: one summary per layer, weighted by the tokens it stands for
+    # a long-term layer's previous summary: "candidate" (the reference) competes for the budget like any token
+    # (a layer may keep several; the new one, the plain mean of the evicted, goes after the kept tokens);
+    # "fold" (ours) folds it, count-weighted, into the one new summary in the first visual slot
     previous_summary: Literal["candidate", "fold"] = "candidate"
     # positions of a new chunk: "per_layer" (the reference) continues every layer after its own largest
     # position, each chunk a block of its own (M-RoPE); "shared" (ours) places it once for the whole
     # cache after the largest position of any layer, continuing the open M-RoPE block
     chunk_positions: Literal["per_layer", "shared"] = "per_layer"
-    reindex: Literal["lazy", "eager"] = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
+    reindex: Literal["lazy", "eager"] = "lazy"  # compact positions near the model's limit ("lazy") or at every eviction
     position_reserve: int = ranged(1024, 1)  # positions kept free for a question and its answer
     # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack
     # every frame as its own block keeping its layout (1-D RoPE: both give consecutive positions)
     mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
-    # Ours (off = the reference, which evicts to exactly `budget` whenever a chunk takes the cache past it):
-    # evict to budget * (1 - headroom) instead, so the next chunks fit without a probe. The cache never
-    # holds more than before (budget + one chunk); maintenance runs about once per
-    # 1 + headroom * budget / chunk tokens chunks; between evictions it holds fewer tokens.
+    # ours (0 = the reference, evicting to exactly `budget`): evict to budget * (1 - headroom), so the next
+    # chunks fit without a probe; maintenance runs about once per 1 + headroom * budget / chunk tokens chunks,
+    # and the cache never holds more than before (budget + one chunk)
     evict_headroom: float = ranged(0.0, 0.0, 1.0, below=True)  # fraction of `budget` freed below it at each eviction
     sink_tokens: int = ranged(4, 0)  # `sliding`: earliest visual tokens always kept (attention sinks; 0: none)
     recent_frames: int = ranged(4, 1)  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
     recent_fps: float = ranged(1.0, 1e-6)  # `recent-frames`: their rate (frames/s), counted back from the newest
-    # Levels 2 (host memory) and 3 (disk + FAISS): active with a memory directory or with recall on.
-    # Evicted tokens scoring at least this (0..1) are kept compressed, the rest dropped. 0 keeps them all
-    # (the byte budgets below bound them): scores are min-max normalised over every cached token, so
-    # the tokens a policy evicts score near 0, and at 0.3 a 4K budget kept nearly nothing to recall.
+    # Levels 2 (host memory) and 3 (disk + FAISS), active with a memory directory or recall on: evicted
+    # tokens scoring at least this are kept compressed. 0 keeps all (the byte budgets bound them): scores are
+    # min-max normalised over the cache, so evicted tokens score near 0 (at 0.3 a 4K budget kept nearly none)
     compress_threshold: float = ranged(0.0, 0.0, 1.0)
     dram_bytes: int = ranged(2 * 2**30, 0)  # level-2 budget (host memory; 0: records go straight to disk)
     dram_dtype: Literal["int8", "fp16"] = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
@@ -141,10 +135,9 @@ class MemoryConfig:
     summary_anchors: int = ranged(4, 1)  # tokens per layer a record keeps on disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
     recall_top_k: int = ranged(4, 1)  # records recalled per question
-    # Per-question gate (hermes.recall_gate; ours, off = the ungated recall): keep a hit only if it is more
-    # similar to the question than level 1's content (+ margin), so a question the working cache answers
-    # (the current frame) recalls nothing; compared with each frame ("above_frames") or with the mean of
-    # every level-1 visual token ("above_level1", a mean over frames as a record's embedding is)
+    # per-question gate (hermes.recall_gate; ours): keep a hit only if it is more similar to the question than
+    # level 1 (+ margin), so a question the working cache answers recalls nothing; level 1 as each frame
+    # ("above_frames") or the mean of its visual tokens ("above_level1", as a record's embedding is)
     recall_gate: Literal["off", "above_frames", "above_level1"] = "off"
     recall_gate_margin: float = ranged(0.0, -2.0, 2.0)  # similarity a hit must exceed level 1's by (the gate on)
     recall_max_ratio: float = ranged(0.0, 0.0)  # recalled tokens per layer <= this x level-1 visual tokens (0: no cap)
@@ -342,13 +335,8 @@ def parse_set(item: str) -> dict[str, Any]:
         value = yaml.load(raw, Loader=_SetValueLoader) if raw.strip() else ""  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError:
         value = raw
-    nested: dict[str, Any] = {}
-    node = nested
-    parts = key.strip().split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return nested
+    section, dot, name = key.strip().partition(".")  # sections are flat: one dot at most
+    return {section: {name: value}} if dot else {section: value}
 
 
 def default_memory_preset(model_name: str) -> str:

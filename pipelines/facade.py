@@ -33,11 +33,9 @@ def override_items(overrides: dict[str, Any]) -> list[str]:
     Raises:
         ConfigError: an unknown keyword (with a did-you-mean), or a value that is not JSON-like.
     """
-    from hermes.config import MemoryConfig, ModelConfig, StreamConfig
+    from hermes.config import SECTIONS
 
-    sections = {f.name: section for section, cls in (("model", ModelConfig), ("memory", MemoryConfig),
-                                                      ("stream", StreamConfig))
-                for f in dataclasses.fields(cls) if f.name != "name"}
+    sections = {f.name: section for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if f.name != "name"}
     items = []
     for key, value in overrides.items():
         if key not in sections:
