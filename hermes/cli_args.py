@@ -139,14 +139,13 @@ def config_from_args(args: argparse.Namespace, *, default_memory: bool = False, 
     Raises:
         ConfigError: any configuration error, in one line.
     """
-    from hermes.config import build_config, build_config_default_memory
+    from hermes.config import build_config
 
     overrides = [*(extra or []), *(getattr(args, "set", None) or [])]
     overrides += [f"{spec.key}={getattr(args, spec.dest)}" for spec in CONFIG_FLAGS.values()
                   if getattr(args, spec.dest, None) is not None]  # after every --set: the flag wins
-    build = build_config_default_memory if default_memory else build_config
-    return build(model=getattr(args, "model", None) or model, memory=getattr(args, "memory", None) or memory,
-                 config_file=getattr(args, "config", None), overrides=overrides, base=base)
+    return build_config(getattr(args, "model", None) or model, getattr(args, "memory", None) or memory,
+                        getattr(args, "config", None), overrides, base, default_memory=default_memory)
 
 
 def memory_chosen(args: argparse.Namespace) -> bool:

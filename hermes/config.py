@@ -355,13 +355,9 @@ def default_memory_preset(model_name: str) -> str:
     return entry.memory if entry is not None else DEFAULT_MEMORY
 
 
-def build_config(
-    model: str | None = None,
-    memory: str | None = None,
-    config_file: str | Path | None = None,
-    overrides: list[str] | None = None,
-    base: dict[str, Any] | None = None,
-) -> HermesConfig:
+def build_config(model: str | None = None, memory: str | None = None, config_file: str | Path | None = None,
+                 overrides: list[str] | None = None, base: dict[str, Any] | None = None,
+                 default_memory: bool = False) -> HermesConfig:
     """Resolve the configuration from presets, a YAML file and `key=value` overrides.
 
     The model is named by, last one winning: the default, the file's `model.name`, `model`, a
@@ -373,14 +369,15 @@ def build_config(
     Args:
         model: model preset name, hub id, local directory, builtin `tiny-*` id or "auto"; None keeps
             the default.
-        memory: memory preset name (`configs/memory/`); None keeps the dataclass default (`full`);
-            `run` passes `default_memory_preset(...)` instead.
+        memory: memory preset name (`configs/memory/`); None keeps the dataclass default (`full`), or
+            with `default_memory` takes the resolved model's bounded preset (`default_memory_preset`).
         config_file: a YAML file with `model:`, `memory:`, `stream:` sections; or a preset name
             (`smolvlm2-500m`, `hermes-6k`), or a model preset's own YAML file (top-level model keys).
         overrides: `section.key=value` strings, applied last.
         base: a command's own defaults as nested sections (the bench's `{"memory": {"budget": 512}}`),
             applied over the dataclass defaults and beneath everything else: a preset, the file or an
             override that sets the same key wins.
+        default_memory: what `run`, `serve` and `hermes.open` ask for (see `memory`).
 
     Returns:
         The resolved, validated `HermesConfig`.
@@ -389,6 +386,8 @@ def build_config(
         ConfigError: unknown preset or key (with a suggestion), ill-typed or out-of-range value,
             unreadable file.
     """
+    if memory is None and default_memory:
+        memory = default_memory_preset(build_config(model, None, config_file, overrides, base).model.name)
     file = _read_config_file(config_file) if config_file is not None else {}
     sets = [parse_set(item) for item in overrides or []]
     # the model is named by, last one winning: the default, the file, --model, a `model.name=` override
@@ -406,15 +405,6 @@ def build_config(
 def _model_name(layer: dict[str, Any]) -> Any:
     section = layer.get("model")
     return section.get("name") if isinstance(section, dict) else None
-
-
-def build_config_default_memory(model: str | None = None, memory: str | None = None,
-                                 **layers: Any) -> HermesConfig:
-    """`build_config`, where `memory` None is the resolved model's bounded preset (`default_memory_preset`),
-    not `full`: what `run`, `serve` and `hermes.open` use. Raises `ConfigError` as `build_config` does."""
-    if memory is None:
-        memory = default_memory_preset(build_config(model=model, **layers).model.name)
-    return build_config(model=model, memory=memory, **layers)
 
 
 def _read_config_file(config_file: str | Path) -> dict[str, Any]:
