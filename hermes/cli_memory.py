@@ -1,8 +1,5 @@
-"""The `memory` subcommand of `hermes-video`: inspect, verify or repair a memory directory.
-
-Registered by `hermes/cli.py` with `add_memory_parser(subparsers)`; the work is in
-`hermes.tiers.commands`.
-"""
+"""The `memory` subcommand of `hermes-video`: inspect, verify or repair a memory directory (the work is
+in `hermes.tiers.commands`)."""
 
 from __future__ import annotations
 
