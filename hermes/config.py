@@ -206,7 +206,7 @@ SECTIONS = {"model": ModelConfig, "memory": MemoryConfig, "stream": StreamConfig
 
 
 # --------------------------------------------------------------------------------------------
-# Applying nested dicts and dotted overrides to the dataclasses, with type checks
+# Checking a section's values (its __post_init__), merging layers, reading `--set` and `--config`
 
 
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
