@@ -39,5 +39,5 @@ def test_a_repeating_greedy_answer_changes_under_the_penalty():
 
 
 def test_a_non_positive_penalty_is_a_config_error():
-    with pytest.raises(ConfigError, match="repetition_penalty must be positive"):
+    with pytest.raises(ConfigError, match=r"model.repetition_penalty: expected a positive number, found 0.0"):
         load_model(ModelConfig(name="tiny-llava-onevision", repetition_penalty=0.0))
