@@ -1,7 +1,9 @@
 """The HTTP API of `hermes-video serve` (FastAPI) and the `Server` it fronts.
 
-Every route but the page (`/`, `/static/*`) and the API's description (`/docs`, `/openapi.json`),
-which hold no data, needs ``Authorization: Bearer KEY`` when the server has a key (401 otherwise).
+Every route but the page (`/`, `/static/*`), the API's description (`/docs`, `/openapi.json`) and the
+probes (`/healthz`, `/readyz`), which hold no data, needs ``Authorization: Bearer KEY`` when the
+server has a key (401 otherwise). Until the model is loaded, everything but the probes and the
+description answers 503 "loading".
 Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot be opened, 403 a
 source outside the allowlist, 404 no such stream, 409 a name already open, frames pushed to a
 stream that is not a push stream or a watch added to a stream whose source has ended, 413 a request
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,12 +30,13 @@ from hermes.pipelines.serve.events import Watch, check_watch
 from hermes.pipelines.serve.registry import Conflict, Full, Registry
 from hermes.pipelines.serve.scheduler import Scheduler
 from hermes.pipelines.serve.security import Forbidden, bearer_ok
-from hermes.pipelines.serve.settings import ServeSettings
+from hermes.pipelines.serve.settings import ServeSettings, memory_root_problem
 from hermes.pipelines.serve.stream import Behind, Stream, TooManyFrames
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-PUBLIC_PATHS = ("/", "/docs", "/openapi.json")
+PUBLIC_PATHS = ("/", "/docs", "/openapi.json")  # no data: no key needed
+HEALTH_PATHS = ("/healthz", "/readyz")  # for load balancers and orchestrators: no key, nothing about streams
 QUESTION_KEYS = ("question", "options", "recall", "max_new_tokens")
 MAX_NEW_TOKENS = 256
 EVENTS_POLL_S = 0.2
@@ -52,17 +56,50 @@ class Server:
 
     Args:
         settings: the checked `ServeSettings`.
-        model: a loaded adapter.
+        model: a loaded adapter, or a function that loads one: `load_in_background` then runs it on a
+            thread while the server already listens (/readyz and the API answer 503 "loading" meanwhile).
         resolve_config: the configuration for a stream's memory preset (None: the server's default).
-        capacity_bytes: device memory admission may hand out (None: measured now).
+        capacity_bytes: device memory admission may hand out (None: measured once the model is loaded).
     """
 
     def __init__(self, settings: ServeSettings, model, resolve_config: Callable[[str | None], Any], *,
                  capacity_bytes: int | None = None) -> None:
         self.settings = settings
-        self.model = model
+        self.resolve_config = resolve_config
+        self.capacity_bytes = capacity_bytes
+        self.model = self.scheduler = self.registry = None
+        self.load_error: str | None = None
+        self._loader = model if callable(model) else None
+        if self._loader is None:
+            self._attach(model)
+
+    def _attach(self, model) -> None:
         self.scheduler = Scheduler(model)
-        self.registry = Registry(settings, self.scheduler, resolve_config, capacity_bytes)
+        self.registry = Registry(self.settings, self.scheduler, self.resolve_config, self.capacity_bytes)
+        self.model = model  # last: `model` set means ready to serve
+
+    def load_in_background(self) -> None:
+        """Start loading the model on a thread when it was given as a function (else nothing to do)."""
+        def load():
+            try:
+                self._attach(self._loader())
+            except BaseException as exc:  # noqa: BLE001 - reported by /readyz (and by `serve`, which exits)
+                self.load_error = " ".join(str(exc).split()) or type(exc).__name__
+
+        if self._loader is not None and self.model is None:
+            threading.Thread(target=load, daemon=True, name="hermes-serve-load").start()
+
+    def not_ready(self) -> str | None:
+        """Why the server cannot answer questions now (None: ready); says nothing about streams."""
+        if self.load_error is not None:
+            return "the model failed to load"
+        if self.model is None:
+            return "loading: the model is not loaded yet"
+        if not self.scheduler.alive:
+            return "the model worker stopped"
+        if self.settings.memory_root is not None and memory_root_problem(self.settings.memory_root):
+            return "the memory root is not writable"
+        return None
 
     def stream(self, stream_id: str) -> Stream:
         stream = self.registry.get(stream_id)
@@ -72,6 +109,8 @@ class Server:
 
     def close(self) -> None:
         """Close every stream (each memory directory checkpointed), then the worker."""
+        if self.registry is None:
+            return
         for stream in self.registry.all():
             try:
                 self.registry.delete(stream.id)
@@ -84,10 +123,12 @@ STATUS = ((NotFound, 404), (TooLarge, 413), (Forbidden, 403), (Conflict, 409), (
           (UsageError, 422), (SourceError, 422))
 
 
-def error_response(exc: HermesError, settings: ServeSettings) -> JSONResponse:
-    code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
-    headers = {"Retry-After": str(settings.retry_after_s)} if code == 503 else None
-    return JSONResponse({"error": " ".join(str(exc).split())}, status_code=code, headers=headers)
+def error_json(path: str, code: int, message: str, settings: ServeSettings,
+               headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error response: ``{"error": message}``."""
+    if code == 503:
+        headers = {**(headers or {}), "Retry-After": str(settings.retry_after_s)}
+    return JSONResponse({"error": message}, status_code=code, headers=headers)
 
 
 def check_question(body: Any) -> tuple[Question, int | None, bool | None]:
@@ -154,6 +195,7 @@ def create_app(server: Server) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app):
+        server.load_in_background()
         yield
         await asyncio.to_thread(server.close)
 
@@ -164,18 +206,23 @@ def create_app(server: Server) -> FastAPI:
     @app.middleware("http")
     async def guard(request: Request, call_next):
         path = request.url.path
+        if path in HEALTH_PATHS:
+            return await call_next(request)
         if not (path in PUBLIC_PATHS or path.startswith("/static/")) and \
                 not bearer_ok(request.headers.get("authorization"), settings.api_key):
-            return JSONResponse({"error": "missing or wrong API key: send Authorization: Bearer KEY"},
-                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            return error_json(path, 401, "missing or wrong API key: send Authorization: Bearer KEY", settings,
+                              {"WWW-Authenticate": "Bearer"})
+        if server.model is None and path not in ("/docs", "/openapi.json"):
+            return error_json(path, 503, server.not_ready(), settings)
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_request_bytes:
-            return JSONResponse({"error": f"request body over {settings.max_request_bytes} bytes"}, status_code=413)
+            return error_json(path, 413, f"request body over {settings.max_request_bytes} bytes", settings)
         return await call_next(request)
 
     @app.exception_handler(HermesError)
     async def hermes_error(request: Request, exc: HermesError):
-        return error_response(exc, settings)
+        code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
+        return error_json(request.url.path, code, " ".join(str(exc).split()), settings)
 
     async def json_body(request: Request) -> Any:
         raw = await request.body()
@@ -197,11 +244,18 @@ def create_app(server: Server) -> FastAPI:
             raise NotFound(f"no static file {name!r}")
         return FileResponse(path)
 
-    @app.get("/healthz", summary="Liveness: the model worker runs")
+    @app.get("/healthz", summary="Liveness: the process answers (no key needed)")
     def healthz():
-        alive = server.scheduler.alive
-        return JSONResponse({"status": "ok" if alive else "down", "model": server.model.name,
-                             "streams": len(server.registry.all())}, status_code=200 if alive else 503)
+        down = server.scheduler is not None and not server.scheduler.alive
+        return JSONResponse({"status": "down" if down else "ok"}, status_code=503 if down else 200)
+
+    @app.get("/readyz", summary="Readiness: model loaded, worker running, memory root writable (no key needed)")
+    def readyz():
+        reason = server.not_ready()
+        if reason is None:
+            return {"status": "ready"}
+        return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503,
+                            headers={"Retry-After": str(settings.retry_after_s)})
 
     @app.get("/metrics", summary="Prometheus text format")
     def prometheus():
