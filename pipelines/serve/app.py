@@ -16,16 +16,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from hermes.errors import HermesError, SourceError, UsageError
 from hermes.pipelines.asked import Question
-from hermes.pipelines.serve import metrics
+from hermes.pipelines.serve import metrics, openai_api
 from hermes.pipelines.serve.events import Watch, check_watch
 from hermes.pipelines.serve.registry import Conflict, Full, Registry
 from hermes.pipelines.serve.scheduler import Scheduler
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 PUBLIC_PATHS = ("/", "/docs", "/openapi.json")  # no data: no key needed
 HEALTH_PATHS = ("/healthz", "/readyz")  # for load balancers and orchestrators: no key, nothing about streams
-QUESTION_KEYS = ("question", "options", "recall", "max_new_tokens")
+QUESTION_KEYS = ("question", "options", "recall", "max_new_tokens", "at")
 MAX_NEW_TOKENS = 256
 EVENTS_POLL_S = 0.2
 KEEPALIVE_S = 15.0
@@ -125,14 +126,18 @@ STATUS = ((NotFound, 404), (TooLarge, 413), (Forbidden, 403), (Conflict, 409), (
 
 def error_json(path: str, code: int, message: str, settings: ServeSettings,
                headers: dict[str, str] | None = None) -> JSONResponse:
-    """An error response: ``{"error": message}``."""
+    """An error response: ``{"error": message}``, or OpenAI's error shape on the OpenAI routes."""
     if code == 503:
         headers = {**(headers or {}), "Retry-After": str(settings.retry_after_s)}
-    return JSONResponse({"error": message}, status_code=code, headers=headers)
+    if openai_api.is_openai_path(path):
+        code, body = openai_api.error_body(code, message)
+    else:
+        body = {"error": message}
+    return JSONResponse(body, status_code=code, headers=headers)
 
 
-def check_question(body: Any) -> tuple[Question, int | None, bool | None]:
-    """The question, answer length and recall choice of a `POST .../questions` body.
+def check_question(body: Any) -> tuple[Question, int | None, bool | None, float | None]:
+    """The question, answer length, recall choice and moment (stream seconds) of a `POST .../questions` body.
 
     Raises:
         UsageError: a body that is not such an object.
@@ -155,7 +160,10 @@ def check_question(body: Any) -> tuple[Question, int | None, bool | None]:
     recall = body.get("recall")
     if recall is not None and not isinstance(recall, bool):
         raise UsageError('"recall" must be true or false')
-    return Question(body["question"], options=tuple(options)), tokens, recall
+    at_s = body.get("at")
+    if at_s is not None and (isinstance(at_s, bool) or not isinstance(at_s, (int, float)) or not 0 <= at_s < math.inf):
+        raise UsageError('"at" must be a number of stream seconds >= 0')
+    return Question(body["question"], options=tuple(options)), tokens, recall, at_s
 
 
 def answer_json(stream: Stream, answer) -> dict[str, Any]:
@@ -163,6 +171,35 @@ def answer_json(stream: Stream, answer) -> dict[str, Any]:
     out = answer.to_json()
     out.update(stream=stream.id, last_frame_t_s=answer.last_frame_t_s)
     return out
+
+
+async def answer_pieces(server: Server, stream: Stream, question: Question, tokens: int | None,
+                        recall: bool | None, at_s: float | None) -> AsyncIterator:
+    """Ask `question` on `stream`: yields the answer's text pieces as they are generated, then the `Answer`.
+
+    Raises:
+        HermesError: what the scheduler raised (asking, or answering on the worker).
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall, at_s=at_s,
+                                  on_text=lambda text: loop.call_soon_threadsafe(queue.put_nowait, text))
+    future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f))
+    while isinstance(item := await queue.get(), str):
+        yield item
+    yield item.result()
+
+
+async def primed(pieces: AsyncIterator) -> AsyncIterator:
+    """`pieces` with its first item awaited now: an error before the answer starts gets its own status."""
+    first = await anext(pieces)
+
+    async def again():
+        yield first
+        async for item in pieces:
+            yield item
+
+    return again()
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> str:
@@ -311,31 +348,47 @@ def create_app(server: Server) -> FastAPI:
               summary="Ask about the frames before now: the answer JSON of `run --json` (or SSE tokens)")
     async def ask(stream_id: str, request: Request):
         stream = server.stream(stream_id)
-        question, tokens, recall = check_question(await json_body(request))
+        question, tokens, recall, at_s = check_question(await json_body(request))
         if "text/event-stream" not in request.headers.get("accept", ""):
-            future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall)
-            answer = await asyncio.wrap_future(future)
-            return answer_json(stream, answer)
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall,
-                                      on_text=lambda text: loop.call_soon_threadsafe(queue.put_nowait, text))
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f))
+            future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall, at_s=at_s)
+            return answer_json(stream, await asyncio.wrap_future(future))
+        pieces = answer_pieces(server, stream, question, tokens, recall, at_s)
 
         async def tokens_then_answer():
-            while True:
-                item = await queue.get()
-                if isinstance(item, str):
-                    yield sse("token", {"text": item})
-                    continue
-                exc = item.exception()
-                if exc is None:
-                    yield sse("answer", answer_json(stream, item.result()))
-                else:
-                    yield sse("error", {"error": " ".join(str(exc).split())})
-                return
+            try:
+                async for item in pieces:
+                    yield sse("token", {"text": item}) if isinstance(item, str) else \
+                        sse("answer", answer_json(stream, item))
+            except Exception as exc:  # noqa: BLE001 - the status line is sent: the error is an event
+                yield sse("error", {"error": " ".join(str(exc).split())})
 
         return StreamingResponse(tokens_then_answer(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    @app.get("/v1/models", summary="OpenAI: the streams, as models")
+    def list_models():
+        return {"object": "list", "data": [openai_api.model_json(s) for s in server.registry.all()]}
+
+    @app.get("/v1/models/{model}", summary="OpenAI: one stream, as a model")
+    def get_model(model: str):
+        return openai_api.model_json(server.stream(model))
+
+    @app.post("/v1/chat/completions", summary="OpenAI chat: the last user message asks the stream named by model")
+    async def chat_completions(request: Request):
+        chat = openai_api.parse_chat(await json_body(request), MAX_NEW_TOKENS)
+        stream = server.stream(chat.model)
+        question, tokens, recall, at_s = check_question(chat.question)
+        if chat.images and not stream.push:
+            raise UsageError(f"stream {stream.id!r} reads its own source; image parts go only to a \"push\" stream")
+        for image in chat.images:
+            rgb = await asyncio.to_thread(decode_image, image)
+            await asyncio.to_thread(stream.push_frame, rgb, None)  # may wait for the model to catch up
+        limit = tokens or stream.cfg.model.max_new_tokens
+        if not chat.stream:
+            future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall, at_s=at_s)
+            return openai_api.completion(chat, await asyncio.wrap_future(future), limit)
+        pieces = await primed(answer_pieces(server, stream, question, tokens, recall, at_s))
+        return StreamingResponse(openai_api.chunks(chat, pieces, limit), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 
     @app.post("/v1/streams/{stream_id}/watches", status_code=201,

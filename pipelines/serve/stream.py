@@ -174,9 +174,9 @@ class Stream:
             if len(self._push_times) >= self._max_push_fps:
                 raise TooManyFrames(f"more than {self._max_push_fps:g} frames in one second on stream {self.id}")
             self._push_times.append(now)
-            if t_s is None:
-                t_s = max(now - self._started + self._offset_s, self._min_next_t_s)
             floor = max(self._min_next_t_s, self._last_t_s + 1e-6 if self._last_t_s is not None else 0.0)
+            if t_s is None:  # the arrival clock, but never before a frame the client stamped itself
+                t_s = max(now - self._started + self._offset_s, floor)
             if t_s < floor:
                 raise UsageError(f"frame time {t_s:g}s does not come after this stream's last frame or "
                                  f"question ({floor:g}s); frames must arrive in time order")
