@@ -136,8 +136,9 @@ def error_json(path: str, code: int, message: str, settings: ServeSettings,
     return JSONResponse(body, status_code=code, headers=headers)
 
 
-def check_question(body: Any) -> tuple[Question, int | None, bool | None, float | None]:
-    """The question, answer length, recall choice and moment (stream seconds) of a `POST .../questions` body.
+def check_question(body: Any) -> tuple[Question, dict[str, Any]]:
+    """The question of a `POST .../questions` body, and its answer length, recall choice and moment (stream
+    seconds) as `Scheduler.ask`'s keyword arguments.
 
     Raises:
         UsageError: a body that is not such an object.
@@ -163,7 +164,7 @@ def check_question(body: Any) -> tuple[Question, int | None, bool | None, float 
     at_s = body.get("at")
     if at_s is not None and (isinstance(at_s, bool) or not isinstance(at_s, (int, float)) or not 0 <= at_s < math.inf):
         raise UsageError('"at" must be a number of stream seconds >= 0')
-    return Question(body["question"], options=tuple(options)), tokens, recall, at_s
+    return Question(body["question"], options=tuple(options)), {"max_new_tokens": tokens, "recall": recall, "at_s": at_s}
 
 
 def answer_json(stream: Stream, answer) -> dict[str, Any]:
@@ -173,33 +174,32 @@ def answer_json(stream: Stream, answer) -> dict[str, Any]:
     return out
 
 
-async def answer_pieces(server: Server, stream: Stream, question: Question, tokens: int | None,
-                        recall: bool | None, at_s: float | None) -> AsyncIterator:
-    """Ask `question` on `stream`: yields the answer's text pieces as they are generated, then the `Answer`.
+async def answer_pieces(server: Server, stream: Stream, question: Question, ask: dict[str, Any]) -> AsyncIterator:
+    """Ask `question` on `stream` (`ask`: `check_question`'s keyword arguments) and wait for the answer to begin.
+
+    Returns:
+        An iterator of the answer's text pieces as they are generated, then the `Answer`.
 
     Raises:
-        HermesError: what the scheduler raised (asking, or answering on the worker).
+        HermesError: the question failed before its answer began (so the response gets its own status).
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall, at_s=at_s,
+    future = server.scheduler.ask(stream, question, **ask,
                                   on_text=lambda text: loop.call_soon_threadsafe(queue.put_nowait, text))
     future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f))
-    while isinstance(item := await queue.get(), str):
-        yield item
-    yield item.result()
+    first = await queue.get()
+    if not isinstance(first, str):
+        first.result()
 
-
-async def primed(pieces: AsyncIterator) -> AsyncIterator:
-    """`pieces` with its first item awaited now: an error before the answer starts gets its own status."""
-    first = await anext(pieces)
-
-    async def again():
-        yield first
-        async for item in pieces:
+    async def pieces():
+        item = first
+        while isinstance(item, str):
             yield item
+            item = await queue.get()
+        yield item.result()
 
-    return again()
+    return pieces()
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> str:
@@ -348,11 +348,10 @@ def create_app(server: Server) -> FastAPI:
               summary="Ask about the frames before now: the answer JSON of `run --json` (or SSE tokens)")
     async def ask(stream_id: str, request: Request):
         stream = server.stream(stream_id)
-        question, tokens, recall, at_s = check_question(await json_body(request))
+        question, ask = check_question(await json_body(request))
         if "text/event-stream" not in request.headers.get("accept", ""):
-            future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall, at_s=at_s)
-            return answer_json(stream, await asyncio.wrap_future(future))
-        pieces = answer_pieces(server, stream, question, tokens, recall, at_s)
+            return answer_json(stream, await asyncio.wrap_future(server.scheduler.ask(stream, question, **ask)))
+        pieces = await answer_pieces(server, stream, question, ask)
 
         async def tokens_then_answer():
             try:
@@ -377,17 +376,17 @@ def create_app(server: Server) -> FastAPI:
     async def chat_completions(request: Request):
         chat = openai_api.parse_chat(await json_body(request), MAX_NEW_TOKENS)
         stream = server.stream(chat.model)
-        question, tokens, recall, at_s = check_question(chat.question)
+        question, ask = check_question(chat.question)
         if chat.images and not stream.push:
             raise UsageError(f"stream {stream.id!r} reads its own source; image parts go only to a \"push\" stream")
         for image in chat.images:
             rgb = await asyncio.to_thread(decode_image, image)
             await asyncio.to_thread(stream.push_frame, rgb, None)  # may wait for the model to catch up
-        limit = tokens or stream.cfg.model.max_new_tokens
+        limit = ask["max_new_tokens"] or stream.cfg.model.max_new_tokens
         if not chat.stream:
-            future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall, at_s=at_s)
-            return openai_api.completion(chat, await asyncio.wrap_future(future), limit)
-        pieces = await primed(answer_pieces(server, stream, question, tokens, recall, at_s))
+            answer = await asyncio.wrap_future(server.scheduler.ask(stream, question, **ask))
+            return openai_api.completion(chat, answer, limit)
+        pieces = await answer_pieces(server, stream, question, ask)
         return StreamingResponse(openai_api.chunks(chat, pieces, limit), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 

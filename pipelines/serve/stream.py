@@ -32,7 +32,6 @@ from hermes.pipelines.frames import Frame
 from hermes.pipelines.serve.events import EventLog, Watch
 from hermes.redact import redact_url
 
-STATUSES = ("starting", "running", "ended", "error", "closed")
 PUSH_WAIT_S = 30.0  # how long a pushed frame waits for room before the client is told to retry
 
 
@@ -82,7 +81,7 @@ class Stream:
         self.events = EventLog()
         self.counters = StreamCounters()
         self.watches: list[Watch] = []
-        self.status = "starting"
+        self.status = "starting"  # then running, ended, error or closed
         self.error: str | None = None
         self.session = None  # the scheduler's worker thread owns it
         self.memory: dict[str, int] = {}  # the worker's snapshot of session.memory_stats()
