@@ -98,8 +98,8 @@ def parse_chat(body: Any, max_new_tokens: int) -> ChatRequest:
     if not text.strip():
         raise UsageError("the last user message has no text: it is the question")
     stop = body.get("stop")
-    stop = (stop,) if isinstance(stop, str) else tuple(stop or ())
-    if len(stop) > MAX_STOPS or not all(isinstance(s, str) and s for s in stop):
+    stop = [stop] if isinstance(stop, str) else [] if stop is None else stop
+    if not isinstance(stop, list) or len(stop) > MAX_STOPS or not all(isinstance(s, str) and s for s in stop):
         raise UsageError(f'"stop" must be a string or a list of at most {MAX_STOPS} non-empty strings')
     extra = body.get("hermes") or {}
     if not isinstance(extra, dict):
@@ -109,12 +109,13 @@ def parse_chat(body: Any, max_new_tokens: int) -> ChatRequest:
             raise UsageError(f'unknown "hermes" key {key!r}{did_you_mean(key, HERMES_KEYS)}; it takes '
                              f'{", ".join(HERMES_KEYS)}')
     tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > max_new_tokens:
-        tokens = max_new_tokens
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise UsageError('"max_tokens" must be a whole number >= 1')
+    tokens = None if tokens is None else min(tokens, max_new_tokens)
     question = {"question": text, **extra, **({"max_new_tokens": tokens} if tokens is not None else {})}
     options = body.get("stream_options") or {}
     return ChatRequest(model, question, images, body.get("stream") is True,
-                       isinstance(options, dict) and options.get("include_usage") is True, stop)
+                       isinstance(options, dict) and options.get("include_usage") is True, tuple(stop))
 
 
 def user_content(content: Any) -> tuple[str, list[bytes]]:

@@ -134,12 +134,14 @@ def test_errors_take_openais_shape_and_status(served, tiny_model):
     cases = [({"model": "nope"}, openai.NotFoundError, 404, "not_found_error"),
              ({"model": "door", "n": 2}, openai.BadRequestError, 400, "invalid_request_error"),
              ({"model": "door", "temperature": 0.7}, openai.BadRequestError, 400, "invalid_request_error"),
+             ({"model": "door", "stop": {"a": 1}}, openai.BadRequestError, 400, "invalid_request_error"),
              ({"model": "door", "max_tokens": 0}, openai.BadRequestError, 400, "invalid_request_error")]
     for kwargs, error, status, kind in cases:
         with pytest.raises(error) as caught:
             client.chat.completions.create(messages=messages, **kwargs)
         assert caught.value.status_code == status and caught.value.body["type"] == kind, kwargs
         assert set(caught.value.response.json()["error"]) == {"message", "type", "param", "code"}
+    assert "max_tokens" in caught.value.message  # the OpenAI name, not the native one
     assert "temperature" in native.post("/v1/chat/completions", json={"model": "door", "messages": messages,
                                                                         "temperature": 1}).json()["error"]["message"]
     wrong = openai.OpenAI(base_url="http://testserver/v1", api_key="wrong-key-0123456789", http_client=native,
