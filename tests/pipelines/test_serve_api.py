@@ -315,3 +315,18 @@ def test_the_pages_fps_box_allows_every_rate_the_api_takes():
     fps = parser.attrs
     assert fps["type"] == "number" and fps["step"] == "any"
     assert 0 < float(fps["min"]) <= 0.1 and float(fps["max"]) == MAX_FPS
+
+
+def test_serve_stops_with_the_models_load_error_and_its_exit_code(capsys, monkeypatch):
+    """The model loads after the server listens: a load that fails still ends `serve` with its one line."""
+    import torch
+    from live_fixtures import free_port
+
+    from hermes.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: --device cuda loads")
+    monkeypatch.delenv("HERMES_API_KEY", raising=False)
+    assert main(["serve", "--model", "tiny-llava-onevision", "--device", "cuda", "--port", str(free_port())]) == 4
+    err = capsys.readouterr().err
+    assert "error: device 'cuda' requested but CUDA is not available" in err and "Traceback" not in err
