@@ -202,6 +202,16 @@ async def answer_pieces(server: Server, stream: Stream, question: Question, ask:
     return pieces()
 
 
+async def push_image(stream: Stream, data: bytes, t_s: float | None) -> float:
+    """Decode a JPEG or PNG and push it to `stream` (waiting for room while the model catches up); its time."""
+    rgb = await asyncio.to_thread(decode_image, data)
+    return await asyncio.to_thread(stream.push_frame, rgb, t_s)
+
+
+def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
 def sse(event: str, data: Any, event_id: int | None = None) -> str:
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -261,10 +271,14 @@ def create_app(server: Server) -> FastAPI:
         code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
         return error_json(request.url.path, code, " ".join(str(exc).split()), settings)
 
-    async def json_body(request: Request) -> Any:
+    async def body_bytes(request: Request) -> bytes:
         raw = await request.body()
         if len(raw) > settings.max_request_bytes:
             raise TooLarge(f"request body over {settings.max_request_bytes} bytes")
+        return raw
+
+    async def json_body(request: Request) -> Any:
+        raw = await body_bytes(request)
         try:
             return json.loads(raw or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -324,13 +338,10 @@ def create_app(server: Server) -> FastAPI:
         stream = server.stream(stream_id)
         if not stream.push:
             raise Conflict(f"stream {stream_id!r} reads its own source; frames are pushed only to a \"push\" stream")
-        body = await request.body()
-        if len(body) > settings.max_request_bytes:
-            raise TooLarge(f"request body over {settings.max_request_bytes} bytes")
+        body = await body_bytes(request)
         if t_s is not None and not (t_s >= 0 and t_s < float("inf")):
             raise UsageError("t_s must be a number of seconds >= 0")
-        rgb = await asyncio.to_thread(decode_image, body)
-        stamped = await asyncio.to_thread(stream.push_frame, rgb, t_s)  # may wait for the model to catch up
+        stamped = await push_image(stream, body, t_s)
         return JSONResponse({"t_s": stamped, "frames_received": stream.counters.frames_received}, status_code=202)
 
     @app.get("/v1/streams/{stream_id}/frame.jpg", summary="The latest frame received, as JPEG")
@@ -361,8 +372,7 @@ def create_app(server: Server) -> FastAPI:
             except Exception as exc:  # noqa: BLE001 - the status line is sent: the error is an event
                 yield sse("error", {"error": " ".join(str(exc).split())})
 
-        return StreamingResponse(tokens_then_answer(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})
+        return event_stream(tokens_then_answer())
 
     @app.get("/v1/models", summary="OpenAI: the streams, as models")
     def list_models():
@@ -380,15 +390,13 @@ def create_app(server: Server) -> FastAPI:
         if chat.images and not stream.push:
             raise UsageError(f"stream {stream.id!r} reads its own source; image parts go only to a \"push\" stream")
         for image in chat.images:
-            rgb = await asyncio.to_thread(decode_image, image)
-            await asyncio.to_thread(stream.push_frame, rgb, None)  # may wait for the model to catch up
+            await push_image(stream, image, None)
         limit = ask["max_new_tokens"] or stream.cfg.model.max_new_tokens
         if not chat.stream:
             answer = await asyncio.wrap_future(server.scheduler.ask(stream, question, **ask))
             return openai_api.completion(chat, answer, limit)
         pieces = await answer_pieces(server, stream, question, ask)
-        return StreamingResponse(openai_api.chunks(chat, pieces, limit), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})
+        return event_stream(openai_api.chunks(chat, pieces, limit))
 
     @app.post("/v1/streams/{stream_id}/watches", status_code=201,
               summary="A standing question: {question, every_s}; an event each time its answer changes")
@@ -429,7 +437,7 @@ def create_app(server: Server) -> FastAPI:
                     idle_s = 0.0
                     yield ": keepalive\n\n"
 
-        return StreamingResponse(feed(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        return event_stream(feed())
 
     @app.get("/v1/streams/{stream_id}/memory", summary="Memory per level; evictions and recall")
     def memory(stream_id: str):
