@@ -164,7 +164,8 @@ def check_question(body: Any) -> tuple[Question, dict[str, Any]]:
     at_s = body.get("at")
     if at_s is not None and (isinstance(at_s, bool) or not isinstance(at_s, (int, float)) or not 0 <= at_s < math.inf):
         raise UsageError('"at" must be a number of stream seconds >= 0')
-    return Question(body["question"], options=tuple(options)), {"max_new_tokens": tokens, "recall": recall, "at_s": at_s}
+    ask = {"max_new_tokens": tokens, "recall": recall, "at_s": at_s}
+    return Question(body["question"], options=tuple(options)), ask
 
 
 def answer_json(stream: Stream, answer) -> dict[str, Any]:
@@ -209,6 +210,7 @@ async def push_image(stream: Stream, data: bytes, t_s: float | None) -> float:
 
 
 def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    """A server-sent events response (never cached)."""
     return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
 

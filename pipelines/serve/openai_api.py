@@ -162,6 +162,7 @@ class TextCut:
         self.stopped = False  # a stop string was found
 
     def feed(self, piece: str, last: bool = False) -> str:
+        """The text that may be sent after `piece` (`last`: the answer is complete, hold nothing back)."""
         if self.stopped:
             return ""
         self.text = (self.text + piece).lstrip()
@@ -181,6 +182,7 @@ def usage(answer) -> dict[str, int]:
 
 
 def finish_reason(answer, stopped: bool, max_tokens: int) -> str:
+    """``length`` when the answer ran to `max_tokens` (and no stop string cut it), else ``stop``."""
     return "length" if not stopped and answer.completion_tokens >= max_tokens else "stop"
 
 
@@ -194,6 +196,11 @@ def completion(chat: ChatRequest, answer, max_tokens: int) -> dict[str, Any]:
             "usage": usage(answer)}
 
 
+def data(obj: Any) -> str:
+    """One server-sent event as OpenAI streams them: a ``data:`` line of JSON."""
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
 async def chunks(chat: ChatRequest, pieces: AsyncIterator, max_tokens: int) -> AsyncIterator[str]:
     """The server-sent events of a streamed answer.
 
@@ -205,9 +212,8 @@ async def chunks(chat: ChatRequest, pieces: AsyncIterator, max_tokens: int) -> A
     head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": chat.model}
 
-    def event(delta: dict, finish: str | None = None, **extra) -> str:
-        data = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+    def event(delta: dict, finish: str | None = None) -> str:
+        return data({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
     yield event({"role": "assistant", "content": ""})
     cut = TextCut(chat.stop)
@@ -219,7 +225,7 @@ async def chunks(chat: ChatRequest, pieces: AsyncIterator, max_tokens: int) -> A
             if not isinstance(item, str):
                 yield event({}, finish_reason(item, cut.stopped, max_tokens))
                 if chat.include_usage:
-                    yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage(item)})}\n\n"
+                    yield data({**head, "choices": [], "usage": usage(item)})
     except Exception as exc:  # noqa: BLE001 - the status line is sent: the error goes in the stream
-        yield f"data: {json.dumps(error_body(500, ' '.join(str(exc).split()))[1])}\n\n"
+        yield data(error_body(500, " ".join(str(exc).split()))[1])
     yield "data: [DONE]\n\n"

@@ -110,8 +110,8 @@ def test_image_parts_are_frames_pushed_before_the_question(served, tmp_path):
 def test_hermes_fields_options_recall_and_at(served):
     native, client = served
     messages = [{"role": "user", "content": "Which colour?"}]
-    reply = client.chat.completions.create(model="door", messages=messages,
-                                           extra_body={"hermes": {"options": ["red", "green", "blue"], "recall": False}})
+    extra = {"hermes": {"options": ["red", "green", "blue"], "recall": False}}
+    reply = client.chat.completions.create(model="door", messages=messages, extra_body=extra)
     assert reply.choices[0].message.content in ("A", "B", "C") and reply.usage.completion_tokens == 1
     with pytest.raises(openai.BadRequestError, match="after stream door's clock"):
         client.chat.completions.create(model="door", messages=messages, extra_body={"hermes": {"at": 99.0}})
