@@ -8,7 +8,7 @@ Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot
 source outside the allowlist, 404 no such stream, 409 a name already open, frames pushed to a
 stream that is not a push stream or a watch added to a stream whose source has ended, 413 a request
 over the size limit, 429 over the push rate, 503 (with ``Retry-After``) no room for another stream,
-or a push stream whose model is behind.
+or a push stream whose model is behind. The OpenAI routes answer in OpenAI's error shape (`openai_api`).
 """
 
 from __future__ import annotations
