@@ -750,7 +750,7 @@ class Pusher:
         with httpx.Client(base_url=self.base_url, timeout=60) as client:
             while not self._stop.is_set() and alive():
                 with contextlib.suppress(httpx.HTTPError):
-                    if client.get("/healthz").status_code == 200:
+                    if client.get("/readyz").status_code == 200:  # listening and the model loaded
                         break
                 self._stop.wait(0.2)
             for name in self.names:
