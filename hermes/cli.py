@@ -1,7 +1,7 @@
 """`hermes-video` (also `python -m hermes`): the command line, a thin layer over the Python API.
 
 This module only assembles the parser and maps errors to exit codes. Each package registers its own
-subcommands (`hermes.pipelines.cli`: run; `hermes.pipelines.serve.cli`: serve; `hermes.pipelines.bench_cli`:
+subcommands (`hermes.pipelines.cli`: run; `hermes.pipelines.serve.cli`: serve; `hermes.pipelines.bench.cli`:
 bench; `hermes.datasets.demo`: demo; `hermes.datasets.cli`: eval; `hermes.cli_memory`: memory; `hermes.models.cli`: pull, models), with
 the shared options of `hermes.cli_args` (where the table of config flags lives).
 
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     from hermes.datasets.cli import add_eval_parser
     from hermes.datasets.demo import add_demo_parser
     from hermes.models.cli import add_model_parsers
-    from hermes.pipelines.bench_cli import add_bench_parser
+    from hermes.pipelines.bench.cli import add_bench_parser
     from hermes.pipelines.cli import add_run_parser
     from hermes.pipelines.serve.cli import add_serve_parser
     from hermes.cli_memory import add_memory_parser

@@ -26,8 +26,8 @@ import torch
 from hermes.config import ModelConfig
 from hermes.models.compiled_decode import compiled_decode_step
 from hermes.models.loading import build_random_model
-from hermes.pipelines.bench import device_sync
-from hermes.pipelines.bench_cli import write_json_output
+from hermes.pipelines.bench.memory import device_sync
+from hermes.pipelines.bench.cli import write_json_output
 
 
 def bench_preprocess(model, chunk_frames: int, repeats: int) -> dict:

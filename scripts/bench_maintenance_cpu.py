@@ -35,7 +35,7 @@ import hermes.pipelines.session as session_module
 from hermes.config import MemoryConfig, ModelConfig
 from hermes.models.loading import make_adapter
 from hermes.models.tiny import tiny_llava_onevision
-from hermes.pipelines.bench import measure_stream, resolve_policies
+from hermes.pipelines.bench.memory import measure_stream, resolve_policies
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 p.add_argument("--quick", action="store_true", help="half the stream lengths")

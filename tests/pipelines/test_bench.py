@@ -14,12 +14,12 @@ import torch
 
 from hermes.config import MemoryConfig
 from hermes.models.base import Generation
-from hermes.pipelines import bench
-from hermes.pipelines.bench import (
+from hermes.pipelines.bench import memory as bench
+from hermes.pipelines.bench.memory import (
     PolicySpec, StreamRow, checkpointed_stream, forced_length_decoding, ingest_fps, measure_stream, resolve_policies,
     run_sweep, synthetic_frames, time_per_output_token_ms,
 )
-from hermes.pipelines.bench_report import (
+from hermes.pipelines.bench.common import (
     MEMORY_COLUMNS, SWEEP_COLUMNS, markdown_table, report_markdown, rows_as_dicts, rows_from_dicts,
 )
 
@@ -348,12 +348,12 @@ def test_a_failed_results_rewrite_keeps_the_previous_file(tmp_path, monkeypatch)
     import os
     from types import SimpleNamespace
 
-    from hermes.pipelines import bench_cli
+    from hermes.pipelines.bench import cli as bench_cli
 
     out, md = tmp_path / "s.json", tmp_path / "s.md"
     args = SimpleNamespace(output=str(out), markdown=str(md))
     monkeypatch.setattr(bench_cli, "bench_record", lambda meta, result: {"rows": result})
-    monkeypatch.setattr("hermes.pipelines.bench_report.report_markdown", lambda meta, result, columns: f"{result}\n")
+    monkeypatch.setattr("hermes.pipelines.bench.common.report_markdown", lambda meta, result, columns: f"{result}\n")
     bench_cli.write_bench_files(args, {}, [1, 2], None)
     assert json.loads(out.read_text()) == {"rows": [1, 2]} and md.read_text() == "[1, 2]\n"
 

@@ -80,7 +80,7 @@ def test_device_script_without_faiss_skips_recall_and_keeps_every_other_row(tmp_
 
 def fake_measure(missing: str):
     """A measure_stream stand-in: rows for every policy but hermes+recall, which needs `missing`."""
-    from hermes.pipelines.bench import StreamRow
+    from hermes.pipelines.bench.memory import StreamRow
 
     calls = []
 
@@ -99,7 +99,7 @@ def fake_measure(missing: str):
 
 def test_run_sweep_skips_a_policy_whose_optional_dependency_is_missing(monkeypatch, capsys):
     from hermes.config import MemoryConfig
-    from hermes.pipelines import bench
+    from hermes.pipelines.bench import memory as bench
 
     measure, calls = fake_measure("faiss")
     monkeypatch.setattr(bench, "measure_stream", measure)
@@ -116,7 +116,7 @@ def test_run_sweep_skips_a_policy_whose_optional_dependency_is_missing(monkeypat
 
 def test_run_sweep_does_not_hide_a_missing_module_of_our_own(monkeypatch):
     from hermes.config import MemoryConfig
-    from hermes.pipelines import bench
+    from hermes.pipelines.bench import memory as bench
 
     measure, _ = fake_measure("hermes.tiers.gone")
     monkeypatch.setattr(bench, "measure_stream", measure)

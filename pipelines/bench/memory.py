@@ -20,7 +20,7 @@ number of steps under every policy. Each policy is warmed up on a short stream f
 Policies are data: `full`, `sliding`, `hermes`, ... and `name+flag` for a boolean memory setting
 turned on (`hermes+recall` sets `memory.recall`); a flag that is not a known config key is skipped
 with a note instead of failing the run. Ratios are against `full` at the same chunk size and length.
-Tables, JSON and run details are formatted by `hermes.pipelines.bench_report`.
+Tables, JSON and run details are formatted by `hermes.pipelines.bench.common`.
 
 `bench memory` repeats its streams, the policies' order reversed every other repeat, and reports the
 ratios against `full` as min / median / max over repeats (`merge_repeats`). `bench overhead`

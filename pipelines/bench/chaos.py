@@ -55,7 +55,7 @@ from typing import Callable, NamedTuple
 from hermes.errors import StorageError, UsageError
 
 KINDS = ("file", "live", "serve", "s3")
-TEST_SERVERS = Path(__file__).resolve().parents[1] / "tests" / "servers"
+TEST_SERVERS = Path(__file__).resolve().parents[2] / "tests" / "servers"
 MODEL = "tiny-llava-onevision"
 BUCKET = "mem"
 S3_PREFIX = "chaos/stream"  # every s3 stream of a campaign uses it again (its objects deleted in between)

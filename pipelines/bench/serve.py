@@ -147,7 +147,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def _spawn(kind: str, params: dict, threads: int) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
-    code = (f"import json, torch; torch.set_num_threads({threads}); from hermes.pipelines.serve import bench; "
+    code = (f"import json, torch; torch.set_num_threads({threads}); from hermes.pipelines.bench import serve as bench; "
             f"print(json.dumps(bench.{kind}_worker(**json.loads({json.dumps(json.dumps(params))}))))")
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 

@@ -74,7 +74,7 @@ def write_json_output(path: str | None, payload) -> None:
 
 def write_bench_files(args, meta: dict, result, columns) -> None:
     """`--output` JSON and `--markdown` report, when asked (rewritten as results come in)."""
-    from hermes.pipelines.bench_report import report_markdown
+    from hermes.pipelines.bench.common import report_markdown
     from hermes.tiers.files import write_bytes_atomic
 
     write_json_output(args.output, bench_record(meta, result))
@@ -83,14 +83,14 @@ def write_bench_files(args, meta: dict, result, columns) -> None:
 
 
 def bench_record(meta: dict, result) -> dict:
-    from hermes.pipelines.bench_report import rows_as_dicts
+    from hermes.pipelines.bench.common import rows_as_dicts
 
     return {**meta, "notes": result.notes, "rows": rows_as_dicts(result.rows)}
 
 
 def write_bench_outputs(args, meta: dict, result, columns) -> None:
     """The table on stdout (with --json: the run as one JSON object), notes on stderr, and the files."""
-    from hermes.pipelines.bench_report import markdown_table
+    from hermes.pipelines.bench.common import markdown_table
 
     if args.json:
         print(json.dumps(bench_record(meta, result)))
@@ -106,8 +106,8 @@ def cmd_bench_memory(args) -> int:
     if args.stream_repeats < 1:
         raise UsageError(f"--stream-repeats expects a positive whole number, found {args.stream_repeats}")
     cfg = bench_config(args, MEMORY_SUITE_BUDGET)
-    from hermes.pipelines.bench import bench_memory, resolve_policies
-    from hermes.pipelines.bench_report import MEMORY_COLUMNS, run_info
+    from hermes.pipelines.bench.memory import bench_memory, resolve_policies
+    from hermes.pipelines.bench.common import MEMORY_COLUMNS, run_info
 
     chunk_frames = cfg.stream.chunk_frames
     model = bench_model(args, cfg)
@@ -127,7 +127,7 @@ def cmd_bench_tiers(args) -> int:
     if args.write_mib < 1:
         raise UsageError(f"--write-mib expects a positive whole number, found {args.write_mib}")
     check_output_path(args.output, "--output")
-    from hermes.tiers.bench import run
+    from hermes.pipelines.bench.tiers import run
 
     if args.store:
         from hermes.pipelines.run import check_memory_dir
@@ -148,8 +148,8 @@ def cmd_bench_sweep(args) -> int:
     if args.decode_tokens < 1 or args.repeats < 1 or args.frame_px < 1:
         raise UsageError("--decode-tokens, --repeats and --frame-px must be at least 1")
     cfg = bench_config(args, SWEEP_SUITE_BUDGET)
-    from hermes.pipelines.bench import resolve_policies, run_sweep
-    from hermes.pipelines.bench_report import SWEEP_COLUMNS, run_info
+    from hermes.pipelines.bench.memory import resolve_policies, run_sweep
+    from hermes.pipelines.bench.common import SWEEP_COLUMNS, run_info
 
     model = bench_model(args, cfg)
     policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)
@@ -168,14 +168,14 @@ def cmd_bench_sweep(args) -> int:
 
 
 def cmd_bench_serve(args) -> int:
-    """`bench serve`: N synthetic cameras into one served model vs N `run` processes (`hermes.pipelines.serve.bench`)."""
+    """`bench serve`: N synthetic cameras into one served model vs N `run` processes (`hermes.pipelines.bench.serve`)."""
     counts = parse_int_list(args.streams, "--streams")
     for flag, value in (("--stream-fps", args.stream_fps), ("--seconds", args.seconds), ("--ask-every", args.ask_every)):
         if not value > 0 or value == float("inf"):
             raise UsageError(f"{flag} expects a positive number, found {value:g}")
     check_output_path(args.output, "--output")
     cfg = config_from_args(args, memory="hermes-4k", model="tiny-llava-onevision")  # checked before any process starts
-    from hermes.pipelines.serve.bench import bench_serve, rows_table
+    from hermes.pipelines.bench.serve import bench_serve, rows_table
 
     print(f"bench serve: {cfg.model.name}, memory {args.memory or 'hermes-4k'}, streams {counts} at "
           f"{args.stream_fps:g} fps for {args.seconds:g} s each side, a question per stream every "
@@ -198,7 +198,7 @@ def checked_geometry_run(args, counts: tuple[str, ...]):
     Raises:
         UsageError: one line.
     """
-    from hermes.pipelines.reference_bench import parse_geometries
+    from hermes.pipelines.bench.reference import parse_geometries
 
     geometries = parse_geometries(args.geometries, args.tokens_per_frame)
     for flag in counts:
@@ -209,7 +209,7 @@ def checked_geometry_run(args, counts: tuple[str, ...]):
 
 
 def cmd_bench_reference(args) -> int:
-    from hermes.pipelines.reference_bench import check_reference, compare, ratio_table
+    from hermes.pipelines.bench.reference import check_reference, compare, ratio_table
 
     geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "rounds"))
     check_reference(args.ref_dir, args.ref_python)  # before any model is built
@@ -228,9 +228,9 @@ def cmd_bench_overhead(args) -> int:
     import torch
 
     from hermes.config import MemoryConfig
-    from hermes.pipelines.bench import paired_overhead, resolve_policies
-    from hermes.pipelines.bench_report import overhead_table
-    from hermes.pipelines.reference_bench import geometry_model
+    from hermes.pipelines.bench.memory import paired_overhead, resolve_policies
+    from hermes.pipelines.bench.common import overhead_table
+    from hermes.pipelines.bench.reference import geometry_model
 
     policy, baseline = resolve_policies([args.policy, args.baseline], MemoryConfig(), args.budget)
     for spec in (policy, baseline):
@@ -398,7 +398,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def add_chaos_parser(bench_sub) -> None:
-    """`bench chaos`: the fault campaign (`hermes.pipelines.chaos`), registered beside the other suites."""
+    """`bench chaos`: the fault campaign (`hermes.pipelines.bench.chaos`), registered beside the other suites."""
     chaos = bench_sub.add_parser("chaos", help="SIGKILL run (file, live), serve and an S3 writer at random moments, "
                                                "verify and resume each time; records lost, duplicated, corrupt "
                                                "served (--kills 20 of every kind: 11-13 minutes on 2 busy cores)",
@@ -419,7 +419,7 @@ def add_chaos_parser(bench_sub) -> None:
 def cmd_bench_chaos(args) -> int:
     """`bench chaos`: run the campaign, print its table (or JSON); exit 1 when anything was lost, duplicated
     or served corrupt."""
-    from hermes.pipelines.chaos import run_campaign
+    from hermes.pipelines.bench.chaos import run_campaign
 
     return run_campaign(kills=args.kills, kinds=args.kinds, seed=args.seed, video_s=args.video_s,
                         work_dir=args.work_dir, as_json=args.json, quiet=args.quiet)

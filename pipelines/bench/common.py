@@ -13,7 +13,7 @@ from dataclasses import asdict
 import torch
 
 from hermes.markdown import spread_cell, table
-from hermes.pipelines.bench import OverheadRow, StreamRow, SweepResult
+from hermes.pipelines.bench.memory import OverheadRow, StreamRow, SweepResult
 
 
 # (header, row field, format) per column; "-" where a value is None

@@ -132,7 +132,7 @@ def run_reference(root: Path, python: str, spec: dict, workdir: Path, timeout_s:
 
 def _ours(model, cfg, frames: list, chunk_frames: int, repeats: int) -> dict:
     """Our side's values (`compare`'s metrics), from one stream (warmed up by the caller)."""
-    from hermes.pipelines.bench import PolicySpec, measure_stream
+    from hermes.pipelines.bench.memory import PolicySpec, measure_stream
 
     rows, note = measure_stream(model, PolicySpec("hermes", cfg), [len(frames)], chunk_frames=chunk_frames,
                                 decode_tokens=1, repeats=repeats, frame_px=frames[0].rgb.shape[0])
@@ -178,7 +178,7 @@ def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames
 
     from hermes.config import MemoryConfig
     from hermes.models.tiny import tiny_llava_onevision_config
-    from hermes.pipelines.bench import BENCH_QUESTION, PolicySpec, _warm_up, synthetic_frames
+    from hermes.pipelines.bench.memory import BENCH_QUESTION, PolicySpec, _warm_up, synthetic_frames
     from hermes.pipelines.session import format_prompt
 
     root, python = check_reference(ref_dir, ref_python)
