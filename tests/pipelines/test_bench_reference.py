@@ -14,7 +14,7 @@ import pytest
 
 from hermes.config import MemoryConfig
 from hermes.errors import HermesError
-from hermes.pipelines.bench.memory import synthetic_frames
+from hermes.pipelines.bench.common import synthetic_frames
 from hermes.pipelines.bench.reference import Geometry, compare
 
 STAND_IN = '''

@@ -73,9 +73,9 @@ def test_device_script_without_faiss_skips_recall_and_keeps_every_other_row(tmp_
             "hermes+recall: skipped, it needs faiss (not installed here)"]
     assert log.count("hermes+recall: skipped, it needs faiss") >= 2  # said when it happens, once per model
     extras = (out / "extras.md").read_text()
-    assert "| cpu-small |" in extras  # the probe-memory row
-    assert '"host_cpu_s_device_over_host"' in extras  # bench_device's JSON
-    assert "1080p ingest at 2 fps sampling" in extras  # read without decord
+    assert "| random cpu-small (512 wide) | 2" in extras  # bench device's probe row
+    assert "device / host: host CPU" in extras  # bench device's preprocess section
+    assert "| best_frames_per_s |" in extras  # bench ingest: the file read without decord
 
 
 def fake_measure(missing: str):
