@@ -1,33 +1,20 @@
-"""Timings of levels 2 and 3, behind ``hermes-video bench tiers``.
+"""`hermes-video bench tiers`: levels 2 and 3 timed on synthetic records in a temporary directory.
 
-Three questions, each answered on synthetic records in a temporary directory:
-
-- *Recall*: how long from a question vector to dequantised records in hand (FAISS search + fetch
-  from disk + dequantise), with 10^3, 10^4, 10^5 records on disk? Median and p95 over queries;
-  each query is a stored record's embedding plus noise, so the result is a real hit. The prefetch
-  cache is not used, so this is the disk path (served by the page cache, as on a warm machine).
-  Also FAISS alone within the same run: `search` as recall uses it (the exact fp16 prefilter from
-  `hermes.tiers.index.PREFILTER_MIN_RECORDS` records on) and one full fp32 scan (``full_scan_*``).
-  Populating goes through the real level-3 commit path (DRAM budget 0, every record summarised to
-  disk) without level 2's write-ahead log: with nothing in DRAM, the log would write one file per
-  record and delete it after the disk commit (~2.5 of the ~3 ms each record took), which is not
-  what recall reads.
-- *Search*: FAISS search time per query alone, at the same sizes.
-- With ``--store s3://...``: commit throughput into the object store vs one plain PUT of the same
-  bytes, and recall latency from a reader with a cold (empty) and then warm local cache.
-- *Disk write throughput*: records through `DiskStore` (serialise, checksum, append, group fsync,
-  manifest) as a fraction of a plain sequential write of the same bytes (one file, one fsync) in
-  the same run, on the same filesystem. Above 0.5 means the crash-safety machinery costs less than
-  the write itself. Each timed side starts after a full garbage collection (the bench's own records
-  would otherwise be walked by one inside whichever side runs then).
-- *Checkpoint*: the ingest thread's time for one level-1 checkpoint (a ``write_bytes`` state and
-  the index of 10^4 records) when it waits for the save vs when it only takes the snapshot and
-  the disk writer does the rest (`MemoryDirectory.save_checkpoint`): ``wait_over_snapshot``.
-
-Synthetic record shape (defaults): 4 layers x 2 KV heads x 16 tokens x head_dim 64, int8, 128-d
-embedding: about 23 KB stored, the size of a summarised record of a small model. The throughput
-is also measured on full-size records (24 layers x 2 heads x 256 tokens x 64, about 1.6 MB), where
-per-record Python overhead no longer dominates.
+- *recall*: a question vector to dequantised records in hand (search, fetch from disk, dequantise) with
+  10^3, 10^4, 10^5 records on disk; median and p95 over queries, each a stored record's embedding plus
+  noise (a real hit). No prefetch cache: the disk path, served by the page cache. Populated through the
+  real level-3 commit path (DRAM budget 0) without level 2's log, which would write and delete one file
+  per record, not what recall reads. FAISS alone in the same run: as recall searches (the exact fp16
+  prefilter from `hermes.tiers.index.PREFILTER_MIN_RECORDS` records on) and one full fp32 scan;
+- *search*: FAISS alone, per query, at the same sizes;
+- *disk write*: records through `DiskStore` (serialise, checksum, append, group fsync, manifest) as a
+  fraction of one plain sequential write of the same bytes, alternated; above 0.5 the crash-safety
+  machinery costs less than the write itself. On ~23 KB records (4 layers x 2 KV heads x 16 tokens x 64,
+  int8, 128-d embedding: a small model's summarised record) and ~1.6 MB ones (24 layers x 256 tokens);
+- *checkpoint*: the ingest thread's time for one level-1 checkpoint when it waits for the save vs when
+  it only takes the snapshot (`MemoryDirectory.save_checkpoint`): ``wait_over_snapshot``;
+- with ``--store s3://...``: commit throughput into the object store vs one plain PUT, and recall from
+  a reader whose local cache starts empty (cold), then holds the records (warm).
 """
 
 from __future__ import annotations
@@ -41,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from hermes.markdown import table
+from hermes.pipelines.bench.common import rows_table
 from hermes.tiers.codec import to_safetensors
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.disk import DiskStore
@@ -89,6 +76,52 @@ def _quantiles(ms: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
+def _timed_s(fn) -> float:
+    """Seconds `fn()` takes, after a full collection: the write benches hold their records (~40 tracked
+    objects each) for the whole run, and the generation-2 collection their allocations trip would otherwise
+    land inside whichever side runs then (67-73 ms of a 150-230 ms store trial on this machine)."""
+    gc.collect()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _queries(n_records: int, queries: int, seed: int, shape: dict) -> list[tuple[int, torch.Tensor]]:
+    """`queries` (record id, a stored record's embedding plus noise): each search has one real hit."""
+    g = torch.Generator().manual_seed(seed + 1)
+    out = []
+    for rid in torch.randint(0, n_records, (queries,), generator=g).tolist():
+        q = synthetic_record(rid, seed=seed, **shape).embedding
+        out.append((rid, q + 0.1 * q.norm() / q.numel() ** 0.5 * torch.randn(q.shape, generator=g)))
+    return out
+
+
+def _timed_recall(store, queries: list[tuple[int, torch.Tensor]], top_k: int) -> tuple[list[float], list[float]]:
+    """Per query: (search + fetch ms, search ms); raises if a recall misses its planted record."""
+    total, search = [], []
+    for rid, q in queries:
+        t0 = time.perf_counter()
+        hits = store.search(q, top_k)
+        t1 = time.perf_counter()
+        records = store.fetch([h[0] for h in hits])
+        total.append((time.perf_counter() - t0) * 1e3)
+        search.append((t1 - t0) * 1e3)
+        assert records and records[0].record_id == rid, "recall missed the planted record"
+    return total, search
+
+
+def _populated(location: str, n_records: int, seed: int, shape: dict, **options) -> tuple[MemoryDirectory, float]:
+    """A new memory directory at `location` holding `n_records` synthetic records committed through the real
+    level-3 path (DRAM budget 0, as the oldest records of a long stream), flushed; and the seconds it took."""
+    start = time.perf_counter()
+    md = MemoryDirectory(location, _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40, prefetch_bytes=0,
+                         durable_dram=False, **options)
+    for rid in range(n_records):
+        md.add(synthetic_record(rid, seed=seed, **shape).compress("int8"))
+    md.flush()
+    return md, time.perf_counter() - start
+
+
 def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory: str | Path | None = None,
                  seed: int = 0, **shape) -> dict:
     """Recall latency (search + fetch from disk + dequantise) with `n_records` records on disk.
@@ -98,42 +131,22 @@ def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory
         "search_p95_ms", "full_scan_median_ms", "full_scan_p95_ms", "populate_s"}``.
     """
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        start = time.perf_counter()
-        # DRAM budget 0: every record goes straight to disk, as the oldest records of a long stream do
-        # (no level-2 log: see the module docstring)
-        md = MemoryDirectory(Path(tmp) / "mem", _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40,
-                             prefetch_bytes=0, segment_bytes=64 << 20, durable_dram=False)
+        md, populate_s = _populated(str(Path(tmp) / "mem"), n_records, seed, shape, segment_bytes=64 << 20)
         try:
-            for rid in range(n_records):
-                md.add(synthetic_record(rid, seed=seed, **shape).compress("int8"))
-            md.flush()
-            populate_s = time.perf_counter() - start
-            g = torch.Generator().manual_seed(seed + 1)
-            targets = torch.randint(0, n_records, (queries,), generator=g).tolist()
-            total, search, full_scan = [], [], []
-            for rid in targets:
-                q = synthetic_record(rid, seed=seed, **shape).embedding
-                q = q + 0.1 * q.norm() / q.numel() ** 0.5 * torch.randn(q.shape, generator=g)
+            planted = _queries(n_records, queries, seed, shape)
+            total, search = _timed_recall(md, planted, top_k)
+            full_scan = []
+            for _, q in planted:
                 t0 = time.perf_counter()
-                hits = md.search(q, top_k)
-                t1 = time.perf_counter()
-                records = md.fetch([h[0] for h in hits])
-                t2 = time.perf_counter()
-                assert records and records[0].record_id == rid, "recall missed the planted record"
-                total.append((t2 - t0) * 1e3)
-                search.append((t1 - t0) * 1e3)
-                t3 = time.perf_counter()
                 md.index.search(q, top_k, exhaustive=True)
-                full_scan.append((time.perf_counter() - t3) * 1e3)
+                full_scan.append((time.perf_counter() - t0) * 1e3)
         finally:
             md.close()
-    med, p95 = _quantiles(total)
-    smed, sp95 = _quantiles(search)
-    fmed, fp95 = _quantiles(full_scan)
-    return {"bench": "recall", "records": n_records, "top_k": top_k, "median_ms": round(med, 3),
-            "p95_ms": round(p95, 3), "search_median_ms": round(smed, 3), "search_p95_ms": round(sp95, 3),
-            "full_scan_median_ms": round(fmed, 3), "full_scan_p95_ms": round(fp95, 3),
-            "populate_s": round(populate_s, 2)}
+    row = {"bench": "recall", "records": n_records, "top_k": top_k}
+    for name, ms in (("", total), ("search_", search), ("full_scan_", full_scan)):
+        med, p95 = _quantiles(ms)
+        row.update({f"{name}median_ms": round(med, 3), f"{name}p95_ms": round(p95, 3)})
+    return {**row, "populate_s": round(populate_s, 2)}
 
 
 def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, queries: int = 200, seed: int = 0) -> dict:
@@ -142,72 +155,61 @@ def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, querie
     g = torch.Generator().manual_seed(seed)
     index = RecordIndex(embed_dim)
     index.add(range(n_records), torch.randn(n_records, embed_dim, generator=g))
-    qs = torch.randn(queries, embed_dim, generator=g)
     ms, full_ms = [], []
-    for q in qs:  # as recall searches, then one full fp32 scan, alternated
+    for q in torch.randn(queries, embed_dim, generator=g):  # as recall searches, then one full fp32 scan
         t0 = time.perf_counter()
         index.search(q, top_k)
         t1 = time.perf_counter()
         index.search(q, top_k, exhaustive=True)
         ms.append((t1 - t0) * 1e3)
         full_ms.append((time.perf_counter() - t1) * 1e3)
-    med, p95 = _quantiles(ms)
-    fmed, fp95 = _quantiles(full_ms)
+    (med, p95), (fmed, fp95) = _quantiles(ms), _quantiles(full_ms)
     return {"bench": "search", "records": n_records, "top_k": top_k, "median_ms": round(med, 4),
             "p95_ms": round(p95, 4), "full_scan_median_ms": round(fmed, 4), "full_scan_p95_ms": round(fp95, 4)}
 
 
-def _collect_before_timing() -> None:
-    """A full collection now, so that none lands inside the timed side that follows.
-
-    The write benches hold their records (made before any timing, ~40 tracked objects each) for the
-    whole run; the generation-2 collection that their allocations trip would otherwise land in
-    whichever side runs then, on this machine 67-73 ms of a 150-230 ms store trial. After one, the
-    timed side's own allocations stay below the next one's threshold (timeit turns collection off)."""
-    gc.collect()
+def _paired_write(bench: str, total_bytes: int, repeats: int, seed: int, shape: dict, trial) -> dict:
+    """`total_bytes` of packed synthetic records (as records leaving DRAM are) written `repeats` times by
+    `trial(blobs, records)`, which returns (plain seconds, store seconds): medians, and the median of the
+    paired ratios plain / store."""
+    probe = len(to_safetensors(synthetic_record(0, seed=seed, **shape).compress("int8")))
+    records = [pack(synthetic_record(i, seed=seed, **shape).compress("int8"))
+               for i in range(max(1, total_bytes // probe))]
+    blobs = [to_safetensors(r) for r in records]
+    mb = sum(len(b) for b in blobs) / 2**20
+    times = [trial(blobs, records) for _ in range(repeats)]
+    return {"bench": bench, "records": len(records), "bytes": int(mb * 2**20),
+            "store_mb_s": round(statistics.median(mb / t for _, t in times), 1),
+            "plain_mb_s": round(statistics.median(mb / p for p, _ in times), 1),
+            "ratio": round(statistics.median(p / t for p, t in times), 3)}
 
 
 def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory: str | Path | None = None,
                      seed: int = 0, **shape) -> dict:
-    """Write throughput of `DiskStore` relative to a plain sequential write of the same bytes.
-
-    The two alternate `repeats` times (filesystem caches make single runs noisy); the row reports
-    medians, and the ratio is the median of the paired ratios.
+    """Write throughput of `DiskStore` relative to a plain sequential write (one file, one fsync) of the same
+    bytes, alternated `repeats` times (filesystem caches make single runs noisy).
 
     Returns:
         ``{"bench": "disk_write", "records", "bytes", "store_mb_s", "plain_mb_s", "ratio"}``.
     """
-    # packed, as records leaving DRAM are (`DramStore` keeps them so)
-    probe = len(to_safetensors(synthetic_record(0, seed=seed, **shape).compress("int8")))
-    n = max(1, total_bytes // probe)
-    records = [pack(synthetic_record(i, seed=seed, **shape).compress("int8")) for i in range(n)]
-    blobs = [to_safetensors(r) for r in records]
-    mb = sum(len(b) for b in blobs) / 2**20
-    plain, store, ratios = [], [], []
-    for trial in range(repeats):
+    def trial(blobs, records):
         with tempfile.TemporaryDirectory(dir=directory) as tmp:
-            # plain: the same serialised bytes, one file, sequential writes, one fsync at the end
-            _collect_before_timing()
-            t0 = time.perf_counter()
-            with open(Path(tmp) / "plain.bin", "wb") as f:
-                for b in blobs:
-                    f.write(b)
-                f.flush()
-                os.fsync(f.fileno())
-            plain_s = time.perf_counter() - t0
-            # store: serialise + sha256 + append + group fsync + manifest, on the writer thread
-            _collect_before_timing()
-            t0 = time.perf_counter()
-            with DiskStore(Path(tmp) / "store", 1 << 40, _FINGERPRINT, segment_bytes=256 << 20) as disk:
-                for r in records:
-                    disk.add(r)
-                disk.flush()
-                store_s = time.perf_counter() - t0
-        plain.append(mb / plain_s)
-        store.append(mb / store_s)
-        ratios.append(plain_s / store_s)
-    return {"bench": "disk_write", "records": n, "bytes": int(mb * 2**20), "store_mb_s": round(statistics.median(store), 1),
-            "plain_mb_s": round(statistics.median(plain), 1), "ratio": round(statistics.median(ratios), 3)}
+            def plain():
+                with open(Path(tmp) / "plain.bin", "wb") as f:
+                    for b in blobs:
+                        f.write(b)
+                    f.flush()
+                    os.fsync(f.fileno())
+
+            def store():  # serialise + sha256 + append + group fsync + manifest, on the writer thread
+                with DiskStore(Path(tmp) / "store", 1 << 40, _FINGERPRINT, segment_bytes=256 << 20) as disk:
+                    for r in records:
+                        disk.add(r)
+                    disk.flush()
+
+            return _timed_s(plain), _timed_s(store)
+
+    return _paired_write("disk_write", total_bytes, repeats, seed, shape, trial)
 
 
 def bench_checkpoint(state_bytes: int = 64 << 20, *, records: int = 10000, repeats: int = 3,
@@ -265,35 +267,26 @@ def bench_store_write(store: str, total_bytes: int = 16 << 20, *, repeats: int =
     from hermes.tiers.s3 import S3Objects, parse_location
 
     location = parse_location(store)
-    probe = len(to_safetensors(synthetic_record(0, seed=seed, **shape).compress("int8")))
-    n = max(1, total_bytes // probe)
-    records = [pack(synthetic_record(i, seed=seed, **shape).compress("int8")) for i in range(n)]
-    blob = b"".join(to_safetensors(r) for r in records)
-    mb = len(blob) / 2**20
-    plain, stored, ratios = [], [], []
-    for trial in range(repeats):
-        objects = S3Objects(location.child(f"bench-{time.time_ns()}"), settings)
-        _collect_before_timing()
-        t0 = time.perf_counter()
-        objects.put("plain.bin", blob)
-        plain_s = time.perf_counter() - t0
+
+    def trial(blobs, records):
+        objects, blob = S3Objects(location.child(f"bench-{time.time_ns()}"), settings), b"".join(blobs)
+        plain_s = _timed_s(lambda: objects.put("plain.bin", blob))
+        opened = []
         with tempfile.TemporaryDirectory() as tmp:
-            _collect_before_timing()
-            t0 = time.perf_counter()
-            lease = Lease(objects, 60)
-            lease.acquire()
-            remote = RemoteStore(objects, LocalObjects(tmp), 1 << 40, _FINGERPRINT, lease=lease)
-            for r in records:
-                remote.add(r)
-            remote.flush()
-            store_s = time.perf_counter() - t0
-            remote.close()
-            lease.release()
-        plain.append(mb / plain_s)
-        stored.append(mb / store_s)
-        ratios.append(plain_s / store_s)
-    return {"bench": "store_write", "records": n, "bytes": len(blob), "store_mb_s": round(statistics.median(stored), 1),
-            "plain_mb_s": round(statistics.median(plain), 1), "ratio": round(statistics.median(ratios), 3)}
+            def commit():
+                opened.append(Lease(objects, 60))
+                opened[0].acquire()
+                opened.append(RemoteStore(objects, LocalObjects(tmp), 1 << 40, _FINGERPRINT, lease=opened[0]))
+                for r in records:
+                    opened[1].add(r)
+                opened[1].flush()
+
+            store_s = _timed_s(commit)
+            opened[1].close()
+            opened[0].release()
+        return plain_s, store_s
+
+    return _paired_write("store_write", total_bytes, repeats, seed, shape, trial)
 
 
 def bench_store_recall(store: str, n_records: int, *, top_k: int = 4, queries: int = 50, seed: int = 0,
@@ -310,39 +303,23 @@ def bench_store_recall(store: str, n_records: int, *, top_k: int = 4, queries: i
     from hermes.tiers.s3 import S3Settings, parse_location
 
     url = str(parse_location(store).child(f"bench-recall-{time.time_ns()}"))
+    settings = settings or S3Settings()
+    row = {"bench": "store_recall", "records": n_records, "top_k": top_k}
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        options = RemoteOptions(settings or S3Settings(), str(Path(tmp) / "writer"))
-        start = time.perf_counter()
-        md = MemoryDirectory(url, _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40, prefetch_bytes=0, remote=options,
-                             durable_dram=False)
-        for rid in range(n_records):
-            md.add(synthetic_record(rid, seed=seed, **shape).compress("int8"))
-        md.close()
+        writer, _ = _populated(url, n_records, seed, shape, remote=RemoteOptions(settings, str(Path(tmp) / "writer")))
+        writer.close()
         populate_s = time.perf_counter() - start
         reader = MemoryDirectory(url, None, 0, 0, readonly=True, prefetch_bytes=0,
-                                 remote=RemoteOptions(options.settings, str(Path(tmp) / "reader")))
-        g = torch.Generator().manual_seed(seed + 1)
-        targets = torch.randint(0, n_records, (queries,), generator=g).tolist()
-        vectors = []
-        for rid in targets:
-            q = synthetic_record(rid, seed=seed, **shape).embedding
-            vectors.append((rid, q + 0.1 * q.norm() / q.numel() ** 0.5 * torch.randn(q.shape, generator=g)))
-        timings = {}
+                                 remote=RemoteOptions(settings, str(Path(tmp) / "reader")))
+        planted = _queries(n_records, queries, seed, shape)
         try:
             for phase in ("cold", "warm"):
-                ms = []
-                for rid, q in vectors:
-                    t0 = time.perf_counter()
-                    records = reader.fetch([h[0] for h in reader.search(q, top_k)])
-                    ms.append((time.perf_counter() - t0) * 1e3)
-                    assert records and records[0].record_id == rid, "recall missed the planted record"
-                timings[phase] = _quantiles(ms)
+                med, p95 = _quantiles(_timed_recall(reader, planted, top_k)[0])
+                row.update({f"{phase}_median_ms": round(med, 3), f"{phase}_p95_ms": round(p95, 3)})
         finally:
             reader.close(spill_dram=False)
-    return {"bench": "store_recall", "records": n_records, "top_k": top_k,
-            "cold_median_ms": round(timings["cold"][0], 3), "cold_p95_ms": round(timings["cold"][1], 3),
-            "warm_median_ms": round(timings["warm"][0], 3), "warm_p95_ms": round(timings["warm"][1], 3),
-            "populate_s": round(populate_s, 2)}
+    return {**row, "populate_s": round(populate_s, 2)}
 
 
 FULL_RECORD = {"layers": 24, "heads": 2, "tokens": 256, "head_dim": 64}  # ~1.6 MB int8: a chunk's evicted tokens
@@ -362,21 +339,13 @@ def run(sizes: tuple[int, ...] = (1000, 10000), *, write_bytes: int = 64 << 20, 
             (layers, heads, tokens, head_dim, embed_dim); the second throughput row writes full
             records (`FULL_RECORD`).
     """
-    rows = []
     if store is not None:
-        rows.append(bench_store_write(store, write_bytes, **shape))
-        rows += [bench_store_recall(store, n, **shape) for n in sizes]
-        return rows, markdown(rows)
+        rows = [bench_store_write(store, write_bytes, **shape)] + [bench_store_recall(store, n, **shape) for n in sizes]
+        return rows, rows_table(rows)
+    rows = []
     for n in sizes:
-        rows.append(bench_recall(n, directory=directory, **shape))
-        rows.append(bench_search(n, embed_dim=shape.get("embed_dim", 128)))
+        rows += [bench_recall(n, directory=directory, **shape), bench_search(n, embed_dim=shape.get("embed_dim", 128))]
     for name, kw in (("summary-size", shape), ("full-size", FULL_RECORD)):
         rows.append({**bench_disk_write(write_bytes, directory=directory, **kw), "records_of": name})
     rows.append(bench_checkpoint(write_bytes, directory=directory))
-    return rows, markdown(rows)
-
-
-def markdown(rows: list[dict]) -> str:
-    """A markdown table: one line per row, the union of the rows' keys as columns."""
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    return table(cols, [[r.get(c, "") for c in cols] for r in rows])
+    return rows, rows_table(rows)
