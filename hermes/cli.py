@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     from hermes.datasets.cli import add_eval_parser
     from hermes.datasets.demo import add_demo_parser
     from hermes.models.cli import add_model_parsers
-    from hermes.pipelines.bench_cli import add_bench_parser
+    from hermes.pipelines.bench.cli import add_bench_parser
     from hermes.pipelines.cli import add_run_parser
     from hermes.pipelines.serve.cli import add_serve_parser
     from hermes.cli_memory import add_memory_parser

@@ -48,7 +48,7 @@ from hermes.models.base import VLMAdapter
 from hermes.models.loading import load_model
 from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, file_sha256,
                                  read_training_info)
-from hermes.pipelines.bench import resolve_policies
+from hermes.pipelines.bench.memory import resolve_policies
 
 BOUNDED = ("sliding", "uniform", "recall-only", "hermes", "hermes+recall")
 FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hermes.errors import UsageError
-from hermes.pipelines import chaos
-from hermes.pipelines.chaos import Campaign, ChaosOptions, KindTally, RecordKey, snapshot
+from hermes.pipelines.bench import chaos
+from hermes.pipelines.bench.chaos import Campaign, ChaosOptions, KindTally, RecordKey, snapshot
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.records import Record
 

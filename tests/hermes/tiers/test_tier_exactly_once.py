@@ -13,7 +13,7 @@ import json
 import pytest
 
 from hermes.cli import main
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.fingerprint import make_fingerprint
 from hermes.tiers.records import identity

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.codec import encode_record, from_safetensors, safe_metadata, to_safetensors
 from hermes.tiers.dram import DramStore
 from hermes.tiers.records import Record, compress, pack, packed_base, packed_fields, quantize_int8
