@@ -154,8 +154,8 @@ def cmd_eval(args) -> int:
     """
     from hermes.errors import UsageError
 
-    from .runner import default_output_dir, run_eval
-    from .shards import merge_shards, parse_shard
+    from .runner import default_output_dir, merge_shards, run_eval
+    from .shards import parse_shard
 
     if not args.data_root:
         raise UsageError("eval needs --data-root DIR (the benchmark's annotations and videos)")

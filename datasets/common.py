@@ -470,6 +470,45 @@ def finish(
     return Loaded(records, issues)
 
 
+def make_loader(benchmark: str, read: Callable[[Path, str | Iterable[str] | None, DataIssues], list[VideoRecord]],
+                known: Iterable[str] | None = None, select: bool = True) -> Callable[..., Loaded]:
+    """A benchmark's `load(data_root, tasks=None, limit=None)`: the frame every loader shares.
+
+    Args:
+        benchmark: Benchmark name, for messages.
+        read: `read(root, tasks, issues)`: the records of the checked data root, in file order;
+            what it flags or excludes goes to `issues`.
+        known: Every valid task/group name when the benchmark defines them up front (see `finish`).
+        select: False when `read` applies `tasks` itself (by choosing files).
+
+    Returns:
+        The loader.
+    """
+
+    def load(data_root: str | os.PathLike, tasks: str | Iterable[str] | None = None,
+             limit: int | None = None) -> Loaded:
+        """Load the benchmark: one VideoRecord per video (stream), questions sorted by time.
+
+        Args:
+            data_root: The benchmark's folder (annotations and videos; its module names the files).
+            tasks: Task or group names to keep (its module lists them); None keeps the default.
+            limit: Keep at most this many videos.
+
+        Returns:
+            The records in file order, with `.issues`.
+
+        Raises:
+            UsageError: Missing or malformed annotations, unknown task names, a bad limit, nothing selected.
+            SourceError: No selected video exists under the data root.
+        """
+        root = check_root(data_root, benchmark)
+        issues = DataIssues()
+        records = read(root, tasks, issues)
+        return finish(records, benchmark, tasks if select else None, limit, known, issues=issues)
+
+    return load
+
+
 def first_questions(records: list[VideoRecord], limit: int | None) -> list[VideoRecord]:
     """The first `limit` questions in file order (lmms-eval's `--limit` counts samples; ours, videos).
 

@@ -130,7 +130,7 @@ def _picked(num_frames: int, rate_fps: float, fps: float, start_s: float, end_s:
 
 def _npy_frames(record: VideoRecord, path: Path, fps: float, start_s: float) -> RecordFrames:
     """An RVS `.npy` frame array (memory-mapped; only sampled frames are read)."""
-    from . import rvs
+    from .benchmarks import rvs
 
     array = rvs.load_npy_frames(path)
     rate = _require_rate(record, path, rvs.NPY_FPS)

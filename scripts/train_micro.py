@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from hermes.config import ModelConfig
 from hermes.datasets import synthetic_bench as sb
-from hermes.datasets.prompts import build_prompt
+from hermes.datasets.registry import build_prompt
 from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter

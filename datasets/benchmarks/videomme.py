@@ -1,4 +1,4 @@
-"""Video-MME loader (offline): 900 videos in three duration buckets, three questions each.
+"""Video-MME (offline): 900 videos in three duration buckets, three questions each.
 
 Source format: the Hugging Face dataset `lmms-lab/Video-MME` (MME-Benchmarks/Video-MME):
 `videomme/test-00000-of-00001.parquet` with one row per question and the columns `video_id`
@@ -10,62 +10,64 @@ Source format: the Hugging Face dataset `lmms-lab/Video-MME` (MME-Benchmarks/Vid
 
 Reading parquet needs `pyarrow` (or `pandas` with a parquet engine); it is imported only when
 a parquet file is read. The same rows exported as JSON / JSON lines (what `datasets`'
-`to_json` writes: `videomme.json` or `videomme.jsonl`) are read without it.
+`to_json` writes: `videomme.json` or `videomme.jsonl`) are read without it. `tasks`: task types
+("Counting Problem", ...) and/or duration buckets ("short", "medium", "long").
+
+Prompt: the Video-MME README evaluation prompt (frames only); the same text as lmms-eval
+tasks/videomme/utils.py with post_prompt "The best answer is:". Parser: eval_your_results.py
+extract_characters_regex. Metric: per task and duration bucket, and `leaderboard`, the numbers
+that script prints and the leaderboard lists.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from hermes.errors import UsageError
 
-from . import common
-from .records import KIND_MC, BenchmarkQuestion, VideoRecord, resolve_gt_index
+from .. import common
+from ..benchmark import OFFLINE, Benchmark, Prompt, letter_after_prefixes
+from ..records import KIND_MC, BenchmarkQuestion, VideoRecord, letter_options, resolve_gt_index
 
 DURATIONS = ("short", "medium", "long")
 PARQUET_GLOBS = ("videomme/test-*.parquet", "test-*.parquet", "videomme/*.parquet", "*.parquet")
 JSON_CANDIDATES = ("videomme.jsonl", "videomme.json", "videomme/videomme.jsonl", "videomme/videomme.json")
 VIDEO_FOLDERS = ("data", "videos", ".")
 
+TEMPLATE = (
+    "Select the best answer to the following multiple-choice question based on the video. Respond with only "
+    "the letter (A, B, C, or D) of the correct option.\n{question}\n{options}\nThe best answer is:"
+)
+# extract_characters_regex (BradyFU/Video-MME, now MME-Benchmarks/Video-MME,
+# evaluation/eval_your_results.py). Two commas are missing in the official list, so Python joins
+# "The best option is" + "The correct option is" and "Best answer:" + "Best option:" into
+# single strings that never occur: a reply "Best option: C" is read as B (from "Best"). The
+# list is kept exactly so, because published Video-MME numbers were computed with it.
+PREFIXES = (
+    "The best answer is",
+    "The correct answer is",
+    "The answer is",
+    "The answer",
+    "The best option isThe correct option is",
+    "Best answer:Best option:",
+)
 
-def load(
-    data_root: str | os.PathLike,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-) -> list[VideoRecord]:
-    """Load Video-MME, one VideoRecord per video (three questions each).
 
-    Args:
-        data_root: The Video-MME folder, holding the parquet (or a JSON export) and `data/`.
-        tasks: Task types ("Counting Problem", ...) and/or duration buckets ("short",
-            "medium", "long") to keep.
-        limit: Keep at most this many videos.
-
-    Returns:
-        The records in file order.
-
-    Raises:
-        UsageError: No annotation file, no parquet reader installed, malformed rows,
-            unknown task names.
-        SourceError: No selected video exists under the data root.
-    """
-    root = common.check_root(data_root, "videomme")
+def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
     rows = _read_rows(root)
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     by_video: dict[str, list[BenchmarkQuestion]] = {}
-    issues = common.DataIssues()
     for number, row in enumerate(rows):
         where = f"Video-MME row {number} (question_id {row.get('question_id') if isinstance(row, dict) else None})"
         built = issues.guard(where, lambda: (str(common.require(row, "videoID", where)), _question(row, where, issues)))
         if built is not None:
             by_video.setdefault(built[0], []).append(built[1])
-    records = [
-        VideoRecord(video_id=video, video_path=finder.find(f"{video}.mp4"), duration=None, questions=questions)
-        for video, questions in by_video.items()
-    ]
-    return common.finish(records, "videomme", tasks, limit, known=DURATIONS, issues=issues)
+    return [VideoRecord(video_id=video, video_path=finder.find(f"{video}.mp4"), duration=None, questions=questions)
+            for video, questions in by_video.items()]
+
+
+load = common.make_loader("videomme", _read, known=DURATIONS)
 
 
 def _read_rows(root: Path) -> list[dict]:
@@ -145,3 +147,46 @@ def _question(row: dict, where: str, issues: common.DataIssues) -> BenchmarkQues
         qid=f"videomme-{row.get('question_id', where)}",
         meta={"kind": KIND_MC, "groups": (duration,), "duration": duration, "domain": row.get("domain")},
     )
+
+
+class VideoMme(Benchmark):
+    """Video-MME's prompt, parser and leaderboard."""
+
+    def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
+        """The README prompt, options as "A. ..." lines."""
+        return Prompt(TEMPLATE.format(question=question.question, options="\n".join(letter_options(question.options))))
+
+    def parse(self, reply: str, options: Sequence[str], variant: str | None = None) -> int | None:
+        """Answer prefixes removed (see PREFIXES for the official list's quirk), then the first capital A-D."""
+        return letter_after_prefixes(reply, options, PREFIXES, "ABCD")
+
+    def categories(self, question: BenchmarkQuestion) -> Iterable[str]:
+        return (question.meta.get("duration", "other"),)
+
+    def add_metrics(self, summary: dict, labelled: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping],
+                    key: str) -> None:
+        """`leaderboard`: as eval_your_results.py scores it, only replies with an extracted letter count.
+
+        {"overall", "extracted", "correct", "per_duration": {bucket: {"extracted", "correct", "accuracy"}}}:
+        accuracies are correct / extracted, None where no reply had a letter (the script prints 0.0
+        there); "overall" is the script's "entire dataset" line, over every selected bucket.
+        """
+        parsed = "parsed_official" if key == "official" else "parsed_strict"
+
+        def tally(qs: Sequence[BenchmarkQuestion]) -> dict:
+            extracted = [results[q.qid] for q in qs if q.qid in results and results[q.qid].get(parsed) is not None]
+            correct = sum(1 for r in extracted if r.get(key))
+            return {"extracted": len(extracted), "correct": correct,
+                    "accuracy": correct / len(extracted) if extracted else None}
+
+        buckets: dict[str, list[BenchmarkQuestion]] = {d: [] for d in DURATIONS}  # the script's order
+        for q in labelled:
+            buckets.setdefault(q.meta.get("duration", "other"), []).append(q)
+        entire = tally(labelled)
+        summary["leaderboard"] = {"overall": entire["accuracy"], "extracted": entire["extracted"],
+                                  "correct": entire["correct"],
+                                  "per_duration": {bucket: tally(qs) for bucket, qs in buckets.items() if qs}}
+        summary["official_definition"] = "leaderboard"
+
+
+BENCHMARKS = {"videomme": VideoMme(load, OFFLINE, "videomme")}

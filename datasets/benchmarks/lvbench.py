@@ -1,4 +1,4 @@
-"""LVBench loader (offline): extreme-long videos (about an hour and more) from YouTube.
+"""LVBench (offline): extreme-long videos (about an hour and more) from YouTube.
 
 Source format: THUDM/LVBench `data/video_info.meta.jsonl` (Hugging Face `THUDM/LVBench`),
 scored by `lvbench/metrics/compute_accuracy.py`. One JSON object per line and video:
@@ -18,48 +18,34 @@ is a "MM:SS-MM:SS" span (parsed to seconds in `meta["time_reference_s"]`). Video
 
 Junk in the real file: some `time_reference` spans end before they start ("116:50-108:00") or
 read "08:17-None". The field is metadata (the official scorer never reads it), so such a
-question is kept with `time_reference_s` None and the value flagged, never fatal.
+question is kept with `time_reference_s` None and the value flagged, never fatal. `tasks`:
+question types ("key information retrieval", ...); a question matches when any of its types is
+requested.
+
+The repository publishes no prompt: the question with its inline "(A) ..." options exactly as
+distributed, plus the letter instruction lmms-eval's LongVideoBench uses (not an official LVBench
+text). Parser: answer_util.polish_answer. Metric: per question type, each type a question lists.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from hermes.errors import UsageError
 
-from . import common
-from .records import KIND_MC, BenchmarkQuestion, VideoRecord, parse_span, resolve_gt_index, split_inline_options
+from .. import common
+from ..benchmark import LETTER_DIRECTLY, OFFLINE, Benchmark, Prompt, option_index
+from ..records import KIND_MC, BenchmarkQuestion, VideoRecord, parse_span, resolve_gt_index, split_inline_options
 
 ANNOTATION_CANDIDATES = ("video_info.meta.jsonl", "data/video_info.meta.jsonl", "LVBench/video_info.meta.jsonl")
 VIDEO_FOLDERS = ("videos", "scripts/videos", "all_videos", ".")
 
 
-def load(
-    data_root: str | os.PathLike,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-) -> list[VideoRecord]:
-    """Load LVBench, one VideoRecord per video.
-
-    Args:
-        data_root: Folder holding `video_info.meta.jsonl` and `videos/`.
-        tasks: Question types ("key information retrieval", "event understanding", ...)
-            to keep; a question matches when any of its types is requested.
-        limit: Keep at most this many videos.
-
-    Returns:
-        The records in file order.
-
-    Raises:
-        UsageError: Missing annotation file, malformed entries, unknown task names.
-        SourceError: No selected video exists under the data root.
-    """
-    root = common.check_root(data_root, "lvbench")
+def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
     path = common.find_file(root, ANNOTATION_CANDIDATES, "LVBench video_info.meta.jsonl")
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records = []
-    issues = common.DataIssues()
     for number, video in enumerate(common.read_jsonl(path)):
         where = f"{path.name} line {number + 1}"
         entry = issues.guard(where, lambda: (str(common.require(video, "key", where)),
@@ -79,7 +65,10 @@ def load(
                 questions=[q for q in questions if q is not None],
             )
         )
-    return common.finish([r for r in records if r.questions], "lvbench", tasks, limit, issues=issues)
+    return [r for r in records if r.questions]
+
+
+load = common.make_loader("lvbench", _read)
 
 
 def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
@@ -111,3 +100,24 @@ def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> Benc
         qid=f"lvbench-{qa.get('uid', key)}",
         meta=meta,
     )
+
+
+class LvBench(Benchmark):
+    """LVBench's prompt, polish_answer and per-type accuracy."""
+
+    def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
+        return Prompt(str(question.raw.get("question", question.question)) + "\n" + LETTER_DIRECTLY)
+
+    def parse(self, reply: str, options: Sequence[str], variant: str | None = None) -> int | None:
+        """polish_answer: text before the first ")", after a "(", first word, first character."""
+        answer = reply.strip().split(")")[0].strip()
+        if "(" in answer:
+            answer = answer.split("(")[1].strip()
+        return option_index(answer.split(" ")[0][:1], options)
+
+    def categories(self, question: BenchmarkQuestion) -> Iterable[str]:
+        """compute_accuracy.py: a question counts toward every type it lists."""
+        return question.meta.get("question_types", (question.task,))
+
+
+BENCHMARKS = {"lvbench": LvBench(load, OFFLINE, "lvbench")}
