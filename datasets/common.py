@@ -78,6 +78,14 @@ class DataIssues:
             self.exclude(where, str(exc))
             return None
 
+    def metadata(self, where: str, field_name: str, value: Any, parse: Callable[[Any], T]) -> T | None:
+        """`parse(value)` for a field scoring does not need; a UsageError flags it and gives None."""
+        try:
+            return parse(value)
+        except UsageError as exc:
+            self.flag(where, field_name, value, str(exc))
+            return None
+
     def to_json(self) -> dict:
         """Counts by reason and the first LISTED_ISSUES items of each kind, for summary.json."""
         def by_reason(items):

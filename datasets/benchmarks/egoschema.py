@@ -74,17 +74,10 @@ def _question(entry: dict, uid: str, answer, where: str, issues: common.DataIssu
                                    where, issues)
     if answer is not None and not is_option_index(answer, NUM_OPTIONS):
         raise UsageError(f"egoschema: answer for {uid} must be 0-{NUM_OPTIONS - 1}, found {answer!r}")
-    return BenchmarkQuestion(
-        question=str(common.require(entry, "question", where)),
-        options=options,
-        answer=None if answer is None else options[answer],
-        gt_index=answer,
-        t_s=None,
-        task="egoschema",
-        raw=entry,
-        qid=f"egoschema-{uid}",
-        meta={"kind": KIND_MC, "groups": ("subset",) if answer is not None else ("full",)},
-    )
+    return BenchmarkQuestion(question=str(common.require(entry, "question", where)), options=options,
+                             answer=None if answer is None else options[answer], gt_index=answer, t_s=None,
+                             task="egoschema", raw=entry, qid=f"egoschema-{uid}",
+                             meta={"kind": KIND_MC, "groups": ("subset",) if answer is not None else ("full",)})
 
 
 class EgoSchema(Benchmark):

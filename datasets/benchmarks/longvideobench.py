@@ -73,17 +73,11 @@ def _question(item: dict, where: str) -> BenchmarkQuestion:
                 f"for {len(options)} candidates in {where}"
             )
     group = str(item.get("duration_group", ""))
-    return BenchmarkQuestion(
-        question=str(common.require(item, "question", where)),
-        options=options,
-        answer=None if gt_index is None else options[gt_index],
-        gt_index=gt_index,
-        t_s=None,
-        task=str(common.require(item, "question_category", where)),
-        raw=item,
-        qid=f"lvb-{item.get('id', where)}",
-        meta={"kind": KIND_MC, "groups": (group,) if group else (), "duration_group": group},
-    )
+    return BenchmarkQuestion(question=str(common.require(item, "question", where)), options=options,
+                             answer=None if gt_index is None else options[gt_index], gt_index=gt_index, t_s=None,
+                             task=str(common.require(item, "question_category", where)), raw=item,
+                             qid=f"lvb-{item.get('id', where)}",
+                             meta={"kind": KIND_MC, "groups": (group,) if group else (), "duration_group": group})
 
 
 class LongVideoBench(Benchmark):

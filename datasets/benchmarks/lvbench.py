@@ -84,22 +84,10 @@ def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> Benc
         raise UsageError(f"lvbench: expected at least one question_type in {where}")
     meta = {"kind": KIND_MC, "groups": tuple(types[1:]), "question_types": types}
     if qa.get("time_reference"):
-        try:
-            meta["time_reference_s"] = parse_span(qa["time_reference"])
-        except UsageError as exc:  # metadata only: kept, flagged
-            meta["time_reference_s"] = None
-            issues.flag(f"{where} uid {qa.get('uid')}", "time_reference", qa["time_reference"], str(exc))
-    return BenchmarkQuestion(
-        question=question,
-        options=options,
-        answer=options[gt_index],
-        gt_index=gt_index,
-        t_s=None,
-        task=types[0],
-        raw=qa,
-        qid=f"lvbench-{qa.get('uid', key)}",
-        meta=meta,
-    )
+        meta["time_reference_s"] = issues.metadata(f"{where} uid {qa.get('uid')}", "time_reference",
+                                                   qa["time_reference"], parse_span)
+    return BenchmarkQuestion(question=question, options=options, answer=options[gt_index], gt_index=gt_index, t_s=None,
+                             task=types[0], raw=qa, qid=f"lvbench-{qa.get('uid', key)}", meta=meta)
 
 
 class LvBench(Benchmark):

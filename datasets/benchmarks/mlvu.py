@@ -106,17 +106,9 @@ def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIs
     if gt_index is None:
         # Scoring needs a reference: excluded from the denominator, with the reason.
         raise UsageError(f"mlvu: answer {answer!r} is none of the candidates in {where}")
-    return BenchmarkQuestion(
-        question=question,
-        options=options,
-        answer=None if gt_index is None else options[gt_index],
-        gt_index=gt_index,
-        t_s=None,
-        task=task,
-        raw=item,
-        qid=qid,
-        meta=meta,
-    )
+    return BenchmarkQuestion(question=question, options=options,
+                             answer=options[gt_index], gt_index=gt_index, t_s=None,
+                             task=task, raw=item, qid=qid, meta=meta)
 
 
 class Mlvu(Benchmark):

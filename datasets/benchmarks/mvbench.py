@@ -103,17 +103,9 @@ def _record(item: dict, task: str, prefix: str, data_type: str, bounded: bool, f
         video_path=None if is_frames else found,
         duration=None,
         questions=[
-            BenchmarkQuestion(
-                question=str(common.require(item, "question", where)),
-                options=options,
-                answer=options[gt_index],
-                gt_index=gt_index,
-                t_s=None,
-                task=task,
-                raw=item,
-                qid=f"mvbench-{key}-{number}",
-                meta={"kind": KIND_MC, "groups": (key,)},
-            )
+            BenchmarkQuestion(question=str(common.require(item, "question", where)), options=options,
+                              answer=options[gt_index], gt_index=gt_index, t_s=None, task=task, raw=item,
+                              qid=f"mvbench-{key}-{number}", meta={"kind": KIND_MC, "groups": (key,)})
         ],
         frames_dir=found if is_frames and found is not None and found.is_dir() else None,
         frame_fps=FRAME_FPS if is_frames else None,

@@ -124,20 +124,11 @@ def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[Bench
     gt = common.require(entry, "gt", where)
     if not is_option_index(gt, len(options)):
         raise UsageError(f"expected 'gt' to index one of {len(options)} options in {where}, found {gt!r}")
-    return [
-        BenchmarkQuestion(
-            question=str(common.require(entry, "question", where)),
-            options=options,
-            # The official scorer trusts `gt`; `answer` may paraphrase the option.
-            answer=options[gt],
-            gt_index=gt,
-            t_s=parse_timestamp(common.require(entry, "realtime", where)),
-            task=task,
-            raw=entry,
-            qid=qid,
-            meta={**meta, "kind": KIND_MC},
-        )
-    ]
+    # The official scorer trusts `gt`; `answer` may paraphrase the option.
+    t_s = parse_timestamp(common.require(entry, "realtime", where))
+    return [BenchmarkQuestion(question=str(common.require(entry, "question", where)), options=options,
+                              answer=options[gt], gt_index=gt, t_s=t_s, task=task, raw=entry, qid=qid,
+                              meta={**meta, "kind": KIND_MC})]
 
 
 def _probe(entry: dict, task: str, probe: dict, index: int, qid: str, meta: dict, where: str) -> BenchmarkQuestion:
@@ -148,33 +139,16 @@ def _probe(entry: dict, task: str, probe: dict, index: int, qid: str, meta: dict
     if task == "REC":
         activity = str(common.require(entry, "activity", where))
         count = common.require(probe, "count", where)
-        return BenchmarkQuestion(
-            # The official prompt builds this question from the activity.
-            question=f"How many times did they {activity}?",
-            options=[],
-            answer=str(count),
-            gt_index=None,
-            t_s=t_s,
-            task=task,
-            raw=entry,
-            qid=qid,
-            meta={**meta, "kind": KIND_COUNT},
-        )
+        # The official prompt builds this question from the activity.
+        return BenchmarkQuestion(question=f"How many times did they {activity}?", options=[], answer=str(count),
+                                 gt_index=None, t_s=t_s, task=task, raw=entry, qid=qid,
+                                 meta={**meta, "kind": KIND_COUNT})
     kind = common.require(probe, "type", where)
     if kind not in (0, 1) or isinstance(kind, bool):
         raise UsageError(f"expected 'type' 0 or 1 in {where}, found {kind!r}")
     text = common.require(probe, "step", where) if task == "SSR" else common.require(entry, "question", where)
-    return BenchmarkQuestion(
-        question=str(text),
-        options=list(YES_NO),
-        answer=YES_NO[kind],
-        gt_index=kind,
-        t_s=t_s,
-        task=task,
-        raw=entry,
-        qid=qid,
-        meta={**meta, "kind": KIND_YESNO},
-    )
+    return BenchmarkQuestion(question=str(text), options=list(YES_NO), answer=YES_NO[kind], gt_index=kind, t_s=t_s,
+                             task=task, raw=entry, qid=qid, meta={**meta, "kind": KIND_YESNO})
 
 
 class OvoBench(Benchmark):

@@ -74,11 +74,7 @@ def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
     video_id = str(common.require(video, "video_id", where))
     found = finder.find(str(common.require(video, "video_path", where)))
     duration = video.get("duration")
-    try:
-        duration = None if duration is None else parse_timestamp(duration)
-    except UsageError as exc:  # metadata only
-        issues.flag(where, "duration", duration, str(exc))
-        duration = None
+    duration = None if duration is None else issues.metadata(where, "duration", duration, parse_timestamp)
     questions = []
     for i, turn in enumerate(common.require(video, "conversations", where)):
         turn_where = f"{where} (video {video_id}) conversation {i}"
@@ -86,35 +82,20 @@ def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
         if question is not None:
             questions.append(question)
     is_npy = found is not None and found.suffix.casefold() == ".npy"
-    return VideoRecord(
-        video_id=video_id,
-        video_path=found,
-        duration=duration,
-        questions=questions,
-        frame_fps=NPY_FPS if is_npy else None,
-    )
+    return VideoRecord(video_id=video_id, video_path=found, duration=duration, questions=questions,
+                       frame_fps=NPY_FPS if is_npy else None)
 
 
 def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str,
           issues: common.DataIssues) -> BenchmarkQuestion:
-    """One RVS conversation turn: asked at its `end_time` (needed); `start_time` is metadata."""
+    """One RVS conversation turn: asked at its `end_time` (needed), once the span it refers to has been
+    streamed; `start_time` is metadata."""
     end = parse_timestamp(common.require(turn, "end_time", turn_where))
-    try:
-        start = parse_timestamp(turn.get("start_time"))
-    except UsageError as exc:
-        start = None
-        issues.flag(turn_where, "start_time", turn.get("start_time"), str(exc))
-    return BenchmarkQuestion(
-        question=str(common.require(turn, "question", turn_where)),
-        options=[],
-        answer=str(common.require(turn, "answer", turn_where)),
-        gt_index=None,
-        t_s=end,  # asked once the span it refers to has been streamed
-        task=subset,
-        raw=turn,
-        qid=f"rvs-{subset}-{video_id}-{i}",
-        meta={"kind": KIND_OPEN, "start_s": start},
-    )
+    start = issues.metadata(turn_where, "start_time", turn.get("start_time"), parse_timestamp)
+    return BenchmarkQuestion(question=str(common.require(turn, "question", turn_where)), options=[],
+                             answer=str(common.require(turn, "answer", turn_where)), gt_index=None, t_s=end,
+                             task=subset, raw=turn, qid=f"rvs-{subset}-{video_id}-{i}",
+                             meta={"kind": KIND_OPEN, "start_s": start})
 
 
 def load_npy_frames(path: str | os.PathLike) -> np.ndarray:

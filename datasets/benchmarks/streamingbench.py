@@ -166,37 +166,19 @@ def _question(entry: dict, subset: str, qid: str, where: str, issues: common.Dat
     t_s = official_seconds(common.require(entry, "time_stamp", where), where, "time_stamp", issues)
     meta = {"groups": (subset,), "subset": subset}
     if subset == "proactive":
-        return BenchmarkQuestion(
-            question=str(common.require(entry, "question", where)),
-            options=[],
-            answer=str(common.require(entry, "ground_truth_output", where)),
-            gt_index=None,
-            t_s=t_s,
-            task=task,
-            raw=entry,
-            qid=qid,
-            meta={
-                **meta,
-                "kind": KIND_PROACTIVE,
-                "gt_time_s": official_seconds(common.require(entry, "ground_truth_time_stamp", where), where,
-                                              "ground_truth_time_stamp", issues),
-            },
-        )
+        gt_time_s = official_seconds(common.require(entry, "ground_truth_time_stamp", where), where,
+                                     "ground_truth_time_stamp", issues)
+        return BenchmarkQuestion(question=str(common.require(entry, "question", where)), options=[],
+                                 answer=str(common.require(entry, "ground_truth_output", where)), gt_index=None,
+                                 t_s=t_s, task=task, raw=entry, qid=qid,
+                                 meta={**meta, "kind": KIND_PROACTIVE, "gt_time_s": gt_time_s})
     options = common.clean_options(common.require(entry, "options", where), where, issues, expected=4)
     gt_index = resolve_gt_index(common.require(entry, "answer", where), options)
     if gt_index is None:
         raise UsageError(f"answer {entry['answer']!r} names none of the {len(options)} options in {where}")
-    return BenchmarkQuestion(
-        question=str(common.require(entry, "question", where)),
-        options=options,
-        answer=options[gt_index],
-        gt_index=gt_index,
-        t_s=t_s,
-        task=task,
-        raw=entry,
-        qid=qid,
-        meta={**meta, "kind": KIND_MC},
-    )
+    return BenchmarkQuestion(question=str(common.require(entry, "question", where)), options=options,
+                             answer=options[gt_index], gt_index=gt_index, t_s=t_s, task=task, raw=entry, qid=qid,
+                             meta={**meta, "kind": KIND_MC})
 
 
 def _shown_options(q: BenchmarkQuestion) -> list[str]:

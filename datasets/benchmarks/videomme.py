@@ -136,17 +136,12 @@ def _question(row: dict, where: str, issues: common.DataIssues) -> BenchmarkQues
     duration = str(common.require(row, "duration", where))
     if duration not in DURATIONS:
         raise UsageError(f"videomme: expected duration short/medium/long in {where}, found {duration!r}")
-    return BenchmarkQuestion(
-        question=str(common.require(row, "question", where)),
-        options=options,
-        answer=options[gt_index],
-        gt_index=gt_index,
-        t_s=None,
-        task=str(common.require(row, "task_type", where)),
-        raw=row,
-        qid=f"videomme-{row.get('question_id', where)}",
-        meta={"kind": KIND_MC, "groups": (duration,), "duration": duration, "domain": row.get("domain")},
-    )
+    return BenchmarkQuestion(question=str(common.require(row, "question", where)), options=options,
+                             answer=options[gt_index], gt_index=gt_index, t_s=None,
+                             task=str(common.require(row, "task_type", where)), raw=row,
+                             qid=f"videomme-{row.get('question_id', where)}",
+                             meta={"kind": KIND_MC, "groups": (duration,), "duration": duration,
+                                   "domain": row.get("domain")})
 
 
 class VideoMme(Benchmark):
