@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import NamedTuple
 
-from .records import LETTERS, KIND_OPEN, BenchmarkQuestion, letter_options
+from .records import KIND_OPEN, LETTERS, BenchmarkQuestion, letter_options
 
 STREAMING = "streaming"  # one stream per video, questions asked at their time, the stream going on
 OFFLINE = "offline"  # the whole video, then the questions

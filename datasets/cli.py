@@ -77,13 +77,9 @@ def _judge_config(args):
 
     if args.judge is None:
         return None
-    config = JudgeConfig(kind=args.judge, model=args.judge_model or "")
-    if args.judge == "local" and not config.model:
-        config.model = DEFAULT_LOCAL_JUDGE
-    if args.judge_revision:
-        config.revision = args.judge_revision
-    if args.judge_url:
-        config.base_url = args.judge_url
+    default_model = DEFAULT_LOCAL_JUDGE if args.judge == "local" else ""
+    config = JudgeConfig(kind=args.judge, model=args.judge_model or default_model,
+                         revision=args.judge_revision or "", base_url=args.judge_url or "")
     if args.judge_api_key_env is not None:
         config.api_key_env = args.judge_api_key_env
     return config

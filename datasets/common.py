@@ -198,6 +198,16 @@ def find_file(root: Path, candidates: Sequence[str], what: str) -> Path:
     return path
 
 
+def _read_text(path: Path) -> str:
+    """The file's text; an unreadable or non-UTF-8 file is a UsageError."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
+
+
 def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any:
     """Read a JSON file whose top level must be of type `expect`.
 
@@ -205,14 +215,9 @@ def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any
         UsageError: If the file cannot be read, is not valid JSON, or has the wrong shape.
     """
     try:
-        with path.open(encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        data = json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
     if not isinstance(data, expect):
         raise UsageError(f"expected {path} to hold a JSON {_names(expect)}, found a {type(data).__name__}")
     return data
@@ -225,22 +230,16 @@ def read_jsonl(path: Path) -> list[dict]:
         UsageError: If the file cannot be read or a line is not a JSON object.
     """
     rows = []
-    try:
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise UsageError(f"expected a JSON object on {path}:{number}, found {type(row).__name__}")
-                rows.append(row)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
+    for number, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"expected a JSON object on {path}:{number}, found {type(row).__name__}")
+        rows.append(row)
     return rows
 
 

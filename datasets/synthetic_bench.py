@@ -392,19 +392,27 @@ def write_benchmark(root: str | Path, *, seed: int = 0, num_videos: int = 8, dur
     Returns:
         The root folder.
     """
+    def stream(v: int) -> tuple[str, Timeline, list[SynthQuestion]]:
+        rng = np.random.default_rng([seed, v])
+        timeline = random_timeline(rng, duration_s, rare_count=4)  # counts 1-4 all possible (streams long enough)
+        return f"synth_{v:03d}.mp4", timeline, plan_questions(rng, timeline, per_family)
+
+    return _write_set(root, map(stream, range(num_videos)), size_px,
+                      {"seed": seed, "num_videos": num_videos, "duration_s": duration_s, "per_family": per_family})
+
+
+def _write_set(root: str | Path, streams, size_px: int, info: dict) -> Path:
+    """Write (video name, timeline, questions) streams as an OVO-Bench folder with the meta file (`info` and
+    every timeline)."""
     root = Path(root)
     (root / "src_videos").mkdir(parents=True, exist_ok=True)
     entries, meta = [], {}
-    for v in range(num_videos):
-        rng = np.random.default_rng([seed, v])
-        timeline = random_timeline(rng, duration_s, rare_count=4)  # counts 1-4 all possible (streams long enough)
-        video = f"synth_{v:03d}.mp4"
+    for video, timeline, questions in streams:
         write_mp4(root / "src_videos" / video, render_frames(timeline, size_px=size_px), 1.0, (size_px, size_px))
-        entries += ovo_entries(video, plan_questions(rng, timeline, per_family))
+        entries += ovo_entries(video, questions)
         meta[video] = [asdict(a) for a in timeline.appearances]
     (root / ANNOTATION_FILE).write_text(json.dumps(entries, indent=1) + "\n")
-    info = {"generator": __name__, "seed": seed, "num_videos": num_videos, "duration_s": duration_s,
-            "per_family": per_family, "size_px": size_px, "fps": 1.0, "timelines": meta}
+    info = {"generator": __name__, **info, "size_px": size_px, "fps": 1.0, "timelines": meta}
     (root / META_FILE).write_text(json.dumps(info) + "\n")
     return root
 
@@ -501,21 +509,14 @@ def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_
     if name not in SUITE_S:
         raise ValueError(f"unknown suite set {name!r}; expected one of {', '.join(SUITE_S)}")
     duration_s = SUITE_S[name]
-    root = Path(root)
-    (root / "src_videos").mkdir(parents=True, exist_ok=True)
-    entries, meta = [], {}
-    for v in range(num_videos):
+
+    def stream(v: int) -> tuple[str, Timeline, list[SynthQuestion]]:
         rng = np.random.default_rng([seed, list(SUITE_S).index(name), v])
         timeline, questions = plan_suite_questions(rng, random_timeline(rng, duration_s, rare_count=4), per_family)
-        video = f"{name}_{v:03d}.mp4"
-        write_mp4(root / "src_videos" / video, render_frames(timeline, size_px=size_px), 1.0, (size_px, size_px))
-        entries += ovo_entries(video, questions)
-        meta[video] = [asdict(a) for a in timeline.appearances]
-    (root / ANNOTATION_FILE).write_text(json.dumps(entries, indent=1) + "\n")
-    info = {"generator": __name__, "suite": name, "seed": seed, "num_videos": num_videos, "duration_s": duration_s,
-            "per_family": per_family, "size_px": size_px, "fps": 1.0, "timelines": meta}
-    (root / META_FILE).write_text(json.dumps(info) + "\n")
-    return root
+        return f"{name}_{v:03d}.mp4", timeline, questions
+
+    return _write_set(root, map(stream, range(num_videos)), size_px, {"suite": name, "seed": seed,
+                      "num_videos": num_videos, "duration_s": duration_s, "per_family": per_family})
 
 
 def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tuple[Path, list[SynthQuestion]]:

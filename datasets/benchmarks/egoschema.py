@@ -27,7 +27,7 @@ from hermes.errors import UsageError
 
 from .. import common
 from ..benchmark import LETTER_DIRECTLY, OFFLINE, Benchmark, Prompt, option_index
-from ..records import LETTERS, KIND_MC, BenchmarkQuestion, VideoRecord, is_option_index, letter_options
+from ..records import KIND_MC, LETTERS, BenchmarkQuestion, VideoRecord, is_option_index, letter_options
 
 QUESTIONS_CANDIDATES = ("questions.json", "EgoSchema/questions.json")
 ANSWERS_CANDIDATES = ("subset_answers.json", "EgoSchema/subset_answers.json")

@@ -29,6 +29,7 @@ text). Parser: answer_util.polish_answer. Metric: per question type, each type a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -36,10 +37,43 @@ from hermes.errors import UsageError
 
 from .. import common
 from ..benchmark import LETTER_DIRECTLY, OFFLINE, Benchmark, Prompt, option_index
-from ..records import KIND_MC, BenchmarkQuestion, VideoRecord, parse_span, resolve_gt_index, split_inline_options
+from ..records import KIND_MC, LETTERS, BenchmarkQuestion, VideoRecord, parse_span, resolve_gt_index
 
 ANNOTATION_CANDIDATES = ("video_info.meta.jsonl", "data/video_info.meta.jsonl", "LVBench/video_info.meta.jsonl")
 VIDEO_FOLDERS = ("videos", "scripts/videos", "all_videos", ".")
+
+_INLINE_OPTION = re.compile(r"^\s*\(([A-Z])\)\s*(.*)$")
+
+
+def split_inline_options(text: str) -> tuple[str, list[str]]:
+    """Split a question that lists its options inline, one per line ("(A) ...\\n(B) ...").
+
+    Args:
+        text: Question text with options on the following lines.
+
+    Returns:
+        (question, options): the lines before the first option, and the option texts.
+
+    Raises:
+        UsageError: If no "(A)" line is found or the letters are out of order.
+    """
+    lines = str(text).split("\n")
+    first = next((i for i, line in enumerate(lines) if _INLINE_OPTION.match(line)), None)
+    if first is None:
+        raise UsageError(f"expected options as '(A) ...' lines in the question, found {text!r}")
+    options: list[str] = []
+    for line in lines[first:]:
+        match = _INLINE_OPTION.match(line)
+        if match:
+            if match.group(1) != LETTERS[len(options)]:
+                raise UsageError(f"expected option ({LETTERS[len(options)]}) in {text!r}")
+            options.append(match.group(2).strip())
+        elif line.strip() and options:
+            # A wrapped option: the continuation belongs to the previous option.
+            options[-1] = f"{options[-1]} {line.strip()}"
+    return "\n".join(lines[:first]).strip(), options
+
+
 
 
 def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
