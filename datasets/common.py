@@ -396,19 +396,16 @@ def task_files(
     """
     wanted = check_names(normalize_tasks(tasks), [*files, *aliases])
     names = list(default) if wanted is None else list(dict.fromkeys(aliases.get(w, w) for w in wanted))
-    return _existing_files(root, benchmark, names, files, required=wanted is not None)
 
+    def existing() -> Iterator[tuple[str, Path]]:  # a generator: each file looked for when it is read
+        for name in names:
+            path = first_file(root, files[name])
+            if path is not None:
+                yield name, path
+            elif wanted is not None:
+                raise UsageError(f"{benchmark}: expected {root / files[name][0]} for task {name!r}, found nothing")
 
-def _existing_files(
-    root: Path, benchmark: str, names: list[str], files: Mapping[str, Sequence[str]], required: bool
-) -> Iterator[tuple[str, Path]]:
-    """Yield (name, file) for each task whose file exists; fail on a missing one if `required`."""
-    for name in names:
-        path = first_file(root, files[name])
-        if path is not None:
-            yield name, path
-        elif required:
-            raise UsageError(f"{benchmark}: expected {root / files[name][0]} for task {name!r}, found nothing")
+    return existing()
 
 
 def check_limit(limit: int | None, flag: str) -> None:

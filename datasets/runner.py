@@ -15,15 +15,10 @@ Protocols (docs/ARCHITECTURE.md, Evaluation; the registry says which a benchmark
 
 Protocol variants (`protocol=`, recorded in the summary): "official" (the default: what
 published numbers used) and "strict" (only frames before the question, one continuing stream).
-They differ where the official pipelines differ from the streaming rule:
-
-* OVO-Bench official feeds the clip [0, ceil(t)]: a question at t is answered from the frames
-  up to and including ceil(t) (the stream still continues; frames never go back).
-* StreamingBench official ("main" setting) answers each question from a fresh session over
-  the last 60 s (its `context_s`), [t - 60, t); a proactive question gets a fresh session fed from
-  the question time onwards and is polled on it.
-
-Elsewhere both variants are the same.
+They differ where the benchmark says its official pipeline does: `inclusive_ceil` (OVO-Bench: a
+question at t is answered from the frames up to and including ceil(t); the stream still continues)
+and `context_s` (StreamingBench: each question on a fresh session over [t - 60 s, t); a proactive
+question on a fresh session fed from the question time on, polled there).
 
 Prompts come from `registry.build_prompt` and are sent verbatim (options included in the text,
 none passed to the session). Replies are scored by `parsing.score_reply` (official and strict),
@@ -369,9 +364,6 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
     with SampleLog.open(output_dir, manifest, resume) as log:
         todo = [q for r in records if r.available for q in r.questions if q.qid not in log.samples]
         todo = todo if answer_missing else []
-        rejudge = judge is not None and any(
-            "judge_raw" not in log.samples[q.qid] for r in records for q in r.questions
-            if q.qid in log.samples and q.kind == KIND_OPEN and q.answer is not None)
         if model is None and todo:  # nothing left to answer: no model to load (a finished --resume)
             from hermes.models.loading import load_model
 
@@ -385,8 +377,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         ctx.model_name = model.name if model is not None else model_name
         unreadable = []
         try:
-            if rejudge:
-                _rejudge(ctx, records)
+            _rejudge(ctx, records)
             for record in records:
                 if not todo or not record.available or all(q.qid in log.samples for q in record.questions):
                     continue
@@ -462,7 +453,7 @@ def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall
     }
 
 
-def merge_shards(parts: Sequence[str], output: str, data_root: str, progress: bool = False) -> dict:
+def merge_shards(parts: Sequence[str], output: str, data_root: str) -> dict:
     """Merge the results folders of the shards of one run into `output`.
 
     The parts' samples are copied into `output` under the run's manifest (without a shard),
@@ -473,7 +464,6 @@ def merge_shards(parts: Sequence[str], output: str, data_root: str, progress: bo
         parts: The shards' results folders (each with run.json and samples.jsonl).
         output: The merged results folder (created; must not hold results yet).
         data_root: The benchmark's folder, to read the questions (the denominator).
-        progress: Unused (no question is answered); kept for symmetry with `run_eval`.
 
     Returns:
         The merged summary.

@@ -211,8 +211,8 @@ class SynthQuestion:
     answer: str
     t_s: float
     activity: str = ""
-    depth: str = ""  # suite episodic questions: "first", or the nominal depth "10" ... "90" (% of `t_s`)
-    subject_s: int | None = None  # suite episodic questions: start of the object named ("first": the first one)
+    depth: str = ""
+    subject_s: int | None = None
 
     @property
     def family(self) -> str:
