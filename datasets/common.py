@@ -151,28 +151,6 @@ def clean_options(raw: Sequence[Any], where: str, issues: DataIssues, expected: 
     return options
 
 
-def check_root(data_root: str | os.PathLike, benchmark: str) -> Path:
-    """Check that the data root is an existing directory.
-
-    Args:
-        data_root: The `--data-root` directory.
-        benchmark: Benchmark name, for the message.
-
-    Returns:
-        The root as a Path.
-
-    Raises:
-        UsageError: If it does not exist or is not a directory.
-    """
-    root = Path(data_root).expanduser()
-    if not root.is_dir():
-        raise UsageError(
-            f"{benchmark}: --data-root {root} is not a directory; point it at the folder "
-            "holding the benchmark's annotation files"
-        )
-    return root
-
-
 def first_file(root: Path, candidates: Iterable[str]) -> Path | None:
     """The first of `candidates` (paths relative to `root`) that is a file, or None."""
     return next((root / rel for rel in candidates if (root / rel).is_file()), None)
@@ -341,14 +319,6 @@ def normalize_tasks(tasks: str | Iterable[str] | None) -> list[str] | None:
     return names or None
 
 
-def unknown_name_error(kind: str, name: str, known: Iterable[str]) -> UsageError:
-    """A UsageError for an unknown name, with a did-you-mean suggestion (difflib)."""
-    known = sorted(set(known))
-    close = closest(name, known)
-    hint = f"; did you mean {close!r}?" if close is not None else f"; known: {', '.join(known)}"
-    return UsageError(f"unknown {kind} {name!r}{hint}")
-
-
 def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "task") -> list[str] | None:
     """Validate requested task names against the known ones.
 
@@ -357,10 +327,12 @@ def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "
     """
     if requested is None:
         return None
-    known = set(known)
+    known = sorted(set(known))
     for name in requested:
         if name not in known:
-            raise unknown_name_error(kind, name, known)
+            close = closest(name, known)  # difflib
+            hint = f"; did you mean {close!r}?" if close is not None else f"; known: {', '.join(known)}"
+            raise UsageError(f"unknown {kind} {name!r}{hint}")
     return requested
 
 
@@ -418,71 +390,20 @@ def check_limit(limit: int | None, flag: str) -> None:
         raise UsageError(f"expected {flag} to be a positive integer, found {limit!r}")
 
 
-def finish(
-    records: list[VideoRecord],
-    benchmark: str,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-    known: Iterable[str] | None = None,
-    issues: DataIssues | None = None,
-) -> Loaded:
-    """Apply the `tasks` filter and `limit`, and check the result is usable.
-
-    A question is kept when its task or one of its group labels (`Question.labels`) was
-    requested. Videos left without questions are dropped. `limit` keeps the first N videos
-    (streams) in file order.
-
-    Args:
-        records: Everything the loader read, in file order.
-        benchmark: Benchmark name, for messages.
-        tasks: Task or group names to keep; None keeps all.
-        limit: Keep at most this many videos; None keeps all.
-        known: Every valid task/group name when the benchmark defines them up front;
-            otherwise the names found in the data are the valid ones.
-        issues: What the loader flagged and excluded (attached to the result).
-
-    Returns:
-        The selected records (a list) with `.issues`.
-
-    Raises:
-        UsageError: On an unknown task name, a bad limit, or an empty selection.
-        SourceError: When not one selected video is on disk (the data root is probably wrong).
-    """
-    check_limit(limit, "--limit")
-    wanted = normalize_tasks(tasks)
-    if wanted is not None:
-        found = {label for r in records for q in r.questions for label in q.labels}
-        check_names(wanted, found if known is None else found.union(known))
-        keep = set(wanted)
-        for record in records:
-            record.questions = [q for q in record.questions if keep.intersection(q.labels)]
-        records = [r for r in records if r.questions]
-    if limit is not None:
-        records = records[:limit]
-    if not records and issues is not None and issues.excluded:
-        first = issues.excluded[0]
-        raise UsageError(f"{benchmark}: all {len(issues.excluded)} malformed questions were excluded and none is "
-                         f"left; first: {first['where']}: {first['reason']}")
-    if not records:
-        raise UsageError(f"{benchmark}: no questions selected; check --data-root and the task names")
-    if _REQUIRE_VIDEOS.get() and not any(r.available for r in records):
-        raise SourceError(
-            f"{benchmark}: none of the {len(records)} videos was found under the data root "
-            f"(first: {records[0].video_id}); "
-            "download the videos or fix --data-root"
-        )
-    return Loaded(records, issues)
-
-
 def make_loader(benchmark: str, read: Callable[[Path, str | Iterable[str] | None, DataIssues], list[VideoRecord]],
                 known: Iterable[str] | None = None, select: bool = True) -> Callable[..., Loaded]:
     """A benchmark's `load(data_root, tasks=None, limit=None)`: the frame every loader shares.
+
+    The loader checks the data root, reads, then selects: a question is kept when its task or one of
+    its group labels (`BenchmarkQuestion.labels`) was requested, videos left without questions are
+    dropped, and `limit` keeps the first N videos (streams) in file order.
 
     Args:
         benchmark: Benchmark name, for messages.
         read: `read(root, tasks, issues)`: the records of the checked data root, in file order;
             what it flags or excludes goes to `issues`.
-        known: Every valid task/group name when the benchmark defines them up front (see `finish`).
+        known: Every valid task/group name when the benchmark defines them up front; otherwise the
+            names found in the data are the valid ones.
         select: False when `read` applies `tasks` itself (by choosing files).
 
     Returns:
@@ -502,13 +423,35 @@ def make_loader(benchmark: str, read: Callable[[Path, str | Iterable[str] | None
             The records in file order, with `.issues`.
 
         Raises:
-            UsageError: Missing or malformed annotations, unknown task names, a bad limit, nothing selected.
-            SourceError: No selected video exists under the data root.
+            UsageError: The data root is not a directory; missing or malformed annotations, unknown task
+                names, a bad limit, nothing selected.
+            SourceError: Not one selected video is on disk (the data root is probably wrong).
         """
-        root = check_root(data_root, benchmark)
+        root = Path(data_root).expanduser()
+        if not root.is_dir():
+            raise UsageError(f"{benchmark}: --data-root {root} is not a directory; point it at the folder "
+                             "holding the benchmark's annotation files")
         issues = DataIssues()
         records = read(root, tasks, issues)
-        return finish(records, benchmark, tasks if select else None, limit, known, issues=issues)
+        check_limit(limit, "--limit")
+        wanted = normalize_tasks(tasks) if select else None
+        if wanted is not None:
+            found = {label for r in records for q in r.questions for label in q.labels}
+            check_names(wanted, found if known is None else found.union(known))
+            for record in records:
+                record.questions = [q for q in record.questions if set(wanted).intersection(q.labels)]
+            records = [r for r in records if r.questions]
+        records = records if limit is None else records[:limit]
+        if not records and issues.excluded:
+            first = issues.excluded[0]
+            raise UsageError(f"{benchmark}: all {len(issues.excluded)} malformed questions were excluded and none "
+                             f"is left; first: {first['where']}: {first['reason']}")
+        if not records:
+            raise UsageError(f"{benchmark}: no questions selected; check --data-root and the task names")
+        if _REQUIRE_VIDEOS.get() and not any(r.available for r in records):
+            raise SourceError(f"{benchmark}: none of the {len(records)} videos was found under the data root "
+                              f"(first: {records[0].video_id}); download the videos or fix --data-root")
+        return Loaded(records, issues)
 
     return load
 
@@ -533,7 +476,7 @@ def first_questions(records: list[VideoRecord], limit: int | None) -> list[Video
     for record in records:
         if limit <= 0:
             break
-        record.questions = record.questions[:limit]  # as `finish` does: the loader's records are this run's own
+        record.questions = record.questions[:limit]  # as the loader selects: its records are this run's own
         limit -= len(record.questions)
         kept.append(record)
     return kept
