@@ -1,33 +1,16 @@
 """A seeded synthetic streaming benchmark in the OVO-Bench format, and training clips from the same world.
 
-The world: a dark background on which one object at a time (a red/green/blue/yellow/purple/white
-circle, square or triangle) appears, drifts across the frame and disappears, with empty seconds in
-between, for as long as the stream lasts. Time is in whole seconds: frame `i` is the picture at
-`t = i` s, and a video is written at 1 fps, so a stream sampled at 1 fps sees exactly those frames.
-
-Question families mirror OVO-Bench's categories and use its task codes, so the official loader,
-prompts and scorer apply unchanged:
-
-=========  ====  ===========================================================  ===============
-family     task  question                                                      answer
-=========  ====  ===========================================================  ===============
-realtime   ATR   What colour is the object on screen now?                      colour (6 opts)
-episodic   EPM   What colour was the first object? / ... just before the X?    colour (6 opts)
-ordering   ASI   What colour was the second / third object?                    colour (6 opts)
-counting   REC   How many times did they show a <colour> object?               a number
-=========  ====  ===========================================================  ===============
-
-Options are always every colour in one fixed order (see `_choice_question`). Shapes name objects
-("the object just before the red triangle") but are never asked about: the micro model, trained on a
-CPU, stays at chance on "what shape is on screen" (it learns colours at once), so such questions
-would measure the model's eyesight, not its memory.
-A question at `t_s` is about the frames with index `< t_s` (what a streaming session has encoded
-when it is asked); an object counts as seen once one of its frames is among them.
+The world and the question families (real-time ATR, episodic EPM, ordering ASI, counting REC: OVO-Bench's
+task codes, so its loader, prompts and scorer apply unchanged) are described in README.md, "The micro
+model and the synthetic benchmark". Time is in whole seconds: frame `i` is the picture at `t = i` s,
+written at 1 fps. A question at `t_s` is about the frames with index `< t_s` (what a streaming session
+has encoded when it is asked); an object counts as seen once one of its frames is among them.
 
 `write_benchmark` renders the videos (mp4) and `ovo_bench_new.json`, for
 `hermes-video eval ovo-bench --data-root DIR --model micro-llava-onevision` (another model: add
 `--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays
-with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything is a pure function of the seed.
+with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything
+is a pure function of the seed.
 
 `write_suite_set` writes one set of the suite (`SUITE_S`: 20, 180, 600 and 1,800 s streams, seed
 `SUITE_SEED` unless given): the same families at every length, with the episodic questions balanced
