@@ -23,7 +23,7 @@ from hermes.errors import UsageError
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-# Question kinds: how a reply is prompted and scored (see prompts.py and parsing.py).
+# Question kinds: how a reply is prompted and scored (see the benchmark modules and parsing.py).
 KIND_MC = "mc"  # multiple choice, answered with an option letter
 KIND_YESNO = "yesno"  # OVO-Bench SSR/CRR probes, answered "Yes" / "No"
 KIND_COUNT = "count"  # OVO-Bench REC probes, answered with a number

@@ -332,7 +332,7 @@ def plan_questions(rng: np.random.Generator, timeline: Timeline, per_family: int
 
 
 def ovo_entries(video: str, questions: list[SynthQuestion]) -> list[dict]:
-    """OVO-Bench annotation entries for one video (what `hermes.datasets.ovo_bench.load` reads).
+    """OVO-Bench annotation entries for one video (what `hermes.datasets.benchmarks.ovo_bench.load` reads).
 
     Multiple-choice questions become one entry each (`gt` indexes `options`); counting questions on
     the same activity become one REC entry whose `test_info` probes carry each time and count. Ids
