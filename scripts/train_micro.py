@@ -10,7 +10,7 @@ exactly as hermes feeds the model at answer time (`StreamingSession.ask`):
 
 - the prompt is what hermes sends: `format_prompt(question, options)` (the CLI and demo), the bare
   question (answered in words: "red"), or the official OVO-Bench prompt that
-  `hermes-video eval ovo-bench` sends (`prompts.build_prompt`);
+  `hermes-video eval ovo-bench` sends (`registry.build_prompt`);
 - visual tokens keep the rotary positions they had when streamed (frame i of a stream at
   `prefix + 16 * i`), and the question starts after the last frame streamed, as lazy re-indexing
   leaves them. Memory is simulated by which frames and tokens stay: all of them (`full`, short
@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from hermes.config import ModelConfig
 from hermes.datasets import synthetic_bench as sb
-from hermes.datasets.prompts import build_prompt
+from hermes.datasets.registry import build_prompt
 from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
