@@ -221,3 +221,36 @@ def safe_metadata(data: bytes) -> dict[str, str]:
     if n > len(data) - 8:
         raise ValueError("safetensors header runs past the end")
     return json.loads(data[8:8 + n]).get("__metadata__") or {}
+
+
+def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list[tuple[int, int, object]], int]:
+    """The records a segment's bytes hold, from its start, and where the readable part ends.
+
+    Args:
+        data: The segment file.
+        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are
+            stepped over (reported as a record None) instead of ending the scan.
+
+    Returns:
+        ``([(offset, length, record or None)], end)``: `end` is the byte after the last record read.
+    """
+    found, pos = [], 0
+    known = known or {}
+    while pos + 8 <= len(data):
+        n = int.from_bytes(data[pos:pos + 8], "little")
+        try:
+            header = json.loads(data[pos + 8:pos + 8 + n])
+            length = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                                 default=0)
+            if pos + length > len(data):
+                raise ValueError("runs past the end")
+            record = from_safetensors(data[pos:pos + length])
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            if pos in known and pos + known[pos] <= len(data):
+                found.append((pos, known[pos], None))
+                pos += known[pos]
+                continue
+            break
+        found.append((pos, length, record))
+        pos += length
+    return found, pos

@@ -56,10 +56,9 @@ from hermes.tiers.dram import DramStore
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.index import INDEX_META, normalise, open_index
 from hermes.tiers.files import read_exact, read_pid, write_bytes_atomic
-from hermes.tiers.manifest import SEGMENTS, SUFFIX
+from hermes.tiers.manifest import SEGMENTS, SUFFIX, WAL
 from hermes.tiers.meaning import meaning_problem
 from hermes.tiers.recovery import Quarantine, quarantined_files
-from hermes.tiers.repair import WAL
 from hermes.tiers.prefetch import Prefetcher
 from hermes.tiers.remote import RemoteStore
 from hermes.tiers.remote_level import RemoteLevel, RemoteOptions
