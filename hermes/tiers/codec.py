@@ -74,11 +74,12 @@ def _meta_json(record: Record, num_layers: int, heads: int, head_dim: int, value
     test holds the two equal), formatted directly: the encoder's setup cost more than the text."""
     j = json_scalar
     extra = json.dumps(record.extra) if record.extra else "{}"
+    seen = record.frames_seen
     return (f'{{"format": {RECORD_FORMAT}, "record_id": {j(record.record_id)}, "t_start_s": {j(record.t_start_s)}, '
             f'"t_end_s": {j(record.t_end_s)}, "frame_start": {j(record.frame_start)}, '
             f'"frame_end": {j(record.frame_end)}, "value": {j(record.value)}, '
             f'{_meta_shape(record.source_dtype, record.kind, num_layers, heads, head_dim, value_dim)}, '
-            f'"extra": {extra}}}')
+            f'"epoch": {j(record.epoch)}, "frames_seen": {"null" if seen is None else j(seen)}, "extra": {extra}}}')
 
 
 @lru_cache(maxsize=256)
@@ -210,7 +211,17 @@ def from_safetensors(data: bytes) -> Record:
                   t_end_s=float(meta["t_end_s"]), frame_start=int(meta["frame_start"]),
                   frame_end=int(meta["frame_end"]), layers=layers, value=float(meta["value"]),
                   embedding=tensors.get("embedding"), source_dtype=str(meta["source_dtype"]),
-                  kind=str(meta["kind"]), extra=dict(meta.get("extra") or {}))
+                  kind=str(meta["kind"]), **_eviction_fields(meta))
+
+
+def _eviction_fields(meta: dict) -> dict:
+    """``epoch``, ``frames_seen`` and ``extra`` of a record's metadata. Records written before the two were
+    fields kept them in ``extra``: read from there (and taken out of it) when the metadata lacks them."""
+    extra = dict(meta.get("extra") or {})
+    old = {name: extra.pop(name) for name in ("epoch", "frames_seen") if name in extra}
+    epoch, seen = meta.get("epoch", old.get("epoch", 0)), meta.get("frames_seen", old.get("frames_seen"))
+    return {"epoch": epoch if type(epoch) is int else 0, "frames_seen": seen if type(seen) is int else None,
+            "extra": extra}
 
 
 def safe_metadata(data: bytes) -> dict[str, str]:
