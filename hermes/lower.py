@@ -55,7 +55,6 @@ class RecallStats:
     recall_ms: float = 0.0
     records: int = 0
     tokens: int = 0  # per layer
-    record_ids: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
         return {"recall_ms": round(self.recall_ms, 3), "records": self.records, "tokens": self.tokens}
@@ -223,8 +222,7 @@ class LowerLevels:
             spliced["values"].append(values.index_select(1, top))
         cache.append(spliced["keys"], spliced["values"], spliced["positions"], KIND_RECALLED, spliced["frame_index"])
         elapsed = (time.perf_counter() - start) * 1e3
-        return RecallStats(recall_ms=elapsed, records=len(records), tokens=n,
-                           record_ids=tuple(r.record_id for r in records))
+        return RecallStats(recall_ms=elapsed, records=len(records), tokens=n)
 
     def _layer_tokens(self, tokens, delta: int):
         keys = tokens.keys
