@@ -51,7 +51,7 @@ from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, fil
 from hermes.pipelines.bench import resolve_policies
 
 import micro_suite  # this folder's (the script's own folder is on sys.path): the sweep's sets, tables, intervals
-from micro_suite import bootstrap, run_dir, shown_args
+from micro_suite import interval, run_dir, shown_args
 
 BOUNDED = ("sliding", "uniform", "recall-only", "hermes", "hermes+recall")
 FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family
@@ -277,16 +277,6 @@ def column_qids(groups: dict[str, tuple[str, float]], column: str, depth: tuple[
     return out
 
 
-def cell(runs: list[dict[str, bool]], base: list[dict[str, bool]], qids: list[str], label: str) -> str:
-    """"acc [lo, hi]" with (+) / (-) when the paired difference to `hermes` (`base`) excludes 0."""
-    acc, lo, hi = bootstrap(runs, qids)
-    mark = ""
-    if label != "hermes":
-        _, dlo, dhi = bootstrap(runs, qids, base)
-        mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
-    return f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}"
-
-
 def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str], budgets: list[int],
                    variants: list[str]) -> str:
     """Markdown: per set and budget, accuracy [95 % interval] per column, pooled over weights files; a
@@ -300,7 +290,8 @@ def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str
             for label in variants:
                 runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
                 have = set.intersection(*(set(o) for o in runs + base))
-                cells = [cell(runs, base, column_qids(groups[name], col, have=have), label) for col in OPTION_COLUMNS]
+                marked = None if label == "hermes" else base
+                cells = [interval(runs, column_qids(groups[name], col, have=have), marked, 0) for col in OPTION_COLUMNS]
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
             n = {col: len(column_qids(groups[name], col)) for col in OPTION_COLUMNS}
             lines += ["", "questions per weights file: " + ", ".join(f"{c} {k}" for c, k in n.items()), ""]
@@ -321,7 +312,8 @@ def depth_table(all_runs: list[dict], groups: dict[str, tuple[str, float]], name
         runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
         base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
         have = set.intersection(*(set(o) for o in runs + base))
-        cells = [cell(runs, base, column_qids(groups, kind, bin_, have), label) for kind, bin_ in cols]
+        marked = None if label == "hermes" else base
+        cells = [interval(runs, column_qids(groups, kind, bin_, have), marked, 0) for kind, bin_ in cols]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -116,13 +116,15 @@ def shown_args(argv: list[str]) -> list[str]:
     return out
 
 
-def interval(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None) -> str:
-    """"acc [lo, hi]", marked (+) / (-) when the paired difference to `base` excludes 0."""
+def interval(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None,
+             min_marked: int = MIN_MARKED) -> str:
+    """"acc [lo, hi]", marked (+) / (-) when the paired difference to `base` excludes 0 (never under
+    `min_marked` questions); "-" without questions."""
     if not qids:
         return "-"
     acc, lo, hi = bootstrap(runs, qids)
     mark = ""
-    if base is not None and len(qids) >= MIN_MARKED:
+    if base is not None and len(qids) >= min_marked:
         _, dlo, dhi = bootstrap(runs, qids, base)
         mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
     return f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}"
