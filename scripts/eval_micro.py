@@ -365,14 +365,8 @@ def plus_settings() -> str:
 
 
 def benchmark(root: Path, **kwargs) -> Path:
-    """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark
-    (its meta file records the same arguments): parallel processes then read it without rewriting it."""
-    meta = root / sb.META_FILE
-    if meta.is_file() and (root / sb.ANNOTATION_FILE).is_file():
-        info = json.loads(meta.read_text())
-        if all(info.get(key) == value for key, value in kwargs.items()):
-            return root
-    return sb.write_benchmark(root, **kwargs)
+    """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark."""
+    return micro_suite.written(root, kwargs, lambda: sb.write_benchmark(root, **kwargs))
 
 
 def run_grid(adapter, sets: dict[str, Path], runs: Path, policies: list[str], budgets: list[int], chunk_frames: int,

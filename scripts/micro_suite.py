@@ -50,15 +50,22 @@ QUICK_VIDEOS = {"short": 1, "long": 1}
 QUICK_BUDGETS = (128,)
 
 
-def suite_set(work: Path, name: str, seed: int, num_videos: int) -> Path:
-    """The set `name` under `work`, written unless a finished copy with the same arguments is there."""
-    root = work / f"suite-{seed}" / f"{name}-{num_videos}"
+def written(root: Path, recorded: dict, write) -> Path:
+    """`root` when it holds a finished set whose meta file records `recorded`, else what `write()` makes
+    there: parallel processes then read a set without rewriting it."""
     meta = root / sb.META_FILE
     if meta.is_file() and (root / sb.ANNOTATION_FILE).is_file():
         info = json.loads(meta.read_text())
-        if (info.get("suite"), info.get("seed"), info.get("num_videos")) == (name, seed, num_videos):
+        if all(info.get(key) == value for key, value in recorded.items()):
             return root
-    return sb.write_suite_set(root, name, seed=seed, num_videos=num_videos)
+    return write()
+
+
+def suite_set(work: Path, name: str, seed: int, num_videos: int) -> Path:
+    """The set `name` under `work`, written unless a finished copy with the same arguments is there."""
+    root = work / f"suite-{seed}" / f"{name}-{num_videos}"
+    return written(root, {"suite": name, "seed": seed, "num_videos": num_videos},
+                   lambda: sb.write_suite_set(root, name, seed=seed, num_videos=num_videos))
 
 
 def question_tags(root: Path) -> dict[str, tuple[str, str]]:
