@@ -160,12 +160,8 @@ def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
 def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chance_row: dict,
          policies: tuple[str, ...] = BOUNDED) -> bool:
     """Accuracy against budget, one panel per family; False when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = micro_suite.pyplot()
+    if plt is None:
         return False
     fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
     for ax, family in zip(axes, sb.FAMILIES):

@@ -187,15 +187,23 @@ def spread_table(all_runs: list[dict], seeds: list[str]) -> str:
     return "\n".join(lines)
 
 
-def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies: list[str], budget: int) -> bool:
-    """Accuracy against stream length, one panel per family, one line per policy at `budget` (and `full`),
-    each point with its 95 % bootstrap interval; False (no file) when matplotlib is missing."""
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or None when matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies: list[str], budget: int) -> bool:
+    """Accuracy against stream length, one panel per family, one line per policy at `budget` (and `full`),
+    each point with its 95 % bootstrap interval; False (no file) when matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
         return False
     names = list(tags)
     lengths = [sb.SUITE_S[n] for n in names]
