@@ -81,6 +81,13 @@ def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport,
     corrupt: set[int] = set()
     identities: dict[int, tuple] = {}
     next_id = old.next_id
+
+    def leave_out(rid: int, data: bytes, why: str) -> None:
+        corrupt.add(rid)
+        bad = directory / f"record-{rid}{SUFFIX}"
+        write_bytes_atomic(bad, data)
+        report.actions.append(f"{label}{why}; left out, its bytes copied to {quarantine.move(bad, prefix)}")
+
     for seg in sorted(segdir.glob(f"*{SUFFIX}")) if segdir.exists() else []:
         if seg.name in dropped:
             report.actions.append(f"{label}{SEGMENTS}/{seg.name}: dropped by the manifest; moved to "
@@ -93,22 +100,15 @@ def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport,
             digest = sha256(data[offset:offset + length])
             if record is None:  # unparseable where the old manifest names a record: keep the line, delete it
                 entry = named[offset]
-                corrupt.add(entry.record_id)
-                bad = directory / f"record-{entry.record_id}{SUFFIX}"
-                write_bytes_atomic(bad, data[offset:offset + length])
-                report.actions.append(f"{label}record {entry.record_id}: unreadable; left out, its bytes copied to "
-                                      f"{quarantine.move(bad, prefix)}")
+                leave_out(entry.record_id, data[offset:offset + length], f"record {entry.record_id}: unreadable")
                 entries.append(entry)
                 seen.add(entry.record_id)
                 continue
             known = old.entries.get(record.record_id)
             next_id = max(next_id, record.record_id + 1)
             if known is not None and (known.segment, known.offset) == (seg.name, offset) and known.sha256 != digest:
-                corrupt.add(record.record_id)
-                bad = directory / f"record-{record.record_id}{SUFFIX}"
-                write_bytes_atomic(bad, data[offset:offset + length])
-                report.actions.append(f"{label}record {record.record_id}: fails its checksum; left out, its bytes "
-                                      f"copied to {quarantine.move(bad, prefix)}")
+                leave_out(record.record_id, data[offset:offset + length],
+                          f"record {record.record_id}: fails its checksum")
                 # named and then deleted, so the segment stays fully described; its bytes are in quarantine
                 entries.append(Entry.of(record, seg.name, offset, length, digest))
                 seen.add(record.record_id)
@@ -119,10 +119,7 @@ def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport,
             entries.append(Entry.of(record, seg.name, offset, length, digest))
             problem = meaning_problem(record, fingerprint)
             if problem is not None:  # sound bytes that mean something else: named, deleted, kept in quarantine
-                corrupt.add(record.record_id)
-                bad = directory / f"record-{record.record_id}{SUFFIX}"
-                write_bytes_atomic(bad, data[offset:offset + length])
-                report.actions.append(f"{label}{problem}; left out, its bytes copied to {quarantine.move(bad, prefix)}")
+                leave_out(record.record_id, data[offset:offset + length], problem)
                 continue
             if identity(record) is not None:
                 identities[record.record_id] = identity(record)
