@@ -28,6 +28,7 @@ from hermes.models.llava_onevision import LlavaOnevisionAdapter
 from hermes.models.preprocess import read_normalisation
 from hermes.models.qwen3_vl import Qwen3VLAdapter
 from hermes.models.qwen_vl import Qwen25VLAdapter, QwenVLAdapter
+from hermes.models.realsize import random_model
 from hermes.models.smolvlm import SmolVLMAdapter
 
 # transformers `model_type` -> adapter class.
@@ -186,13 +187,10 @@ def build_random_model(arch: str, cfg: ModelConfig, *, num_layers: int | None = 
     Raises:
         ModelError: unknown architecture, bad layer count, or an unavailable device.
     """
-    from hermes.models.realsize import build_random
-
     device = resolve_device(cfg.device)
-    adapter = build_random(arch, device, resolve_dtype(cfg.dtype, device), num_layers=num_layers,
-                           vision_layers=vision_layers, seed=cfg.seed, system_prompt=cfg.system_prompt)
-    apply_model_options(adapter, cfg)
-    return adapter
+    family, name, model, tokenizer = random_model(arch, device, resolve_dtype(cfg.dtype, device), seed=cfg.seed,
+                                                  num_layers=num_layers, vision_layers=vision_layers)
+    return make_adapter(family, name, model, tokenizer, cfg)
 
 
 def _load(cfg: ModelConfig, builder_options: dict[str, Any]) -> VLMAdapter:

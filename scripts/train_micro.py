@@ -424,7 +424,7 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
     Why: it shows up to which memory length each kind of answer holds (what the weights have learned to
     read at that length), apart from which frames a policy keeps.
     """
-    import eval_micro  # this folder's: its bootstrap is the testbed's interval
+    import micro_suite  # this folder's: its bootstrap is the testbed's interval
 
     print("| frames in memory | " + " | ".join(KINDS) + " |\n|---|" + "---|" * len(KINDS), flush=True)
     for lo, hi in bins:
@@ -437,7 +437,7 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
                 if ex.streamed >= lo:
                     examples.append(ex)
             hits = first_token_hits(batcher, examples, MAIN.batch_size)
-            acc, low, high = eval_micro.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
+            acc, low, high = micro_suite.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
             cells.append(f"{acc:.0f} [{low:.0f}, {high:.0f}]")
         print(f"| {lo}-{hi} | " + " | ".join(cells) + " |", flush=True)
 

@@ -188,7 +188,8 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot | None:
                 except (RecordCorruptError, StorageError):  # refused: never served
                     out.unreadable += 1
                     continue
-                key = RecordKey(record.frame_start, record.frame_end, int(record.extra.get("frames_seen", -1)))
+                seen = -1 if record.frames_seen is None else record.frames_seen
+                key = RecordKey(record.frame_start, record.frame_end, seen)
                 out.keys[key] += 1
                 digest = record_digest(record)
                 out.all_digests[key] = digest

@@ -331,10 +331,12 @@ def test_published_sizes_on_the_meta_device():
 
 
 def test_build_random_llava_0_5b_reduced_runs_a_chunk():
-    from hermes.models.realsize import build_random
+    from hermes.config import ModelConfig
+    from hermes.models.loading import build_random_model
     from hermes.pipelines.session import StreamingSession
 
-    model = build_random("llava-ov-0.5b", "cpu", torch.float32, num_layers=2, vision_layers=1)
+    model = build_random_model("llava-ov-0.5b", ModelConfig(device="cpu", dtype="float32"), num_layers=2,
+                               vision_layers=1)
     text, vision = model.text_config, model.model.config.vision_config
     attention = model.language_model.layers[0].self_attn
     assert (text.hidden_size, text.num_attention_heads, text.num_key_value_heads, attention.head_dim) == \
