@@ -6,6 +6,7 @@ for help lines) is imported here, so `--help` stays instant.
 configures is sugar for exactly one key (`CONFIG_FLAGS`), applied after every `--set`, so the flag
 wins. Flags not in the table (`--ask`, `--output`, ...) say what to do, not how the model, memory or
 stream behave.
+import math
 """
 
 from __future__ import annotations
@@ -58,15 +59,25 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, found {text!r}")
-    return value
+def _argparse_type(convert, ok, expected: str):
+    """An argparse type: `convert(text)`, refused unless `ok(value)`, with the error "expected EXPECTED"."""
+
+    def check(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    check.__doc__ = f"argparse type: {expected}."
+    return check
+
+
+positive_int = _argparse_type(int, lambda v: v >= 1, "a positive whole number")
+positive_float = _argparse_type(float, lambda v: 0 < v < math.inf, "a positive number")
+port_number = _argparse_type(int, lambda v: 1 <= v <= 65535, "a TCP port 1-65535")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:

@@ -90,7 +90,7 @@ def serve_worker(model_name: str, memory: str, streams: int, fps: float, seconds
     scheduler = Scheduler(model)
     opened = []
     for i in range(streams):
-        stream = Stream(f"cam{i}", f"cam{i}", cfg, "synthetic", None, max_pending=2 * cfg.stream.live_chunk_frames)
+        stream = Stream(f"cam{i}", cfg, "synthetic", None, max_pending=2 * cfg.stream.live_chunk_frames)
         scheduler.open(stream, resume=False).result()
         stream.start(SyntheticCamera(fps, seed=i), scheduler.wake, None)
         opened.append(stream)
@@ -136,15 +136,11 @@ def run_worker(model_name: str, memory: str, fps: float, seconds: float, ask_eve
     return {"fps_per_stream": len(session.encoded_t_s) / elapsed, "rss_mib": peak_rss_mib()}
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    from hermes.pipelines.serve.metrics import percentile
-
-    return round(percentile(values, q), 1) if values else None
-
-
 def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, seconds: float,
                 ask_every_s: float, max_new_tokens: int, threads: int, progress=None) -> list[dict]:
     """The rows of `bench serve`, one per stream count (see the module docstring).
+
+    from hermes.pipelines.serve.metrics import percentile
 
     Args:
         model_name, memory: the model and memory preset both sides use.
@@ -155,6 +151,7 @@ def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, 
         progress: called with a line per finished measurement.
 
     Returns:
+        latencies = served["latencies_ms"]
         One dict per N: streams, serve_fps, run_fps, fps_ratio, serve_min_fps, dropped, latency p50/p95,
         serve_rss_mib, run_rss_mib (summed), memory_ratio.
     """
@@ -170,8 +167,8 @@ def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, 
         row = {"streams": n, "serve_fps": round(served["fps_per_stream"], 2), "run_fps": round(run_fps, 2),
                "fps_ratio": round(served["fps_per_stream"] / run_fps, 2) if run_fps else None,
                "serve_min_fps": round(served["min_fps"], 2), "dropped": served["dropped"],
-               "latency_p50_ms": _percentile(served["latencies_ms"], 0.5),
-               "latency_p95_ms": _percentile(served["latencies_ms"], 0.95),
+               "latency_p50_ms": round(percentile(latencies, 0.5), 1) if latencies else None,
+               "latency_p95_ms": round(percentile(latencies, 0.95), 1) if latencies else None,
                "serve_rss_mib": round(served["rss_mib"]), "run_rss_mib": round(run_rss),
                "memory_ratio": round(served["rss_mib"] / run_rss, 3)}
         rows.append(row)

@@ -13,30 +13,9 @@ import argparse
 import socket
 import sys
 
-from hermes.cli_args import add_common_options, add_config_options, config_from_args, positive_int
+from hermes.cli_args import (add_common_options, add_config_options, config_from_args, port_number, positive_float,
+                             positive_int)
 from hermes.errors import UsageError
-
-
-def port_number(text: str) -> int:
-    """argparse type: a TCP port 1-65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 1-65535, found {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 1-65535, found {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, found {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, found {text!r}")
-    return value
 
 
 def settings_from_args(args):

@@ -155,7 +155,7 @@ class Registry:
             memory_dir, resume = self._memory_dir(stream_id)
             if source_spec is not None:
                 source = open_source(source_spec, fps=cfg.stream.fps)
-            stream = Stream(stream_id, stream_id, cfg, source_spec, memory_dir,
+            stream = Stream(stream_id, cfg, source_spec, memory_dir,
                             max_pending=2 * cfg.stream.live_chunk_frames, max_push_fps=self.settings.max_push_fps)
             resumed_t_s = self.scheduler.open(stream, resume).result()
             stream.start(source, self.scheduler.wake, resumed_t_s)

@@ -61,8 +61,7 @@ class Stream:
     """A served stream (see the module docstring).
 
     Args:
-        stream_id: the id clients use.
-        name: the client's name for it (its memory directory's name), or the id.
+        stream_id: the id clients use: the name they gave (its memory directory's name) or a generated one.
         cfg: its resolved `HermesConfig`.
         source: the source as the client gave it (None: a push stream).
         memory_dir: its memory directory, or None.
@@ -70,10 +69,9 @@ class Stream:
         max_push_fps: frames per second a push client may send.
     """
 
-    def __init__(self, stream_id: str, name: str, cfg, source: str | None, memory_dir: str | None, *,
+    def __init__(self, stream_id: str, cfg, source: str | None, memory_dir: str | None, *,
                  max_pending: int, max_push_fps: float = 30.0) -> None:
         self.id = stream_id
-        self.name = name
         self.cfg = cfg
         self.source_spec = source
         self.memory_dir = memory_dir
@@ -266,7 +264,7 @@ class Stream:
 
     def to_json(self) -> dict[str, Any]:
         c = self.counters
-        return {"id": self.id, "name": self.name, "source": "push" if self.push else redact_url(self.source_spec),
+        return {"id": self.id, "name": self.id, "source": "push" if self.push else redact_url(self.source_spec),
                 "status": self.status, "error": self.error, "memory_policy": self.cfg.memory.policy,
                 "fps": self.cfg.stream.fps, "memory_dir": self.memory_dir is not None,
                 "resumed_frames": self.resumed_frames, "frames_received": c.frames_received,
