@@ -302,7 +302,8 @@ def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str,
     p.add_argument("--arch", choices=arch_names(),
                    help="random weights at a published size, built on the device without downloads "
                         "(default without --model: cpu-small)")
-    p.add_argument("--num-layers", type=positive_int, metavar="N", help="--arch: language-model layers (widths unchanged)")
+    p.add_argument("--num-layers", type=positive_int, metavar="N",
+                   help="--arch: language-model layers (widths unchanged)")
     p.add_argument("--vision-layers", type=positive_int, metavar="N", help="--arch: vision-tower layers")
 
 
@@ -354,7 +355,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     tiers.add_argument("--records", default="1000,10000",
                        help="record counts for the recall and search rows (100000 takes minutes) "
                             "(default: %(default)s)")
-    tiers.add_argument("--write-mib", type=positive_int, default=64, help="MiB written per throughput row (default: 64)")
+    tiers.add_argument("--write-mib", type=positive_int, default=64,
+                       help="MiB written per throughput row (default: 64)")
     tiers.add_argument("--store", metavar="s3://BUCKET/PREFIX",
                        help="measure an S3-compatible object store instead of the local disk (commit throughput vs "
                             "a plain PUT, recall with a cold and a warm local cache); endpoint and credentials from "
@@ -396,8 +398,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                        help="chunk sizes in frames, the axis measured (not configuration; default: %(default)s)")
     sweep.add_argument("--decode-tokens", type=positive_int, default=16,
                        help="answer length, forced; TPOT = (latency - TTFT) / (N - 1) (default: %(default)s)")
-    sweep.add_argument("--repeats", type=positive_int, default=3, help="questions per length; medians (default: %(default)s)")
-    sweep.add_argument("--frame-px", type=positive_int, default=448, help="side of the random frames (default: %(default)s)")
+    sweep.add_argument("--repeats", type=positive_int, default=3,
+                       help="questions per length; medians (default: %(default)s)")
+    sweep.add_argument("--frame-px", type=positive_int, default=448,
+                       help="side of the random frames (default: %(default)s)")
     sweep.add_argument("--markdown", metavar="FILE", help="also write a markdown report (run details, table, notes)")
 
     serve = suite("serve", "N synthetic live streams into one served model vs N `run` processes: fps per stream, "
@@ -405,8 +409,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                   output="also write the run and its rows as JSON")
     add_config_options(serve, flags=("--max-new-tokens",), config=False, memory_default="hermes-4k")
     serve.add_argument("--streams", default="1,2,4,8", help="stream counts N (default: %(default)s)")
-    serve.add_argument("--stream-fps", type=positive_float, default=4.0, help="each camera's frame rate (default: %(default)s)")
-    serve.add_argument("--seconds", type=positive_float, default=10.0, help="seconds each side streams (default: %(default)s)")
+    serve.add_argument("--stream-fps", type=positive_float, default=4.0,
+                       help="each camera's frame rate (default: %(default)s)")
+    serve.add_argument("--seconds", type=positive_float, default=10.0,
+                       help="seconds each side streams (default: %(default)s)")
     serve.add_argument("--ask-every", type=positive_float, default=2.0,
                        help="seconds between questions to each stream (default: %(default)s)")
     serve.add_argument("--threads", type=int, default=1, choices=range(1, 65), metavar="T",
@@ -438,8 +444,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                              "on the cpu-small geometry", cmd_bench_ingest, quiet=False)
     ingest.add_argument("--video", help="the 1080p file (default: /tmp/hermes-1080p-<seconds>s.mp4, written if "
                                         "missing)")
-    ingest.add_argument("--seconds", type=positive_float, default=12.0, help="length of the video written (default: 12)")
-    ingest.add_argument("--fps", type=positive_float, default=2.0, help="frames sampled per second (default: %(default)s)")
+    ingest.add_argument("--seconds", type=positive_float, default=12.0,
+                        help="length of the video written (default: 12)")
+    ingest.add_argument("--fps", type=positive_float, default=2.0,
+                        help="frames sampled per second (default: %(default)s)")
     ingest.add_argument("--threads", type=positive_int, default=1, help="torch threads (default: %(default)s)")
 
     chaos = suite("chaos", "SIGKILL run (file, live), serve and an S3 writer at random moments, verify and resume each "

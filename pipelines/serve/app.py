@@ -1,14 +1,7 @@
 """The HTTP API of `hermes-video serve` (FastAPI) and the `Server` it fronts.
 
-Every route but the page (`/`, `/static/*`), the API's description (`/docs`, `/openapi.json`) and the
-probes (`/healthz`, `/readyz`), which hold no data, needs ``Authorization: Bearer KEY`` when the
-server has a key (401 otherwise). Until the model is loaded, everything but the probes and the
-description answers 503 "loading".
-Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot be opened, 403 a
-source outside the allowlist, 404 no such stream, 409 a name already open, frames pushed to a
-stream that is not a push stream or a watch added to a stream whose source has ended, 413 a request
-over the size limit, 429 over the push rate, 503 (with ``Retry-After``) no room for another stream,
-or a push stream whose model is behind. The OpenAI routes answer in OpenAI's error shape (`openai_api`).
+Routes, authentication and status codes: README.md, "Serving". Errors are JSON ``{"error": "one
+line"}``; the OpenAI routes answer in OpenAI's error shape (`openai_api`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The `serve` subcommand: its parser, the checks made before the model loads, then uvicorn.
-
-Order: flags and settings (bind, port, key, memory root, allowlist), the configuration (model and
-memory presets), the model's name in the registry, the `[serve]` extra, and that the port can be
-bound — each a one-line error with its exit code. Then the server listens and the model loads in the
-background (`/readyz` answers 503 until it is loaded); a model that fails to load stops the server
-with that error's one line and exit code.
-"""
+"""The `serve` subcommand: its parser, the one-line checks made before the model loads (flags, settings,
+configuration, model name, the `[serve]` extra, the port), then uvicorn; the model loads in the
+background while `/readyz` answers 503."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """The open streams, and admission: a new stream is refused (503) rather than run out of memory.
 
-A stream is admitted while fewer than `--max-streams` are open and the device-memory estimate of
-every open stream plus the new one fits the capacity measured when the server started (free device
-memory on CUDA, available host memory on CPU, after the model loaded). A stream's estimate is its
-working cache at its largest: (budget + position_reserve) tokens x layers x keys and values x KV
-heads x head size x bytes per element; `full` counts the model's whole position range.
-
-With `--memory-root`, stream NAME keeps its memory in ROOT/NAME; re-created after a restart under
-the same name, it resumes from the directory's checkpoint.
+A stream's estimate is its working cache at its largest, (budget + position_reserve) tokens x layers
+x keys and values x KV heads x head size x bytes (`full`: the model's whole position range), against
+the capacity measured when the model loaded. With `--memory-root`, stream NAME lives in ROOT/NAME and
+resumes from it when created again under that name.
 """
 
 from __future__ import annotations

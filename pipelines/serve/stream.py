@@ -1,20 +1,9 @@
 """One served stream: where its frames come from, the frames waiting for the model, and its clock.
 
-A stream is fed one of three ways:
-
-- a live source (camera, RTSP, MJPEG over HTTP): `hermes.pipelines.live.LiveSource` keeps its own
-  reader thread and drop policy; a pump thread here moves its frames to `pending`;
-- a file or image folder, played back in real time by the pump (so questions meet the video as a
-  viewer would), ending when the file ends;
-- ``push``: a client POSTs frames (`push`), stamped by the client (``t_s``) or by the arrival clock.
-
-Frames wait in `pending` (at most `max_pending` of them) until the scheduler encodes them. When the
-model falls behind a source, the oldest waiting frame is dropped and counted (a live source's
-``latest`` policy: memory stays current); a push client instead waits for room (up to
-`PUSH_WAIT_S`, then 503), so what it sends is what the model sees. The
-stream's `clock_s` is the time a question asked now is stamped with: it is answered from exactly the
-frames with ``t_s`` before it. The session (the model's memory of this stream) belongs to the
-scheduler's worker thread; other threads read only the snapshots it leaves here (`memory`, `answers`).
+A live source keeps its own reader and drop policy and a pump thread moves its frames here; a file is
+played back in real time; a push client POSTs frames and waits for room (`PUSH_WAIT_S`, then 503)
+instead of losing them. A question asked now is stamped with `clock_s` and answered from the frames
+before it. The session belongs to the scheduler's thread; others read only the snapshots it leaves.
 """
 
 from __future__ import annotations
