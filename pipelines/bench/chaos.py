@@ -206,8 +206,6 @@ class Campaign:
         self._logs = 0
         self._launchers: dict[tuple, Launcher] = {}  # a fork server per environment
 
-    # ---- processes -------------------------------------------------------------------------------
-
     def _launcher(self, env: dict | None = None) -> Launcher:
         """The fork server of this environment, started on first use."""
         key = tuple(sorted((env or self.env).items()))
@@ -242,13 +240,14 @@ class Campaign:
                 return lines[-1][:200]
         return f"exit {proc.returncode}"
 
-    def _run_args(self, memory_dir: str, extra: list[str]) -> list[str]:
-        return ["run", str(self.video), "--model", MODEL, "--memory", "hermes-4k", "--set",
-                f"memory.budget={self.opts.budget}", "--fps", f"{self.opts.fps:g}", "--chunk-frames",
-                str(self.opts.chunk_frames), "--set", "model.max_new_tokens=2", "--ask", "What happened?",
-                "--quiet", "--json", "--memory-dir", memory_dir, *extra]
+    def _model_args(self) -> list[str]:
+        return ["--model", MODEL, "--memory", "hermes-4k", "--set", f"memory.budget={self.opts.budget}", "--set",
+                "model.max_new_tokens=2"]
 
-    # ---- the unkilled run ------------------------------------------------------------------------
+    def _run_args(self, memory_dir: str, extra: list[str], source: str | None = None) -> list[str]:
+        return ["run", source or str(self.video), *self._model_args(), "--fps", f"{self.opts.fps:g}",
+                "--chunk-frames", str(self.opts.chunk_frames), "--ask", "What happened?", "--quiet", "--json",
+                "--memory-dir", memory_dir, *extra]
 
     def prepare_file(self) -> None:
         """Write the video and run it once unkilled (which sets the kill moments)."""
@@ -284,8 +283,6 @@ class Campaign:
     def kill_delay(self) -> float:
         """Seconds after a process starts: uniform from the unkilled run opening its directory to its end."""
         return self.rng.uniform(self.open_s, self.run_s)
-
-    # ---- what is counted -------------------------------------------------------------------------
 
     @staticmethod
     def _verify(tally: KindTally, location: str, when: str) -> tuple[bool, str]:
@@ -349,8 +346,6 @@ class Campaign:
                       f"expected {sum(expected.values())}, lost {sum(lost.values())}, duplicated "
                       f"{max(0, duplicated)}, corrupt served {corrupt}, verify {'ok' if ok else 'FAILED'}")
 
-    # ---- a file --------------------------------------------------------------------------------------
-
     def _file_stream(self, tally: KindTally, location: str, extra: list[str], reference: Snapshot,
                      env: dict | None = None, cache_dir: Path | None = None,
                      between: Callable[[ForkedProcess], bool] | None = None) -> None:
@@ -407,8 +402,6 @@ class Campaign:
             self._file_stream(tally, str(self.work / f"file-{tally.streams}"), [], self.references[()])
         return tally
 
-    # ---- s3 ----------------------------------------------------------------------------------------
-
     def run_s3(self) -> KindTally:
         self.prepare_file()
         reference = self.reference_for(S3_LEVEL2)
@@ -448,13 +441,9 @@ class Campaign:
             weed.close()
         return tally
 
-    # ---- live --------------------------------------------------------------------------------------
-
     def _live_args(self, url: str, directory: str, resume: bool) -> list[str]:
-        return ["run", url, "--model", MODEL, "--memory", "hermes-4k", "--set", f"memory.budget={self.opts.budget}",
-                "--fps", f"{self.opts.fps:g}", "--set", "model.max_new_tokens=2", "--ask", "What moves?",
-                "--ask-every", "30", "--reconnect-timeout", "30", "--quiet", "--json", "--memory-dir", directory,
-                *(["--resume"] if resume else [])]
+        live = ["--ask-every", "30", "--reconnect-timeout", "30", *(["--resume"] if resume else [])]
+        return self._run_args(directory, live, source=url)
 
     def run_live(self) -> KindTally:
         self.prepare_file()  # its run time sets the kill moments
@@ -497,8 +486,6 @@ class Campaign:
                 return self._stop_live(directory, url, False)
             raise RuntimeError(f"chaos live: the last run exited {proc.returncode}: {self._log_tail(proc)}")
 
-    # ---- serve -------------------------------------------------------------------------------------
-
     def run_serve(self) -> KindTally:
         self.prepare_file()
         tally = KindTally("serve")
@@ -507,8 +494,7 @@ class Campaign:
         names = [f"cam{i}" for i in range(self.opts.serve_streams)]
         seen = {name: {} for name in names}
         pusher = Pusher(f"http://127.0.0.1:{port}", names, self.opts.fps)
-        args = ["serve", "--model", MODEL, "--memory", "hermes-4k", "--set", f"memory.budget={self.opts.budget}",
-                "--set", "model.max_new_tokens=2", "--port", str(port), "--memory-root", str(root),
+        args = ["serve", *self._model_args(), "--port", str(port), "--memory-root", str(root),
                 "--max-streams", str(len(names))]
         try:
             for final in [False] * self.opts.kills + [True]:

@@ -46,8 +46,7 @@ class StreamRow:
     recall_ms: float | None  # median time to fetch recalled records into the cache (None: recall off)
     tpot_ms: float | None  # median (latency - ttft) / (decode_tokens - 1); None when decode_tokens < 2
     decode_tokens: int
-    # The chunk timings below cover the chunks since the previous length of the sweep (all chunks for the
-    # first): the cost at this stream length, not an average diluted by the stream's cheap beginning.
+    # chunk timings: over the chunks since the previous length (the cost at this length, not diluted)
     encode_ms_per_chunk: float  # mean vision + prefill time per chunk (hermes's probe rides in an evicting chunk's prefill)
     maintain_ms_per_chunk: float  # mean maintenance time over the chunks that evicted (0 if none did)
     maintain_ratio: float  # maintenance / encode time over the chunks that evicted (the probe counts as encode)
@@ -56,20 +55,15 @@ class StreamRow:
     peak_kv_vs_full: float | None = None
     peak_device_vs_full: float | None = None
     ingest_fps_vs_full: float | None = None
-    # maintenance / encode over every chunk (of these) from the first that evicted on: what ingest pays on
-    # average once the cache is full; below `maintain_ratio` when chunks that fit run no probe
-    # (memory.evict_headroom). None in result files older than this field.
+    # the three below are None in result files older than them
+    # maintenance / encode over every chunk from the first that evicted on: ingest's average once the cache
+    # is full (below `maintain_ratio` when chunks that fit run no probe, memory.evict_headroom)
     amortised_maintain_ratio: float | None = None
-    # mean encode + maintenance of the chunks that evicted (None if none did): hermes's probe rides in an
-    # evicting chunk's prefill, so this sum, not `maintain_ratio`, compares ingest across versions and with
-    # the reference (whose probe is in its maintenance). None in result files older than this field.
+    # mean encode + maintenance of the evicting chunks (None if none): the probe rides in the prefill, so
+    # this sum, not `maintain_ratio`, compares ingest across versions and with the reference
     ingest_ms_per_evicting_chunk: float | None = None
-    # median wall time of the whole `session.ask` (a policy's answer-time retrieval such as rekv's, recall,
-    # prefill and decode), which TTFT leaves partly out. None in result files older than this field.
-    answer_ms: float | None = None
-    # `bench memory` streams every policy `stream_repeats` times (order reversed every other repeat): the
-    # row's times and ratios are medians over them, and the ratios against `full` also carry their spread
-    stream_repeats: int = 1
+    answer_ms: float | None = None  # median wall time of the whole `session.ask`, which TTFT leaves partly out
+    stream_repeats: int = 1  # `bench memory`: medians over repeats, ratios against `full` with their spread
     ttft_vs_full_min: float | None = None
     ttft_vs_full_max: float | None = None
     ingest_fps_vs_full_min: float | None = None
@@ -94,8 +88,7 @@ class PolicySpec:
     note: str = ""
 
 
-# Baselines that are a policy plus a flag, under the name the memory presets give them (docs/ARCHITECTURE.md, Memory).
-POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style: recency window, everything evicted findable
+POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style baseline: a policy plus a flag, under its preset's name
 
 
 def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) -> list[PolicySpec]:

@@ -6,7 +6,7 @@ imported and called chunk by chunk as its `video_qa/hermes_vqa.py` does (`encode
 `predict_and_compress`, `question_answering`).
 
 Adapted for the measurement, the method untouched (the file was written for transformers 4.45):
-`_Adapted` points `language_model` at a causal LM and `apply_pooling` at the inner model's;
+its class's `language_model` becomes a causal LM and `apply_pooling` the inner model's;
 `LegacyCacheLM` turns its (key, value) tuples into a `DynamicCache`; `_table_rotary` answers the 4.45
 rotary call; a stand-in processor and tokenizer give the pseudo-queries and question our token lengths.
 
