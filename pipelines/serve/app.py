@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from hermes.errors import HermesError, SourceError, UsageError
+from hermes.errors import HermesError, SourceError, UsageError, check_keys
 from hermes.pipelines.asked import Question
 from hermes.pipelines.serve import metrics, openai_api
 from hermes.pipelines.serve.events import Watch, check_watch
@@ -138,12 +138,7 @@ def check_question(body: Any) -> tuple[Question, dict[str, Any]]:
     """
     if not isinstance(body, dict) or not isinstance(body.get("question"), str) or not body["question"].strip():
         raise UsageError('expected a JSON object with "question": a non-empty string')
-    for key in body:
-        if key not in QUESTION_KEYS:
-            from hermes.errors import did_you_mean
-
-            raise UsageError(f"unknown key {key!r}{did_you_mean(key, QUESTION_KEYS)}; a question takes "
-                             f"{', '.join(QUESTION_KEYS)}")
+    check_keys(body, QUESTION_KEYS, "a question")
     options = body.get("options") or []
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) > 10:
         raise UsageError('"options" must be a list of at most 10 strings')

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from hermes.errors import UsageError, did_you_mean
+from hermes.errors import UsageError, check_keys
 
 HERMES_KEYS = ("at", "options", "recall")
 IMAGE_TYPES = ("image/jpeg", "image/jpg", "image/png")
@@ -92,10 +92,7 @@ def parse_chat(body: Any, max_new_tokens: int) -> ChatRequest:
     extra = body.get("hermes") or {}
     if not isinstance(extra, dict):
         raise UsageError(f'"hermes" must be an object with any of {", ".join(HERMES_KEYS)}')
-    for key in extra:
-        if key not in HERMES_KEYS:
-            raise UsageError(f'unknown "hermes" key {key!r}{did_you_mean(key, HERMES_KEYS)}; it takes '
-                             f'{", ".join(HERMES_KEYS)}')
+    check_keys(extra, HERMES_KEYS, "it", kind='"hermes" key')
     tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise UsageError('"max_tokens" must be a whole number >= 1')

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from hermes.errors import HermesError, UsageError
+from hermes.errors import HermesError, UsageError, check_keys
 from hermes.pipelines.serve.security import Allowlist
 from hermes.pipelines.serve.settings import ServeSettings
 from hermes.pipelines.serve.stream import Stream
@@ -94,12 +94,7 @@ class Registry:
     def _check_body(self, body: Any) -> tuple[str | None, str | None, float | None, str | None]:
         if not isinstance(body, dict):
             raise UsageError('expected a JSON object: {"source": "rtsp://..." or "push", "memory"?, "fps"?, "name"?}')
-        for key in body:
-            if key not in STREAM_KEYS:
-                from hermes.errors import did_you_mean
-
-                raise UsageError(f"unknown key {key!r}{did_you_mean(key, STREAM_KEYS)}; a stream takes "
-                                 f"{', '.join(STREAM_KEYS)}")
+        check_keys(body, STREAM_KEYS, "a stream")
         source, memory, fps, name = (body.get(k) for k in STREAM_KEYS)
         if not isinstance(source, str) or not source.strip():
             raise UsageError('"source" must be a source URL or path, or "push"')
