@@ -1,9 +1,5 @@
-"""Errors a user can act on, each with the exit code of docs/ARCHITECTURE.md, Interfaces.
-
-Every error raised for bad input is a `HermesError`: the CLI prints its message on one line and
-exits with its `exit_code`; anything else is a bug and exits 1 (with a traceback under --debug).
-Messages say what was expected, what was found, and the fix.
-"""
+"""Errors a user can act on: a `HermesError` is printed as one line (what was expected, what was found, the
+fix) and exits with its `exit_code` (docs/ARCHITECTURE.md, Interfaces); anything else is a bug (exit 1)."""
 
 from __future__ import annotations
 

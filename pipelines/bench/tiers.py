@@ -102,7 +102,9 @@ def _populated(location: str, n_records: int, seed: int, shape: dict, **options)
 
 def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory: str | Path | None = None,
                  seed: int = 0, **shape) -> dict:
-    """Recall latency (search + fetch from disk + dequantise) with `n_records` records on disk.
+    """Recall latency (search + fetch from disk + dequantise) with `n_records` records on disk, no prefetch
+    cache (the disk path, served by the page cache) and no level-2 log (one file per record is not what
+    recall reads).
 
     Returns:
         ``{"bench": "recall", "records", "top_k", "median_ms", "p95_ms", "search_median_ms",
