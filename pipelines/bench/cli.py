@@ -1,10 +1,5 @@
-"""The `bench` subcommand of `hermes-video`: one parser and one handler per suite.
-
-Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. Every argument is checked before anything
-loads. The suites that build a model take the same `HermesConfig` as `run`: `memory.budget` is the budget of
-every bounded policy measured, set by `--budget N`, --memory, --config or --set; the suite's own default
-(512 for memory, 4096 for sweep) is the lowest layer (`build_config(base=...)`), beneath every preset.
-"""
+"""The `bench` subcommand: one parser and one handler per suite, every argument checked before anything
+loads. The budget of bounded policies is `memory.budget`; the suite's own default is the lowest layer."""
 
 from __future__ import annotations
 
@@ -34,9 +29,7 @@ BUDGET_HELP = {"--budget": f"visual tokens per layer for bounded policies (defau
 
 
 def bench_model(args, cfg):
-    """The model a bench measures: `--arch` (random weights, built on the device), `--model`, or the
-    random CPU benchmark model (`cpu-small`: 8 layers, 512 wide, 16 tokens per frame, so that `full`
-    over thousands of frames stays computable on a CPU)."""
+    """The model a bench measures: `--arch` (random weights on the device), `--model`, or `cpu-small`."""
     from hermes.models.loading import build_random_model, load_model
     from hermes.models.realsize import CPU_SMALL
 
@@ -47,8 +40,7 @@ def bench_model(args, cfg):
 
 
 def bench_config(args, suite_budget: int):
-    """The bench's configuration, checked before anything loads (output paths too, so that a long run
-    cannot fail at its end).
+    """The bench's configuration and output paths, checked before anything loads.
 
     Args:
         suite_budget: `memory.budget` where no preset, file, override or --budget sets it.
@@ -281,8 +273,7 @@ def cmd_bench_ingest(args) -> int:
 
 
 def cmd_bench_chaos(args) -> int:
-    """`bench chaos`: run the campaign, print its table (or JSON); exit 1 when anything was lost, duplicated
-    or served corrupt."""
+    """`bench chaos`: `run_campaign`'s exit code."""
     from hermes.pipelines.bench.chaos import run_campaign
 
     return run_campaign(kills=args.kills, kinds=args.kinds, seed=args.seed, video_s=args.video_s,
@@ -294,8 +285,7 @@ def cmd_bench_chaos(args) -> int:
 
 def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...],
                             memory_default: str = "full; --policies picks the policies") -> None:
-    """The configuration (with `config_flags`), and --arch, --num-layers, --vision-layers: which
-    random-weight model to build (not configuration: they choose the model measured)."""
+    """The configuration (with `config_flags`), and --arch, --num-layers, --vision-layers (the model measured)."""
     from hermes.models.realsize import arch_names
 
     add_config_options(p, flags=config_flags, memory_default=memory_default, flag_help=BUDGET_HELP)
@@ -308,8 +298,7 @@ def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str,
 
 
 def add_geometry_options(p: argparse.ArgumentParser, *, tokens_per_frame: int, frames: int, budget: int) -> None:
-    """--geometries, --tokens-per-frame, --frames, --chunk-frames and --budget of the suites that build random
-    LLaVA-OneVision decoders (`bench reference`, `bench overhead`), with these defaults."""
+    """The random LLaVA-OneVision decoders' flags of `bench reference` and `bench overhead`."""
     p.add_argument("--geometries", default="4x64,8x512",
                    help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
     p.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=tokens_per_frame,
