@@ -49,11 +49,9 @@ class Server:
     """One model, its worker and the stream registry.
 
     Args:
-        settings: the checked `ServeSettings`.
-        model: a loaded adapter, or a function that loads one: `load_in_background` then runs it on a
-            thread while the server already listens (/readyz and the API answer 503 "loading" meanwhile).
-        resolve_config: the configuration for a stream's memory preset (None: the server's default).
-        capacity_bytes: device memory admission may hand out (None: measured once the model is loaded).
+        model: a loaded adapter, or a function that loads one (`load_in_background` runs it on a thread
+            while the server listens and answers 503 "loading").
+        resolve_config, capacity_bytes: as `Registry`'s.
     """
 
     def __init__(self, settings: ServeSettings, model, resolve_config: Callable[[str | None], Any], *,

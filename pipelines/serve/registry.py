@@ -59,14 +59,8 @@ def measure_capacity_bytes(model) -> int:
 
 
 class Registry:
-    """Creates, lists and deletes streams.
-
-    Args:
-        settings: the checked `ServeSettings`.
-        scheduler: the model worker.
-        resolve_config: the server's configuration with a stream's memory preset (None: the server's).
-        capacity_bytes: what admission may hand out (None: measured now).
-    """
+    """Creates, lists and deletes streams; `capacity_bytes` is what admission may hand out (None: measured
+    now), `resolve_config(memory)` the server's configuration with a stream's memory preset."""
 
     def __init__(self, settings: ServeSettings, scheduler, resolve_config: Callable[[str | None], Any],
                  capacity_bytes: int | None = None) -> None:

@@ -50,12 +50,9 @@ class Stream:
     """A served stream (see the module docstring).
 
     Args:
-        stream_id: the id clients use: the name they gave (its memory directory's name) or a generated one.
-        cfg: its resolved `HermesConfig`.
+        stream_id: the name the client gave (its memory directory's name) or a generated one.
         source: the source as the client gave it (None: a push stream).
-        memory_dir: its memory directory, or None.
         max_pending: frames kept waiting for the model before the oldest is dropped.
-        max_push_fps: frames per second a push client may send.
     """
 
     def __init__(self, stream_id: str, cfg, source: str | None, memory_dir: str | None, *,
