@@ -157,7 +157,7 @@ class Stream:
             if len(self._push_times) >= self._max_push_fps:
                 raise TooManyFrames(f"more than {self._max_push_fps:g} frames in one second on stream {self.id}")
             self._push_times.append(now)
-            floor = max(self._min_next_t_s, self._last_t_s + 1e-6 if self._last_t_s is not None else 0.0)
+            floor = self._push_floor_s()
             if t_s is None:  # the arrival clock, but never before a frame the client stamped itself
                 t_s = max(now - self._started + self._offset_s, floor)
             if t_s < floor:
@@ -196,7 +196,11 @@ class Stream:
         if source is not None:  # a recording in real time
             return time.monotonic() - self._started
         with self._lock:  # push: after every frame received so far
-            return max(self._min_next_t_s, (self._last_t_s + 1e-6) if self._last_t_s is not None else 0.0)
+            return self._push_floor_s()
+
+    def _push_floor_s(self) -> float:
+        """The earliest time the next pushed frame may take (after the last frame and question); lock held."""
+        return max(self._min_next_t_s, self._last_t_s + 1e-6 if self._last_t_s is not None else 0.0)
 
     def mark_question(self, at_s: float) -> None:
         """A question was stamped `at_s`: later pushed frames must not come before it."""
