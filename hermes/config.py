@@ -97,9 +97,8 @@ class MemoryConfig:
     sink_tokens: int = ranged(4, 0)  # `sliding`: earliest visual tokens always kept (attention sinks; 0: none)
     recent_frames: int = ranged(4, 1)  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
     recent_fps: float = ranged(1.0, 1e-6)  # `recent-frames`: their rate (frames/s), counted back from the newest
-    # Levels 2 (host memory) and 3 (disk + FAISS), active with a memory directory or recall on: evicted
-    # tokens scoring at least this are kept compressed. 0 keeps all (the byte budgets bound them): scores are
-    # min-max normalised over the cache, so evicted tokens score near 0 (at 0.3 a 4K budget kept nearly none)
+    # levels 2 and 3 (a memory directory or recall): evicted tokens scoring at least this are kept. 0 keeps
+    # all (the byte budgets bound them): scores are min-max normalised, so evicted ones score near 0
     compress_threshold: float = ranged(0.0, 0.0, 1.0)
     dram_bytes: int = ranged(2 * 2**30, 0)  # level-2 budget (host memory; 0: records go straight to disk)
     dram_dtype: Literal["int8", "fp16"] = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
@@ -110,13 +109,11 @@ class MemoryConfig:
     recall_gate: Literal["off", "above_frames", "above_level1"] = "off"
     recall_gate_margin: float = ranged(0.0, -2.0, 2.0)  # similarity a hit must exceed level 1's by (the gate on)
     recall_max_ratio: float = ranged(0.0, 0.0)  # recalled tokens per layer <= this x level-1 visual tokens (0: no cap)
-    checkpoint_every: int = ranged(8, 1)  # chunks between checkpoints of level 1 in a memory directory (a file: the
-    # frames after the last checkpoint are re-encoded on --resume)
-    live_checkpoint_every: int = ranged(1, 1)  # the same for a live source, whose frames cannot be read again: 1 loses
-    # at most the chunk in flight on a crash; more trades level-1 durability for fewer checkpoint writes
-    # Level 3 in an S3-compatible object store (--memory-dir s3://bucket/prefix). "" takes the usual AWS
-    # environment variables (AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION); credentials come only
-    # from the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and are never logged.
+    checkpoint_every: int = ranged(8, 1)  # chunks between level-1 checkpoints (a file re-encodes the rest on --resume)
+    # the same for a live source, whose frames cannot be read again: 1 loses at most the chunk in flight
+    live_checkpoint_every: int = ranged(1, 1)
+    # level 3 in an object store (--memory-dir s3://...): "" takes the AWS environment variables; credentials
+    # come only from the environment and are never logged
     s3_endpoint: str = ""  # e.g. http://127.0.0.1:8333 for a local SeaweedFS or MinIO
     s3_region: str = ""  # "" : the environment's, else us-east-1
     s3_timeout_s: float = ranged(10.0, 0.01)  # connect and read timeout of one request to the store
