@@ -446,6 +446,8 @@ class Campaign:
         return self._run_args(directory, live, source=url)
 
     def run_live(self) -> KindTally:
+        from hermes.pipelines.serve.registry import holds_session
+
         self.prepare_file()  # its run time sets the kill moments
         tally = KindTally("live")
         server, url = start_mjpeg_server(self.work / "mjpeg.log")
@@ -467,7 +469,7 @@ class Campaign:
                 tally.kills += 1
                 note = self.after_kill(tally, directory, seen)
                 self.progress(f"chaos live: kill {tally.kills}/{self.opts.kills} at {delay:.1f} s: {note}")
-                resume = resume or bool(seen) or has_session(directory)
+                resume = resume or bool(seen) or holds_session(directory)
             self._stop_live(directory, url, resume)
             self.stream_end(tally, directory, seen)
         finally:
@@ -715,12 +717,6 @@ def start_mjpeg_server(log: Path, fps: float = 10.0) -> tuple[subprocess.Popen, 
         Campaign._sigkill(proc)
         raise RuntimeError(f"the MJPEG test server did not start: {log.read_text()[-500:]}")
     return proc, line.split()[1]
-
-
-def has_session(directory: str) -> bool:
-    from hermes.tiers.checkpoint import list_checkpoints
-
-    return any(c.get("name") == "session" for c in list_checkpoints(Path(directory)))
 
 
 def delete_prefix(endpoint: str, bucket: str, prefix: str) -> None:

@@ -58,6 +58,15 @@ def measure_capacity_bytes(model) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.5)
 
 
+def holds_session(directory: str | Path) -> bool:
+    """Whether a memory directory holds a session checkpoint to resume."""
+    from hermes.pipelines.persistence import CHECKPOINT
+    from hermes.tiers.checkpoint import list_checkpoints
+
+    path = Path(directory)
+    return path.is_dir() and any(c.get("name") == CHECKPOINT for c in list_checkpoints(path))
+
+
 class Registry:
     """Creates, lists and deletes streams; `capacity_bytes` is what admission may hand out (None: measured
     now), `resolve_config(memory)` the server's configuration with a stream's memory preset."""
@@ -159,12 +168,8 @@ class Registry:
         """The stream's memory directory under --memory-root and whether it holds a session to resume."""
         if self.settings.memory_root is None:
             return None, False
-        from hermes.pipelines.persistence import CHECKPOINT
-        from hermes.tiers.checkpoint import list_checkpoints
-
         path = Path(self.settings.memory_root) / name
-        resume = path.is_dir() and any(c.get("name") == CHECKPOINT for c in list_checkpoints(path))
-        return str(path), resume
+        return str(path), holds_session(path)
 
     def delete(self, stream_id: str) -> Stream | None:
         """Close a stream (its memory directory is checkpointed and kept); None if there is none."""
