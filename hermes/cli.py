@@ -1,10 +1,5 @@
-"""`hermes-video` (also `python -m hermes`): the command line, a thin layer over the Python API.
-
-This module assembles the parser (each package registers its own subcommands with the shared options
-of `hermes.cli_args`) and maps errors to exit codes. Input is checked before anything heavy is
-imported; every `HermesError` becomes one line on stderr and the exit code of docs/ARCHITECTURE.md,
-Interfaces; anything else is a bug: one line too, and a traceback with `--debug`.
-"""
+"""`hermes-video` (also `python -m hermes`): the parser of every package's subcommands, and errors mapped
+to one line and the exit codes of docs/ARCHITECTURE.md, Interfaces (a traceback with `--debug`)."""
 
 from __future__ import annotations
 
@@ -74,10 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def quiet_native_logs(level: str) -> None:
-    """Logging on stderr at `level`; OpenCV's and FFmpeg's own console messages off unless debugging.
-
-    Set before cv2 or decord is imported: both read their log level from the environment at load.
-    """
+    """Logging on stderr at `level`; OpenCV's and FFmpeg's console messages off unless debugging (set
+    before cv2 or decord is imported: both read it from the environment at load)."""
     logging.basicConfig(level=level.upper(), format=f"{PROG}: %(levelname)s: %(message)s", stream=sys.stderr)
     if level != "debug":
         os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")

@@ -1,16 +1,12 @@
-"""What every subcommand's parser shares: one-line argparse errors, the configuration flags and the
-table that maps each flag to the one config key it is sugar for. Only argparse (and the YAML presets,
-for help lines) is imported here, so `--help` stays instant.
-
-`--model`, `--memory`, `--config` and `--set` build the `HermesConfig`; every other flag that
-configures is sugar for exactly one key (`CONFIG_FLAGS`), applied after every `--set`, so the flag
-wins. Flags not in the table (`--ask`, `--output`, ...) say what to do, not how the model, memory or
-stream behave.
+"""What every subcommand's parser shares: one-line argparse errors, typed argparse checkers, and the
+configuration flags with `CONFIG_FLAGS`, the table of flags that are sugar for one config key each
+(applied after every `--set`, so the flag wins). Only argparse and YAML are imported: `--help` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,20 +23,18 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 class ConfigFlag:
     """A flag that is sugar for one config key."""
 
-    flag: str  # on the command line, e.g. "--fps"
-    key: str  # the config key it sets, e.g. "stream.fps"
-    help: str  # what it does (the help line adds "(sets KEY)")
+    flag: str  # e.g. "--fps"
+    key: str  # e.g. "stream.fps"
+    help: str  # the help line adds "(sets KEY)"
     metavar: str | None = None
-    type: type | None = None  # None: the text, read by the config layer as a YAML scalar and type-checked there
+    type: type | None = None  # None: the text, type-checked by the config layer
 
     @property
     def dest(self) -> str:
-        """The argparse attribute ("--max-new-tokens" -> "max_new_tokens")."""
         return self.flag.lstrip("-").replace("-", "_")
 
 
-# flag -> key: the whole list of flags that configure. A command adds the ones it takes
-# (`add_config_options(p, flags=...)`); `config_from_args` turns them into `--set` items.
+# every flag that configures; a command adds the ones it takes (`add_config_options(p, flags=...)`)
 CONFIG_FLAGS: dict[str, ConfigFlag] = {f.flag: f for f in (
     ConfigFlag("--device", "model.device", "auto, cpu, cuda or cuda:N"),
     ConfigFlag("--dtype", "model.dtype", "weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32"),
@@ -58,15 +52,25 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, found {text!r}")
-    return value
+def _argparse_type(convert, ok, expected: str):
+    """An argparse type: `convert(text)`, refused unless `ok(value)`, with the error "expected EXPECTED"."""
+
+    def check(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    check.__doc__ = f"argparse type: {expected}."
+    return check
+
+
+positive_int = _argparse_type(int, lambda v: v >= 1, "a positive whole number")
+positive_float = _argparse_type(float, lambda v: 0 < v < math.inf, "a positive number")
+port_number = _argparse_type(int, lambda v: 1 <= v <= 65535, "a TCP port 1-65535")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
@@ -101,9 +105,8 @@ def add_config_options(p: argparse.ArgumentParser, *, flags: tuple[str, ...] = (
     Args:
         flags: the `CONFIG_FLAGS` this command takes.
         memory_default: what --memory defaults to, for its help line.
-        model, config: whether the command takes --model and --config (the demo has a fixed model).
-        memory_help: a whole help line for --memory instead of the generated one.
-        flag_help: per-flag help lines that replace the table's (the key is still named).
+        model, config: whether the command takes --model and --config.
+        memory_help, flag_help: help lines instead of the generated ones.
     """
     if model:
         p.add_argument("--model", help="auto (the default: smolvlm2-500m without CUDA, llava-onevision-7b with it), "
@@ -128,12 +131,9 @@ def config_from_args(args: argparse.Namespace, *, default_memory: bool = False, 
     """The resolved configuration of a command from its parsed flags (checked, nothing loaded).
 
     Args:
-        args: the namespace; reads `model`, `memory`, `config`, `set` and the config flags it has.
-        default_memory: without --memory, start from the model's bounded preset
-            (`default_memory_preset`) instead of the dataclass default (`full`), as `run` does.
-        model, memory: used where the namespace has no --model / --memory (or gives None).
-        base: the command's own defaults, beneath every preset, file and override
-            (`build_config(base=...)`).
+        args: reads `model`, `memory`, `config`, `set` and the config flags it has.
+        default_memory, base: as `build_config`'s.
+        model, memory: used where the namespace gives none.
         extra: `KEY=VALUE` items applied before the `--set` items (a command's fixed choices).
 
     Raises:
@@ -155,8 +155,8 @@ def memory_chosen(args: argparse.Namespace) -> bool:
 
 
 def check_output_path(path: str | None, flag: str, *, directory: bool = False) -> None:
-    """Refuse, before any work, an output path that cannot be written: a directory where a file is
-    expected or the reverse, or a parent folder that is missing or read-only.
+    """Refuse, before any work, an output path that cannot be written (a directory where a file is
+    expected or the reverse, a parent folder missing or read-only).
 
     Raises:
         UsageError: naming the flag and what is wrong.

@@ -1,19 +1,7 @@
-"""Typed configuration: one dataclass per component, YAML presets, `--set key=value` overrides.
+"""Typed configuration: one dataclass per section, YAML presets, `--set key=value` overrides.
 
-The resolved configuration is a `HermesConfig` with three sections (`model`, `memory`, `stream`).
-It is built in this order, each step overriding the one before:
-
-1. the dataclass defaults below;
-2. a command's own defaults (`build_config(base=...)`: the bench's budget);
-3. the memory preset (`configs/memory/<name>.yaml`) and the model's registry entry
-   (`configs/models/<name>.yaml`, read by `hermes.model_registry`, the one place names resolve);
-4. a user YAML file (`--config FILE`) with the same nested layout as `HermesConfig.to_dict()`;
-5. `--set section.key=value` overrides (values parsed as YAML scalars); the CLI's config flags
-   (`hermes.cli_args.CONFIG_FLAGS`) are sugar for such overrides, applied last.
-
-Unknown keys are errors with a did-you-mean suggestion. Each section checks its values on
-construction (`__post_init__`: types, ranges, what spans fields), however it is built, so a typo
-never silently falls back to a default and readers of a config need not check it again.
+The layers (dataclass defaults, a command's base, presets, `--config`, `--set`, the CLI's sugar flags)
+and validation on construction: docs/ARCHITECTURE.md, Configuration.
 """
 
 from __future__ import annotations
@@ -37,8 +25,7 @@ from hermes.presets import load_preset, preset_names, read_mapping
 
 
 def ranged(default: Any, low: float | None, high: float | None = None, *, below: bool = False) -> Any:
-    """A numeric field's default and its allowed range [low, high] (None: no bound; `below`: high excluded),
-    checked on construction. Every int and float field has one (tests/hermes/test_config.py checks)."""
+    """A numeric field's default and its allowed range [low, high] (None: no bound; `below`: high excluded)."""
     return field(default=default, metadata={"range": (low, high, below)})
 
 
@@ -91,43 +78,27 @@ class MemoryConfig:
     w0: float = ranged(0.75, 0.0, 1.0)  # recency weight of the first working layer
     gamma: float = ranged(0.6, 0.0, 1.0)  # fall of the recency weight across the working band
     smoothing: tuple[float, ...] = ranged((0.1, 0.3, 0.4), 0.0, 1.0)  # deep-to-shallow lambda per band, as `bands`
-    # how smoothing pairs a layer's tokens with the deeper layer's: by token identity (ours, a fix: after an
-    # eviction equal cache indices are different tokens) or by cache index (the reference's, for the differential)
+    # smoothing_match, accumulation, summary_position, previous_summary, chunk_positions, mrope_compaction,
+    # evict_headroom and recall_gate choose between the reference and ours: README.md, "Memory options"
     smoothing_match: Literal["token", "index"] = "token"
-    # attention that selection reads: "none" = this probe's (the reference), "sum" = a running sum over
-    # probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe
     accumulation: Literal["none", "sum", "ema"] = "none"
     accumulate_decay: float = ranged(0.5, 0.0, 1.0)  # `ema` only: weight of the previous value, in [0, 1)
     local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
     global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
     condition_on_question: bool = False  # use the last question asked as the global pseudo-query
     summary: bool = True  # long-term layers fold evicted tokens into one summary token
-    # where the summary token sits: right after the newest kept token (the reference; M-RoPE: max over
-    # the axes + 1 on every axis) or at the count-weighted mean position of what it folds, per axis
     summary_position: Literal["after_kept", "mean_evicted"] = "after_kept"
-    # a long-term layer's previous summary: "candidate" (the reference) competes for the budget like any token
-    # (a layer may keep several; the new one, the plain mean of the evicted, goes after the kept tokens);
-    # "fold" (ours) folds it, count-weighted, into the one new summary in the first visual slot
     previous_summary: Literal["candidate", "fold"] = "candidate"
-    # positions of a new chunk: "per_layer" (the reference) continues every layer after its own largest
-    # position, each chunk a block of its own (M-RoPE); "shared" (ours) places it once for the whole
-    # cache after the largest position of any layer, continuing the open M-RoPE block
     chunk_positions: Literal["per_layer", "shared"] = "per_layer"
     reindex: Literal["lazy", "eager"] = "lazy"  # compact positions near the model's limit ("lazy") or at every eviction
     position_reserve: int = ranged(1024, 1)  # positions kept free for a question and its answer
-    # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack
-    # every frame as its own block keeping its layout (1-D RoPE: both give consecutive positions)
     mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
-    # ours (0 = the reference, evicting to exactly `budget`): evict to budget * (1 - headroom), so the next
-    # chunks fit without a probe; maintenance runs about once per 1 + headroom * budget / chunk tokens chunks,
-    # and the cache never holds more than before (budget + one chunk)
     evict_headroom: float = ranged(0.0, 0.0, 1.0, below=True)  # fraction of `budget` freed below it at each eviction
     sink_tokens: int = ranged(4, 0)  # `sliding`: earliest visual tokens always kept (attention sinks; 0: none)
     recent_frames: int = ranged(4, 1)  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
     recent_fps: float = ranged(1.0, 1e-6)  # `recent-frames`: their rate (frames/s), counted back from the newest
-    # Levels 2 (host memory) and 3 (disk + FAISS), active with a memory directory or recall on: evicted
-    # tokens scoring at least this are kept compressed. 0 keeps all (the byte budgets bound them): scores are
-    # min-max normalised over the cache, so evicted tokens score near 0 (at 0.3 a 4K budget kept nearly none)
+    # levels 2 and 3 (a memory directory or recall): evicted tokens scoring at least this are kept. 0 keeps
+    # all (the byte budgets bound them): scores are min-max normalised, so evicted ones score near 0
     compress_threshold: float = ranged(0.0, 0.0, 1.0)
     dram_bytes: int = ranged(2 * 2**30, 0)  # level-2 budget (host memory; 0: records go straight to disk)
     dram_dtype: Literal["int8", "fp16"] = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
@@ -135,19 +106,14 @@ class MemoryConfig:
     summary_anchors: int = ranged(4, 1)  # tokens per layer a record keeps on disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
     recall_top_k: int = ranged(4, 1)  # records recalled per question
-    # per-question gate (hermes.recall_gate; ours): keep a hit only if it is more similar to the question than
-    # level 1 (+ margin), so a question the working cache answers recalls nothing; level 1 as each frame
-    # ("above_frames") or the mean of its visual tokens ("above_level1", as a record's embedding is)
     recall_gate: Literal["off", "above_frames", "above_level1"] = "off"
     recall_gate_margin: float = ranged(0.0, -2.0, 2.0)  # similarity a hit must exceed level 1's by (the gate on)
     recall_max_ratio: float = ranged(0.0, 0.0)  # recalled tokens per layer <= this x level-1 visual tokens (0: no cap)
-    checkpoint_every: int = ranged(8, 1)  # chunks between checkpoints of level 1 in a memory directory (a file: the
-    # frames after the last checkpoint are re-encoded on --resume)
-    live_checkpoint_every: int = ranged(1, 1)  # the same for a live source, whose frames cannot be read again: 1 loses
-    # at most the chunk in flight on a crash; more trades level-1 durability for fewer checkpoint writes
-    # Level 3 in an S3-compatible object store (--memory-dir s3://bucket/prefix). "" takes the usual AWS
-    # environment variables (AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION); credentials come only
-    # from the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and are never logged.
+    checkpoint_every: int = ranged(8, 1)  # chunks between level-1 checkpoints (a file re-encodes the rest on --resume)
+    # the same for a live source, whose frames cannot be read again: 1 loses at most the chunk in flight
+    live_checkpoint_every: int = ranged(1, 1)
+    # level 3 in an object store (--memory-dir s3://...): "" takes the AWS environment variables; credentials
+    # come only from the environment and are never logged
     s3_endpoint: str = ""  # e.g. http://127.0.0.1:8333 for a local SeaweedFS or MinIO
     s3_region: str = ""  # "" : the environment's, else us-east-1
     s3_timeout_s: float = ranged(10.0, 0.01)  # connect and read timeout of one request to the store
@@ -205,10 +171,6 @@ class HermesConfig:
 SECTIONS = {"model": ModelConfig, "memory": MemoryConfig, "stream": StreamConfig}
 
 
-# --------------------------------------------------------------------------------------------
-# Checking a section's values (its __post_init__), merging layers, reading `--set` and `--config`
-
-
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
@@ -218,8 +180,8 @@ _FALSE_WORDS = ("off", "no", "n", "false")
 
 
 class _SetValueLoader(yaml.SafeLoader):
-    """YAML for a `--set` value with YAML 1.2's booleans (`true`, `false` only): `off`, `no`, `on` stay the
-    words typed, so a string key (`memory.recall_gate=off`) takes them; a bool key reads them as booleans."""
+    """YAML for a `--set` value with YAML 1.2's booleans only: `off`, `no`, `on` stay words, so a string
+    key (`memory.recall_gate=off`) takes them; a bool key reads them as booleans."""
 
 
 _SetValueLoader.yaml_implicit_resolvers = {
@@ -230,12 +192,8 @@ _SetValueLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?
 
 
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Check `value` against a field annotation: str, int, float, bool, a `Literal[...]` of allowed
-    values, or a tuple of one of them. Floats must be finite.
-
-    YAML 1.1 (PyYAML) reads `1e-9` (no dot) as a string: a numeric field takes such a string as the
-    number it spells.
-    """
+    """`value` checked against a field annotation (str, int, float, bool, `Literal`, a tuple of one).
+    A numeric field takes a string that spells a number (PyYAML reads `1e-9` as a string)."""
     origin = typing.get_origin(annotation)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
@@ -292,8 +250,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _validate_section(section: Any, name: str) -> None:
-    """Coerce every field of a config section to its annotation (`_coerce`) and check its range (`ranged`):
-    what each section's `__post_init__` does, so a section built directly is as checked as one from YAML.
+    """Coerce every field of a section to its annotation and check its range (each `__post_init__`).
 
     Raises:
         ConfigError: the first bad field, as `name.field: expected ..., found ...`.
@@ -340,17 +297,8 @@ def parse_set(item: str) -> dict[str, Any]:
 
 
 def default_memory_preset(model_name: str) -> str:
-    """The memory preset `run` and `serve` use when none is given: bounded, never `full`.
-
-    A model preset names its own (`memory:` in its YAML: a budget its positions hold with room for
-    questions); hub ids and directories get `hermes-4k`, the budget the paper calibrates on.
-
-    Args:
-        model_name: a model preset name, hub id, local directory or builtin id.
-
-    Returns:
-        A name in `preset_names("memory")`.
-    """
+    """The memory preset `run` and `serve` use when none is given: the model preset's own (`memory:`
+    in its YAML), else `hermes-4k`, the paper's budget; bounded, never `full`."""
     entry = model_entry(model_name)
     return entry.memory if entry is not None else DEFAULT_MEMORY
 
@@ -360,24 +308,18 @@ def build_config(model: str | None = None, memory: str | None = None, config_fil
                  default_memory: bool = False) -> HermesConfig:
     """Resolve the configuration from presets, a YAML file and `key=value` overrides.
 
-    The model is named by, last one winning: the default, the file's `model.name`, `model`, a
-    `model.name=` override; its preset (with its `stream:` defaults) applies beneath the file and the
-    overrides. `auto` becomes the preset `auto_model_name` picks for the configured device, so the
-    result names the model actually loaded. The sections validate on construction, before anything
-    heavy is imported.
+    The model's preset (with its `stream:` defaults) applies beneath the file and the overrides;
+    `auto` becomes the preset `auto_model_name` picks for the configured device.
 
     Args:
-        model: model preset name, hub id, local directory, builtin `tiny-*` id or "auto"; None keeps
-            the default.
-        memory: memory preset name (`configs/memory/`); None keeps the dataclass default (`full`), or
-            with `default_memory` takes the resolved model's bounded preset (`default_memory_preset`).
-        config_file: a YAML file with `model:`, `memory:`, `stream:` sections; or a preset name
-            (`smolvlm2-500m`, `hermes-6k`), or a model preset's own YAML file (top-level model keys).
+        model: model preset name, hub id, local directory, builtin id or "auto"; None keeps the default.
+        memory: memory preset name; None keeps `full`, or with `default_memory` the model's bounded
+            preset (`default_memory_preset`).
+        config_file: a YAML file of sections, a model or memory preset's own file, or a preset name.
         overrides: `section.key=value` strings, applied last.
         base: a command's own defaults as nested sections (the bench's `{"memory": {"budget": 512}}`),
-            applied over the dataclass defaults and beneath everything else: a preset, the file or an
-            override that sets the same key wins.
-        default_memory: what `run`, `serve` and `hermes.open` ask for (see `memory`).
+            beneath every preset, file and override.
+        default_memory: what `run`, `serve` and `hermes.open` ask for.
 
     Returns:
         The resolved, validated `HermesConfig`.

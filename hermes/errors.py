@@ -1,9 +1,5 @@
-"""Errors a user can act on, each with the exit code of docs/ARCHITECTURE.md, Interfaces.
-
-Every error raised for bad input is a `HermesError`: the CLI prints its message on one line and
-exits with its `exit_code`; anything else is a bug and exits 1 (with a traceback under --debug).
-Messages say what was expected, what was found, and the fix.
-"""
+"""Errors a user can act on: a `HermesError` is printed as one line (what was expected, what was found, the
+fix) and exits with its `exit_code` (docs/ARCHITECTURE.md, Interfaces); anything else is a bug (exit 1)."""
 
 from __future__ import annotations
 
@@ -59,6 +55,17 @@ def closest(word: str, choices, cutoff: float = 0.5) -> str | None:
         return close[0]
     folded = {str(c).casefold(): c for c in choices}
     return folded.get(word.casefold())
+
+
+def check_keys(keys, allowed, takes: str, kind: str = "key") -> None:
+    """Refuse the first of `keys` not in `allowed`: "unknown KIND 'x' (did you mean ...); TAKES takes ...".
+
+    Raises:
+        UsageError: naming the key, the closest allowed one and every allowed one.
+    """
+    for key in keys:
+        if key not in allowed:
+            raise UsageError(f"unknown {kind} {key!r}{did_you_mean(key, allowed)}; {takes} takes {', '.join(allowed)}")
 
 
 def did_you_mean(word: str, choices, cutoff: float = 0.5, prefix: str = "") -> str:

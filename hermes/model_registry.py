@@ -1,20 +1,8 @@
 """One registry of models: every name `--model` takes resolves here, and only here.
 
-An entry is one YAML file in `configs/models/` (the file's name is the model's name):
-
-    family: qwen2_vl                 # adapter family (transformers `model_type`)
-    hub_id: Qwen/Qwen2-VL-2B-Instruct  # checkpoint on the Hugging Face hub; "" for a builtin model
-    builder: hermes.models.tiny:tiny_qwen2_vl  # builtin only: `module:function(seed=...) -> (model, tokenizer)`
-    adapter: {min_pixels: 12544}     # keyword options of the family's adapter (frame sizes)
-    random_arch: qwen2.5-vl-7b       # the random-weight architecture of the same shapes (`bench --arch`)
-    auto: cpu                        # `model.name: auto` picks this model on a machine without CUDA (or `cuda`)
-    stream: {fps: 1.0}               # default stream settings (the rate the paper or model card uses)
-    memory: hermes-4k                # default memory preset of `run` (bounded)
-    dtype: float32                   # any other key is a `ModelConfig` default (dtype, max_new_tokens, ...)
-
-A name that is no entry is a local checkpoint directory or a hub id (`org/name`); anything else is an
-error with the closest entry's name. This module reads YAML only: the CLI resolves names before
-torch is imported, and `hermes.models.loading.load_model` builds what an entry describes.
+An entry is one YAML file in `configs/models/` (its keys: README.md, "Adding a model"); a name that is
+no entry is a local checkpoint directory or a hub id. YAML only, so the CLI resolves names before torch
+is imported; `hermes.models.loading.load_model` builds what an entry describes.
 """
 
 from __future__ import annotations
@@ -98,13 +86,7 @@ def entry_by_arch(arch: str) -> ModelEntry | None:
 
 
 def auto_model_name(device: str = "auto") -> str:
-    """The entry that `model.name: auto` stands for on `device` (the one marked `auto: cuda` or `auto: cpu`).
-
-    With CUDA, LLaVA-OneVision-7B: the paper's main model, which the memory presets are calibrated on.
-    Otherwise SmolVLM2-500M: the smallest preset with sensible video answers (Video-MME 42.2, MLVU
-    47.3), 64 tokens per frame from a 93M-parameter vision tower: about a third of the compute and
-    memory per frame of LLaVA-OneVision-0.5B (196 tokens from 400M; 44.0 / 50.3) on a CPU.
-    """
+    """The entry marked `auto: cuda` or `auto: cpu` for `device` (why those two: README.md, "Models")."""
     if device == "auto":
         import torch  # only here: the rest of the config layer must stay light
 
@@ -124,13 +106,9 @@ def is_hub_id(source: str) -> bool:
 def resolve_source(name: str, hub_id: str = "") -> tuple[Literal["entry", "dir", "hub"], str]:
     """What a model name (or its configured `hub_id`) stands for, checked without loading anything.
 
-    Args:
-        name: `model.name`: an entry, a local checkpoint directory or a hub id.
-        hub_id: `model.hub_id` when set (an entry's checkpoint, or the user's).
-
     Returns:
-        ("entry", name) for a builtin entry; ("dir", path) for a local directory; ("hub", id) for a
-        checkpoint on the hub (an entry's or one given as `org/name`).
+        ("entry", name) for a builtin entry, ("dir", path) for a local directory, ("hub", id) for a
+        checkpoint on the hub.
 
     Raises:
         ModelError: neither, with the closest entry's name and what `--model` takes.

@@ -1,8 +1,5 @@
-"""The YAML presets shipped in `hermes.configs` (`models/`, `memory/`, `paper/`), read as dicts.
-
-Both the configuration (`hermes.config`) and the model registry (`hermes.model_registry`) read them;
-this module imports neither, so neither imports the other for it.
-"""
+"""The YAML presets shipped in `hermes.configs` (`models/`, `memory/`, `paper/`), read as dicts; it imports
+neither `hermes.config` nor `hermes.model_registry`, which both read them."""
 
 from __future__ import annotations
 

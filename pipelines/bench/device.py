@@ -1,15 +1,11 @@
 """`hermes-video bench device`: what the model's device costs and buys, at a real geometry with random weights.
 
-Sections (`--sections`); within one, A and B alternate in one run (ratios, not absolute times, are the result):
-
-- preprocess: a chunk of random 1920x1080 frames through the adapter's `preprocess` on the host and on
-  the device: host CPU seconds and wall ms per chunk, and the largest difference of the two outputs in
-  8-bit levels (on a CPU "device" is the CPU: this measures the upload path's overhead, not a gain);
-- decode: `--tokens` random cached visual tokens, then a question answered with `--decode-tokens` forced
-  tokens, eager and `torch.compile`d (`--compile-modes`): TTFT and TPOT medians, whether the tokens equal
-  eager's, the first answer's compile time, graphs compiled (a growing cache must not recompile per length);
-- probe: the attention probe's transient memory against the KV cache it scores (on CUDA measured: peak
-  allocated during the probe less allocated before it; on a CPU the bound `probe_transient_bytes`), and its time.
+Within a section A and B alternate in one run (ratios are the result):
+- preprocess: 1080p frames through `preprocess` on the host vs the device: host CPU s, wall ms, and the
+  largest difference of the outputs in 8-bit levels;
+- decode: eager vs `torch.compile`d: TTFT, TPOT, whether the tokens equal eager's, compile time, graphs;
+- probe: the attention probe's transient memory against the KV cache it scores (measured on CUDA, the
+  bound `probe_transient_bytes` on a CPU), and its time.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """`bench gc` and `bench ingest`: what a whole stream costs on the host, outside the model.
 
-- `bench gc`: garbage-collector pauses in a long stream (`--frames` synthetic frames, 1 per second, through
-  the micro model under `hermes` with recall, a question every 20 s), once with ``HERMES_GC_FREEZE=0`` and
-  once with the start-up heap frozen (`hermes.pipelines.heap.freeze_startup_heap`, the default), each in a
-  process of its own: collections per generation, their total pause, the worst pause and the wall time.
-  A pause stops every thread of the process (ingest, the disk writer, answers).
-- `bench ingest`: a 1920x1080 mp4 (25 fps, moving texture; written once) read, decoded, preprocessed,
-  encoded and maintained under `hermes` on the cpu-small geometry in chunks of 8: frames per second of
-  wall time from the first frame to the end of the last chunk, best of two runs.
+- `bench gc`: garbage-collector pauses (a pause stops every thread) in a long stream through the micro
+  model, with the start-up heap collected (``HERMES_GC_FREEZE=0``) and frozen (the default), each in a
+  process of its own: collections per generation, total and worst pause, wall time.
+- `bench ingest`: a 1080p mp4 read, decoded, preprocessed, encoded and maintained under `hermes` on the
+  cpu-small geometry: frames per second of wall time, best of two runs.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """`bench memory`, `bench sweep` and `bench overhead`: speed and memory of memory policies.
 
-`measure_stream` streams random frames through a `StreamingSession` and, at each checkpoint length of one
-stream (`checkpointed_stream`: answering leaves memory as it was, so the state at frame N is that of an
-N-frame run), asks a question and records a `StreamRow`. Every interval is closed by a device
-synchronisation (docs/ARCHITECTURE.md, Performance): `SyncedMaintainTimer` wraps the policy's `maintain`,
-encode is the chunk's time less its maintenance, and answers are forced to `decode_tokens` tokens
-(`forced_length_decoding`) so that TPOT averages the same steps under every policy. Policies are data
-(`resolve_policies`); ratios are against `full` at the same chunk size and length. `bench memory` repeats
-its streams, the order reversed every other repeat (`merge_repeats`); `bench overhead` (`paired_overhead`)
-streams a policy and a baseline side by side, chunk by chunk, and reports the whole ingest's overhead.
+One stream measurement (`measure_stream`) serves all three: random frames through a `StreamingSession`,
+a row at each checkpoint length, every interval closed by a device synchronisation and answers forced
+to one length (docs/ARCHITECTURE.md, Performance). Ratios are against `full` at the same chunk size.
 """
 
 from __future__ import annotations
@@ -52,8 +46,7 @@ class StreamRow:
     recall_ms: float | None  # median time to fetch recalled records into the cache (None: recall off)
     tpot_ms: float | None  # median (latency - ttft) / (decode_tokens - 1); None when decode_tokens < 2
     decode_tokens: int
-    # The chunk timings below cover the chunks since the previous length of the sweep (all chunks for the
-    # first): the cost at this stream length, not an average diluted by the stream's cheap beginning.
+    # chunk timings: over the chunks since the previous length (the cost at this length, not diluted)
     encode_ms_per_chunk: float  # mean vision + prefill time per chunk (hermes's probe rides in an evicting chunk's prefill)
     maintain_ms_per_chunk: float  # mean maintenance time over the chunks that evicted (0 if none did)
     maintain_ratio: float  # maintenance / encode time over the chunks that evicted (the probe counts as encode)
@@ -62,20 +55,15 @@ class StreamRow:
     peak_kv_vs_full: float | None = None
     peak_device_vs_full: float | None = None
     ingest_fps_vs_full: float | None = None
-    # maintenance / encode over every chunk (of these) from the first that evicted on: what ingest pays on
-    # average once the cache is full; below `maintain_ratio` when chunks that fit run no probe
-    # (memory.evict_headroom). None in result files older than this field.
+    # the three below are None in result files older than them
+    # maintenance / encode over every chunk from the first that evicted on: ingest's average once the cache
+    # is full (below `maintain_ratio` when chunks that fit run no probe, memory.evict_headroom)
     amortised_maintain_ratio: float | None = None
-    # mean encode + maintenance of the chunks that evicted (None if none did): hermes's probe rides in an
-    # evicting chunk's prefill, so this sum, not `maintain_ratio`, compares ingest across versions and with
-    # the reference (whose probe is in its maintenance). None in result files older than this field.
+    # mean encode + maintenance of the evicting chunks (None if none): the probe rides in the prefill, so
+    # this sum, not `maintain_ratio`, compares ingest across versions and with the reference
     ingest_ms_per_evicting_chunk: float | None = None
-    # median wall time of the whole `session.ask` (a policy's answer-time retrieval such as rekv's, recall,
-    # prefill and decode), which TTFT leaves partly out. None in result files older than this field.
-    answer_ms: float | None = None
-    # `bench memory` streams every policy `stream_repeats` times (order reversed every other repeat): the
-    # row's times and ratios are medians over them, and the ratios against `full` also carry their spread
-    stream_repeats: int = 1
+    answer_ms: float | None = None  # median wall time of the whole `session.ask`, which TTFT leaves partly out
+    stream_repeats: int = 1  # `bench memory`: medians over repeats, ratios against `full` with their spread
     ttft_vs_full_min: float | None = None
     ttft_vs_full_max: float | None = None
     ingest_fps_vs_full_min: float | None = None
@@ -100,22 +88,19 @@ class PolicySpec:
     note: str = ""
 
 
-# Baselines that are a policy plus a flag, under the name the memory presets give them (docs/ARCHITECTURE.md, Memory).
-POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style: recency window, everything evicted findable
+POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style baseline: a policy plus a flag, under its preset's name
 
 
 def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) -> list[PolicySpec]:
     """Turn "full,sliding,hermes,hermes+recall" into memory configs on top of `base` at `budget`.
 
     Args:
-        specs: comma-separated (or listed) `policy[+flag...]` names, or an alias of one
-            (`POLICY_ALIASES`: `recall-only` is `sliding+recall`), which keeps its own label.
-        base: the resolved memory settings every policy shares.
+        specs: comma-separated (or listed) `policy[+flag...]` names, or a `POLICY_ALIASES` name.
         budget: visual tokens per layer for bounded policies.
 
     Returns:
         One `PolicySpec` per spec, in order; `memory` is None (with a note) for a flag that is neither a
-        boolean memory setting nor a section with an `enabled` switch in this build.
+        boolean memory setting nor a section with an `enabled` switch.
 
     Raises:
         UsageError: no policy given.
@@ -183,7 +168,7 @@ def timed_ingest(session: StreamingSession, timer: SyncedMaintainTimer, chunk: l
 
 @contextmanager
 def forced_length_decoding(model):
-    """Decode exactly `max_new_tokens` tokens: no end-of-answer token stops early while measuring."""
+    """Decode exactly `max_new_tokens` tokens (no end-of-answer token)."""
     saved, model.eos_token_ids = model.eos_token_ids, set()
     try:
         yield
@@ -192,7 +177,7 @@ def forced_length_decoding(model):
 
 
 def time_per_output_token_ms(ttft_ms: float, latency_ms: float, tokens: int) -> float | None:
-    """(latency - ttft) / (tokens - 1): the mean decode step after the first token (None below 2 tokens)."""
+    """The mean decode step after the first token, ms (None below 2 tokens)."""
     return (latency_ms - ttft_ms) / (tokens - 1) if tokens >= 2 else None
 
 
@@ -203,11 +188,7 @@ def ingest_fps(frames: int, encode_ms: float, maintain_ms: float) -> float:
 
 
 def checkpointed_stream(n_frames: int, checkpoints: list[int], chunk_frames: int) -> Iterator[tuple[int, bool]]:
-    """Chunk sizes for a stream of `n_frames`, cut so that every checkpoint ends a chunk.
-
-    Yields:
-        (frames in this chunk, whether a checkpoint ends here).
-    """
+    """(chunk size, whether a checkpoint ends here) for a stream of `n_frames`, cut at every checkpoint."""
     done, marks = 0, sorted(c for c in set(checkpoints) if c <= n_frames)
     for mark in marks:
         while done < mark:
@@ -222,19 +203,15 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
     """Stream random frames under one policy and measure it at every checkpoint length.
 
     Args:
-        model: a loaded adapter.
-        policy: the policy (its `memory` must not be None).
+        policy: its `memory` must not be None.
         checkpoints: stream lengths in frames at which to ask and record a row.
-        chunk_frames: frames per chunk.
         decode_tokens: answer length, forced (1: TTFT only).
         repeats: questions per checkpoint; medians are reported.
-        frame_px: side of the square synthetic frames.
-        seed: frame content seed.
-        progress: a line on stderr at every checkpoint (frames so far, seconds since the stream began).
+        progress: a line on stderr at every checkpoint.
 
     Returns:
         (rows, note): one row per checkpoint reached, and why the stream stopped early (None if it did
-        not: a policy past the model's positions, such as `full` on long streams, or out of memory).
+        not: past the model's positions, such as `full` on long streams, or out of memory).
     """
     device, cuda = model.device, model.device.type == "cuda"
     if cuda:  # the previous stream's tensors must be gone before the peak counter restarts
@@ -320,14 +297,13 @@ class SweepResult:
 
 
 def _warm_up(model, policy: PolicySpec, chunk_frames: int, decode_tokens: int, frame_px: int) -> None:
-    """Three chunks and a question, with the budget shrunk to one chunk so that eviction runs too:
-    first calls pay one-off costs (allocator growth, kernel selection, lazy initialisation)."""
+    """Three evicting chunks and a question, unmeasured: first calls pay one-off costs."""
     measure_stream(model, _evicting_early(model, policy, chunk_frames), [3 * chunk_frames], chunk_frames=chunk_frames,
                    decode_tokens=decode_tokens, repeats=1, frame_px=frame_px)
 
 
 def _evicting_early(model, policy: PolicySpec, chunk_frames: int) -> PolicySpec:
-    """`policy` with its budget shrunk to one chunk (a bounded policy evicts from the second chunk on), for warm-ups."""
+    """`policy` with its budget shrunk to one chunk, so that it evicts from the second chunk on."""
     memory = policy.memory
     if memory.policy != "full":
         memory = dataclasses.replace(memory, budget=min(memory.budget, max(1, model.tokens_per_frame * chunk_frames)))
@@ -340,12 +316,11 @@ def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes
     """Every policy at every chunk size, measured at every stream length, after a warm-up per policy.
 
     Args:
-        on_stream: called with the result so far (ratios filled) after every stream, so that a run cut
-            short by a time limit still leaves what it measured.
+        on_stream: called with the result so far after every stream (a run cut short keeps its rows).
 
     Returns:
-        The `SweepResult`; rows are ordered by chunk size, policy, then length. A policy whose optional
-        dependency is not installed (`hermes+recall` without faiss) is skipped with a note, printed at once.
+        The `SweepResult`, rows ordered by chunk size, policy, length. A policy whose optional
+        dependency is missing (`hermes+recall` without faiss) is skipped with a note.
     """
     notes = [p.note for p in policies if p.memory is None]
     runnable = [p for p in policies if p.memory is not None]
@@ -407,12 +382,9 @@ SPREAD_FIELDS = ("ttft_vs_full", "ingest_fps_vs_full")
 
 def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk_frames: int = 16,
                  stream_repeats: int = 3, progress: bool = False) -> SweepResult:
-    """The `bench memory` suite: every policy at one chunk size, TTFT of a one-token answer (median of 3
-    questions), after a warm-up per policy, streamed `stream_repeats` times with the policies' order reversed
-    every other repeat (a change of machine load then lands on either side alike).
-
-    Ratios against `full` are taken within each repeat; a row holds the medians over repeats, and
-    `*_vs_full_min` / `*_max` the spread of those ratios (`SPREAD_FIELDS`).
+    """`bench memory`: every policy at one chunk size, TTFT of a one-token answer, streamed
+    `stream_repeats` times with the order reversed every other repeat (a change of load lands on both
+    sides alike); ratios within each repeat, medians and spread (`SPREAD_FIELDS`) over repeats.
 
     Returns:
         The `SweepResult`; rows ordered by policy (as given), then length.
@@ -429,8 +401,8 @@ def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk
 
 
 def merge_repeats(repeats: list[list[StreamRow]]) -> list[StreamRow]:
-    """One row per (policy, chunk size, length) from the rows of several repeats: every float field is the
-    median over the repeats that reached it, and each `SPREAD_FIELDS` ratio also gets its min and max."""
+    """One row per (policy, chunk size, length): float fields the median over repeats, each
+    `SPREAD_FIELDS` ratio also its min and max."""
     by_key: dict[tuple, list[StreamRow]] = {}
     for rows in repeats:
         for row in rows:
@@ -457,12 +429,8 @@ def merge_repeats(repeats: list[list[StreamRow]]) -> list[StreamRow]:
 
 @dataclass
 class OverheadRow:
-    """`bench overhead`: a policy's ingest cost over a baseline's at the same budget, on the same frames.
-
-    Per repeat, the two stream side by side in one process, chunk by chunk, the order flipped every
-    chunk; over the chunks that evicted under both, the median of policy / baseline ingest time, minus
-    one, is that repeat's overhead. Times are medians over repeats of per-repeat means over those chunks, in ms.
-    """
+    """`bench overhead`: per repeat, the median over chunks that evicted under both of policy / baseline
+    ingest time, minus one; times in ms, medians over repeats of means over those chunks."""
 
     geometry: str
     policy: str
@@ -483,14 +451,8 @@ class OverheadRow:
 
 def paired_streams(model, specs: tuple[PolicySpec, PolicySpec], n_frames: int, *, chunk_frames: int,
                    frame_px: int, seed: int = 0) -> tuple[list[ChunkTiming], list[ChunkTiming]]:
-    """Stream the same frames through two sessions in one process, chunk by chunk, alternating which goes first.
-
-    A change of machine load lands on both halves of a pair alike, and flipping the order every chunk
-    cancels what going first or second costs (caches warmed or evicted by the other).
-
-    Returns:
-        Each session's `ChunkTiming`s, one per chunk, in stream order.
-    """
+    """Each session's `ChunkTiming`s for the same frames, chunk by chunk, the order flipped every chunk
+    (load lands on both sides alike; going first or second costs both the same)."""
     sessions = [StreamingSession(model, spec.memory, (), chunk_frames=chunk_frames, max_new_tokens=1)
                 for spec in specs]
     timers = [SyncedMaintainTimer(s) for s in sessions]
@@ -510,21 +472,13 @@ def paired_streams(model, specs: tuple[PolicySpec, PolicySpec], n_frames: int, *
 def paired_overhead(model, policy: PolicySpec, baseline: PolicySpec, n_frames: int, *, chunk_frames: int = 16,
                     repeats: int = 3, frame_px: int = 32, seed: int = 0, warmup: bool = True,
                     geometry: str = "") -> OverheadRow:
-    """`policy`'s ingest cost over `baseline`'s (same budget), measured whole: encode with whatever rides in
-    it (hermes's probe), plus maintenance.
+    """`policy`'s whole ingest cost (encode with its probe, plus maintenance) over `baseline`'s.
 
     Args:
-        model: a loaded adapter.
-        policy, baseline: the two (their `memory` not None), e.g. `hermes` and `sliding` at one budget.
-        n_frames: stream length per repeat.
-        chunk_frames: frames per chunk.
-        repeats: paired streams measured; the overhead's min / median / max are over them.
-        frame_px: side of the random frames.
-        warmup: one short paired stream first, not counted (first calls pay one-off costs).
+        policy, baseline: their `memory` not None, at one budget.
+        repeats: paired streams; the overhead's min / median / max are over them.
+        warmup: one short paired stream first, not counted.
         geometry: a label for the row.
-
-    Returns:
-        The `OverheadRow`.
 
     Raises:
         ConfigError: no chunk evicted under both (the stream does not outgrow the budget).
@@ -579,7 +533,7 @@ SWEEP_COLUMNS = ["policy", "chunk_frames", "frames", "cache_tokens", "peak_kv_mb
 
 
 def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) -> str:
-    """The rows as a markdown table with the given columns (`SWEEP_COLUMNS` or `MEMORY_COLUMNS`)."""
+    """The rows as a markdown table with `SWEEP_COLUMNS` or `MEMORY_COLUMNS`."""
     def cell(row: StreamRow, column: str) -> str:
         if column in _SPREAD_COLUMNS:
             _, name, fmt = _SPREAD_COLUMNS[column]
@@ -592,8 +546,7 @@ def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) ->
 
 
 def overhead_table(rows: list[OverheadRow]) -> str:
-    """`bench overhead`'s rows as markdown: the paired overhead (min / median / max over repeats) beside the
-    per-chunk encode and maintenance of both policies."""
+    """`bench overhead`'s rows as a markdown table."""
     cells = [[r.geometry, r.budget, r.frames, r.paired_chunks,
               spread_cell([r.overhead_min, r.overhead_median, r.overhead_max]),
               f"{r.encode_ms:.1f}", f"{r.maintain_ms:.1f}", f"{r.baseline_encode_ms:.1f}", f"{r.baseline_maintain_ms:.1f}"]

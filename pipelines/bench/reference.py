@@ -1,20 +1,8 @@
 """`hermes-video bench reference`: the authors' HERMES pipeline and ours, side by side, in one run.
 
-The reference (a checkout the user gives, `--ref-dir`) runs in its own environment (`--ref-python`,
-default `python3`; it needs transformers 4.57.1) as a subprocess: `pipelines/reference_driver.py`
-imports the checkout's code there and calls it (no reference code is copied here). Ours runs in this
-process. Both get the same random-weight LLaVA-OneVision geometry (`tiny_llava_onevision_config`,
-same seed), the same frames (one .npy file), the same chunking and budget, pseudo-queries of equal
-token lengths (ours: `memory.local_query` / `memory.global_query`; the reference's two get the same
-lengths, its third the sum) and a question of equal length. Both run back to back in rounds (`--rounds`),
-which goes first alternating round by round.
-
-Measured per side: median TTFT of a question after the last chunk, mean maintenance time over the
-chunks that evicted, maintenance / encode over those chunks, encode plus maintenance of such a chunk
-(ours probes inside the chunk's forward, the reference after it: only this sum compares the probe's
-cost across the two, and the two maintenance rows are named `..._ours_without_probe` to say that
-ours leaves it out), peak KV-cache bytes (and device peak on CUDA); the table gives ours /
-reference for each. What our remembering costs over a sliding window, told whole, is `bench overhead`.
+The reference runs as a subprocess in its own environment (`reference_driver.py`), ours in this
+process, on the same random geometry, frames, chunks, budget and token lengths, in rounds that
+alternate which goes first. What is measured and compared: README.md, "Against the authors' reference".
 """
 
 from __future__ import annotations
@@ -73,11 +61,7 @@ def parse_geometries(text: str, tokens_per_frame: int) -> list[Geometry]:
 
 
 def geometry_model(geo: Geometry, seed: int = 0):
-    """The random-weight adapter of `geo` on the CPU in float32 (the same weights for the same seed).
-
-    Returns:
-        (adapter, tokenizer).
-    """
+    """(adapter, tokenizer) of `geo`'s random weights on the CPU in float32, the same for the same seed."""
     from hermes.config import ModelConfig
     from hermes.models.loading import make_adapter
     from hermes.models.tiny import tiny_llava_onevision
@@ -161,16 +145,12 @@ def _reference_values(ref: dict) -> dict:
 def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames: int, chunk_frames: int,
             budget: int, repeats: int = 3, rounds: int = 3, frame_px: int = 64, seed: int = 0, threads: int = 1,
             timeout_s: float = 1800.0, memory=None) -> list[dict]:
-    """Both pipelines at every geometry, `rounds` times each, one row per (geometry, metric).
-
-    Ours is warmed up once per geometry; then each round runs both sides back to back, ours first in
-    even rounds and the reference first in odd ones, so that a change of machine load between the two
-    halves does not always move the ratio the same way.
+    """Both pipelines at every geometry, `rounds` times each, which goes first alternating (a change of
+    load between the halves then moves the ratio both ways).
 
     Returns:
         Rows ``{"geometry", "metric", "ours", "reference", "ratio", "ratio_min", "ratio_max", "rounds"}``:
-        ours and reference are medians over rounds; ratio (ours / reference, taken within each round) is
-        their median, with its min and max.
+        medians over rounds; the ratio taken within each round.
     """
     import dataclasses
 
@@ -220,7 +200,7 @@ def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames
 
 
 def ratio_table(rows: list[dict]) -> str:
-    """Markdown: geometry, metric, ours, reference (medians over rounds), ours / reference min / median / max."""
+    """`compare`'s rows as a markdown table."""
     return table(["geometry", "metric", "ours", "reference", "ours / reference, min / median / max"],
                  [[r["geometry"], r["metric"], f"{r['ours']:.3f}", f"{r['reference']:.3f}",
                    spread_cell([r.get(k) for k in ("ratio_min", "ratio", "ratio_max")])] for r in rows],

@@ -1,28 +1,17 @@
 """Runs the authors' HERMES reference pipeline (a checkout the user gives) on a random-weight model.
 
-`hermes-video bench reference` starts this file as a script under the reference's own interpreter
-(`--ref-python`: the reference needs transformers 4.57.1); it imports nothing from hermes, so it runs
-in that environment. No reference code is copied: the checkout's `inference/llavaov_hermes.py` is
-imported from `--ref-dir` at run time and its own methods are called, chunk by chunk, as its
-`video_qa/hermes_vqa.py` loop calls them: `encode_video_chunk`, then `predict_and_compress`; a
-question is `question_answering`.
+Started by `bench reference` under the reference's own interpreter (transformers 4.57.1), so it imports
+nothing from hermes. No reference code is copied: the checkout's `inference/llavaov_hermes.py` is
+imported and called chunk by chunk as its `video_qa/hermes_vqa.py` does (`encode_video_chunk`,
+`predict_and_compress`, `question_answering`).
 
-What is adapted, and why (the measurement needs it; the method is untouched):
-- The reference's LLaVA file was written for a transformers 4.45 build, where `language_model` was
-  the causal LM and pooling lived on the outer model. `_Adapted` points `language_model` at a
-  causal LM over the same decoder and head, and `apply_pooling` at the inner model's.
-- It keeps its cache as a list of (key, value) tuples, which 4.45 accepted: `LegacyCacheLM` converts
-  them to a `DynamicCache` on the way in.
-- Its rotary calls use the 4.45 signature `rotary(x, seq_len)`: the decoder's rotary module is
-  wrapped to answer it too (`_table_rotary`).
-- Its processor: a resize-and-normalise of our own at the model's image size, and a stand-in tokenizer that gives each text a fixed number of token ids, so that pseudo-queries and
-  the question have exactly the lengths ours have (`predict_next_question` returns two marker texts
-  whose lengths are those of our local and global pseudo-queries; its third, concatenated query gets
-  their sum).
+Adapted for the measurement, the method untouched (the file was written for transformers 4.45):
+its class's `language_model` becomes a causal LM and `apply_pooling` the inner model's;
+`LegacyCacheLM` turns its (key, value) tuples into a `DynamicCache`; `_table_rotary` answers the 4.45
+rotary call; a stand-in processor and tokenizer give the pseudo-queries and question our token lengths.
 
-Input: one JSON file (`--spec`): the model config kwargs, seed, frames (.npy), chunk size, budget,
-token counts, repeats. Output: one JSON line on stdout: per-chunk encode / maintenance ms and
-whether the chunk evicted, TTFT ms per repeat, peak KV bytes, device peak bytes (CUDA).
+Input: a JSON spec (`--spec`). Output: one JSON line: per-chunk encode / maintenance ms and eviction,
+TTFT ms per repeat, peak KV bytes, device peak bytes (CUDA).
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""`hermes-video bench serve`: N synthetic live streams into one served model, against N `run` processes.
-
-For each N (default 1, 2, 4, 8), in fresh processes so that peak memory means something:
-
-- *serve*: one process, one model, the serve scheduler and N streams, each a synthetic camera
-  (`SyntheticCamera`: the demo's moving shapes, stamped by a live clock, through the stream's pump
-  and drop policy, as a camera is); every stream is asked a question every `ask_every_s`;
-- *run*: N processes, each its own model and `run`'s live loop (`hermes.pipelines.interactive.run_live`,
-  what `run --ask-every` does on a camera) over the same camera.
-
-Per N it reports the sustained fps per stream (frames encoded / seconds streamed; mean over
-streams), frames dropped, question latency p50/p95 (request to answer, serve only: `run` answers
-inline), peak RSS, and the ratios serve/run for fps and memory (the N run processes' RSS summed)
-measured in the same invocation. Both sides run with the same torch thread count.
+"""`hermes-video bench serve`: N synthetic cameras into one served model (the serve scheduler) against N
+`run` processes (`run_live`, what `run --ask-every` does on a camera), each side in fresh processes so
+that peak memory means something: fps per stream, drops, question latency, peak RSS, and the ratios.
 """
 
 from __future__ import annotations
@@ -90,7 +79,7 @@ def serve_worker(model_name: str, memory: str, streams: int, fps: float, seconds
     scheduler = Scheduler(model)
     opened = []
     for i in range(streams):
-        stream = Stream(f"cam{i}", f"cam{i}", cfg, "synthetic", None, max_pending=2 * cfg.stream.live_chunk_frames)
+        stream = Stream(f"cam{i}", cfg, "synthetic", None, max_pending=2 * cfg.stream.live_chunk_frames)
         scheduler.open(stream, resume=False).result()
         stream.start(SyntheticCamera(fps, seed=i), scheduler.wake, None)
         opened.append(stream)
@@ -136,12 +125,6 @@ def run_worker(model_name: str, memory: str, fps: float, seconds: float, ask_eve
     return {"fps_per_stream": len(session.encoded_t_s) / elapsed, "rss_mib": peak_rss_mib()}
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    from hermes.pipelines.serve.metrics import percentile
-
-    return round(percentile(values, q), 1) if values else None
-
-
 def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, seconds: float,
                 ask_every_s: float, max_new_tokens: int, threads: int, progress=None) -> list[dict]:
     """The rows of `bench serve`, one per stream count (see the module docstring).
@@ -149,15 +132,16 @@ def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, 
     Args:
         model_name, memory: the model and memory preset both sides use.
         counts: stream counts N.
-        fps: each camera's frame rate; seconds: how long each side streams.
-        ask_every_s: the question period per stream; max_new_tokens: answer length cap.
-        threads: torch threads of every process (serve's one and each run process).
+        seconds: how long each side streams.
+        threads: torch threads of every process.
         progress: called with a line per finished measurement.
 
     Returns:
         One dict per N: streams, serve_fps, run_fps, fps_ratio, serve_min_fps, dropped, latency p50/p95,
         serve_rss_mib, run_rss_mib (summed), memory_ratio.
     """
+    from hermes.pipelines.serve.metrics import percentile
+
     rows = []
     common = {"model_name": model_name, "memory": memory, "fps": fps, "seconds": seconds,
               "ask_every_s": ask_every_s, "max_new_tokens": max_new_tokens}
@@ -167,11 +151,12 @@ def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, 
                                             for _ in range(n)]]
         run_fps = sum(r["fps_per_stream"] for r in runs) / n
         run_rss = sum(r["rss_mib"] for r in runs)
+        latencies = served["latencies_ms"]
         row = {"streams": n, "serve_fps": round(served["fps_per_stream"], 2), "run_fps": round(run_fps, 2),
                "fps_ratio": round(served["fps_per_stream"] / run_fps, 2) if run_fps else None,
                "serve_min_fps": round(served["min_fps"], 2), "dropped": served["dropped"],
-               "latency_p50_ms": _percentile(served["latencies_ms"], 0.5),
-               "latency_p95_ms": _percentile(served["latencies_ms"], 0.95),
+               "latency_p50_ms": round(percentile(latencies, 0.5), 1) if latencies else None,
+               "latency_p95_ms": round(percentile(latencies, 0.95), 1) if latencies else None,
                "serve_rss_mib": round(served["rss_mib"]), "run_rss_mib": round(run_rss),
                "memory_ratio": round(served["rss_mib"] / run_rss, 3)}
         rows.append(row)

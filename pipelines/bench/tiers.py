@@ -1,20 +1,10 @@
 """`hermes-video bench tiers`: levels 2 and 3 timed on synthetic records in a temporary directory.
 
-- *recall*: a question vector to dequantised records in hand (search, fetch from disk, dequantise) with
-  10^3, 10^4, 10^5 records on disk; median and p95 over queries, each a stored record's embedding plus
-  noise (a real hit). No prefetch cache: the disk path, served by the page cache. Populated through the
-  real level-3 commit path (DRAM budget 0) without level 2's log, which would write and delete one file
-  per record, not what recall reads. FAISS alone in the same run: as recall searches (the exact fp16
-  prefilter from `hermes.tiers.index.PREFILTER_MIN_RECORDS` records on) and one full fp32 scan;
-- *search*: FAISS alone, per query, at the same sizes;
-- *disk write*: records through `DiskStore` (serialise, checksum, append, group fsync, manifest) as a
-  fraction of one plain sequential write of the same bytes, alternated; above 0.5 the crash-safety
-  machinery costs less than the write itself. On ~23 KB records (4 layers x 2 KV heads x 16 tokens x 64,
-  int8, 128-d embedding: a small model's summarised record) and ~1.6 MB ones (24 layers x 256 tokens);
-- *checkpoint*: the ingest thread's time for one level-1 checkpoint when it waits for the save vs when
-  it only takes the snapshot (`MemoryDirectory.save_checkpoint`): ``wait_over_snapshot``;
-- with ``--store s3://...``: commit throughput into the object store vs one plain PUT, and recall from
-  a reader whose local cache starts empty (cold), then holds the records (warm).
+Rows: recall (search + fetch + dequantise, records committed through the real level-3 path) and FAISS
+search at each size; `DiskStore` writes as a fraction of one plain write of the same bytes (above 0.5
+the crash-safety machinery costs less than the write); a level-1 checkpoint waited for vs snapshotted;
+with ``--store s3://...`` commit vs a plain PUT and recall cold / warm. README.md, "Benchmarks of speed
+and memory".
 """
 
 from __future__ import annotations
@@ -40,23 +30,12 @@ _FINGERPRINT = {"model": "synthetic", "family": "bench"}
 
 def synthetic_record(record_id: int, *, layers: int = 4, heads: int = 2, tokens: int = 16, head_dim: int = 64,
                      embed_dim: int = 128, axes: int = 1, seed: int = 0) -> Record:
-    """A deterministic random record: the same arguments always give the same tensors.
-
-    Layer l holds ``tokens - l % 3`` tokens (layers differ, as in real records); positions follow
-    the record id; scores are uniform in [0, 1); counts are 1, or 3 for the first token.
+    """A float32 record, the same for the same arguments; layer l holds ``tokens - l % 3`` tokens.
 
     Args:
-        record_id: Id (also seeds the content).
-        layers: Layers L.
-        heads: KV heads H.
-        tokens: Tokens in layer 0.
-        head_dim: Head size D.
-        embed_dim: Embedding size E.
-        axes: Position axes A (1 or 3).
-        seed: Extra seed.
-
-    Returns:
-        A float32 record (compress it as needed).
+        record_id: also seeds the content and sets positions and times.
+        heads, head_dim, embed_dim: KV heads, head size and embedding size.
+        axes: position axes (1 or 3).
     """
     g = torch.Generator().manual_seed(seed * 1_000_003 + record_id)
     ns = [max(tokens - l % 3, 1) for l in range(layers)]
@@ -77,9 +56,8 @@ def _quantiles(ms: list[float]) -> tuple[float, float]:
 
 
 def _timed_s(fn) -> float:
-    """Seconds `fn()` takes, after a full collection: the write benches hold their records (~40 tracked
-    objects each) for the whole run, and the generation-2 collection their allocations trip would otherwise
-    land inside whichever side runs then (67-73 ms of a 150-230 ms store trial on this machine)."""
+    """Seconds `fn()` takes, after a full collection (else a generation-2 collection tripped by the held
+    records lands inside whichever side runs then: 67-73 ms of a 150-230 ms trial)."""
     gc.collect()
     t0 = time.perf_counter()
     fn()
@@ -87,7 +65,7 @@ def _timed_s(fn) -> float:
 
 
 def _queries(n_records: int, queries: int, seed: int, shape: dict) -> list[tuple[int, torch.Tensor]]:
-    """`queries` (record id, a stored record's embedding plus noise): each search has one real hit."""
+    """(record id, its embedding plus noise) per query: each search has one real hit."""
     g = torch.Generator().manual_seed(seed + 1)
     out = []
     for rid in torch.randint(0, n_records, (queries,), generator=g).tolist():
@@ -111,8 +89,8 @@ def _timed_recall(store, queries: list[tuple[int, torch.Tensor]], top_k: int) ->
 
 
 def _populated(location: str, n_records: int, seed: int, shape: dict, **options) -> tuple[MemoryDirectory, float]:
-    """A new memory directory at `location` holding `n_records` synthetic records committed through the real
-    level-3 path (DRAM budget 0, as the oldest records of a long stream), flushed; and the seconds it took."""
+    """A new memory directory holding `n_records` records committed through the level-3 path (DRAM budget 0),
+    and the seconds it took."""
     start = time.perf_counter()
     md = MemoryDirectory(location, _FINGERPRINT, dram_bytes=0, disk_bytes=1 << 40, prefetch_bytes=0,
                          durable_dram=False, **options)
@@ -124,7 +102,9 @@ def _populated(location: str, n_records: int, seed: int, shape: dict, **options)
 
 def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory: str | Path | None = None,
                  seed: int = 0, **shape) -> dict:
-    """Recall latency (search + fetch from disk + dequantise) with `n_records` records on disk.
+    """Recall latency (search + fetch from disk + dequantise) with `n_records` records on disk, no prefetch
+    cache (the disk path, served by the page cache) and no level-2 log (one file per record is not what
+    recall reads).
 
     Returns:
         ``{"bench": "recall", "records", "top_k", "median_ms", "p95_ms", "search_median_ms",
@@ -150,13 +130,13 @@ def bench_recall(n_records: int, *, top_k: int = 4, queries: int = 50, directory
 
 
 def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, queries: int = 200, seed: int = 0) -> dict:
-    """FAISS search time per query over `n_records` random embeddings (no disk): as recall searches, and
-    by one full fp32 scan (``full_scan_*``), alternated query by query."""
+    """FAISS search time per query over `n_records` random embeddings: as recall searches, and one full
+    fp32 scan (``full_scan_*``), alternated."""
     g = torch.Generator().manual_seed(seed)
     index = RecordIndex(embed_dim)
     index.add(range(n_records), torch.randn(n_records, embed_dim, generator=g))
     ms, full_ms = [], []
-    for q in torch.randn(queries, embed_dim, generator=g):  # as recall searches, then one full fp32 scan
+    for q in torch.randn(queries, embed_dim, generator=g):
         t0 = time.perf_counter()
         index.search(q, top_k)
         t1 = time.perf_counter()
@@ -169,9 +149,8 @@ def bench_search(n_records: int, *, embed_dim: int = 128, top_k: int = 4, querie
 
 
 def _paired_write(bench: str, total_bytes: int, repeats: int, seed: int, shape: dict, trial) -> dict:
-    """`total_bytes` of packed synthetic records (as records leaving DRAM are) written `repeats` times by
-    `trial(blobs, records)`, which returns (plain seconds, store seconds): medians, and the median of the
-    paired ratios plain / store."""
+    """`total_bytes` of packed records written `repeats` times by `trial(blobs, records)` -> (plain s,
+    store s): median throughputs and the median paired ratio plain / store."""
     probe = len(to_safetensors(synthetic_record(0, seed=seed, **shape).compress("int8")))
     records = [pack(synthetic_record(i, seed=seed, **shape).compress("int8"))
                for i in range(max(1, total_bytes // probe))]
@@ -186,8 +165,7 @@ def _paired_write(bench: str, total_bytes: int, repeats: int, seed: int, shape: 
 
 def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory: str | Path | None = None,
                      seed: int = 0, **shape) -> dict:
-    """Write throughput of `DiskStore` relative to a plain sequential write (one file, one fsync) of the same
-    bytes, alternated `repeats` times (filesystem caches make single runs noisy).
+    """Write throughput of `DiskStore` relative to one plain write and fsync of the same bytes, alternated.
 
     Returns:
         ``{"bench": "disk_write", "records", "bytes", "store_mb_s", "plain_mb_s", "ratio"}``.
@@ -201,7 +179,7 @@ def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory
                     f.flush()
                     os.fsync(f.fileno())
 
-            def store():  # serialise + sha256 + append + group fsync + manifest, on the writer thread
+            def store():
                 with DiskStore(Path(tmp) / "store", 1 << 40, _FINGERPRINT, segment_bytes=256 << 20) as disk:
                     for r in records:
                         disk.add(r)
@@ -214,17 +192,15 @@ def bench_disk_write(total_bytes: int = 64 << 20, *, repeats: int = 3, directory
 
 def bench_checkpoint(state_bytes: int = 64 << 20, *, records: int = 10000, repeats: int = 3,
                      directory: str | Path | None = None, seed: int = 0) -> dict:
-    """The ingest thread's time for one level-1 checkpoint: saved in place (the caller waits while the
-    writer serialises, checksums and fsyncs it and saves the index) vs snapshot and go on (the writer
-    does the rest while the caller works), alternated `repeats` times in one directory.
+    """The ingest thread's time for one level-1 checkpoint waited for vs only snapshotted, alternated.
 
     Args:
-        state_bytes: Size of the level-1 state (fp32 tensors of 28 layers' keys and values).
-        records: Records in the index saved with it (embeddings only: the save's cost).
+        state_bytes: size of the level-1 state (fp32 keys and values of 28 layers).
+        records: records in the index saved with it.
 
     Returns:
         ``{"bench": "checkpoint", "state_bytes", "index_records", "wait_ms", "snapshot_ms", "wait_over_snapshot"}``:
-        medians, and the median of the paired ratios wait_ms / snapshot_ms (how many times less ingest time).
+        medians, and the median paired ratio.
     """
     g = torch.Generator().manual_seed(seed)
     per_tensor = max(1, state_bytes // 4 // 56)
@@ -255,8 +231,7 @@ def bench_checkpoint(state_bytes: int = 64 << 20, *, records: int = 10000, repea
 
 def bench_store_write(store: str, total_bytes: int = 16 << 20, *, repeats: int = 3, seed: int = 0,
                       settings=None, **shape) -> dict:
-    """Commit throughput into an object store (``s3://bucket/prefix``) relative to one plain PUT of the
-    same bytes, paired and alternated as `bench_disk_write`; each trial writes under a fresh prefix.
+    """Commit throughput into ``s3://bucket/prefix`` relative to one plain PUT, as `bench_disk_write`.
 
     Returns:
         ``{"bench": "store_write", "records", "bytes", "store_mb_s", "plain_mb_s", "ratio"}``.
@@ -291,9 +266,7 @@ def bench_store_write(store: str, total_bytes: int = 16 << 20, *, repeats: int =
 
 def bench_store_recall(store: str, n_records: int, *, top_k: int = 4, queries: int = 50, seed: int = 0,
                        settings=None, **shape) -> dict:
-    """Recall latency from an object store: a writer commits `n_records`, then a reader with an empty
-    local cache answers `queries` (cold: every record read from the store), then the same queries
-    again (warm: from its cache).
+    """Recall latency from an object store, by a reader whose local cache starts empty (cold), then again (warm).
 
     Returns:
         ``{"bench": "store_recall", "records", "cold_median_ms", "cold_p95_ms", "warm_median_ms",
@@ -330,14 +303,12 @@ def run(sizes: tuple[int, ...] = (1000, 10000), *, write_bytes: int = 64 << 20, 
     """Every tier benchmark; returns the rows and a markdown table of them.
 
     Args:
-        sizes: Record counts for the recall and search rows (add 100000 by hand: a few minutes, ~2.4 GB).
-        write_bytes: Bytes written by each throughput row.
-        directory: Where temporary directories go (default: the system's temp dir).
-        store: An object store (``s3://bucket/prefix``, reached as `hermes.tiers.s3` says): instead of
-            the local rows, commit throughput vs a plain PUT and recall cold/warm at `sizes` there.
-        **shape: Passed to `synthetic_record` for the recall rows and the first throughput row
-            (layers, heads, tokens, head_dim, embed_dim); the second throughput row writes full
-            records (`FULL_RECORD`).
+        sizes: record counts for the recall and search rows.
+        write_bytes: bytes written by each throughput row.
+        directory: where temporary directories go.
+        store: ``s3://bucket/prefix``: its rows instead of the local ones.
+        **shape: `synthetic_record`'s shape for the recall rows and the first throughput row (the
+            second writes `FULL_RECORD`s).
     """
     if store is not None:
         rows = [bench_store_write(store, write_bytes, **shape)] + [bench_store_recall(store, n, **shape) for n in sizes]

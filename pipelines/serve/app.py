@@ -1,14 +1,7 @@
 """The HTTP API of `hermes-video serve` (FastAPI) and the `Server` it fronts.
 
-Every route but the page (`/`, `/static/*`), the API's description (`/docs`, `/openapi.json`) and the
-probes (`/healthz`, `/readyz`), which hold no data, needs ``Authorization: Bearer KEY`` when the
-server has a key (401 otherwise). Until the model is loaded, everything but the probes and the
-description answers 503 "loading".
-Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot be opened, 403 a
-source outside the allowlist, 404 no such stream, 409 a name already open, frames pushed to a
-stream that is not a push stream or a watch added to a stream whose source has ended, 413 a request
-over the size limit, 429 over the push rate, 503 (with ``Retry-After``) no room for another stream,
-or a push stream whose model is behind. The OpenAI routes answer in OpenAI's error shape (`openai_api`).
+Routes, authentication and status codes: README.md, "Serving". Errors are JSON ``{"error": "one
+line"}``; the OpenAI routes answer in OpenAI's error shape (`openai_api`).
 """
 
 from __future__ import annotations
@@ -24,7 +17,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from hermes.errors import HermesError, SourceError, UsageError
+from hermes.errors import HermesError, SourceError, UsageError, check_keys
 from hermes.pipelines.asked import Question
 from hermes.pipelines.serve import metrics, openai_api
 from hermes.pipelines.serve.events import Watch, check_watch
@@ -56,11 +49,9 @@ class Server:
     """One model, its worker and the stream registry.
 
     Args:
-        settings: the checked `ServeSettings`.
-        model: a loaded adapter, or a function that loads one: `load_in_background` then runs it on a
-            thread while the server already listens (/readyz and the API answer 503 "loading" meanwhile).
-        resolve_config: the configuration for a stream's memory preset (None: the server's default).
-        capacity_bytes: device memory admission may hand out (None: measured once the model is loaded).
+        model: a loaded adapter, or a function that loads one (`load_in_background` runs it on a thread
+            while the server listens and answers 503 "loading").
+        resolve_config, capacity_bytes: as `Registry`'s.
     """
 
     def __init__(self, settings: ServeSettings, model, resolve_config: Callable[[str | None], Any], *,
@@ -145,12 +136,7 @@ def check_question(body: Any) -> tuple[Question, dict[str, Any]]:
     """
     if not isinstance(body, dict) or not isinstance(body.get("question"), str) or not body["question"].strip():
         raise UsageError('expected a JSON object with "question": a non-empty string')
-    for key in body:
-        if key not in QUESTION_KEYS:
-            from hermes.errors import did_you_mean
-
-            raise UsageError(f"unknown key {key!r}{did_you_mean(key, QUESTION_KEYS)}; a question takes "
-                             f"{', '.join(QUESTION_KEYS)}")
+    check_keys(body, QUESTION_KEYS, "a question")
     options = body.get("options") or []
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) > 10:
         raise UsageError('"options" must be a list of at most 10 strings')

@@ -1,11 +1,6 @@
-"""The `serve` subcommand: its parser, the checks made before the model loads, then uvicorn.
-
-Order: flags and settings (bind, port, key, memory root, allowlist), the configuration (model and
-memory presets), the model's name in the registry, the `[serve]` extra, and that the port can be
-bound — each a one-line error with its exit code. Then the server listens and the model loads in the
-background (`/readyz` answers 503 until it is loaded); a model that fails to load stops the server
-with that error's one line and exit code.
-"""
+"""The `serve` subcommand: its parser, the one-line checks made before the model loads (flags, settings,
+configuration, model name, the `[serve]` extra, the port), then uvicorn; the model loads in the
+background while `/readyz` answers 503."""
 
 from __future__ import annotations
 
@@ -13,30 +8,9 @@ import argparse
 import socket
 import sys
 
-from hermes.cli_args import add_common_options, add_config_options, config_from_args, positive_int
+from hermes.cli_args import (add_common_options, add_config_options, config_from_args, port_number, positive_float,
+                             positive_int)
 from hermes.errors import UsageError
-
-
-def port_number(text: str) -> int:
-    """argparse type: a TCP port 1-65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 1-65535, found {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 1-65535, found {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, found {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, found {text!r}")
-    return value
 
 
 def settings_from_args(args):

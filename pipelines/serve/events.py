@@ -1,14 +1,5 @@
-"""A stream's events and its standing questions (watches).
-
-`EventLog` keeps the last `EventLog.keep` events of one stream, each numbered (`seq`, from 1), so an
-SSE client reconnecting with ``Last-Event-ID`` gets what it missed. Events: ``watch`` (a watch's
-answer changed; its first answer counts as a change from nothing), ``gap`` and ``reconnect`` (a live
-source lost frames, then came back), ``drop`` (frames dropped because the model fell behind; at most
-one per second), ``ended`` and ``error`` (the stream stopped).
-
-A `Watch` is a question asked every `every_s` seconds of stream time; it remembers its last answer
-so that only changes become events.
-"""
+"""A stream's numbered events (`EventLog`, read by SSE, resumed by ``Last-Event-ID``) and its standing
+questions (`Watch`, whose answer changes become events); the event kinds: README.md, "Serving"."""
 
 from __future__ import annotations
 

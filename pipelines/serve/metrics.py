@@ -1,10 +1,4 @@
-"""`/metrics`: the server's counters in the Prometheus text exposition format (version 0.0.4).
-
-Per stream (label ``stream``): frames received, dropped and encoded, chunks, questions, evicted
-tokens, recall records, level-1 tokens and bytes, level-2/3 bytes and records, and question latency
-as a summary (p50, p95, count, sum). Server-wide: open streams, refused admissions, model busy
-seconds, chunks, answers and jobs queued for the model worker.
-"""
+"""`/metrics`: the server's counters, per stream and server-wide, in the Prometheus text format (0.0.4)."""
 
 from __future__ import annotations
 

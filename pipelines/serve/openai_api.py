@@ -1,20 +1,8 @@
 """The OpenAI chat protocol over `serve`'s streams: a thin translation, no question logic of its own.
 
-`GET /v1/models` lists the streams as models; `POST /v1/chat/completions` asks one (``model``: its id
-or name) through the native question path (`app`'s routes call `parse_chat`, then the same
-`check_question` and scheduler as ``POST /v1/streams/{id}/questions``, then shape the answer here):
-
-- the last ``user`` message's text is the question (earlier turns and system messages are not
-  context: the stream's memory is); its ``image_url`` parts (``data:`` URIs, JPEG or PNG) are
-  frames pushed to a push stream before the question is asked;
-- decoding is greedy: ``temperature`` must be 0 or absent, ``n`` 1 (400 otherwise); ``max_tokens``
-  (or ``max_completion_tokens``) above the native limit is lowered to it; ``stop`` cuts the answer
-  before its first stop string;
-- ``hermes``: the native fields ``at`` (stream seconds), ``options`` (multiple choice, answered with
-  a letter) and ``recall``;
-- ``stream: true``: ``chat.completion.chunk`` events, then ``data: [DONE]``; the deltas join to the
-  plain answer;
-- errors: ``{"error": {"message", "type", "param", "code"}}``, the native status but 400 for 422.
+`parse_chat` turns a chat completion request into a native question body plus frames to push; `app`
+runs it through the native question path and this module shapes the reply and errors
+(docs/ARCHITECTURE.md, Serving; what a client may send: README.md, "Serving").
 """
 
 from __future__ import annotations
@@ -27,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from hermes.errors import UsageError, did_you_mean
+from hermes.errors import UsageError, check_keys
 
 HERMES_KEYS = ("at", "options", "recall")
 IMAGE_TYPES = ("image/jpeg", "image/jpg", "image/png")
@@ -70,7 +58,7 @@ class ChatRequest:
 
 
 def parse_chat(body: Any, max_new_tokens: int) -> ChatRequest:
-    """Translate a `POST /v1/chat/completions` body (see the module docstring).
+    """Translate a `POST /v1/chat/completions` body (what it takes: README.md, "Serving").
 
     Args:
         body: the decoded JSON body.
@@ -104,10 +92,7 @@ def parse_chat(body: Any, max_new_tokens: int) -> ChatRequest:
     extra = body.get("hermes") or {}
     if not isinstance(extra, dict):
         raise UsageError(f'"hermes" must be an object with any of {", ".join(HERMES_KEYS)}')
-    for key in extra:
-        if key not in HERMES_KEYS:
-            raise UsageError(f'unknown "hermes" key {key!r}{did_you_mean(key, HERMES_KEYS)}; it takes '
-                             f'{", ".join(HERMES_KEYS)}')
+    check_keys(extra, HERMES_KEYS, "it", kind='"hermes" key')
     tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise UsageError('"max_tokens" must be a whole number >= 1')

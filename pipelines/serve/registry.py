@@ -1,13 +1,9 @@
 """The open streams, and admission: a new stream is refused (503) rather than run out of memory.
 
-A stream is admitted while fewer than `--max-streams` are open and the device-memory estimate of
-every open stream plus the new one fits the capacity measured when the server started (free device
-memory on CUDA, available host memory on CPU, after the model loaded). A stream's estimate is its
-working cache at its largest: (budget + position_reserve) tokens x layers x keys and values x KV
-heads x head size x bytes per element; `full` counts the model's whole position range.
-
-With `--memory-root`, stream NAME keeps its memory in ROOT/NAME; re-created after a restart under
-the same name, it resumes from the directory's checkpoint.
+A stream's estimate is its working cache at its largest, (budget + position_reserve) tokens x layers
+x keys and values x KV heads x head size x bytes (`full`: the model's whole position range), against
+the capacity measured when the model loaded. With `--memory-root`, stream NAME lives in ROOT/NAME and
+resumes from it when created again under that name.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from hermes.errors import HermesError, UsageError
+from hermes.errors import HermesError, UsageError, check_keys
 from hermes.pipelines.serve.security import Allowlist
 from hermes.pipelines.serve.settings import ServeSettings
 from hermes.pipelines.serve.stream import Stream
@@ -62,15 +58,18 @@ def measure_capacity_bytes(model) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.5)
 
 
-class Registry:
-    """Creates, lists and deletes streams.
+def holds_session(directory: str | Path) -> bool:
+    """Whether a memory directory holds a session checkpoint to resume."""
+    from hermes.pipelines.persistence import CHECKPOINT
+    from hermes.tiers.checkpoint import list_checkpoints
 
-    Args:
-        settings: the checked `ServeSettings`.
-        scheduler: the model worker.
-        resolve_config: the server's configuration with a stream's memory preset (None: the server's).
-        capacity_bytes: what admission may hand out (None: measured now).
-    """
+    path = Path(directory)
+    return path.is_dir() and any(c.get("name") == CHECKPOINT for c in list_checkpoints(path))
+
+
+class Registry:
+    """Creates, lists and deletes streams; `capacity_bytes` is what admission may hand out (None: measured
+    now), `resolve_config(memory)` the server's configuration with a stream's memory preset."""
 
     def __init__(self, settings: ServeSettings, scheduler, resolve_config: Callable[[str | None], Any],
                  capacity_bytes: int | None = None) -> None:
@@ -98,12 +97,7 @@ class Registry:
     def _check_body(self, body: Any) -> tuple[str | None, str | None, float | None, str | None]:
         if not isinstance(body, dict):
             raise UsageError('expected a JSON object: {"source": "rtsp://..." or "push", "memory"?, "fps"?, "name"?}')
-        for key in body:
-            if key not in STREAM_KEYS:
-                from hermes.errors import did_you_mean
-
-                raise UsageError(f"unknown key {key!r}{did_you_mean(key, STREAM_KEYS)}; a stream takes "
-                                 f"{', '.join(STREAM_KEYS)}")
+        check_keys(body, STREAM_KEYS, "a stream")
         source, memory, fps, name = (body.get(k) for k in STREAM_KEYS)
         if not isinstance(source, str) or not source.strip():
             raise UsageError('"source" must be a source URL or path, or "push"')
@@ -155,7 +149,7 @@ class Registry:
             memory_dir, resume = self._memory_dir(stream_id)
             if source_spec is not None:
                 source = open_source(source_spec, fps=cfg.stream.fps)
-            stream = Stream(stream_id, stream_id, cfg, source_spec, memory_dir,
+            stream = Stream(stream_id, cfg, source_spec, memory_dir,
                             max_pending=2 * cfg.stream.live_chunk_frames, max_push_fps=self.settings.max_push_fps)
             resumed_t_s = self.scheduler.open(stream, resume).result()
             stream.start(source, self.scheduler.wake, resumed_t_s)
@@ -174,12 +168,8 @@ class Registry:
         """The stream's memory directory under --memory-root and whether it holds a session to resume."""
         if self.settings.memory_root is None:
             return None, False
-        from hermes.pipelines.persistence import CHECKPOINT
-        from hermes.tiers.checkpoint import list_checkpoints
-
         path = Path(self.settings.memory_root) / name
-        resume = path.is_dir() and any(c.get("name") == CHECKPOINT for c in list_checkpoints(path))
-        return str(path), resume
+        return str(path), holds_session(path)
 
     def delete(self, stream_id: str) -> Stream | None:
         """Close a stream (its memory directory is checkpointed and kept); None if there is none."""

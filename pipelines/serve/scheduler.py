@@ -1,18 +1,7 @@
-"""The model worker: one thread runs the model for every stream (one model, many sessions).
+"""The model worker: one thread runs the model and owns every session (one model, many sessions).
 
-Every use of the model and of a session happens on this thread, so a session has one owner and the
-model is never entered twice. Between any two pieces of work the worker picks, in order:
-
-1. a job: opening or closing a session, or a question (a question is stamped with its stream's
-   clock when it arrives, so it waits at most for the chunk being encoded, then its own stream's
-   frames before that moment, then it is answered);
-2. a watch that has fallen due (asked at its due time, from the frames before it);
-3. the next chunk, round-robin over the streams: a stream is ready when a whole chunk
-   (`stream.live_chunk_frames`) waits, or any frame waits on a stream that will get no more. Each
-   stream has at most one chunk in flight, since there is one worker.
-
-Frames at or after a watch's due time stay waiting until the watch has been asked, so a watch sees
-exactly the frames before its moment whatever the load.
+Its order of work (jobs, then due watches, then the next chunk round-robin) and why a watch sees
+exactly the frames before its moment: docs/ARCHITECTURE.md, Serving.
 """
 
 from __future__ import annotations
@@ -34,7 +23,7 @@ IDLE_WAIT_S = 0.05  # how often an idle worker looks at the streams' clocks (wat
 
 
 class Scheduler:
-    """The model worker thread (see the module docstring)."""
+    """The model worker thread (its order of work: docs/ARCHITECTURE.md, Serving)."""
 
     def __init__(self, model) -> None:
         self.model = model

@@ -1,16 +1,5 @@
-"""Who may call the server and what a client may make it open.
-
-A client-named source makes the server connect to a URL or read a file, so sources are refused
-unless an `--allow-source` pattern admits them (push streams need none). Patterns:
-
-- ``SCHEME://HOST[:PORT][/PATH]`` with shell wildcards, matched against the source's
-  ``scheme://host:port/path`` (credentials stripped, the scheme's default port filled in):
-  ``rtsp://127.0.0.1:*``, ``http://cams.example.org:8080/*``, ``rtsp://*`` (any RTSP server);
-- an absolute directory: a file root; a file source must resolve (symlinks followed) inside one;
-- ``webcam``: local camera indices.
-
-Bearer keys are compared in constant time; a key never appears in a response or a log line.
-"""
+"""Who may call the server (bearer keys, compared in constant time, never logged) and what a client may
+make it open (`--allow-source` patterns; their forms: README.md, "Serving")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What `serve` is told on its command line, checked before anything heavy loads.
-
-The model, memory and stream configuration stay in `HermesConfig` (`--model`, `--memory`, `--set`);
-`ServeSettings` holds only how the server listens and what it admits. `check_settings` refuses a bad
-bind, port, key, memory root or allowlist pattern with a one-line `UsageError` (exit 2).
-"""
+"""`ServeSettings`: how `serve` listens and what it admits (the model, memory and stream stay in
+`HermesConfig`); `check_settings` refuses a bad one in one line (exit 2) before anything heavy loads."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """One served stream: where its frames come from, the frames waiting for the model, and its clock.
 
-A stream is fed one of three ways:
-
-- a live source (camera, RTSP, MJPEG over HTTP): `hermes.pipelines.live.LiveSource` keeps its own
-  reader thread and drop policy; a pump thread here moves its frames to `pending`;
-- a file or image folder, played back in real time by the pump (so questions meet the video as a
-  viewer would), ending when the file ends;
-- ``push``: a client POSTs frames (`push`), stamped by the client (``t_s``) or by the arrival clock.
-
-Frames wait in `pending` (at most `max_pending` of them) until the scheduler encodes them. When the
-model falls behind a source, the oldest waiting frame is dropped and counted (a live source's
-``latest`` policy: memory stays current); a push client instead waits for room (up to
-`PUSH_WAIT_S`, then 503), so what it sends is what the model sees. The
-stream's `clock_s` is the time a question asked now is stamped with: it is answered from exactly the
-frames with ``t_s`` before it. The session (the model's memory of this stream) belongs to the
-scheduler's worker thread; other threads read only the snapshots it leaves here (`memory`, `answers`).
+A live source keeps its own reader and drop policy and a pump thread moves its frames here; a file is
+played back in real time; a push client POSTs frames and waits for room (`PUSH_WAIT_S`, then 503)
+instead of losing them. A question asked now is stamped with `clock_s` and answered from the frames
+before it. The session belongs to the scheduler's thread; others read only the snapshots it leaves.
 """
 
 from __future__ import annotations
@@ -61,19 +50,14 @@ class Stream:
     """A served stream (see the module docstring).
 
     Args:
-        stream_id: the id clients use.
-        name: the client's name for it (its memory directory's name), or the id.
-        cfg: its resolved `HermesConfig`.
+        stream_id: the name the client gave (its memory directory's name) or a generated one.
         source: the source as the client gave it (None: a push stream).
-        memory_dir: its memory directory, or None.
         max_pending: frames kept waiting for the model before the oldest is dropped.
-        max_push_fps: frames per second a push client may send.
     """
 
-    def __init__(self, stream_id: str, name: str, cfg, source: str | None, memory_dir: str | None, *,
+    def __init__(self, stream_id: str, cfg, source: str | None, memory_dir: str | None, *,
                  max_pending: int, max_push_fps: float = 30.0) -> None:
         self.id = stream_id
-        self.name = name
         self.cfg = cfg
         self.source_spec = source
         self.memory_dir = memory_dir
@@ -173,7 +157,7 @@ class Stream:
             if len(self._push_times) >= self._max_push_fps:
                 raise TooManyFrames(f"more than {self._max_push_fps:g} frames in one second on stream {self.id}")
             self._push_times.append(now)
-            floor = max(self._min_next_t_s, self._last_t_s + 1e-6 if self._last_t_s is not None else 0.0)
+            floor = self._push_floor_s()
             if t_s is None:  # the arrival clock, but never before a frame the client stamped itself
                 t_s = max(now - self._started + self._offset_s, floor)
             if t_s < floor:
@@ -212,7 +196,11 @@ class Stream:
         if source is not None:  # a recording in real time
             return time.monotonic() - self._started
         with self._lock:  # push: after every frame received so far
-            return max(self._min_next_t_s, (self._last_t_s + 1e-6) if self._last_t_s is not None else 0.0)
+            return self._push_floor_s()
+
+    def _push_floor_s(self) -> float:
+        """The earliest time the next pushed frame may take (after the last frame and question); lock held."""
+        return max(self._min_next_t_s, self._last_t_s + 1e-6 if self._last_t_s is not None else 0.0)
 
     def mark_question(self, at_s: float) -> None:
         """A question was stamped `at_s`: later pushed frames must not come before it."""
@@ -266,7 +254,7 @@ class Stream:
 
     def to_json(self) -> dict[str, Any]:
         c = self.counters
-        return {"id": self.id, "name": self.name, "source": "push" if self.push else redact_url(self.source_spec),
+        return {"id": self.id, "name": self.id, "source": "push" if self.push else redact_url(self.source_spec),
                 "status": self.status, "error": self.error, "memory_policy": self.cfg.memory.policy,
                 "fps": self.cfg.stream.fps, "memory_dir": self.memory_dir is not None,
                 "resumed_frames": self.resumed_frames, "frames_received": c.frames_received,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes.pipelines.bench.chaos import free_port  # noqa: F401  (the fixtures' servers and tests use it)
-
 SERVERS = Path(__file__).resolve().parents[1] / "servers"
+sys.path.insert(0, str(SERVERS))
+from ports import free_port  # noqa: E402  (the fixtures' servers and tests use it)
 SYSTEM_PYTHON = "/usr/bin/python3"
 READY_TIMEOUT_S = 20.0
 

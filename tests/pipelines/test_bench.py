@@ -222,7 +222,7 @@ def test_cli_overhead_reports_the_paired_overhead(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--geometries", "4x65"], "--geometries expects LAYERSxWIDTH"),
-    (["--repeats", "0"], "--repeats expects a positive whole number"),
+    (["--repeats", "0"], "argument --repeats: expected a positive whole number"),
     (["--baseline", "sliding+nosuchflag"], "sliding+nosuchflag: skipped"),
 ])
 def test_cli_overhead_bad_input_is_one_line(argv, message, capsys):

@@ -39,10 +39,10 @@ def test_device_measures_each_section_and_writes_them(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["device", "--sections", "preprocess,gpu"], "--sections expects a comma-separated subset"),
     (["device", "--decode-tokens", "1"], "--decode-tokens expects at least 2"),
-    (["device", "--tokens", "0"], "--tokens expects a positive whole number"),
+    (["device", "--tokens", "0"], "argument --tokens: expected a positive whole number"),
     (["device", "--output", "{dir}"], "--output expects a file, found a directory"),
     (["gc", "--frames", "20"], "--frames expects at least 40"),
-    (["ingest", "--fps", "0"], "--fps and --seconds expect positive numbers"),
+    (["ingest", "--fps", "0"], "argument --fps: expected a positive number"),
     (["ingest", "--video", "{dir}/missing/v.mp4"], "does not exist (create it first)"),
 ])
 def test_bad_input_is_one_line_before_anything_loads(argv, message, tmp_path, capsys):

@@ -139,6 +139,9 @@ def test_bad_requests_are_one_line_errors(client):
     assert client.post("/v1/streams", json={"source": "push", "name": "x"}).status_code == 409
     assert client.get("/v1/streams/nope").status_code == 404
     assert client.post("/v1/streams/x/questions", json={"q": "?"}).status_code == 422
+    r = client.post("/v1/streams/x/questions", json={"question": "?", "recal": True})
+    assert r.status_code == 422 and r.json()["error"].startswith("unknown key 'recal' (did you mean 'recall'?); "
+                                                                 "a question takes question, options")
     assert client.post("/v1/streams/x/frames", content=b"not an image").status_code == 422
     assert client.post("/v1/streams/x/frames", content=b"\xff" * (9 * 2**20)).status_code == 413
     chunked = (part for part in [b"\xff" * 2**20] * 9)  # no Content-Length: refused once read
