@@ -1,14 +1,5 @@
-"""The benchmark protocol: what one module of `datasets/benchmarks/` defines (docs/ARCHITECTURE.md, Evaluation).
-
-A benchmark module holds everything specific to its benchmark: the loader, the official prompt,
-the official reply parser and the official metric's extras. It exports `BENCHMARKS`, a dict of
-canonical name -> `Benchmark`, and may export `ALIASES` (folded spelling -> canonical name). The
-registry finds every module of that folder; nothing else names a benchmark, so adding one is one
-module plus its test (README, "Adding a benchmark"). What several benchmarks share stays shared:
-`records` (the unified record, value parsers), `common` (files, selection, the loader frame),
-`parsing` (strict parsing, per-sample scoring), `metrics` (tallies, coverage, judged accuracy)
-and `judge` (the open-ended judge), plus the few prompt and parser pieces below.
-"""
+"""The benchmark protocol a module of `datasets/benchmarks/` implements, and the prompt and parser pieces
+several benchmarks share (docs/ADDING_A_BENCHMARK.md)."""
 
 from __future__ import annotations
 
@@ -45,10 +36,8 @@ class Prompt:
 
 
 class Benchmark(NamedTuple):
-    """How to load, run and score one benchmark: `(loader, protocol, metric)` and the hooks below.
-
-    A benchmark module subclasses it, overriding `prompt` (always) and whichever other hooks its
-    official evaluation needs; the defaults are plain multiple choice.
+    """How to load, run and score one benchmark; a module overrides `prompt` and the hooks its official
+    evaluation needs (the defaults are plain multiple choice).
 
     Attributes:
         loader: `load(data_root, tasks=None, limit=None) -> list[VideoRecord]` (see `common.make_loader`).
@@ -56,9 +45,7 @@ class Benchmark(NamedTuple):
         metric: The aggregation `metrics.summarize` applies: this benchmark's own name when it has
             official extras (`categories`, `add_metrics`), else a shared one ("accuracy", "judge").
 
-    Class attributes:
-        family: The name prompts and parsers are keyed by where several registry entries share
-            them (RVS-Ego and RVS-Movie are "rvs"); "" means the entry's own name.
+    Class attributes (a subclass sets them):
         parser_variants: Older official parsers `parse` accepts as `variant`.
         inclusive_ceil: Official protocol feeds the clip [0, ceil(t)] for a question at t (OVO-Bench).
         context_s: Official protocol answers each question from a fresh session over the last this
@@ -69,8 +56,6 @@ class Benchmark(NamedTuple):
     protocol: str
     metric: str = "accuracy"
 
-    # Class attributes, not fields (unannotated): a subclass sets them.
-    family = ""
     parser_variants = ()
     inclusive_ceil = False
     context_s = None
@@ -94,8 +79,7 @@ class Benchmark(NamedTuple):
         return answered_at_s is not None
 
     def categories(self, question: BenchmarkQuestion) -> Iterable[str]:
-        """The labels a summary's `per_category` counts `question` toward; a benchmark without this
-        override has no `per_category`."""
+        """The labels `per_category` counts `question` toward (without this override: no `per_category`)."""
         return ()
 
     def add_metrics(self, summary: dict, labelled: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping],
@@ -112,10 +96,8 @@ def option_index(letter: str | None, options: Sequence[str]) -> int | None:
 
 
 def letter_after_prefixes(reply: str, options: Sequence[str], prefixes: Sequence[str], letters: str) -> int | None:
-    """Video-MME's and LongVideoBench's rule: drop each answer prefix, then the first of `letters` anywhere.
-
-    The official "more than ten words and no letter" rule is implied: no letter, no answer.
-    """
+    """Video-MME's and LongVideoBench's rule: drop each answer prefix, then the first of `letters` anywhere
+    (the official "more than ten words and no letter" rule is implied: no letter, no answer)."""
     text = reply.strip()
     for prefix in prefixes:
         text = text.replace(prefix, "")
@@ -124,10 +106,7 @@ def letter_after_prefixes(reply: str, options: Sequence[str], prefixes: Sequence
 
 
 def best_option_prompt(question: BenchmarkQuestion, system: str, prefix: str) -> Prompt:
-    """MVBench's and MLVU's template: "Question: ...\\nOptions:\\n(A) ..." and the answer prefix.
-
-    MLVU's generation tasks (open-ended) send the question alone.
-    """
+    """MVBench's and MLVU's template, "Question: ...\\nOptions:\\n(A) ..." (open-ended: the question alone)."""
     if question.kind == KIND_OPEN:
         return Prompt(question.question)
     options = letter_options(question.options, "({letter}) {text}")
@@ -136,6 +115,6 @@ def best_option_prompt(question: BenchmarkQuestion, system: str, prefix: str) ->
 
 
 def mean(values: Iterable[float | None]) -> float | None:
-    """Mean of the defined values, or None when there are none."""
+    """Mean of the defined values; None when there are none."""
     present = [v for v in values if v is not None]
     return fmean(present) if present else None

@@ -1,14 +1,5 @@
-"""The `eval` command of `hermes-video`: run one benchmark and write its results.
-
-    hermes-video eval ovo-bench --data-root ~/data/OVO-Bench --model llava-onevision-7b \\
-        --memory hermes-4k --output runs/ovo-hermes4k [--resume] [--limit 10] [--limit-questions 50] \\
-        [--tasks EPM ASI]
-
-`hermes/cli.py` registers it with `add_eval_parser(subparsers)`; `cmd_eval` is the handler. Only
-argparse and the preset layer are imported here, so `--help` stays instant; the runner (torch, transformers, decoders)
-loads when the command runs. Errors are `hermes.errors` types: the entry point prints them as one
-line and exits 2 (usage/config), 3 (source) or 4 (model/judge).
-"""
+"""The `eval` command of `hermes-video` (`add_eval_parser`, handler `cmd_eval`). Only argparse and the
+preset layer load here, so `--help` stays instant; the runner loads when the command runs."""
 
 from __future__ import annotations
 
@@ -20,14 +11,7 @@ from hermes.cli_args import add_config_options, config_from_args
 
 
 def add_eval_parser(subparsers) -> argparse.ArgumentParser:
-    """Register `eval BENCHMARK --data-root DIR ...` on a subparsers object.
-
-    Args:
-        subparsers: What `ArgumentParser.add_subparsers()` returned.
-
-    Returns:
-        The `eval` parser (its handler is `cmd_eval`, set as `func`).
-    """
+    """Register `eval BENCHMARK --data-root DIR ...` on a subparsers object; returns its parser."""
     p = subparsers.add_parser(
         "eval", help="run a benchmark (OVO-Bench, StreamingBench, RVS, Video-MME, MVBench, ...) and write results",
         description="Evaluate a model and memory configuration on one benchmark. Results: OUTPUT/samples.jsonl "
@@ -72,7 +56,6 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _judge_config(args):
-    """A JudgeConfig from the --judge* flags, or None without --judge."""
     from .judge import DEFAULT_LOCAL_JUDGE, JudgeConfig
 
     if args.judge is None:
@@ -86,13 +69,9 @@ def _judge_config(args):
 
 
 def _headline(summary: dict, output: str) -> str:
-    """Two lines for the terminal: accuracy with coverage, and where the results are."""
-    acc = summary["accuracy"]
-    cov = summary["coverage"]
+    from .report import pct
 
-    def pct(v):
-        return "n/a" if v is None else f"{100 * v:.1f}%"
-
+    acc, cov = summary["accuracy"], summary["coverage"]
     board = acc["official"].get("leaderboard")  # Video-MME: the leaderboard's number comes first, named as such
     parts = ([f"leaderboard {pct(board['overall'])} (over {board['extracted']} replies with a letter)",
               f"every question {pct(acc['official']['overall'])}"] if board
@@ -111,8 +90,7 @@ def _headline(summary: dict, output: str) -> str:
 
 
 def _check(args) -> int:
-    """`eval check BENCHMARK --data-root DIR`: load the annotations (no video needed, no model) and
-    print how many questions they yield, and what was flagged or excluded, with reasons."""
+    """`eval check BENCHMARK --data-root DIR`: the annotations' counts and flags; no video, no model."""
     from hermes.errors import UsageError
 
     from . import registry
@@ -139,11 +117,7 @@ def _check(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    """Run `eval` from parsed arguments.
-
-    Returns:
-        0 when the run completed (missing videos are reported, not failures, unless
-        --strict-videos).
+    """Run `eval` from parsed arguments; 0 when the run completed (missing videos are reported, not failures).
 
     Raises:
         HermesError: Usage/config (exit 2), source (3) or model/judge (4) errors.

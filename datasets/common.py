@@ -1,11 +1,6 @@
-"""File, path and selection helpers shared by every benchmark loader.
-
-Loaders differ in what their files say; they do not differ in how a data root is checked, how
-an annotation file is found and read, how a video named in an annotation is found on disk (the
-official archives do not always match their own annotations: `.MP4` for `.mp4`, `.mkv`, a
-different folder), how a `tasks=` selection is validated, or how `limit` applies. That shared
-part lives here so that every benchmark fails the same way, with the same one-line messages.
-"""
+"""What every benchmark loader shares (docs/ADDING_A_BENCHMARK.md): checking the data root, finding and
+reading annotation files and videos, `tasks=` and `limit`, so every benchmark fails with the same one-line
+messages."""
 
 from __future__ import annotations
 
@@ -25,7 +20,6 @@ from .records import VideoRecord, normalize_options
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".npy", ".gif")
 T = TypeVar("T")
-# Off inside `annotations_only()`: loaders then read annotation files without any video on disk.
 _REQUIRE_VIDEOS: contextvars.ContextVar[bool] = contextvars.ContextVar("require_videos", default=True)
 
 
@@ -37,18 +31,18 @@ def annotations_only() -> Iterator[None]:
         yield
     finally:
         _REQUIRE_VIDEOS.reset(token)
+
+
 # How many flagged / excluded items a summary lists one by one (all of them are counted).
 LISTED_ISSUES = 200
 
 
 @dataclass
 class DataIssues:
-    """What a loader found wrong in an official file, and what it did about it (docs/ARCHITECTURE.md, Evaluation).
+    """What a loader found wrong in an official file (docs/ARCHITECTURE.md, Evaluation).
 
-    The rule: a malformed field that scoring does not need (LVBench `time_reference`, a padded
-    option) is kept and *flagged*; one that scoring needs (the answer, the options, the time a
-    streaming question is asked) *excludes* that question from the denominator, with a reason;
-    only an unreadable file is an error. Both lists name the file and the record.
+    A malformed field scoring does not need is kept and flagged; one it needs excludes its question
+    from the denominator, with a reason; only an unreadable file is an error.
 
     Attributes:
         flagged: {"where", "field", "value", "reason"} for each kept oddity.
@@ -59,7 +53,7 @@ class DataIssues:
     excluded: list[dict] = field(default_factory=list)
 
     def flag(self, where: str, field_name: str, value: Any, reason: str) -> None:
-        """Record a malformed field that is kept (scoring does not need it)."""
+        """Record a malformed field that is kept."""
         self.flagged.append({"where": where, "field": field_name, "value": _short(value), "reason": reason})
 
     def exclude(self, where: str, reason: str) -> None:
@@ -67,11 +61,7 @@ class DataIssues:
         self.excluded.append({"where": where, "reason": reason})
 
     def guard(self, where: str, build: Callable[[], T]) -> T | None:
-        """Run `build()`; a UsageError (a malformed field scoring needs) excludes it instead.
-
-        Returns:
-            What `build` returned, or None when it was excluded.
-        """
+        """`build()`, or None when it raises a UsageError (a malformed field scoring needs): `where` is excluded."""
         try:
             return build()
         except UsageError as exc:
@@ -79,7 +69,7 @@ class DataIssues:
             return None
 
     def metadata(self, where: str, field_name: str, value: Any, parse: Callable[[Any], T]) -> T | None:
-        """`parse(value)` for a field scoring does not need; a UsageError flags it and gives None."""
+        """`parse(value)`, or None when it raises a UsageError: the field is flagged."""
         try:
             return parse(value)
         except UsageError as exc:
@@ -102,7 +92,7 @@ class DataIssues:
 
 
 class Loaded(list):
-    """The records a loader returns (a plain list), with the `DataIssues` met while reading them."""
+    """A loader's records (a plain list) with the `DataIssues` met reading them."""
 
     issues: DataIssues
 
@@ -112,27 +102,22 @@ class Loaded(list):
 
 
 def _short(value: Any) -> Any:
-    """A value as a summary shows it: long texts cut to 120 characters."""
     text = value if isinstance(value, (int, float, bool)) or value is None else str(value)
     return text[:117] + "..." if isinstance(text, str) and len(text) > 120 else text
 
 
 def clean_options(raw: Sequence[Any], where: str, issues: DataIssues, expected: int | None = None) -> list[str]:
-    """A question's candidates as the prompt shows them, with junk flagged.
+    """A question's candidates as the prompt shows them, each oddity flagged, none fatal.
 
-    Padded candidates are stripped; empty ones are dropped when the others carry their letters
-    in order ("A. x", "", "B. y": the letters in the text are what the official prompt shows and
-    the answer names), kept otherwise; a count other than the template's is kept. Each case is
-    flagged; none is fatal.
+    Padded candidates are stripped; empty ones are dropped when the others carry their letters in order
+    ("A. x", "", "B. y"), kept otherwise; a count other than the template's is kept.
 
     Args:
-        raw: The options as the file gives them.
         where: File and record, for the flag.
-        issues: Where flags go.
         expected: How many options the official template shows (None: any number).
 
     Returns:
-        The option texts, letter prefixes removed (see `records.normalize_options`).
+        The option texts, letter prefixes removed (`records.normalize_options`).
     """
     texts = [str(o) for o in raw]
     if any(t != t.strip() for t in texts if t.strip()):
@@ -152,20 +137,12 @@ def clean_options(raw: Sequence[Any], where: str, issues: DataIssues, expected: 
 
 
 def first_file(root: Path, candidates: Iterable[str]) -> Path | None:
-    """The first of `candidates` (paths relative to `root`) that is a file, or None."""
+    """The first of `candidates` (relative to `root`) that is a file, or None."""
     return next((root / rel for rel in candidates if (root / rel).is_file()), None)
 
 
 def find_file(root: Path, candidates: Sequence[str], what: str) -> Path:
-    """Return the first of `candidates` (paths relative to `root`) that exists.
-
-    Args:
-        root: The data root.
-        candidates: Relative paths in order of preference.
-        what: What the file is, for the message.
-
-    Returns:
-        The path found.
+    """`first_file`, where `what` names the file for the message.
 
     Raises:
         UsageError: If none exists.
@@ -177,7 +154,6 @@ def find_file(root: Path, candidates: Sequence[str], what: str) -> Path:
 
 
 def _read_text(path: Path) -> str:
-    """The file's text; an unreadable or non-UTF-8 file is a UsageError."""
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -187,7 +163,7 @@ def _read_text(path: Path) -> str:
 
 
 def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any:
-    """Read a JSON file whose top level must be of type `expect`.
+    """A JSON file whose top level is of type `expect`.
 
     Raises:
         UsageError: If the file cannot be read, is not valid JSON, or has the wrong shape.
@@ -202,7 +178,7 @@ def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Read a JSON-lines file of objects, skipping blank lines.
+    """A JSON-lines file of objects (blank lines skipped).
 
     Raises:
         UsageError: If the file cannot be read or a line is not a JSON object.
@@ -222,17 +198,16 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def _names(types: type | tuple[type, ...]) -> str:
-    """'list or dict' for (list, dict): JSON's names for Python types."""
     names = {list: "array", dict: "object", str: "string"}
     types = types if isinstance(types, tuple) else (types,)
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
 def require(entry: dict, key: str, where: str) -> Any:
-    """Return `entry[key]`, or fail naming the entry.
+    """`entry[key]`.
 
     Raises:
-        UsageError: If the key is missing (the annotation is not in the expected format).
+        UsageError: If the key is missing, naming `where`.
     """
     if not isinstance(entry, dict) or key not in entry:
         raise UsageError(f"expected field {key!r} in {where}; is this the official annotation file?")
@@ -245,33 +220,21 @@ def optional_number(value: Any) -> float | None:
 
 
 class VideoFinder:
-    """Finds the file an annotation names, tolerating the official archives' inconsistencies.
+    """Finds the file an annotation names under `root`'s `folders`, tolerating the official archives.
 
-    Tries, in order: the path as given (absolute, or relative to each search folder); then a
-    file in a search folder with the same stem whatever its extension and case (Video-MME
-    ships `.MP4` and `.mkv` files its annotations call `.mp4`; RVS ships `.npy` arrays).
-    Folder listings are read once and cached.
+    Tries the path as given (absolute, or relative to each folder), then a file of the same stem
+    whatever its extension and case (Video-MME ships `.MP4` and `.mkv` files its annotations call
+    `.mp4`; RVS ships `.npy` arrays). Folder listings are read once.
     """
 
     def __init__(self, root: Path, folders: Iterable[str] = (".",)) -> None:
-        """Args:
-        root: The data root.
-        folders: Folders (relative to `root`) to search, in order of preference.
-        """
         self.root = root
         self.folders = [root / f for f in folders]
         self._listing: dict[Path, dict[str, list[Path]]] = {}
 
     def find(self, name: str, extra_folders: Iterable[Path] = ()) -> Path | None:
-        """Locate the file named `name` in an annotation.
-
-        Args:
-            name: The annotation's path or file name ("./videos/x.mp4", "Ego4D/clips/x.mp4").
-            extra_folders: Further folders to search first (e.g. one per task).
-
-        Returns:
-            The existing path, or None when the video is not on disk.
-        """
+        """The file an annotation's `name` ("./videos/x.mp4") means, searching `extra_folders` first; None
+        when it is not on disk."""
         rel = str(name).strip().replace("\\", "/")
         while rel.startswith("./"):
             rel = rel[2:]
@@ -293,7 +256,6 @@ class VideoFinder:
         return None
 
     def _stems(self, folder: Path) -> dict[str, list[Path]]:
-        """Files (and frame folders) of `folder` by lower-cased stem, listed once."""
         if folder not in self._listing:
             index: dict[str, list[Path]] = {}
             if folder.is_dir():
@@ -305,13 +267,12 @@ class VideoFinder:
 
 
 def _suffix_rank(path: Path) -> int:
-    """Position of a path's extension in VIDEO_SUFFIXES (unknown last)."""
     suffix = path.suffix.casefold()
     return VIDEO_SUFFIXES.index(suffix) if suffix in VIDEO_SUFFIXES else len(VIDEO_SUFFIXES)
 
 
 def normalize_tasks(tasks: str | Iterable[str] | None) -> list[str] | None:
-    """Turn a `tasks=` argument ("EPM,ASI", ["EPM"], None) into a list of names or None."""
+    """A `tasks=` argument ("EPM,ASI", ["EPM"], None) as a list of names or None."""
     if tasks is None:
         return None
     items = tasks.split(",") if isinstance(tasks, str) else list(tasks)
@@ -320,7 +281,7 @@ def normalize_tasks(tasks: str | Iterable[str] | None) -> list[str] | None:
 
 
 def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "task") -> list[str] | None:
-    """Validate requested task names against the known ones.
+    """The `requested` names, each checked against `known`.
 
     Raises:
         UsageError: On the first unknown name, with a suggestion.
@@ -330,7 +291,7 @@ def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "
     known = sorted(set(known))
     for name in requested:
         if name not in known:
-            close = closest(name, known)  # difflib
+            close = closest(name, known)
             hint = f"; did you mean {close!r}?" if close is not None else f"; known: {', '.join(known)}"
             raise UsageError(f"unknown {kind} {name!r}{hint}")
     return requested
@@ -346,19 +307,13 @@ def task_files(
 ) -> Iterator[tuple[str, Path]]:
     """The annotation file of each selected task, for benchmarks with one file per task.
 
-    The selection is checked at once; files are looked for one at a time, as the loader asks
-    for them, so a task is read before the next one's file is looked for. A task named in
-    `tasks` whose file is missing is an error; a default task's missing file is skipped
-    (a partial download evaluates the tasks that are present).
+    A requested task whose file is missing is an error; a default task's is skipped (a partial
+    download evaluates the tasks present). Files are looked for lazily, as the loader reads them.
 
     Args:
-        root: The data root.
-        benchmark: Benchmark name, for the message.
         tasks: The `tasks=` argument; None selects `default`.
-        files: Every task name, with its file's candidate paths relative to `root` (the
-            first is the one a message names).
-        aliases: Other accepted names (file stems), each with the task name it stands for.
-        default: The tasks read when `tasks` is None.
+        files: Every task name with its file's candidate paths (the first is the one a message names).
+        aliases: Other accepted names (file stems) -> task name.
 
     Returns:
         (task name, file) pairs, each task once, in the order asked for.
@@ -369,7 +324,7 @@ def task_files(
     wanted = check_names(normalize_tasks(tasks), [*files, *aliases])
     names = list(default) if wanted is None else list(dict.fromkeys(aliases.get(w, w) for w in wanted))
 
-    def existing() -> Iterator[tuple[str, Path]]:  # a generator: each file looked for when it is read
+    def existing() -> Iterator[tuple[str, Path]]:
         for name in names:
             path = first_file(root, files[name])
             if path is not None:
@@ -381,10 +336,10 @@ def task_files(
 
 
 def check_limit(limit: int | None, flag: str) -> None:
-    """A selection limit is None (no limit) or a positive integer.
+    """Check that `limit` is None or a positive integer.
 
     Raises:
-        UsageError: anything else, naming the command-line `flag` it came from.
+        UsageError: Otherwise, naming the command-line `flag`.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise UsageError(f"expected {flag} to be a positive integer, found {limit!r}")
@@ -394,33 +349,18 @@ def make_loader(benchmark: str, read: Callable[[Path, str | Iterable[str] | None
                 known: Iterable[str] | None = None, select: bool = True) -> Callable[..., Loaded]:
     """A benchmark's `load(data_root, tasks=None, limit=None)`: the frame every loader shares.
 
-    The loader checks the data root, reads, then selects: a question is kept when its task or one of
-    its group labels (`BenchmarkQuestion.labels`) was requested, videos left without questions are
-    dropped, and `limit` keeps the first N videos (streams) in file order.
+    The loader checks the data root, reads, keeps the questions whose `labels` were requested (and
+    the videos left with any), then the first `limit` videos in file order.
 
     Args:
-        benchmark: Benchmark name, for messages.
-        read: `read(root, tasks, issues)`: the records of the checked data root, in file order;
-            what it flags or excludes goes to `issues`.
-        known: Every valid task/group name when the benchmark defines them up front; otherwise the
-            names found in the data are the valid ones.
+        read: `read(root, tasks, issues)`: the records in file order; oddities go to `issues`.
+        known: Every valid task/group name, when defined up front (else: the names in the data).
         select: False when `read` applies `tasks` itself (by choosing files).
-
-    Returns:
-        The loader.
     """
 
     def load(data_root: str | os.PathLike, tasks: str | Iterable[str] | None = None,
              limit: int | None = None) -> Loaded:
-        """Load the benchmark: one VideoRecord per video (stream), questions sorted by time.
-
-        Args:
-            data_root: The benchmark's folder (annotations and videos; its module names the files).
-            tasks: Task or group names to keep (its module lists them); None keeps the default.
-            limit: Keep at most this many videos.
-
-        Returns:
-            The records in file order, with `.issues`.
+        """One VideoRecord per video (stream) under `data_root`, in file order, with `.issues`.
 
         Raises:
             UsageError: The data root is not a directory; missing or malformed annotations, unknown task
@@ -457,14 +397,7 @@ def make_loader(benchmark: str, read: Callable[[Path, str | Iterable[str] | None
 
 
 def first_questions(records: list[VideoRecord], limit: int | None) -> list[VideoRecord]:
-    """The first `limit` questions in file order (lmms-eval's `--limit` counts samples; ours, videos).
-
-    Args:
-        records: Selected videos, in file order; the last one kept is cut to its first questions.
-        limit: How many questions to keep; None keeps all.
-
-    Returns:
-        The videos holding those questions.
+    """The videos holding the first `limit` questions in file order (as lmms-eval's `--limit` counts).
 
     Raises:
         UsageError: A limit that is not a positive integer.

@@ -1,10 +1,6 @@
-"""`hermes-video demo`: a synthetic 40 s stream, a question of each family, answered offline by the
-trained micro model, each answer scored against the stream's ground truth.
-
-`hermes/cli.py` registers it with `add_demo_parser(subparsers)`. The demo builds its own `RunPlan`
-and calls the same `execute_run` as `run` (no flags rewritten to impersonate it). It lives here, not
-in pipelines/, because the stream and its answers come from the synthetic benchmark world.
-"""
+"""`hermes-video demo`: a synthetic 40 s stream, a question of each family, answered offline by the trained
+micro model and scored against the stream's ground truth, through the same `execute_run` as `run`. It
+lives here because the stream and its answers come from the synthetic benchmark world."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ DEMO_MODEL = "micro-llava-onevision"  # hermes.models.micro.MICRO_NAME, named he
 
 
 def cmd_demo(args) -> int:
-    """`demo [--memory PRESET] [--set ...] [--output DIR]`: returns the exit code."""
+    """`demo [--memory PRESET] [--set ...] [--output DIR]`; returns the exit code."""
     check_output_path(args.output, "--output", directory=True)
     # under any bounded preset the budget is 8 frames' worth, so memory is at work; --set memory.budget wins
     cfg = config_from_args(args, model=DEMO_MODEL, memory=DEMO_MEMORY, extra=[f"memory.budget={DEMO_BUDGET}"])
@@ -33,18 +29,13 @@ def cmd_demo(args) -> int:
 
 
 def run_demo(cfg, folder: Path, *, memory_label: str, as_json: bool, keep: bool) -> int:
-    """Write the demo stream into `folder`, answer its questions under `cfg` and print each answer with
-    the expected one, then the count of right answers on stderr.
+    """Write the demo stream into `folder`, answer its questions under `cfg`, print each answer with the
+    expected one, then the count of right answers on stderr; returns 0.
 
     Args:
-        cfg: the resolved configuration (the micro model).
-        folder: where the demo video is written.
         memory_label: the memory preset's name, for the messages.
         as_json: one JSON object per answer on stdout (with `expected` and `right`).
         keep: the folder stays after the demo (else the caller removes it; said in the message).
-
-    Returns:
-        0.
     """
     from hermes.datasets.parsing import parse_strict
     from hermes.datasets.synthetic_bench import write_demo

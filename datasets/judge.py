@@ -1,23 +1,9 @@
-"""Scoring open-ended replies (RVS) with a language-model judge.
+"""Scoring open-ended replies (RVS) with a language-model judge, by the Video-ChatGPT prompt that ReKV's
+eval/eval_open_ended.py sends, its reply read by ReKV's rules (`parse_judge_reply`), so numbers compare.
 
-A `Judge` compares a reply with the reference answer and returns
-`{"verdict": bool | None, "score": float | None, "raw": str}`: whether the reply matches, a
-0-5 match score, and the judge's text exactly as produced (kept in the results for audit).
-The text is read by ReKV's rules (`parse_judge_reply`): `verdict` is None when ReKV would drop
-the reply or count it as neither yes nor no; the sample then counts as answered but not scored,
-never as correct.
-
-The prompt is the Video-ChatGPT QA-evaluation prompt that ReKV's `eval/eval_open_ended.py`
-uses for RVS (system instructions, then question / correct answer / predicted answer, asking
-for a Python dict `{'pred': 'yes'|'no', 'score': 0-5}`), reproduced here so numbers stay
-comparable. Two judges send it:
-
-* `LocalJudge`: a transformers causal LM loaded by hub id at a pinned revision (or from a local
-  directory), greedy decoding. Not loadable offline unless cached.
-* `HttpJudge`: an OpenAI-compatible `/v1/chat/completions` endpoint over `urllib` (no extra
-  dependency), with timeouts and retries. The API key is read from the environment variable
-  the config names, at request time; it is never stored, logged, or written to results, and
-  redirects are refused so it is never sent to another host.
+`LocalJudge` runs a transformers causal LM (greedy); `HttpJudge` an OpenAI-compatible endpoint over
+`urllib`, its API key read from the environment at request time, never stored or logged, and redirects
+refused so the key never reaches another host.
 """
 
 from __future__ import annotations
@@ -99,7 +85,8 @@ class Judge(Protocol):
         """Score one reply.
 
         Returns:
-            {"verdict": True/False/None, "score": float or None, "raw": the judge's text}.
+            {"verdict": True/False/None, "score": 0-5 or None, "raw": the judge's text}; a None verdict
+            counts as answered but not scored.
         """
 
     def describe(self) -> dict:
@@ -175,14 +162,14 @@ class LocalJudge:
         self.template = "chat_template" if getattr(tokenizer, "chat_template", None) else "chatml"
 
     def render(self, messages: list[dict]) -> str:
-        """The exact text the model reads (recorded in the results)."""
+        """The exact text the model reads."""
         if self.template == "chat_template":
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         return turns + "<|im_start|>assistant\n"
 
     def judge(self, question: str, reference: str, reply: str | None) -> dict:
-        """Score one reply (see `Judge.judge`)."""
+        """Score one reply (`Judge.judge`)."""
         import torch
 
         text = self.render(judge_messages(question, reference, reply))
@@ -204,7 +191,6 @@ class LocalJudge:
 
 
 def _load_causal_lm(config: JudgeConfig):
-    """(model, tokenizer) for `config.model` at `config.revision`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hermes.models.loading import resolve_device, resolve_dtype
@@ -223,7 +209,7 @@ def _load_causal_lm(config: JudgeConfig):
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Refuse redirects: following one would send the API key to whatever host it names."""
+    """Refuse redirects: one would send the API key to whatever host it names."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         raise urllib.error.HTTPError(req.full_url, code, f"redirect to another URL refused ({msg})", headers, fp)
@@ -256,7 +242,7 @@ class HttpJudge:
         self._opener = urllib.request.build_opener(_NoRedirect())
 
     def judge(self, question: str, reference: str, reply: str | None) -> dict:
-        """Score one reply (see `Judge.judge`).
+        """Score one reply (`Judge.judge`).
 
         Raises:
             ModelError: The endpoint stays unreachable or answers an error after the retries.
@@ -272,7 +258,6 @@ class HttpJudge:
         return _result(str(raw or ""))
 
     def _post(self, payload: bytes) -> dict:
-        """POST with retries; the parsed JSON response."""
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""
         if key:
@@ -300,7 +285,7 @@ class HttpJudge:
         raise ModelError(f"judge endpoint {where} failed ({problem}); check --judge-url and the server")
 
     def describe(self) -> dict:
-        """Kind, endpoint (credentials removed), model, key variable *name* and prompts."""
+        """Kind, endpoint (credentials removed), model, the key variable's name and prompts."""
         return {
             "kind": "http", "url": redact_url(self.url), "model": self.config.model,
             "api_key_env": self.config.api_key_env or None, "max_new_tokens": self.config.max_new_tokens,

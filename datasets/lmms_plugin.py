@@ -1,23 +1,9 @@
-"""An lmms-eval model plugin: `lmms-eval --model hermes ...` runs our streaming memory inside
-lmms-eval's tasks.
+"""An lmms-eval model plugin: `lmms-eval --model hermes ...` runs our streaming memory inside lmms-eval's
+tasks (entry point `lmms_eval.models`, lmms-eval 0.7 `registry_v2`; README shows the command).
 
-lmms-eval (0.7, `lmms_eval/models/registry_v2.py`) discovers plugin models through the Python
-entry-point group `lmms_eval.models`; each entry point gives a `ModelManifest` (or a callable
-returning one) naming the model class by import path. This package declares
-
-    [project.entry-points."lmms_eval.models"]
-    hermes = "hermes.datasets.lmms_plugin:manifest"
-
-so after `pip install 'hermes-video[lmms]'`:
-
-    lmms-eval --model hermes --model_args model=llava-onevision-7b,memory=hermes-4k,fps=0.5 \\
-        --tasks videomme --batch_size 1
-
-Each request's video streams through a `StreamingSession` chunk by chunk under the chosen memory
-(bounded device memory, as `hermes-video run`), then the task's prompt is asked; consecutive
-requests on the same video reuse the stream (an answer leaves memory as it was). Image tasks
-feed their images as frames one second apart. `loglikelihood` is not offered: hermes answers by
-generation. Only this module imports lmms_eval, and only when lmms-eval loads it.
+Each request's video streams through a `StreamingSession` under the chosen memory, then the task's
+prompt is asked; consecutive requests on one video reuse the stream (an answer leaves memory as it was).
+Images are frames one second apart. No `loglikelihood`: hermes answers by generation.
 """
 
 from __future__ import annotations
@@ -36,14 +22,13 @@ MODEL_ID = "hermes"
 
 
 def manifest():
-    """The entry point's payload: a ModelManifest naming `HermesLMM` (imports lmms-eval)."""
+    """The entry point's payload: a ModelManifest naming `HermesLMM`."""
     from lmms_eval.models.registry_v2 import ModelManifest
 
     return ModelManifest(model_id=MODEL_ID, simple_class_path=f"{__name__}.HermesLMM")
 
 
 def _truncate(text: str, until) -> str:
-    """The reply cut at the first of lmms-eval's stop strings (`gen_kwargs["until"]`)."""
     stops = [until] if isinstance(until, str) else list(until or [])
     cut = min((text.find(s) for s in stops if s and s in text), default=-1)
     return text if cut < 0 else text[:cut]
@@ -88,8 +73,6 @@ class HermesLMM(_LmmsBase):
         self.model = loaded_model
         self._stream: tuple[str, Any, Any] | None = None  # (video key, session, frame source)
 
-    # ---- lmms-eval API ----
-
     def generate_until(self, requests) -> list[str]:
         """One reply per request: stream its visuals, then ask its context."""
         replies = []
@@ -104,8 +87,6 @@ class HermesLMM(_LmmsBase):
 
     def loglikelihood(self, requests):
         raise NotImplementedError("hermes answers by generation; choose a task with output_type generate_until")
-
-    # ---- streaming ----
 
     def answer(self, context: str, visuals: list, gen_kwargs: dict) -> str:
         """Stream `visuals` (a video path, or images) through memory and answer `context`."""

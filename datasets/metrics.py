@@ -1,21 +1,11 @@
-"""Aggregating per-sample verdicts into the scores each benchmark defines.
+"""Per-sample verdicts aggregated into each benchmark's scores (docs/ARCHITECTURE.md, Evaluation).
 
-Input: the questions that were meant to be answered (the denominator) and the per-sample
-results by `qid`, each a mapping with a boolean verdict under `key` ("official" or "strict",
-as `parsing.score_reply` writes them; "judge_correct" for open-ended benchmarks). A question
-with no result is *missing*: it stays in the denominator and counts as wrong, and the summary
-reports coverage, so a partial run can never look better than it is. A question without a
-reference answer (EgoSchema outside its public subset, an MLVU item whose answer matches no
-candidate) is *unlabelled*: reported, not scored.
-
-Aggregation: accuracy per task and overall (micro) for every benchmark; the benchmark's hooks
-(`Benchmark.categories`, `Benchmark.add_metrics`, in its module) add what its official metric
-defines: OVO-Bench's macro average, StreamingBench's proactive `time_accuracy`, Video-MME's
-`leaderboard`, MLVU's M-Avg, the duration or question-type breakdowns. The "judge" metric
-(open-ended, RVS) is shared: share judged correct over every question (ours), and ReKV's
-eval_open_ended.py definitions, the official ones: `rekv_accuracy` = yes / (yes + no) over
-judged replies and `rekv_mean_score`, the mean integer score over every reply ReKV keeps (one
-that says neither yes nor no included; see `judge.parse_judge_reply`).
+A question without a sample is missing: it stays in the denominator and counts as wrong, so a partial
+run never looks better than it is; one without a reference answer is unlabelled: reported, not scored.
+Accuracy per task and overall for every benchmark; its `categories` and `add_metrics` hooks add what
+its official metric defines. The shared "judge" metric (RVS) adds ReKV's eval_open_ended.py
+definitions, the official ones: `rekv_accuracy` = yes / (yes + no) over judged replies, and
+`rekv_mean_score` over every reply ReKV keeps (`judge.parse_judge_reply`).
 """
 
 from __future__ import annotations
@@ -28,18 +18,17 @@ from .records import BenchmarkQuestion, VideoRecord
 
 
 def questions_of(records: Iterable[VideoRecord]) -> list[BenchmarkQuestion]:
-    """All questions of a list of records, in order."""
+    """Every question of `records`, in order."""
     return [q for record in records for q in record.questions]
 
 
-def _tally(questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping], key: str) -> dict:
-    """Counts and accuracy over labelled questions; missing ones count as wrong.
+def tally(questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping], key: str) -> dict:
+    """Counts and accuracy over `questions`, by the verdicts under `key`.
 
     Returns:
-        {"expected", "answered", "scored", "correct", "accuracy", "accuracy_answered"}:
-        accuracy = correct / expected, missing answers counting as wrong; it is None only
-        when there were answers but none could be scored (open-ended replies with no judge
-        verdict), since a number then would be invented. accuracy_answered = correct / scored.
+        {"expected", "answered", "scored", "correct", "accuracy", "accuracy_answered"}: accuracy is
+        correct / expected (missing answers count as wrong), None when there were answers but none
+        could be scored (open-ended replies without a judge verdict); accuracy_answered is correct / scored.
     """
     answered = [results[q.qid] for q in questions if q.qid in results]
     verdicts = [r.get(key) for r in answered]
@@ -59,12 +48,11 @@ def _tally(questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping
 def _by_label(
     questions: Sequence[BenchmarkQuestion], labels: Callable[[BenchmarkQuestion], Iterable[str]], results, key
 ) -> dict[str, dict]:
-    """A tally per label; a question with several labels counts toward each."""
     groups: dict[str, list[BenchmarkQuestion]] = {}
     for q in questions:
         for label in labels(q):
             groups.setdefault(str(label), []).append(q)
-    return {label: _tally(qs, results, key) for label, qs in groups.items()}
+    return {label: tally(qs, results, key) for label, qs in groups.items()}
 
 
 def summarize(
@@ -76,12 +64,10 @@ def summarize(
     """Aggregate per-sample verdicts as the benchmark defines.
 
     Args:
-        metric: A benchmark's `metric` (the registry gives each benchmark's).
-        questions: Every question that was meant to be answered.
-        results: Per-sample results by qid, holding a verdict under `key` (True, False, or
-            None for "not scored").
-        key: Which verdict to aggregate: "official" or "strict" ("judge" metrics always
-            read "judge_correct").
+        metric: A benchmark's `metric`.
+        questions: Every question meant to be answered (the denominator).
+        results: Samples by qid, each with a verdict under `key` (True, False, None: not scored).
+        key: "official" or "strict" ("judge" always reads "judge_correct").
 
     Returns:
         {"metric", "key", "overall", "per_task", "per_category" (when the benchmark has
@@ -97,7 +83,7 @@ def summarize(
         key = "judge_correct"
     questions = list(questions)
     labelled = [q for q in questions if q.answer is not None]
-    total = _tally(labelled, results, key)
+    total = tally(labelled, results, key)
     per_task = _by_label(labelled, lambda q: (q.task,), results, key)
     summary = {
         "metric": metric,

@@ -1,16 +1,6 @@
-"""Reading an answer out of a model's reply: each benchmark's official rule, and a strict one.
-
-`parse_official` applies the extraction the benchmark's own evaluation code applies, quirks
-included (each benchmark module's `parse`), so numbers stay comparable with published ones.
-`parse_strict` accepts only a reply that *is* an answer: one capital letter, optionally "(B)",
-"B." or "B)", optionally followed by that option's exact text. Both return an option index or
-None; results report both, so a model that scores only under the lenient rule is visible.
-
-Where the official scorer is not "extract a letter, compare" (OVO-Bench credits a reply that
-*contains* the right letter; MVBench compares the first word by substring), `official_correct`
-applies the scorer itself (the module's `correct`); `score_reply` gathers everything a
-per-sample result records.
-"""
+"""Reading an answer out of a reply: the benchmark's official rule, quirks included (its module's `parse`
+and `correct`), and a strict one beside it, so a model that scores only under the lenient rule is visible
+(docs/ARCHITECTURE.md, Evaluation)."""
 
 from __future__ import annotations
 
@@ -25,18 +15,10 @@ _STRICT = re.compile(r"(?:\((?P<a>[A-Z])\)|(?P<b>[A-Z])[.)]?)(?:\s+(?P<text>.+))
 
 
 def parse_strict(reply: str | None, options: Sequence[str]) -> int | None:
-    """The option a reply names, counting only replies that are exactly an answer.
+    """The option index a reply names when it is exactly an answer, else None.
 
-    Accepted (surrounding whitespace aside): "B", "B.", "B)", "(B)", each optionally followed
-    by option B's text ("(B) cat", "B. cat"; case and a final period ignored). Lower-case
-    letters, prefixes like "The answer is", and unbalanced brackets are not answers.
-
-    Args:
-        reply: The model's reply.
-        options: The question's options.
-
-    Returns:
-        The option index, or None.
+    Accepted: "B", "B.", "B)", "(B)", each optionally followed by option B's text (case and a final
+    period ignored). Lower-case letters, "The answer is" and unbalanced brackets are not answers.
     """
     match = _STRICT.fullmatch((reply or "").strip())
     if not match:
@@ -49,35 +31,21 @@ def parse_strict(reply: str | None, options: Sequence[str]) -> int | None:
 
 
 def parse_official(reply: str | None, options: Sequence[str], benchmark: str, variant: str | None = None) -> int | None:
-    """The option a reply names, by the benchmark's official extraction rule (its module's `parse`).
+    """The option index the benchmark's official extraction reads from `reply`, or None.
 
     Args:
-        reply: The model's reply (for MVBench/MLVU, the continuation after the answer prefix).
-        options: The question's options.
-        benchmark: Benchmark name.
-        variant: An older official rule where the benchmark's scorer changed (its `parser_variants`);
-            None: the current one.
-
-    Returns:
-        The option index, or None (open-ended benchmarks: always).
+        reply: The reply (MVBench/MLVU: the continuation after the answer prefix).
+        variant: An older official rule (the benchmark's `parser_variants`); None: the current one.
     """
     return registry.get_benchmark(benchmark).parse(reply or "", options, variant)
 
 
 def official_correct(reply: str | None, question: BenchmarkQuestion, benchmark: str,
                      variant: str | None = None) -> bool | None:
-    """Whether the official scorer would count the reply correct.
-
-    Args:
-        reply: The model's reply.
-        question: The question (its `answer`/`gt_index` are the reference).
-        benchmark: Benchmark name.
-        variant: The official parser's variant (see `parse_official`).
+    """The official scorer's verdict on the reply's content (proactive timing: `score_reply`).
 
     Returns:
-        True/False, or None when the question cannot be scored here (open-ended questions
-        need a judge; unlabelled questions have no reference). Proactive timing is applied
-        by `score_reply`; this checks the content only.
+        True/False, or None for open-ended (a judge scores them) and unlabelled questions.
     """
     if question.answer is None or question.kind == KIND_OPEN:
         return None
@@ -85,10 +53,8 @@ def official_correct(reply: str | None, question: BenchmarkQuestion, benchmark: 
 
 
 def strict_correct(reply: str | None, question: BenchmarkQuestion) -> bool | None:
-    """Whether the reply is exactly the reference answer (see `parse_strict`).
-
-    Yes/no probes need exactly "Yes"/"No", counts exactly the number, proactive output
-    exactly the expected text (a final period allowed in each case).
+    """Whether the reply is exactly the reference (`parse_strict`; yes/no, counts and proactive output:
+    the text itself, a final period allowed).
 
     Returns:
         True/False, or None for open-ended and unlabelled questions.
@@ -108,11 +74,7 @@ def score_reply(question: BenchmarkQuestion, reply: str | None, benchmark: str, 
     """Everything a per-sample result records about one reply.
 
     Args:
-        question: The question.
-        reply: The model's reply (None when it produced none).
-        benchmark: Benchmark name.
-        answered_at_s: For proactive output, when the model spoke (None: it never did).
-        variant: The official parser's variant (see `parse_official`).
+        answered_at_s: Proactive output: when the model spoke (None: it never did).
 
     Returns:
         {"parsed_official", "parsed_strict", "official", "strict"} and, for proactive

@@ -1,18 +1,6 @@
-"""The frames of one benchmark video, whatever form the benchmark ships it in.
-
-A `VideoRecord` points at one of three kinds of pixels:
-
-* a video file (most benchmarks), read with `hermes.pipelines.video.open_video`, optionally
-  only between `start_s` and `end_s` (MVBench bounds);
-* a `.npy` frame array (RVS-Movie: one frame per second, (T, H, W, 3) uint8), read memory-mapped
-  through `rvs.load_npy_frames` (which refuses pickles);
-* a folder of extracted frames (MVBench Episodic Reasoning: `00001.jpg ...` at 3 fps).
-
-`open_record_frames` turns any of them into one iterator of `hermes.pipelines.frames.Frame`
-sampled by timestamp at the configured rate, so the runner feeds a `StreamingSession` the same
-way for all of them. Arrays and folders have no timestamps of their own: frame `i` is at
-`i / frame_fps`. Sampling uses the same rule as video files (`sampling.sample_indices`).
-"""
+"""The frames of one benchmark video, from a video file (optionally between MVBench's bounds), an RVS
+`.npy` array or a frame folder (MVBench), sampled by timestamp as video files are
+(`sampling.sample_indices`); array and folder frame `i` is at `i / frame_fps`."""
 
 from __future__ import annotations
 
@@ -27,7 +15,6 @@ from hermes.pipelines.frames import Frame
 from .records import VideoRecord
 
 
-
 class RecordFrames:
     """The sampled frames of one record; close it (or use `with`) when done.
 
@@ -38,19 +25,13 @@ class RecordFrames:
     """
 
     def __init__(self, frames: Iterator[Frame], kind: str, path: Path, closer=None) -> None:
-        """Args:
-        frames: The frame iterator.
-        kind: What was opened ("video", "npy", "folder").
-        path: The file or folder.
-        closer: Called once on `close()` (releases a decoder); None when nothing to release.
-        """
         self.frames = frames
         self.kind = kind
         self.path = path
         self._closer = closer
 
     def close(self) -> None:
-        """Release the decoder, if any; safe to call twice."""
+        """Release the decoder (`closer`), if any; safe to call twice."""
         closer, self._closer = self._closer, None
         if closer is not None:
             closer()
@@ -63,15 +44,7 @@ class RecordFrames:
 
 
 def open_record_frames(record: VideoRecord, fps: float, backend: str = "auto") -> RecordFrames:
-    """Open the pixels of `record` as frames sampled at `fps`.
-
-    Args:
-        record: A record whose video is on disk (`record.available`).
-        fps: Target sampling rate in frames per second (by timestamp).
-        backend: Video-file decoder: "auto", "decord" or "opencv".
-
-    Returns:
-        The open `RecordFrames`.
+    """The pixels of `record` as frames sampled at `fps`; `backend`: "auto", "decord" or "opencv".
 
     Raises:
         SourceError: The video is not on disk, cannot be read, its bounds lie outside it, or a
@@ -90,14 +63,12 @@ def open_record_frames(record: VideoRecord, fps: float, backend: str = "auto") -
 
 
 def _video_frames(path: Path, fps: float, backend: str, start_s: float, end_s: float | None) -> RecordFrames:
-    """A video file, optionally between `start_s` and `end_s`."""
     from hermes.pipelines.video import open_video  # decoders load only when a video is read
 
     video = open_video(path, backend=backend)
     try:
         if end_s is not None:
-            # MVBench bounds sometimes run past the clip; its official reader clamps to the
-            # last frame, and so does this.
+            # MVBench bounds sometimes run past the clip; its official reader clamps to the last frame
             end_s = min(end_s, video.info.duration_s)
         frames = video.frames(fps=fps, start_s=start_s, end_s=end_s)
     except BaseException:
@@ -107,7 +78,6 @@ def _video_frames(path: Path, fps: float, backend: str, start_s: float, end_s: f
 
 
 def _picked(num_frames: int, rate_fps: float, fps: float, start_s: float, end_s: float | None) -> list[int]:
-    """Indices of frames (at `rate_fps`) kept when sampling at `fps` in [start_s, end_s)."""
     from hermes.pipelines.sampling import sample_indices
 
     pts_s = np.arange(num_frames, dtype=np.float64) / rate_fps
@@ -119,7 +89,7 @@ def _picked(num_frames: int, rate_fps: float, fps: float, start_s: float, end_s:
 
 
 def _npy_frames(record: VideoRecord, path: Path, fps: float, start_s: float) -> RecordFrames:
-    """An RVS `.npy` frame array (memory-mapped; only sampled frames are read)."""
+    """An RVS `.npy` frame array, memory-mapped: only sampled frames are read."""
     from .benchmarks import rvs
 
     array = rvs.load_npy_frames(path)
@@ -131,7 +101,6 @@ def _npy_frames(record: VideoRecord, path: Path, fps: float, start_s: float) -> 
 
 
 def _folder_frames(record: VideoRecord, folder: Path, fps: float, start_s: float) -> RecordFrames:
-    """A folder of extracted frames."""
     from hermes.pipelines.images import IMAGE_EXTENSIONS, list_images, read_image  # an image decoder, for folders only
 
     files = list_images(folder)
@@ -142,7 +111,7 @@ def _folder_frames(record: VideoRecord, folder: Path, fps: float, start_s: float
 
 def _indexed(record: VideoRecord, path: Path, count: int, read, default_rate: float | None, fps: float,
              start_s: float, kind: str) -> RecordFrames:
-    """Frames without timestamps of their own, frame i at i / frame_fps, `read(i)` for each sampled one."""
+    """Frames without timestamps of their own: frame i at i / frame_fps, `read(i)` for each sampled one."""
     rate = record.frame_fps or default_rate
     if not rate or rate <= 0:
         raise SourceError(

@@ -1,15 +1,6 @@
-"""The unified benchmark record of docs/ARCHITECTURE.md, Evaluation, and the value parsers every loader shares.
-
-Every benchmark loader turns its official files into a list of `VideoRecord`s, each holding the
-`BenchmarkQuestion`s asked about one video (one stream under the streaming protocol). A question carries
-its options with any "A. " / "(A)" prefix removed, the index of the correct option (`gt_index`),
-the time it is asked (`t_s`, None for offline benchmarks: asked after the whole video) and the
-untouched source entry (`raw`), so nothing the official files say is lost.
-
-Timestamps and option lists come in many spellings across the benchmarks ("00:03:10", "3:10",
-54.2, "[0:00:00 - 0:01:00]", "00:15-00:19"; "A. cat", "(A) cat", "A.cat", bare "cat"); the
-parsers here are the single place those spellings are understood.
-"""
+"""The unified benchmark record (docs/ARCHITECTURE.md, Evaluation) and the timestamp and option parsers
+every loader shares: the one place the benchmarks' spellings ("00:03:10", 54.2, "[0:00:00 - 0:01:00]",
+"00:15-00:19"; "A. cat", "(A) cat", "A.cat") are understood."""
 
 from __future__ import annotations
 
@@ -23,7 +14,7 @@ from hermes.errors import UsageError
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-# Question kinds: how a reply is prompted and scored (see the benchmark modules and parsing.py).
+# Question kinds: how a reply is prompted and scored.
 KIND_MC = "mc"  # multiple choice, answered with an option letter
 KIND_YESNO = "yesno"  # OVO-Bench SSR/CRR probes, answered "Yes" / "No"
 KIND_COUNT = "count"  # OVO-Bench REC probes, answered with a number
@@ -33,23 +24,19 @@ KIND_PROACTIVE = "proactive"  # StreamingBench proactive output: answer at the r
 
 @dataclass
 class BenchmarkQuestion:
-    """One question about a video, in the unified form of docs/ARCHITECTURE.md, Evaluation.
+    """One question about a video.
 
     Attributes:
-        question: The question text as the benchmark words it (options removed when the
-            benchmark puts them inline, as LVBench does).
+        question: The text as the benchmark words it (inline options removed: LVBench).
         options: Option texts without letter prefixes; empty for open-ended questions.
-        answer: The reference answer: the correct option's text for multiple choice, the
-            expected text/number otherwise; None when the benchmark withholds it.
+        answer: The correct option's text, or the expected text/number; None when withheld.
         gt_index: Index of the correct option in `options`, or None.
-        t_s: When the question is asked, in seconds from the start of the video; None for
-            offline benchmarks (asked after the whole video).
-        task: The benchmark's task name for this question (what accuracy is broken down by).
-        raw: The source entry exactly as read from the benchmark's file.
+        t_s: When it is asked, in seconds from the video's start; None: after the whole video.
+        task: The benchmark's task name (what accuracy is broken down by).
+        raw: The source entry exactly as read.
         qid: An id unique within the benchmark, stable across runs (resume relies on it).
-        meta: Parsed extras the metrics and prompts need: "kind", "groups" (extra labels the
-            `tasks` filter and the metrics accept, e.g. OVO category or Video-MME duration),
-            and per-benchmark values such as a proactive ground-truth time.
+        meta: "kind", "groups" (extra labels `tasks` and the metrics accept: OVO category, Video-MME
+            duration) and per-benchmark values (a proactive ground-truth time).
     """
 
     question: str
@@ -64,34 +51,32 @@ class BenchmarkQuestion:
 
     @property
     def kind(self) -> str:
-        """How the question is answered: one of the KIND_* constants."""
+        """One of the KIND_* constants."""
         return self.meta.get("kind") or (KIND_MC if self.options else KIND_OPEN)
 
     @property
     def gt_letter(self) -> str | None:
-        """The correct option's letter ("A" for index 0), or None."""
+        """The correct option's letter, or None."""
         return None if self.gt_index is None else LETTERS[self.gt_index]
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """The task name followed by every group label (what `tasks=` filters match)."""
+        """The task and every group label (what `tasks=` matches)."""
         return (self.task, *self.meta.get("groups", ()))
 
 
 @dataclass
 class VideoRecord:
-    """One video and the questions asked about it (one stream under the streaming protocol).
+    """One video and its questions (one stream under the streaming protocol).
 
     Attributes:
-        video_id: Identifier unique within the benchmark.
-        video_path: The video file (or `.npy` frame array), or None when it is not on disk;
-            a runner reports such questions as missing rather than dropping them.
-        duration: Length in seconds when the benchmark states it, else None.
-        questions: Sorted by `t_s`, offline (None) questions last; ties keep file order.
-        frames_dir: A folder of extracted frames, for benchmarks that ship frames (MVBench).
+        video_path: The video file (or `.npy` frame array); None when not on disk (its questions
+            count as missing).
+        duration: Length in seconds when the benchmark states it.
+        questions: Sorted by `t_s`, untimed ones last; ties keep file order.
+        frames_dir: A folder of extracted frames (MVBench).
         frame_fps: Rate of `frames_dir` / `.npy` frames, in frames per second.
-        start_s: Start of the span the questions are about (MVBench bounds), else None.
-        end_s: End of that span, else None.
+        start_s, end_s: The span the questions are about (MVBench bounds), else None.
     """
 
     video_id: str
@@ -104,12 +89,11 @@ class VideoRecord:
     end_s: float | None = None
 
     def __post_init__(self) -> None:
-        # by the time they are asked, offline (None) ones last; stable, so ties keep file order
         self.questions = sorted(self.questions, key=lambda q: (q.t_s is None, q.t_s or 0.0))
 
     @property
     def available(self) -> bool:
-        """Whether the video's pixels are on disk (a file or a frame folder)."""
+        """Whether the video's pixels are on disk."""
         return self.video_path is not None or self.frames_dir is not None
 
 
@@ -117,20 +101,15 @@ _SPAN_SEPARATOR = re.compile(r"\s*,\s*|\s+-\s+|(?<=\d)-(?=\d)")
 
 
 def parse_timestamp(value: Any, carry: bool = False) -> float:
-    """Parse one point in time to seconds.
-
-    Accepts numbers (215, 54.2), numeric strings ("54.2"), and clock stamps with one to three
-    fields: "SS", "MM:SS", "H:MM:SS", "HH:MM:SS.mmm" (StreamingBench writes "00:03:10",
-    LVBench "00:15", OVO-Bench plain seconds).
+    """Seconds from a number (54.2), a numeric string, or a clock stamp "SS", "MM:SS", "H:MM:SS.mmm".
 
     Args:
-        value: The stamp as found in a benchmark file.
         carry: Read every field as a count of its unit, whatever its size, as StreamingBench's
             official scripts do (`sum(int(x) * 60 ** i ...)`): "00:12450" is 12,450 s. Off, a
             minutes/seconds field of 60 or more is an error.
 
     Returns:
-        Seconds, as a non-negative float.
+        Seconds, non-negative.
 
     Raises:
         UsageError: If the value is empty, negative, not finite, a span (use `parse_span`),
@@ -162,23 +141,14 @@ def parse_timestamp(value: Any, carry: bool = False) -> float:
 
 
 def _check_seconds(seconds: float, original: Any) -> float:
-    """Reject negative and non-finite seconds, naming the original value."""
     if not math.isfinite(seconds) or seconds < 0:
         raise UsageError(f"expected a non-negative finite timestamp, found {original!r}")
     return seconds
 
 
 def parse_span(value: Any) -> tuple[float, float]:
-    """Parse a time span to (start, end) seconds.
-
-    Accepts "[12.5, 30]", "[0:00:00 - 0:01:00]" (StreamingBench `time`), "00:15-00:19"
-    (LVBench `time_reference`) and two-element lists or tuples.
-
-    Args:
-        value: The span as found in a benchmark file.
-
-    Returns:
-        (start, end) in seconds.
+    """(start, end) seconds of "[12.5, 30]", "[0:00:00 - 0:01:00]" (StreamingBench), "00:15-00:19" (LVBench)
+    or a pair.
 
     Raises:
         UsageError: If the value is not two timestamps or the end precedes the start.
@@ -203,25 +173,13 @@ _OPTION_PREFIX = re.compile(r"^\s*(?:\(([A-Z])\)|\[([A-Z])\]|([A-Z])\s*[.):])\s*
 
 
 def _option_prefix_letter(option: str) -> str | None:
-    """The letter an option is prefixed with, or None."""
     match = _OPTION_PREFIX.match(option)
     return next((g for g in match.groups() if g), None) if match else None
 
 
 def normalize_options(options: Sequence[Any]) -> list[str]:
-    """Strip letter prefixes ("A. ", "(A)", "A:", "A.") from a list of options.
-
-    Prefixes are removed only when every option carries its own letter in order (A, B, C...),
-    so option texts that happen to start with a capital and a dot are left alone. Options
-    without letters (StreamingBench SQA, MVBench) are returned stripped of whitespace only;
-    letters are assigned by position.
-
-    Args:
-        options: Option strings as found in a benchmark file.
-
-    Returns:
-        The option texts.
-    """
+    """Option texts, stripped, with letter prefixes ("A. ", "(A)", "A:") removed only when every option
+    carries its own letter in order (so a text that starts with a capital and a dot is left alone)."""
     texts = [str(o).strip() for o in options]
     if texts and all(_option_prefix_letter(t) == LETTERS[i] for i, t in enumerate(texts)):
         return [_OPTION_PREFIX.sub("", t, count=1).strip() for t in texts]
@@ -229,16 +187,7 @@ def normalize_options(options: Sequence[Any]) -> list[str]:
 
 
 def letter_options(options: Sequence[str], style: str = "{letter}. {text}") -> list[str]:
-    """Give options their letters by position, in a benchmark's style.
-
-    Args:
-        options: Option texts (as `normalize_options` returns them).
-        style: A format with {letter} and {text}: "{letter}. {text}" gives "A. cat",
-            "({letter}) {text}" gives "(A) cat".
-
-    Returns:
-        The lettered options.
-    """
+    """Options lettered by position in `style`, a format with {letter} and {text} ("A. cat")."""
     return [style.format(letter=LETTERS[i], text=text) for i, text in enumerate(options)]
 
 
@@ -248,19 +197,12 @@ def is_option_index(value: Any, count: int) -> bool:
 
 
 def resolve_gt_index(answer: Any, options: Sequence[str], prefer_text: bool = False) -> int | None:
-    """Find the index of the correct option from however the benchmark states it.
-
-    Accepts a 0-based int (OVO-Bench `gt`, LongVideoBench `correct_choice`), a letter with
-    optional brackets or dot ("B", "(B)", "B."), the option text itself (MVBench, MLVU; the
-    first occurrence wins when a text is listed twice, as the official scripts do), or a
-    prefixed text ("B. cat").
+    """The correct option's index from a 0-based int, a letter ("B", "(B)", "B."), the option's text (the
+    first occurrence wins, as the official scripts do) or a prefixed text ("B. cat").
 
     Args:
-        answer: The answer field.
-        options: The normalised option texts.
-        prefer_text: Try an exact option-text match before reading the answer as a letter;
-            for benchmarks whose answer field is the option text (MVBench, MLVU), where an
-            option could itself be a single letter.
+        prefer_text: Match the option text before reading a letter (MVBench, MLVU: the answer is the
+            text, and an option could itself be a single letter).
 
     Returns:
         The index, or None when the answer matches no option.

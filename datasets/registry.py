@@ -1,11 +1,5 @@
-"""The benchmarks `hermes-video eval` knows, found in `datasets/benchmarks/` (no list kept by hand).
-
-`BENCHMARKS` maps a canonical name to its `Benchmark` (loader, protocol, metric and the hooks of
-`hermes.datasets.benchmark`): every module of the `benchmarks` package contributes its own
-`BENCHMARKS` and `ALIASES`. Names are matched case-insensitively and without regard to "-", "_"
-or spaces, so "OVO-Bench", "ovo_bench" and "ovobench" are the same; an unknown name fails with a
-suggestion.
-"""
+"""The benchmarks `hermes-video eval` knows: `BENCHMARKS` (canonical name -> `Benchmark`), gathered from
+every module of `datasets/benchmarks/`. Names match without regard to case, "-", "_" or spaces."""
 
 from __future__ import annotations
 
@@ -23,13 +17,12 @@ from .records import KIND_PROACTIVE, BenchmarkQuestion
 
 
 def _fold(name: str) -> str:
-    """Case- and punctuation-insensitive form of a benchmark name."""
     return re.sub(r"[\s_\-.]+", "", str(name)).casefold()
 
 
 @functools.cache
 def _found() -> tuple[dict[str, Benchmark], dict[str, str]]:
-    """(benchmarks by canonical name, aliases and folded names -> canonical name), from every module."""
+    """(benchmarks by canonical name, aliases and folded names -> canonical name)."""
     found: dict[str, Benchmark] = {}
     aliases: dict[str, str] = {}
     for info in pkgutil.iter_modules(package.__path__):
@@ -50,13 +43,7 @@ def __getattr__(name: str):
 
 
 def canonical_name(name: str) -> str:
-    """The registry key for a benchmark name as a user may type it.
-
-    Args:
-        name: "OVO-Bench", "video_mme", "rvs-ego", ...
-
-    Returns:
-        The canonical name ("ovo-bench", "videomme", "rvs-ego").
+    """The registry key ("ovo-bench") for a name as a user may type it ("OVO_Bench").
 
     Raises:
         UsageError: For an unknown benchmark, with a did-you-mean suggestion.
@@ -72,13 +59,7 @@ def canonical_name(name: str) -> str:
 
 
 def get_benchmark(name: str) -> Benchmark:
-    """Look a benchmark up by name.
-
-    Args:
-        name: Any accepted spelling (see `canonical_name`).
-
-    Returns:
-        Its `Benchmark`.
+    """The `Benchmark` of any accepted spelling of its name.
 
     Raises:
         UsageError: For an unknown benchmark, with a did-you-mean suggestion.
@@ -86,17 +67,8 @@ def get_benchmark(name: str) -> Benchmark:
     return _found()[0][canonical_name(name)]
 
 
-def family(name: str) -> str:
-    """The name a benchmark's prompts and parsers are keyed by (both RVS subsets are "rvs").
-
-    Raises:
-        UsageError: For an unknown benchmark.
-    """
-    return get_benchmark(name).family or canonical_name(name)
-
-
 def by_metric(metric: str) -> Benchmark:
-    """A benchmark whose metric is `metric` (those sharing a metric share its hooks).
+    """A benchmark whose metric is `metric` (benchmarks sharing a metric share its hooks).
 
     Raises:
         UsageError: For a metric no benchmark uses.
@@ -114,15 +86,8 @@ def build_prompt(benchmark: str, question: BenchmarkQuestion, previous: Sequence
     """The official prompt for one question (texts as the official code has them, spelling included).
 
     Args:
-        benchmark: Benchmark name (any accepted spelling).
-        question: The question.
-        previous: Questions asked earlier on the same video; StreamingBench SQA puts them,
-            with their reference answers, into the prompt as the official eval does.
-        stage: "answer", or "poll" for the yes/no "is it time?" query of StreamingBench
-            proactive output (which the official loop asks every second).
-
-    Returns:
-        The Prompt.
+        previous: Questions asked earlier on the video (StreamingBench SQA puts them in the prompt).
+        stage: "answer", or "poll": the "is it time?" query of StreamingBench proactive output.
 
     Raises:
         UsageError: Unknown benchmark, or a stage the question does not have.

@@ -1,11 +1,5 @@
-"""`report.md` and its plots: a run's summary in a form a person reads.
-
-The markdown holds the tables (accuracy overall / per task / per category under both parsers,
-coverage, cost percentiles), the notes the runner collected, and the resolved config. Two plots
-are drawn where a picture says more than a table: accuracy per task (bars) and device memory
-over stream time (one line per video). Plots need matplotlib, which hermes does not depend
-on: without it they are skipped and the report says so in one line.
-"""
+"""`report.md`: a run's summary as a person reads it, with plots of accuracy per task and device memory over
+stream time where matplotlib is installed (hermes does not depend on it; without it the report says so)."""
 
 from __future__ import annotations
 
@@ -22,7 +16,7 @@ MEMORY_PLOT = "memory_over_time.png"
 _MIB = 2**20
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
     """A fraction as a percentage, "n/a" when undefined."""
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
@@ -32,31 +26,20 @@ def _num(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A markdown table, as lines."""
     return table(header, rows).split("\n")
 
 
 def _breakdown(title: str, official: Mapping, strict: Mapping | None) -> list[str]:
-    """Per-task or per-category accuracies under both parsers."""
     rows = []
     for label, tally in sorted(official.items()):
         other = (strict or {}).get(label, {})
-        rows.append([label, tally["expected"], tally["answered"], _pct(tally["accuracy"]),
-                     _pct(other.get("accuracy")) if strict is not None else "-"])
+        rows.append([label, tally["expected"], tally["answered"], pct(tally["accuracy"]),
+                     pct(other.get("accuracy")) if strict is not None else "-"])
     return [f"## {title}", ""] + _table(["", "questions", "answered", "official", "strict"], rows) + [""]
 
 
 def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]) -> str:
-    """The report text.
-
-    Args:
-        summary: The summary dict (see runner.run_eval).
-        plots: File names of the plots written next to the report.
-        notes: Extra one-line notes (e.g. why plots were skipped).
-
-    Returns:
-        Markdown.
-    """
+    """The report's markdown for a `summary`, linking `plots` (file names beside it), with extra `notes`."""
     acc = summary["accuracy"]
     official, strict = acc["official"], acc.get("strict")
     cfg = summary["config"]
@@ -77,13 +60,13 @@ def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]
               "- " + ", ".join(f"{k} {versions.get(k)}" for k in ("hermes", "torch", "transformers")), ""]
     rows = _leaderboard_rows(official, strict) if "leaderboard" in official else []
     rows.append(["overall" + (" (every question; missing or letterless count wrong)" if rows else ""),
-                 _pct(official["overall"]), _pct(strict["overall"]) if strict else "-"])
+                 pct(official["overall"]), pct(strict["overall"]) if strict else "-"])
     if "m_avg" in official:
-        rows.append(["M-Avg", _pct(official["m_avg"]), _pct(strict["m_avg"]) if strict else "-"])
+        rows.append(["M-Avg", pct(official["m_avg"]), pct(strict["m_avg"]) if strict else "-"])
     if official.get("mean_score") is not None:
         rows.append(["mean judge score (0-5)", f"{official['mean_score']:.2f}", "-"])
     if "rekv_accuracy" in official:  # RVS as ReKV scores it
-        rows.append(["ReKV yes/(yes+no) (official)", _pct(official["rekv_accuracy"]), "-"])
+        rows.append(["ReKV yes/(yes+no) (official)", pct(official["rekv_accuracy"]), "-"])
         rows.append(["ReKV mean score (official)", _num(official["rekv_mean_score"], digits=2), "-"])
     lines += ["## Accuracy", ""] + _table(["", "official parser", "strict parser"], rows) + [""]
     lines += _breakdown("Per task", official["per_task"], strict["per_task"] if strict else None)
@@ -91,7 +74,7 @@ def render_markdown(summary: Mapping, plots: Sequence[str], notes: Sequence[str]
         lines += _breakdown("Per category", official["per_category"], strict["per_category"] if strict else None)
     if "per_category" in official and summary.get("benchmark") == "ovo-bench":
         backward = official["per_category"].get("backward", {})
-        lines += ["- memory-dependent subset (OVO backward tracing): " + _pct(backward.get("accuracy")), ""]
+        lines += ["- memory-dependent subset (OVO backward tracing): " + pct(backward.get("accuracy")), ""]
     lines += _coverage_lines(summary["coverage"])
     lines += _issue_lines(summary.get("data_issues"))
     lines += _cost_lines(summary["cost"])
@@ -111,17 +94,17 @@ def _leaderboard_rows(official: Mapping, strict: Mapping | None) -> list[list[st
     """Video-MME's leaderboard numbers (eval_your_results.py: over replies with a letter), entire set first."""
     board, other = official["leaderboard"], (strict or {}).get("leaderboard", {})
     rows = [[f"Video-MME leaderboard (eval_your_results.py; {board['extracted']} with a letter)",
-             _pct(board["overall"]), _pct(other.get("overall")) if strict else "-"]]
+             pct(board["overall"]), pct(other.get("overall")) if strict else "-"]]
     for bucket, tally in board["per_duration"].items():
         theirs = other.get("per_duration", {}).get(bucket, {})
-        rows.append([f"leaderboard {bucket} ({tally['extracted']} with a letter)", _pct(tally["accuracy"]),
-                     _pct(theirs.get("accuracy")) if strict else "-"])
+        rows.append([f"leaderboard {bucket} ({tally['extracted']} with a letter)", pct(tally["accuracy"]),
+                     pct(theirs.get("accuracy")) if strict else "-"])
     return rows
 
 
 def _coverage_lines(cov: Mapping) -> list[str]:
     answered = (f"- questions answered: {cov['questions_answered']} of {cov['questions_expected']} "
-                f"({_pct(cov['fraction'])}); {cov['questions_missing']} missing count as wrong")
+                f"({pct(cov['fraction'])}); {cov['questions_missing']} missing count as wrong")
     videos = (f"- videos: {cov['videos_expected']} selected, {cov['videos_missing']} not on disk, "
               f"{cov['videos_unreadable']} unreadable")
     lines = ["## Coverage", "", answered, videos]
@@ -136,7 +119,6 @@ def _coverage_lines(cov: Mapping) -> list[str]:
 
 
 def _issue_lines(issues: Mapping | None) -> list[str]:
-    """What the loader flagged (kept) and excluded (out of the denominator) in the annotation files."""
     if not issues or not (issues["flagged"] or issues["excluded"]):
         return []
     lines = ["## Annotation issues", "", f"- flagged (kept, scoring unaffected): {issues['flagged']} "
@@ -163,11 +145,7 @@ def _cost_lines(cost: Mapping) -> list[str]:
 
 
 def draw_plots(folder: Path, summary: Mapping, samples: Sequence[Mapping]) -> tuple[list[str], list[str]]:
-    """Draw the accuracy and memory plots as PNGs in `folder`.
-
-    Returns:
-        (file names written, notes): without matplotlib nothing is written and the note says so.
-    """
+    """Draw the accuracy and memory plots as PNGs in `folder`; (file names, notes: why none was drawn)."""
     try:
         import matplotlib
 
@@ -223,11 +201,7 @@ def draw_plots(folder: Path, summary: Mapping, samples: Sequence[Mapping]) -> tu
 
 
 def write_report(folder: Path, summary: Mapping, samples: Sequence[Mapping]) -> Path:
-    """Draw the plots (when possible) and write `report.md` into `folder`.
-
-    Returns:
-        The report's path.
-    """
+    """Draw the plots (when possible) and write `report.md` into `folder`; returns its path."""
     plots, notes = draw_plots(folder, summary, samples)
     path = folder / REPORT_FILE
     write_atomic(path, render_markdown(summary, plots, notes))

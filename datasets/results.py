@@ -1,16 +1,6 @@
-"""The results folder of one evaluation: an append-only sample log that survives crashes.
-
-Layout of `--output DIR`:
-
-* `run.json` -- what the run is (benchmark, resolved config, model); written once, atomically.
-  `--resume` refuses a folder whose `run.json` describes a different run, so samples from two
-  configurations can never be averaged together.
-* `samples.jsonl` -- one JSON object per answered question, appended as it is produced, each
-  line flushed and fsynced, so a crash loses at most the line being written. A torn last line
-  (no final newline: the process died mid-write) is cut off on resume and its question asked
-  again. A qid written twice (a later judge verdict) counts once: the last line wins.
-* `summary.json`, `report.md` and plots -- rewritten (atomically) at the end of every run.
-"""
+"""The results folder of one evaluation: `run.json` (what the run is; `--resume` refuses another run's
+folder), `samples.jsonl` (one fsynced line per answer, so a crash loses at most the line being written;
+the last line of a qid wins), and `summary.json`, `report.md` and plots, rewritten atomically."""
 
 from __future__ import annotations
 
@@ -28,7 +18,7 @@ REPORT_FILE = "report.md"
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that readers see the old or the new file, never a mix.
+    """Replace `path` with `text`: readers see the old or the new file, never a mix.
 
     Raises:
         UsageError: If the folder is not writable.
@@ -42,12 +32,10 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def _normalized(value: Any) -> Any:
-    """A value as it reads back from JSON (tuples become lists), for comparisons."""
     return json.loads(json.dumps(value))
 
 
 def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
-    """The dotted path of the first value that differs between two JSON trees, or None."""
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new)):
             found = _first_difference(old.get(key), new.get(key), f"{where}.{key}" if where else str(key))
@@ -68,7 +56,6 @@ class SampleLog:
     """
 
     def __init__(self, path: Path, samples: dict[str, dict], repaired_bytes: int) -> None:
-        """Use `SampleLog.open`."""
         self.path = path
         self.samples = samples
         self.reused = len(samples)
@@ -77,15 +64,7 @@ class SampleLog:
 
     @classmethod
     def open(cls, output_dir: str | os.PathLike, manifest: dict, resume: bool) -> SampleLog:
-        """Prepare `output_dir` for a run, reading earlier samples when resuming.
-
-        Args:
-            output_dir: The results folder (created when missing).
-            manifest: What identifies the run (benchmark, config, model); compared on resume.
-            resume: Continue the run recorded in the folder instead of starting a new one.
-
-        Returns:
-            The open log.
+        """The log of `output_dir` (created), with earlier samples when `resume`; `manifest` identifies the run.
 
         Raises:
             UsageError: The folder cannot be created; it holds results and `resume` is off; it
@@ -116,11 +95,7 @@ class SampleLog:
         return cls(samples_path, samples, repaired)
 
     def append(self, sample: dict) -> None:
-        """Write one sample as one line, durable before returning.
-
-        Args:
-            sample: A JSON-serialisable mapping with a "qid".
-        """
+        """Write one sample (with a "qid") as one line, durable before returning."""
         line = json.dumps(sample, ensure_ascii=False, allow_nan=False) + "\n"
         # One write per line: a crash leaves either the whole line or a torn tail without "\n".
         self._handle.write(line.encode("utf-8"))
@@ -145,11 +120,7 @@ EXTENT_KEYS = ("limit", "limit_questions")
 
 
 def _check_same_run(manifest_path: Path, manifest: dict) -> bool:
-    """Refuse to resume a run whose recorded identity differs from this one.
-
-    Returns:
-        Whether the recorded extent (`EXTENT_KEYS`) differs, so the manifest should be rewritten.
-    """
+    """Refuse to resume a different run; whether the extent (`EXTENT_KEYS`) differs (rewrite the manifest)."""
     try:
         old = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -165,19 +136,15 @@ def _check_same_run(manifest_path: Path, manifest: dict) -> bool:
 
 
 def _read_samples(path: Path) -> tuple[dict[str, dict], int]:
-    """Read `samples.jsonl`, cutting off a torn last line.
-
-    Returns:
-        (samples by qid, bytes cut off).
+    """(samples by qid, bytes cut off) of `samples.jsonl`; a torn last line (no newline) is cut off.
 
     Raises:
         UsageError: A complete line is not a JSON object with a "qid" (the file was edited).
     """
     data = path.read_bytes()
-    keep = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
+    keep = data.rfind(b"\n") + 1
     torn = len(data) - keep
-    if torn:
-        # Cut it now, so the next append starts on a fresh line.
+    if torn:  # cut now, so the next append starts on a fresh line
         with path.open("r+b") as handle:
             handle.truncate(keep)
             handle.flush()

@@ -1,35 +1,13 @@
-"""`run_eval`: one benchmark, one model and memory config, every selected question answered and scored.
+"""`run_eval`: one benchmark under one model and memory config, every selected question answered and scored.
 
-Protocols (docs/ARCHITECTURE.md, Evaluation; the registry says which a benchmark uses):
+Streaming benchmarks get one `StreamingSession` per video, each question asked at its `t_s` with only
+the frames before it encoded (checked: `FutureFrameError`); offline ones encode the whole video, then
+ask. `protocol="official"` feeds what published numbers used (the benchmark's `inclusive_ceil` and
+`context_s`), "strict" only frames before the question (docs/ARCHITECTURE.md, Evaluation).
 
-* streaming (OVO-Bench, StreamingBench, RVS): one `StreamingSession` per video; questions in
-  time order, each asked at its `t_s` so that exactly the frames before it are encoded, the
-  stream continuing after each answer. Every answer is checked against that rule (the newest
-  frame it saw is earlier than the question) and the run stops with `FutureFrameError` if not.
-  StreamingBench proactive questions are polled as the official script does: one second after
-  the question, then every second up to 4 s past the ground-truth time, asking "is it the right
-  time?"; on the first reply containing "yes" the question itself is asked, and that moment is
-  the answer time.
-* offline (Video-MME, MVBench, EgoSchema, MLVU, LongVideoBench, LVBench): the whole video (or
-  the MVBench window) is encoded, then every question is asked.
-
-Protocol variants (`protocol=`, recorded in the summary): "official" (the default: what
-published numbers used) and "strict" (only frames before the question, one continuing stream).
-They differ where the benchmark says its official pipeline does: `inclusive_ceil` (OVO-Bench: a
-question at t is answered from the frames up to and including ceil(t); the stream still continues)
-and `context_s` (StreamingBench: each question on a fresh session over [t - 60 s, t); a proactive
-question on a fresh session fed from the question time on, polled there).
-
-Prompts come from `registry.build_prompt` and are sent verbatim (options included in the text,
-none passed to the session). Replies are scored by `parsing.score_reply` (official and strict),
-open-ended replies by a `judge.Judge` when one is configured. Results go to `results.SampleLog`
-as they are produced; `summary.json` and `report.md` are written at the end.
-
-Resume: videos whose questions all have samples are skipped. A video with some samples is run
-again from its start, because asking a question can change memory (a policy may evict to make
-room for the prompt): replaying keeps the stream identical to an uninterrupted run. Replies to
-questions already recorded are compared with the record, not written again; differences are
-counted in the summary (`resume.replay_mismatches`).
+Resume: a video with some samples is run again from its start, because asking can change memory (a
+policy may evict to make room for the prompt), so the stream stays identical to an uninterrupted run;
+replies already recorded are compared, not rewritten (`resume.replay_mismatches`).
 """
 
 from __future__ import annotations
@@ -54,7 +32,7 @@ from hermes.errors import SourceError, UsageError
 
 from . import registry
 from .benchmark import STREAMING, Benchmark, Prompt
-from .common import first_questions
+from .common import first_questions, missing_videos
 from .judge import Judge, JudgeConfig, build_judge
 from .metrics import questions_of
 from .parsing import score_reply
@@ -65,8 +43,8 @@ from .results import MANIFEST_FILE, SUMMARY_FILE, SampleLog, _read_samples, writ
 from .shards import Shard, parse_shard, select_shard
 from .summary import accuracy, cost_figures, coverage, environment, input_settings
 
-# StreamingBench proactive polling (StreamingBenchProactive.py): first poll one second after the
-# question, then every second, until this long after the ground-truth time.
+# StreamingBench proactive polling (StreamingBenchProactive.py): "is it the right time?" one second after
+# the question, then every second, until this long after the ground-truth time; the first "yes" answers.
 POLL_INTERVAL_S = 1.0
 POLL_AFTER_GT_S = 4.0
 PROTOCOL_VARIANTS = ("official", "strict")
@@ -75,29 +53,17 @@ _INCLUSIVE_S = 1e-6
 
 
 class FutureFrameError(AssertionError):
-    """An answer saw a frame at or after its question's time: the streaming protocol is broken.
-
-    This is a bug in the session or the runner, never a user error, so it is not a HermesError.
-    """
+    """An answer saw a frame at or after its question's time: a bug, never a user error (not a HermesError)."""
 
 
 def sent_text(prompt: Prompt) -> str:
-    """The text sent to the session for a prompt.
-
-    The stream's system prompt is fixed when it starts, so a benchmark's per-question system text
-    (MVBench, MLVU) goes before the user text (the summary notes it). The answer prefix is sent
-    separately (`StreamingSession.ask(answer_prefix=)`): the reply is what follows it.
-    """
+    """The text sent for a prompt: the stream's system prompt is fixed when it starts, so a per-question
+    system text (MVBench, MLVU) goes before the user text (the summary notes it)."""
     return prompt.system + prompt.user if prompt.system else prompt.user
 
 
 class _VideoRun:
-    """Streams one video through a fresh session and records each answer.
-
-    Args:
-        ctx: The run (see `_Run`).
-        record: The video and its questions.
-    """
+    """Streams one video through a fresh session and records each answer."""
 
     def __init__(self, ctx: _Run, record: VideoRecord) -> None:
         self.ctx = ctx
@@ -106,7 +72,7 @@ class _VideoRun:
         self.frames_seen = 0
 
     def run(self) -> None:
-        """Encode the video and answer its questions (writing samples as they come).
+        """Encode the video and answer its questions.
 
         Raises:
             SourceError: The video cannot be read (open or mid-stream).
@@ -125,7 +91,6 @@ class _VideoRun:
 
     @contextlib.contextmanager
     def _open(self, start_s: float):
-        """A fresh session over the video's frames from `start_s` on (closed on exit)."""
         from hermes.pipelines.session import StreamingSession
 
         cfg = self.ctx.cfg
@@ -140,8 +105,8 @@ class _VideoRun:
                 self.session.close()
 
     def _windowed(self) -> None:
-        """StreamingBench official: each question on a fresh session over [t - context_s, t);
-        proactive ones from their question time on; untimed ones over the whole video."""
+        """StreamingBench official: each question on a fresh session over [t - context_s, t); proactive ones
+        from their time on; untimed ones over the whole video."""
         questions = self.record.questions
         for i, q in enumerate(questions):
             if q.t_s is None:
@@ -161,7 +126,6 @@ class _VideoRun:
         return dataclasses.replace(prompt, query=questions[index].question)  # rekv retrieves with the bare question
 
     def _ask(self, prompt: Prompt, at_s: float | None):
-        """Ask through the session and check the no-future-frames rule (of the protocol variant)."""
         if at_s is not None and self.ctx.inclusive_ceil:
             at_s = math.ceil(at_s) + _INCLUSIVE_S  # OVO-Bench official: the clip [0, ceil(t)]
         answer = self.session.ask(sent_text(prompt), at=at_s, answer_prefix=prompt.answer_prefix or "",
@@ -176,7 +140,6 @@ class _VideoRun:
         return answer
 
     def _streaming(self) -> None:
-        """Questions (and proactive polls) in time order; untimed questions at the end."""
         questions = self.record.questions
         order = itertools.count()  # ties keep file order
         events: list[tuple[float, int, int, int]] = []  # (at_s, order, question index, poll number)
@@ -205,7 +168,7 @@ class _VideoRun:
                 self._finish(i, self._ask(self._prompt(i), None))
 
     def _poll_once(self, i: int, q: BenchmarkQuestion, at_s: float, poll: int, history: list[dict]) -> float | None:
-        """One proactive poll ("is it the right time?"); returns the next poll's time, or None when done."""
+        """One proactive poll; the next poll's time, or None when done."""
         check = self._ask(self._prompt(i, stage="poll"), at_s)
         history.append({"at_s": at_s, "reply": check.answer, "frames_seen": check.frames_seen,
                         "last_frame_t_s": check.last_frame_t_s})
@@ -219,7 +182,6 @@ class _VideoRun:
         return None
 
     def _poll(self, i: int, q: BenchmarkQuestion) -> None:
-        """Every poll of one proactive question on the current session."""
         history: list[dict] = []
         at_s, poll = q.t_s + POLL_INTERVAL_S, 1
         while at_s is not None:
@@ -227,7 +189,7 @@ class _VideoRun:
             poll += 1
 
     def _finish(self, index: int, answer, answered_at_s: float | None = None, polls: list | None = None) -> None:
-        """Score and record the answer to question `index` (or compare it, for one recorded before)."""
+        """Score and record the answer to question `index` (or compare it with the recorded one)."""
         q = self.record.questions[index]
         proactive = q.kind == KIND_PROACTIVE
         reply = None if proactive and answered_at_s is None else answer.answer
@@ -258,7 +220,6 @@ class _VideoRun:
 
 
 class _Run:
-    """State shared by the videos of one run."""
 
     def __init__(self, name: str, spec: Benchmark, cfg: HermesConfig, model, judge: Judge | None, log: SampleLog,
                  bar, variant: str = "official", parser_variant: str | None = None) -> None:
@@ -272,7 +233,6 @@ class _Run:
         self.windowed = self.context_s is not None
 
     def judge_sample(self, q: BenchmarkQuestion, sample: dict) -> None:
-        """Add the judge's verdict to an open-ended sample (when a judge is configured)."""
         if self.judge is None or q.kind != KIND_OPEN or q.answer is None:
             return
         result = self.judge.judge(q.question, q.answer, sample["reply"])
@@ -291,10 +251,7 @@ def _slug(text: str) -> str:
 
 
 def default_output_dir(benchmark: str, cfg: HermesConfig) -> Path:
-    """`hermes-eval/<benchmark>-<model>-<memory policy>` in the working directory.
-
-    Deterministic, so `--resume` finds the same folder without repeating `--output`.
-    """
+    """`hermes-eval/<benchmark>-<model>-<memory policy>`: deterministic, so `--resume` finds it again."""
     return Path("hermes-eval") / f"{registry.canonical_name(benchmark)}-{_slug(cfg.model.name)}-{cfg.memory.policy}"
 
 
@@ -307,27 +264,16 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
     """Evaluate one benchmark end to end and write its results.
 
     Args:
-        benchmark: Benchmark name (any spelling `registry.canonical_name` accepts).
-        data_root: The benchmark's folder (annotations and videos).
-        cfg: The resolved configuration (model, memory, stream); recorded in the results.
-        limit: Evaluate at most this many videos (streams; questions for MVBench).
-        limit_questions: Then at most this many questions, the first in file order (as lmms-eval's
-            `--limit` counts).
-        tasks: Task or group names to keep (see each loader).
-        output_dir: Results folder (see results.py for its layout).
-        resume: Continue the run recorded in `output_dir`.
-        strict_videos: Fail on the first video that is missing or unreadable instead of
-            counting its questions as missing.
-        progress: Show a progress bar over questions (only when stderr is a terminal).
-        model: A loaded adapter to use instead of loading `cfg.model` (tests, notebooks).
-        judge: A judge, or the config of one, for open-ended questions; None leaves them
-            unscored (replies are still recorded; rerun with `resume` and a judge to score).
-        protocol: "official" (what published numbers used; see the module docstring) or
-            "strict" (only frames before the question).
-        parser_variant: An older official parser where one exists (the benchmark's `parser_variants`).
-        shard: Run only this shard's videos (`--shard i/n`); merge shards with `eval merge`.
-        answer_missing: Off: answer nothing, only summarise the samples already in
-            `output_dir` (what `eval merge` does; unanswered questions count as missing).
+        limit: At most this many videos (streams; questions for MVBench).
+        limit_questions: Then at most this many questions, the first in file order (lmms-eval's `--limit`).
+        strict_videos: Fail on the first missing or unreadable video instead of counting its questions missing.
+        progress: A progress bar over questions (only when stderr is a terminal).
+        model: A loaded adapter instead of loading `cfg.model` (tests, notebooks).
+        judge: A judge or its config, for open-ended questions; None records them unscored.
+        protocol: "official" or "strict" (see the module docstring).
+        parser_variant: An older official parser (the benchmark's `parser_variants`).
+        shard: Run only this shard's videos; `eval merge` joins them.
+        answer_missing: Off: answer nothing, only summarise the samples in `output_dir` (`eval merge`).
 
     Returns:
         The summary dict also written to `summary.json`.
@@ -350,7 +296,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
     loaded = spec.loader(data_root, tasks=tasks, limit=limit)
     issues = getattr(loaded, "issues", None)
     records = select_shard(first_questions(list(loaded), limit_questions), shard)
-    missing = [r.video_id for r in records if not r.available]
+    missing = missing_videos(records)
     if strict_videos and missing:
         raise SourceError(f"{name}: video {missing[0]} is not under {data_root} ({len(missing)} of {len(records)} "
                           "selected videos missing); download it or drop --strict-videos")
@@ -403,7 +349,6 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
 
 
 def _rejudge(ctx: _Run, records: Sequence[VideoRecord]) -> None:
-    """On resume with a judge: score recorded open-ended replies that no judge has seen."""
     if ctx.judge is None:
         return
     for q in questions_of(records):
@@ -416,7 +361,6 @@ def _rejudge(ctx: _Run, records: Sequence[VideoRecord]) -> None:
 
 def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall_s: float, issues=None,
              tasks=None, shard: Shard | None = None) -> dict:
-    """Everything summary.json holds."""
     questions = questions_of(records)
     selected = {q.qid for q in questions}
     samples = [s for s in ctx.log.samples.values() if s["qid"] in selected]
@@ -454,16 +398,8 @@ def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall
 
 
 def merge_shards(parts: Sequence[str], output: str, data_root: str) -> dict:
-    """Merge the results folders of the shards of one run into `output`.
-
-    The parts' samples are copied into `output` under the run's manifest (without a shard),
-    then the summary is computed over every selected question by the same code as a single
-    run (`run_eval` with nothing left to answer: no model is loaded).
-
-    Args:
-        parts: The shards' results folders (each with run.json and samples.jsonl).
-        output: The merged results folder (created; must not hold results yet).
-        data_root: The benchmark's folder, to read the questions (the denominator).
+    """Merge the shards' results folders `parts` of one run into `output`, summarised by the same code as a
+    single run (`run_eval` with nothing left to answer: no model loads) over the questions in `data_root`.
 
     Returns:
         The merged summary.

@@ -1,13 +1,5 @@
-"""Splitting one benchmark run over several processes, GPUs or machines, and merging the parts.
-
-`--shard i/n` (1-based) keeps every n-th video (stream) starting at the i-th, in the loader's
-order, so the shards of a run are disjoint, cover every video, and balance long and short
-videos about evenly. Each shard writes its own results folder; `runner.merge_shards` reads their
-`samples.jsonl` files, checks that they are shards of one run (same benchmark, config,
-protocol; shard numbers 1..n each present once), and writes one folder whose `summary.json`
-and `report.md` are computed over all questions exactly as a single run would compute them.
-Under `torchrun`, `shard_from_env` takes i/n from RANK / WORLD_SIZE.
-"""
+"""`--shard i/n`: every n-th video from the i-th in the loader's order, so shards are disjoint, cover every
+video and balance long and short ones; `runner.merge_shards` joins them."""
 
 from __future__ import annotations
 
@@ -33,7 +25,7 @@ class Shard:
 
 
 def parse_shard(text: str) -> Shard:
-    """Read "i/n" (1 <= i <= n), or "auto" for torchrun's RANK / WORLD_SIZE.
+    """The shard "i/n" (1 <= i <= n) names, or "auto": torchrun's RANK / WORLD_SIZE.
 
     Raises:
         UsageError: For anything else.

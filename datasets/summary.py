@@ -1,12 +1,5 @@
-"""What `summary.json` says about a run: accuracy, coverage, cost, and how to reproduce it.
-
-Accuracy comes from `metrics.summarize`, once with the official parsers' verdicts and once with
-the strict parser's, over every selected question: a question without a sample (missing video,
-unreadable video, interrupted run) stays in the denominator and counts as wrong, and coverage
-says how many there were. Cost figures (TTFT, latency, device memory, frames seen) are
-percentiles over the samples. The resolved config, package versions and git commit make the
-numbers traceable.
-"""
+"""What `summary.json` says about a run: accuracy under both parsers, coverage, cost percentiles, and the
+versions and git commit that make the numbers traceable."""
 
 from __future__ import annotations
 
@@ -23,14 +16,7 @@ PERCENTILES = (50, 90, 99)
 
 
 def percentiles(values: Sequence[float]) -> dict | None:
-    """p50/p90/p99, mean, max and count of `values`; None when there are none.
-
-    Args:
-        values: Numbers (None entries are skipped).
-
-    Returns:
-        {"p50", "p90", "p99", "mean", "max", "n"} or None.
-    """
+    """{"p50", "p90", "p99", "mean", "max", "n"} of `values` (None entries skipped); None when there are none."""
     present = np.asarray([v for v in values if v is not None], dtype=np.float64)
     if present.size == 0:
         return None
@@ -41,12 +27,8 @@ def percentiles(values: Sequence[float]) -> dict | None:
 
 
 def cost_figures(samples: Sequence[Mapping]) -> dict:
-    """Latency, memory and frame counts over the samples.
-
-    Returns:
-        {"ttft_ms", "latency_ms", "hbm_bytes", "hbm_tokens", "dram_bytes", "disk_bytes",
-        "frames_seen"}, each a `percentiles` dict (or None without samples).
-    """
+    """{"ttft_ms", "latency_ms", "hbm_bytes", "hbm_tokens", "dram_bytes", "disk_bytes", "frames_seen"},
+    each the `percentiles` of the samples."""
     def memory(key: str) -> list:
         return [(s.get("memory") or {}).get(key) for s in samples]
 
@@ -62,12 +44,8 @@ def cost_figures(samples: Sequence[Mapping]) -> dict:
 
 
 def accuracy(metric: str, questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping]) -> dict:
-    """The benchmark's aggregation under both parsers.
-
-    Returns:
-        {"official": summarize(...), "strict": summarize(...)}; for the judge metric both read
-        the judge verdicts, so only "official" is given.
-    """
+    """{"official": summarize(...), "strict": summarize(...)}; the judge metric only "official" (both would
+    read the judge's verdicts)."""
     out = {"official": summarize(metric, questions, results, key="official")}
     if metric != "judge":
         out["strict"] = summarize(metric, questions, results, key="strict")
@@ -88,11 +66,7 @@ def versions() -> dict:
 
 
 def git_state() -> dict | None:
-    """The commit of the hermes source tree and whether it has uncommitted changes.
-
-    Returns:
-        {"commit", "dirty"}, or None when hermes is not running from a git checkout.
-    """
+    """{"commit", "dirty"} of the hermes source tree, or None outside a git checkout."""
     import hermes
 
     folder = Path(hermes.__file__).resolve().parent
@@ -107,16 +81,10 @@ def git_state() -> dict | None:
 
 
 def coverage(questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping], videos: Mapping) -> dict:
-    """Question- and video-level coverage.
+    """Counts of expected, answered and missing questions and videos, with the missing and unreadable ids.
 
     Args:
-        questions: Every selected question.
-        results: Samples by qid.
         videos: {"expected": n, "missing": [ids], "unreadable": [{"video_id", "error"}]}.
-
-    Returns:
-        Counts of expected/answered/missing questions and videos, with the ids of videos that
-        were not on disk or could not be read.
     """
     answered = sum(1 for q in questions if q.qid in results)
     return {
@@ -133,16 +101,13 @@ def coverage(questions: Sequence[BenchmarkQuestion], results: Mapping[str, Mappi
 
 
 def environment() -> dict:
-    """Versions and git state, for reproducing a run.
-
-    The command line is not recorded: it can hold a judge URL with credentials.
-    """
+    """Versions and git state (not the command line: it can hold a judge URL with credentials)."""
     return {"versions": versions(), "git": git_state()}
 
 
 def input_settings(cfg, model, judge, tasks, variant: str, shard) -> dict:
-    """What every reported number was measured with (input resolution alone moves
-    StreamingBench by about 4 points in peers' reports), for summary.json and report.md.
+    """What every reported number was measured with (input resolution alone moves StreamingBench by about 4
+    points in peers' reports).
 
     Returns:
         {"fps", "pixels_per_frame", "frame_size", "tokens_per_frame", "judge", "subset",

@@ -1,21 +1,8 @@
-"""A seeded synthetic streaming benchmark in the OVO-Bench format, and training clips from the same world.
-
-The world and the question families (real-time ATR, episodic EPM, ordering ASI, counting REC: OVO-Bench's
-task codes, so its loader, prompts and scorer apply unchanged) are described in README.md, "The micro
-model and the synthetic benchmark". Time is in whole seconds: frame `i` is the picture at `t = i` s,
-written at 1 fps. A question at `t_s` is about the frames with index `< t_s` (what a streaming session
-has encoded when it is asked); an object counts as seen once one of its frames is among them.
-
-`write_benchmark` renders the videos (mp4) and `ovo_bench_new.json`, for
-`hermes-video eval ovo-bench --data-root DIR --model micro-llava-onevision` (another model: add
-`--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays
-with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything
-is a pure function of the seed.
-
-`write_suite_set` writes one set of the suite (`SUITE_S`: 20, 180, 600 and 1,800 s streams, seed
-`SUITE_SEED` unless given): the same families at every length, with the episodic questions balanced
-over depth (`plan_suite_questions`: the first object, and "just before X" with X at 10 ... 90 % of the
-question time), each tagged with its depth, for `scripts/eval_micro.py --sweep`.
+"""A seeded synthetic streaming benchmark in the OVO-Bench format (its task codes, so its loader, prompts and
+scorer apply), and training clips from the same world (README.md, "The micro model and the synthetic
+benchmark"). Frame `i` is the picture at `t = i` s (1 fps); a question at `t_s` is about frames `< t_s`.
+Everything is a pure function of the seed. `write_suite_set` writes one set of the depth-balanced suite
+for `scripts/eval_micro.py --sweep`.
 """
 
 from __future__ import annotations
@@ -79,14 +66,14 @@ class Timeline:
     rare_colour: str | None = None  # the colour `make_timeline` gave a planned count, if any
 
     def on_screen(self, frame_index: int) -> Appearance | None:
-        """The object in frame `frame_index`, or None for an empty frame."""
+        """The object in frame `frame_index`, or None."""
         for app in self.appearances:
             if app.start_s <= frame_index < app.end_s:
                 return app
         return None
 
     def frames_before(self, t_s: float) -> list[int]:
-        """Indices of the frames a question at `t_s` may use: those strictly before it."""
+        """The frames a question at `t_s` may use: those strictly before it."""
         return list(range(min(self.duration_s, int(np.ceil(t_s)))))
 
 
@@ -95,20 +82,13 @@ def make_timeline(rng: np.random.Generator, duration_s: int, *, lead_in_s: tuple
                   rare_colour: str | None = None, rare_count: int = 0) -> Timeline:
     """Draw a stream: objects of random colour and shape, one at a time, with empty gaps.
 
-    Consecutive objects never share a colour, so every appearance is a separate event. A rare
-    colour (for counting questions) is kept out of the draw and then given to exactly `rare_count`
-    appearances, none of them neighbours.
+    Consecutive objects never share a colour, so every appearance is a separate event; `rare_colour`
+    (for counting) is given to `rare_count` appearances (fewer in a short stream), no two neighbours.
 
     Args:
-        rng: the random generator (the only source of randomness).
-        duration_s: stream length in seconds (= frames at 1 fps).
+        rng: the only source of randomness.
         lead_in_s, visible_s, gap_s: inclusive ranges, in seconds, of the empty start, of each
-            appearance and of the empty gaps between them.
-        rare_colour: a colour to appear exactly `rare_count` times, or None.
-        rare_count: how many appearances get `rare_colour` (fewer if the stream is too short).
-
-    Returns:
-        The `Timeline`.
+            appearance and of the gaps between them.
     """
     palette = [c for c in COLOURS if c != rare_colour]
     apps: list[Appearance] = []
@@ -131,15 +111,8 @@ def make_timeline(rng: np.random.Generator, duration_s: int, *, lead_in_s: tuple
     return Timeline(duration_s, apps, rare_colour if rare_count > 0 else None)
 
 
-# ---- pixels ------------------------------------------------------------------------------------------
-
-
 def render_frame(timeline: Timeline, frame_index: int, size_px: int = FRAME_SIZE_PX) -> np.ndarray:
-    """The picture at `t = frame_index` s: background plus the object on screen, if any.
-
-    Returns:
-        (size_px, size_px, 3) uint8 RGB.
-    """
+    """The picture at `t = frame_index` s, (size_px, size_px, 3) uint8 RGB."""
     frame = np.empty((size_px, size_px, 3), dtype=np.uint8)
     frame[:] = BACKGROUND_RGB
     app = timeline.on_screen(frame_index)
@@ -166,25 +139,18 @@ def render_frames(timeline: Timeline, num_frames: int | None = None, size_px: in
     return np.stack([render_frame(timeline, i, size_px) for i in range(n)])
 
 
-# ---- questions ---------------------------------------------------------------------------------------
-
-
 @dataclass
 class SynthQuestion:
     """One question about a stream at `t_s`.
 
     Attributes:
-        kind: realtime_colour, episodic_first, episodic_before, ordering, counting.
-        question: the question text (for counting: the OVO-Bench REC question built from `activity`).
-        options: option texts (empty for counting).
+        kind: a key of `TASK_OF`.
         gt: index of the right option (None for counting).
         answer: the right option's text, or the count as a string.
-        t_s: when it is asked.
         activity: counting only: the REC activity ("show a red object").
-        depth: episodic questions of a suite (`plan_suite_questions`): "first", or the nominal depth
-            of the object named, in % of the question time ("10" ... "90"); "" otherwise.
-        subject_s: with `depth`: `start_s` of the object the question names (the first object for
-            "first", X for "just before X").
+        depth: suite episodic questions: "first", or the depth of the object named in % of the question
+            time ("10" ... "90"); "" otherwise.
+        subject_s: with `depth`: `start_s` of the object the question names.
     """
 
     kind: str
@@ -207,12 +173,8 @@ class SynthQuestion:
 
 
 def _choice_question(kind: str, text: str, right: str, pool: tuple[str, ...], t_s: float) -> SynthQuestion:
-    """A multiple-choice question over the whole of `pool` (every colour), in its fixed order.
-
-    Fixed options make the letter name the answer (A is always red): the micro model then answers
-    from what it remembers without first having to learn to read shuffled options, a skill a
-    4-layer model picks up too slowly for a CPU training budget, and one that says nothing about memory.
-    """
+    """A multiple-choice question over the whole of `pool` in its fixed order: the letter names the answer, so
+    the micro model need not learn to read shuffled options (too slow for a CPU budget; not memory)."""
     return SynthQuestion(kind, text, list(pool), pool.index(right), right, t_s)
 
 
@@ -221,23 +183,15 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
                   subject_s: int | None = None) -> SynthQuestion | None:
     """A question of `kind` about the frames `visible`, asked at `t_s`; None when they cannot support one.
 
-    For a benchmark, `visible` is every frame before `t_s`. For training it may be a subset (what a
-    memory policy kept): answers are then about what those frames show, so the model learns to
-    answer from memory as hermes hands it over.
+    For training `visible` may be a subset (what a memory policy kept), so the model learns to answer
+    from memory as hermes hands it over.
 
     Args:
-        rng: the random generator (option order, distractors, which object is asked about).
-        timeline: the stream.
         visible: sorted frame indices the answer may use; the last one is "now".
-        kind: one of `TASK_OF`'s keys.
-        t_s: question time in seconds (recorded in the question).
         colour: counting only: the colour to count (default: a random colour seen).
         older_than_s: episodic_before only: the object asked about ended at least this long before `t_s`.
         subject_s: episodic_before only: name the object that starts at this second (None: a random
-            one); None is returned when its name is not unique among the objects seen.
-
-    Returns:
-        The question, or None (e.g. nothing on screen for a real-time question).
+            one; a name not unique among those seen gives None).
 
     Raises:
         ValueError: an unknown kind.
@@ -288,19 +242,12 @@ def random_timeline(rng: np.random.Generator, duration_s: int, rare_count: int |
     return make_timeline(rng, duration_s, rare_colour=rare, rare_count=count, **kwargs)
 
 
-# ---- the benchmark on disk ---------------------------------------------------------------------------
-
-
 def plan_questions(rng: np.random.Generator, timeline: Timeline, per_family: int) -> list[SynthQuestion]:
-    """The questions of one benchmark stream: `per_family` of each family, at times that test memory.
+    """`per_family` questions of each family for one stream, sorted by time, at times that test memory.
 
-    Real-time questions fall anywhere an object has been on screen for two frames; episodic and
-    ordering questions in the second half of the stream, about what happened long before; counting
-    probes count the stream's rare colour (the one seen 1-4 times), each probe's answer drawn evenly
-    from the counts the stream reaches (so always answering "1" is no strategy).
-
-    Returns:
-        The questions, sorted by time.
+    Real-time ones where an object has been on screen two frames; episodic and ordering ones in the
+    second half, about long before; counting probes count the rare colour, each answer drawn evenly from
+    the counts the stream reaches (so always answering "1" is no strategy).
     """
     d = timeline.duration_s
     questions: list[SynthQuestion] = []
@@ -332,12 +279,8 @@ def plan_questions(rng: np.random.Generator, timeline: Timeline, per_family: int
 
 
 def ovo_entries(video: str, questions: list[SynthQuestion]) -> list[dict]:
-    """OVO-Bench annotation entries for one video (what `hermes.datasets.benchmarks.ovo_bench.load` reads).
-
-    Multiple-choice questions become one entry each (`gt` indexes `options`); counting questions on
-    the same activity become one REC entry whose `test_info` probes carry each time and count. Ids
-    carry the family (`<video>-<family>-<n>`) so per-family accuracy can be read back from results.
-    """
+    """OVO-Bench annotation entries for one video: counting questions on one activity share a REC entry;
+    ids carry the family (`<video>-<family>-<n>`), so results give per-family accuracy."""
     stem = Path(video).stem
     entries: list[dict] = []
     rec: dict[str, dict] = {}
@@ -359,21 +302,12 @@ def ovo_entries(video: str, questions: list[SynthQuestion]) -> list[dict]:
 
 def write_benchmark(root: str | Path, *, seed: int = 0, num_videos: int = 8, duration_s: int = 180,
                     per_family: int = 2, size_px: int = FRAME_SIZE_PX) -> Path:
-    """Write a synthetic OVO-Bench: `src_videos/synth_NNN.mp4`, `ovo_bench_new.json` and `synthetic_bench.json`.
-
-    `hermes-video eval ovo-bench --data-root ROOT --model micro-llava-onevision` runs on it. The meta file
-    records the generator's arguments and every timeline, so answers can be checked from it.
+    """Write a synthetic OVO-Bench into `root`: `src_videos/synth_NNN.mp4`, `ovo_bench_new.json` and
+    `synthetic_bench.json` (the arguments and every timeline, so answers can be checked); returns `root`.
 
     Args:
-        root: output folder (created).
-        seed: the benchmark seed; video `v` draws from `numpy.random.default_rng([seed, v])`.
-        num_videos: streams to write.
-        duration_s: length of each stream in seconds (frames at 1 fps).
-        per_family: questions of each family per stream.
+        seed: video `v` draws from `numpy.random.default_rng([seed, v])`.
         size_px: frame side in pixels (mp4v wants it even; 64 is a whole number of macroblocks).
-
-    Returns:
-        The root folder.
     """
     def stream(v: int) -> tuple[str, Timeline, list[SynthQuestion]]:
         rng = np.random.default_rng([seed, v])
@@ -385,8 +319,6 @@ def write_benchmark(root: str | Path, *, seed: int = 0, num_videos: int = 8, dur
 
 
 def _write_set(root: str | Path, streams, size_px: int, info: dict) -> Path:
-    """Write (video name, timeline, questions) streams as an OVO-Bench folder with the meta file (`info` and
-    every timeline)."""
     root = Path(root)
     (root / "src_videos").mkdir(parents=True, exist_ok=True)
     entries, meta = [], {}
@@ -400,8 +332,6 @@ def _write_set(root: str | Path, streams, size_px: int, info: dict) -> Path:
     return root
 
 
-# ---- the benchmark suite: every length, episodic questions balanced over depth ---------------------
-
 SUITE_S = {"short": 20, "long": 180, "long600": 600, "long1800": 1800}  # set name -> stream length (s)
 SUITE_SEED = 2000  # the shipped suite's seed (training draws from seed 0-2 and `[seed, 1]`, never from it)
 DEPTHS_PCT = (10, 20, 30, 40, 50, 60, 70, 80, 90)  # "just before X" with X at this % of the question time
@@ -409,16 +339,11 @@ ASK_LATE = 0.9  # suite episodic questions are asked in the last tenth of the st
 
 
 def _depth_subjects(rng: np.random.Generator, timeline: Timeline, times_s: list[float]) -> tuple[Timeline, list[int]]:
-    """For each depth of `DEPTHS_PCT` (asked at the matching time), the object X to name, made nameable.
+    """(timeline, start_s of each depth's X): for each depth, the object X to name at the matching time.
 
-    X is the object (not the first one, gone by the question time) whose start is nearest to
-    depth x time. "Just before the red triangle" needs a name seen once, and a long stream repeats
-    every one of the 18 names, so every other object of X's name gets another shape (its colour, so
-    counts and colour answers, stays). At most two subjects share a colour, so that a free shape is
-    always left for the others; a short stream may name one object at several depths.
-
-    Returns:
-        (the timeline with shapes changed, start_s of each depth's X).
+    X (not the first object, gone by then) starts nearest depth x time. Its name must be seen once, so
+    every other object of that name gets another shape (the colour, so counts and answers, stays); at most
+    two subjects share a colour, so a free shape is always left.
     """
     apps = list(timeline.appearances)
     subjects: list[int] = []  # indices into apps
@@ -442,14 +367,8 @@ def _depth_subjects(rng: np.random.Generator, timeline: Timeline, times_s: list[
 
 def plan_suite_questions(rng: np.random.Generator, timeline: Timeline,
                          per_family: int) -> tuple[Timeline, list[SynthQuestion]]:
-    """The questions of one suite stream: episodic ones balanced over depth, the rest as `plan_questions`.
-
-    Episodic: one "what colour was the first object?" and one "just before X" per depth of
-    `DEPTHS_PCT`, each asked in the stream's last tenth and tagged with its depth. Real-time,
-    ordering and counting: `per_family` each, as `plan_questions` draws them.
-
-    Returns:
-        (the timeline, some shapes changed so every X is named once; questions sorted by time).
+    """(timeline with shapes changed, questions by time) of one suite stream: a "first object" question and a
+    "just before X" per depth of `DEPTHS_PCT`, asked in the last tenth; the other families as `plan_questions`.
 
     Raises:
         ValueError: the stream is too short to name an object at every depth.
@@ -468,23 +387,13 @@ def plan_suite_questions(rng: np.random.Generator, timeline: Timeline,
 
 def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_videos: int = 8,
                     per_family: int = 4, size_px: int = FRAME_SIZE_PX) -> Path:
-    """Write one set of the suite (`SUITE_S[name]`-second streams) as an OVO-Bench folder, like `write_benchmark`.
+    """Write set `name` of the suite (`SUITE_S[name]`-second streams) as `write_benchmark` does; returns `root`.
 
-    Video `v` of set `name` draws from `default_rng([seed, index of name in SUITE_S, v])`, so the sets
-    of one seed are apart, and a set's streams do not depend on how many are written. The meta file
-    records every timeline (after `plan_suite_questions`' renames), so answers can be checked from it.
+    Video `v` draws from `default_rng([seed, index of name in SUITE_S, v])`: the sets of one seed are
+    apart, and a set's streams do not depend on how many are written.
 
     Args:
-        root: output folder (created).
-        name: a key of `SUITE_S`.
-        seed: the suite seed (`SUITE_SEED` for the shipped suite).
-        num_videos: streams to write.
-        per_family: real-time, ordering and counting questions per stream (episodic: 10, see
-            `plan_suite_questions`).
-        size_px: frame side in pixels.
-
-    Returns:
-        The root folder.
+        per_family: real-time, ordering and counting questions per stream (episodic: 10).
 
     Raises:
         ValueError: an unknown set name.
@@ -503,11 +412,7 @@ def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_
 
 
 def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tuple[Path, list[SynthQuestion]]:
-    """One stream for `hermes-video demo`: `folder/demo.mp4` and a question of each family, with answers.
-
-    Returns:
-        (video path, questions sorted by time; `answer` holds the right option or count).
-    """
+    """(`folder/demo.mp4`, a question of each family by time) for `hermes-video demo`."""
     rng = np.random.default_rng([seed, 10**6])  # apart from any benchmark video's stream
     timeline = random_timeline(rng, duration_s)
     path = Path(folder) / "demo.mp4"

@@ -1,4 +1,1 @@
-"""One module per benchmark, each exporting `BENCHMARKS` (and optionally `ALIASES`): see `hermes.datasets.benchmark`.
-
-The registry imports every module here; a new benchmark is a new module (README, "Adding a benchmark").
-"""
+"""One module per benchmark, each exporting `BENCHMARKS` and optionally `ALIASES` (docs/ADDING_A_BENCHMARK.md)."""

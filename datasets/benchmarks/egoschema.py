@@ -1,17 +1,9 @@
 """EgoSchema (offline): 3-minute egocentric clips, five options per question.
 
-Source format: egoschema/EgoSchema release files:
-
-* `questions.json`: a JSON array of `{"q_uid", "google_drive_id", "question", "option 0",
-  ..., "option 4"}` (some re-distributions key the same objects by `q_uid` instead; both are
-  read).
-* `subset_answers.json`: `{q_uid: <0-based index>}` for the 500-question public subset. The
-  answers to the other ~4,500 questions are withheld (scored only by the official server), so
-  those questions load with `answer=None` and metrics count them as unlabelled, not wrong.
-* Videos: `videos/<q_uid>.mp4` (lmms-eval also accepts `.MP4`).
-
-`tasks` selects "subset" (only questions with a public answer; the default when
-`subset_answers.json` is present) or "full" (all questions, for a submission file).
+Source format: egoschema/EgoSchema `questions.json` (an array, or an object keyed by `q_uid`, of
+`{"q_uid", "question", "option 0" ... "option 4"}`), `subset_answers.json` (`{q_uid: index}` for the
+500-question public subset; the others' answers are withheld, so they load unlabelled) and
+`videos/<q_uid>.mp4`. `tasks`: "subset" (the default when the answers are present) or "full".
 
 Prompt: lmms-eval tasks/egoschema/utils.py egoschema_doc_to_text (options "A. ..." one per line,
 then the letter instruction). Parser: lmms-eval egoschema_process_results_generation, since late
@@ -69,7 +61,6 @@ load = common.make_loader("egoschema", _read, select=False)  # `tasks` is the se
 
 
 def _question(entry: dict, uid: str, answer, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
-    """One EgoSchema question; `answer` is the public index or None."""
     options = common.clean_options([common.require(entry, f"option {i}", where) for i in range(NUM_OPTIONS)],
                                    where, issues)
     if answer is not None and not is_option_index(answer, NUM_OPTIONS):

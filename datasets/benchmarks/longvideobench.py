@@ -1,15 +1,9 @@
 """LongVideoBench (offline): referring-reasoning questions over videos up to an hour.
 
-Source format: longvideobench/LongVideoBench `lvb_val.json` (the Hugging Face dataset
-`longvideobench/LongVideoBench`; read the same way by lmms-eval `tasks/longvideobench`). A
-JSON array of questions with `id`, `video_id`, `video_path` (file name under `videos/`),
-`question`, `candidates` (3 to 5 of them: the option count is not fixed), `correct_choice`
-(0-based index), `duration` (seconds), `duration_group` (15 / 60 / 600 / 3600),
-`question_category` (e.g. "S2E", "T3O"), plus subtitle fields kept in `raw`. The test split
-(`lvb_test_wo_gt.json`) has no `correct_choice`; it loads with `answer=None`.
-
-Questions on the same video form one record; `task` is the question category and the
-duration group is a group label ("600"), so `tasks=["3600"]` selects the hour-long videos.
+Source format: the Hugging Face dataset `longvideobench/LongVideoBench` `lvb_val.json`, an array of
+`{"id", "video_id", "video_path", "question", "candidates" (3 to 5), "correct_choice" (0-based),
+"duration", "duration_group", "question_category"}`; the test split has no `correct_choice` (unlabelled).
+`task` is the question category, the duration group a group label (`tasks=["3600"]`: hour-long videos).
 
 Prompt: lmms-eval tasks/longvideobench/utils.py longvideobench_doc_to_text with
 longvideobench_val_v.yaml post_prompt. Parser: its parse_multi_choice_response. Metric: per
@@ -60,7 +54,6 @@ load = common.make_loader("longvideobench", _read, known=DURATION_GROUPS)
 
 
 def _question(item: dict, where: str) -> BenchmarkQuestion:
-    """One LongVideoBench question in unified form."""
     options = normalize_options(common.require(item, "candidates", where))
     if not options:
         raise UsageError(f"longvideobench: expected candidates in {where}, found none")
@@ -84,7 +77,6 @@ class LongVideoBench(Benchmark):
     """LongVideoBench's prompt, parser and per-duration-group accuracy."""
 
     def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
-        """The question, "A. ..." lines, then the letter instruction and its newline."""
         return Prompt(question.question + "\n" + "\n".join(letter_options(question.options)) + "\n"
                       + LETTER_DIRECTLY + "\n")
 

@@ -1,26 +1,11 @@
 """LVBench (offline): extreme-long videos (about an hour and more) from YouTube.
 
-Source format: THUDM/LVBench `data/video_info.meta.jsonl` (Hugging Face `THUDM/LVBench`),
-scored by `lvbench/metrics/compute_accuracy.py`. One JSON object per line and video:
-
-    {"key": "<YouTube id>", "type": "cartoon", "video_info": {"duration_minutes": ...},
-     "qa": [{"uid": "55",
-             "question": "What year appears ...?\\n(A) 1636\\n(B) 1366\\n(C) 1363\\n(D) 1633",
-             "answer": "D",
-             "question_type": ["key information retrieval"],
-             "time_reference": "00:15-00:19"}]}
-
-Odd cases: the options are inline in the question text, one "(A) ..." line each (split off
-here); `question_type` is a list, and the official scorer counts a question toward *every*
-type it lists, so all of them are group labels (`meta["question_types"]`); `time_reference`
-is a "MM:SS-MM:SS" span (parsed to seconds in `meta["time_reference_s"]`). Videos are
-`videos/<key>.mp4` (the official download script's output).
-
-Junk in the real file: some `time_reference` spans end before they start ("116:50-108:00") or
-read "08:17-None". The field is metadata (the official scorer never reads it), so such a
-question is kept with `time_reference_s` None and the value flagged, never fatal. `tasks`:
-question types ("key information retrieval", ...); a question matches when any of its types is
-requested.
+Source format: THUDM/LVBench `data/video_info.meta.jsonl`, scored by `lvbench/metrics/compute_accuracy.py`:
+a line per video, `{"key", "video_info": {"duration_minutes"}, "qa": [{"uid", "question" (options inline,
+one "(A) ..." line each), "answer" (a letter), "question_type" (a list: the scorer counts a question
+toward every type), "time_reference" ("MM:SS-MM:SS")}]}`; videos `videos/<key>.mp4`. A malformed
+`time_reference` ("116:50-108:00", "08:17-None") is metadata the scorer never reads: flagged, kept.
+`tasks`: question types (any of a question's).
 
 The repository publishes no prompt: the question with its inline "(A) ..." options exactly as
 distributed, plus the letter instruction lmms-eval's LongVideoBench uses (not an official LVBench
@@ -46,13 +31,7 @@ _INLINE_OPTION = re.compile(r"^\s*\(([A-Z])\)\s*(.*)$")
 
 
 def split_inline_options(text: str) -> tuple[str, list[str]]:
-    """Split a question that lists its options inline, one per line ("(A) ...\\n(B) ...").
-
-    Args:
-        text: Question text with options on the following lines.
-
-    Returns:
-        (question, options): the lines before the first option, and the option texts.
+    """(question, options) of a text that lists its options inline, one "(A) ..." line each.
 
     Raises:
         UsageError: If no "(A)" line is found or the letters are out of order.
@@ -69,11 +48,9 @@ def split_inline_options(text: str) -> tuple[str, list[str]]:
                 raise UsageError(f"expected option ({LETTERS[len(options)]}) in {text!r}")
             options.append(match.group(2).strip())
         elif line.strip() and options:
-            # A wrapped option: the continuation belongs to the previous option.
+            # a wrapped option's continuation
             options[-1] = f"{options[-1]} {line.strip()}"
     return "\n".join(lines[:first]).strip(), options
-
-
 
 
 def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
@@ -91,14 +68,8 @@ def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
         questions = [issues.guard(f"{where} (key {key}) qa {i} uid {qa.get('uid') if isinstance(qa, dict) else None}",
                                   lambda qa=qa, i=i: _question(qa, key, f"{where} qa {i}", issues))
                      for i, qa in enumerate(qas)]
-        records.append(
-            VideoRecord(
-                video_id=key,
-                video_path=finder.find(f"{key}.mp4"),
-                duration=None if minutes is None else minutes * 60,
-                questions=[q for q in questions if q is not None],
-            )
-        )
+        records.append(VideoRecord(key, finder.find(f"{key}.mp4"), None if minutes is None else minutes * 60,
+                                   [q for q in questions if q is not None]))
     return [r for r in records if r.questions]
 
 
@@ -106,7 +77,6 @@ load = common.make_loader("lvbench", _read)
 
 
 def _question(qa: dict, key: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
-    """One LVBench question, options split out of its text."""
     question, options = split_inline_options(str(common.require(qa, "question", where)))
     gt_index = resolve_gt_index(common.require(qa, "answer", where), options)
     if gt_index is None:

@@ -1,20 +1,11 @@
 """MLVU dev set (offline): long videos, seven multiple-choice and two generation tasks.
 
-Source format: JUNJIE99/MLVU (`videochat2/choice_bench.py`, `open_bench.py`) over the
-Hugging Face dataset `MLVU/MVLU`: one JSON array per task, `json/<n>_<task>.json`, of
-`{"video", "duration", "question", "candidates", "answer", "question_type"}` where `answer`
-is the correct candidate's *text*. Videos live in `video/<n>_<task>/<video>`: the folder is
-the JSON file's stem, and the same file name occurs in several folders (with different
-content), so a video is always looked up in its own task's folder first.
-
-Odd cases handled: a few items list the correct text twice among the candidates; the
-official template (`choice_bench.py` `qa_template`: a loop over the candidates without a
-break) takes the *last* match as gold, and so does this loader, flagging the question
-(`meta["ambiguous_gold"]` and the load summary). The generation tasks (8_sub_scene, 9_summary) have no
-candidates; they load as open-ended questions only when asked for by name, since the
-standard M-Avg score covers the seven multiple-choice tasks. `tasks`: task names ("plotQA",
-"count", ... or "summary") or file stems ("1_plotQA"); None keeps the seven multiple-choice tasks
-present.
+Source format: JUNJIE99/MLVU (`videochat2/choice_bench.py`, `open_bench.py`) over the Hugging Face
+dataset `MLVU/MVLU`: `json/<n>_<task>.json`, arrays of `{"video", "duration", "question", "candidates",
+"answer"}` (`answer` the candidate's text); videos in `video/<n>_<task>/`, looked for there first (one
+file name recurs in several folders with other content). The generation tasks (8_sub_scene, 9_summary)
+load, open-ended, only when named: M-Avg covers the seven multiple-choice tasks. `tasks`: task names or
+file stems; None: the multiple-choice tasks present.
 
 Prompt: choice_bench.py (MVBench's qa_template and "Best Option: (" answer prompt). Parser:
 check_ans. Metric: per task, overall micro, and M-Avg (the mean of the task accuracies).
@@ -87,14 +78,12 @@ load = common.make_loader("mlvu", _read, select=False)
 
 
 def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
-    """One MLVU item; multiple choice when it has candidates, open-ended otherwise."""
     question = str(common.require(item, "question", where))
     answer = common.require(item, "answer", where)
     if task in GENERATION_TASKS or not item.get("candidates"):
         return BenchmarkQuestion(question, [], str(answer), None, None, task, item, qid, {"kind": KIND_OPEN})
     options = common.clean_options(item["candidates"], where, issues)
-    # The official template compares the raw candidate with the answer in a loop without a
-    # break: the last equal candidate is gold.
+    # choice_bench.py's qa_template loops over the candidates without a break: the last equal one is gold
     raw = [str(c) for c in item["candidates"]]
     matches = [i for i, c in enumerate(raw) if c == str(answer)]
     gt_index = matches[-1] if matches and len(raw) == len(options) else resolve_gt_index(answer, options,
@@ -104,7 +93,6 @@ def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIs
         issues.flag(where, "candidates", answer, f"the answer is listed {len(matches)} times; the last is gold, "
                                                  "as the official template takes it")
     if gt_index is None:
-        # Scoring needs a reference: excluded from the denominator, with the reason.
         raise UsageError(f"mlvu: answer {answer!r} is none of the candidates in {where}")
     return BenchmarkQuestion(question=question, options=options,
                              answer=options[gt_index], gt_index=gt_index, t_s=None,

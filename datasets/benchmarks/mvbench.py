@@ -1,16 +1,10 @@
 """MVBench (offline): 20 temporal-understanding tasks, one short clip per question.
 
-Source format: OpenGVLab/Ask-Anything `video_chat2/mvbench.ipynb` (`data_list`) over the
-Hugging Face dataset `OpenGVLab/MVBench`: `json/<task>.json` holds an array of
-`{"video", "question", "candidates", "answer"}` where `answer` is the correct candidate's
-*text*; five tasks also carry `start`/`end` (seconds) bounding the part of the video asked
-about. Videos live in `video/<prefix>/<video>`, the prefix depending on the task
-(`star/Charades_v1_480/`, `clevrer/video_validation/`, ...). Episodic Reasoning ships frames
-instead of a video: `video/tvqa/frames_fps3_hq/<video>/00001.jpg ...`, at 3 frames per second.
-
-Each question becomes its own VideoRecord (the same clip asked with different bounds is a
-different input), with `start_s`/`end_s` set for bounded tasks. `tasks`: task names ("Action
-Sequence") or file stems ("action_sequence"); None keeps every task whose json file is present.
+Source format: OpenGVLab/Ask-Anything `video_chat2/mvbench.ipynb` (`data_list`) over the Hugging Face
+dataset `OpenGVLab/MVBench`: `json/<task>.json`, arrays of `{"video", "question", "candidates", "answer"}`
+(`answer` the candidate's text; bounded tasks add `start`/`end` seconds); videos under
+`video/<task prefix>/`, Episodic Reasoning as 3 fps frame folders. Each question is its own record (one
+clip with other bounds is another input). `tasks`: task names or file stems; None: every task present.
 
 Prompt: video_chat2/mvbench.ipynb (system, qa_template, question_prompt "\\nOnly give the best
 option.", answer_prompt "Best option:("). Scoring: its check_ans.
@@ -54,7 +48,6 @@ TASKS = {
 TASK_FILES = {name: (f"json/{spec[0]}",) for name, spec in TASKS.items()}
 # File stems ("action_sequence") are accepted as task names too.
 TASK_BY_KEY = {spec[0].removesuffix(".json"): name for name, spec in TASKS.items()}
-# The official reader samples frame folders as 3 fps.
 FRAME_FPS = 3.0
 
 SYSTEM = (
@@ -84,7 +77,6 @@ load = common.make_loader("mvbench", _read, select=False)  # `tasks` chooses the
 
 
 def _record(item: dict, task: str, prefix: str, data_type: str, bounded: bool, finder, where: str) -> VideoRecord:
-    """One MVBench question and the clip (or frame folder) it is about."""
     video = str(common.require(item, "video", where))
     options = normalize_options(common.require(item, "candidates", where))
     answer = common.require(item, "answer", where)
@@ -95,7 +87,7 @@ def _record(item: dict, task: str, prefix: str, data_type: str, bounded: bool, f
     end = float(common.require(item, "end", where)) if bounded else None
     key = TASKS[task][0].removesuffix(".json")
     number = where.rsplit(" ", 1)[-1]
-    # Searching the task's own folder first keeps same-named clips of other tasks out.
+    # the task's own folder first: same-named clips of other tasks stay out
     found = finder.find(video, extra_folders=(finder.root / "video" / prefix,))
     is_frames = data_type == "frame"
     return VideoRecord(

@@ -1,22 +1,12 @@
 """OVO-Bench (streaming): backward tracing, real-time perception, forward responding.
 
-Source format: `ovo_bench_new.json` from JoeLeelyf/OVO-Bench (also vendored, split by category,
-in lmms-eval `lmms_eval/tasks/ovobench/ovobench_data/*/data.json`), directly in the data root or
-under `data/`; videos under `src_videos/` (the official `--video_dir`). A flat JSON array; one
-entry per query, with `id`, `task`, `video` (relative to the source-video folder):
-
-* backward (EPM, ASI, HLD) and real-time (STU, OJR, ATR, ACR, OCR, FPD) entries carry
-  `question`, `options`, `gt` (0-based index of the correct option), `realtime` (seconds,
-  int or float) and `answer`. The official scorer uses `gt` only; `answer` sometimes
-  paraphrases the option (ACR: "He is inflating the tire with the tool." for option
-  "He is inflating a tire."), so it is kept in `raw` and never used as the reference.
-* forward entries carry `test_info`, a list of probes each with its own `realtime`:
-  REC (`activity`; probe `count`), SSR (probe `step` and `type`: 1 = performing it now),
-  CRR (`question`; probe `type`: 1 = enough evidence so far). Probes are not sorted in the
-  file (SSR lists them step by step); each probe becomes one question at its own time.
-
-All entries on one source video form one stream; questions are ordered by time. `tasks`: task
-codes ("EPM", "REC", ...) or categories ("backward", "realtime", "forward").
+Source format: `ovo_bench_new.json` from JoeLeelyf/OVO-Bench (in the data root or `data/`), a JSON array
+of entries with `id`, `task`, `video` (under `src_videos/`, the official `--video_dir`). Backward and
+real-time entries carry `question`, `options`, `gt` (0-based) and `realtime` (s); the official scorer
+uses `gt` only (`answer` sometimes paraphrases the option). Forward entries carry `test_info`, probes
+each with its own `realtime`: REC (`activity`; probe `count`), SSR (probe `step`, `type` 1 = performing
+it now), CRR (`question`; `type` 1 = enough evidence); each probe is one question. All entries on one
+video form one stream. `tasks`: task codes or categories ("backward", "realtime", "forward").
 
 Prompts: JoeLeelyf/OVO-Bench constant.py (BR/REC/SSR/CRR_PROMPT_TEMPLATE), used by
 utils/OVOBench.py build_prompt; also lmms-eval tasks/ovobench/constant.py. Trailing spaces are
@@ -109,7 +99,7 @@ load = common.make_loader("ovo-bench", _read, known=KNOWN)
 
 
 def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[BenchmarkQuestion]:
-    """Turn one annotation entry into its question(s): one, or one per forward probe."""
+    """An entry's question, or one per forward probe."""
     task = str(common.require(entry, "task", where))
     if task not in CATEGORY_OF:
         raise UsageError(f"unknown OVO-Bench task {task!r} in {where}; expected one of {', '.join(CATEGORY_OF)}")
@@ -124,7 +114,6 @@ def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[Bench
     gt = common.require(entry, "gt", where)
     if not is_option_index(gt, len(options)):
         raise UsageError(f"expected 'gt' to index one of {len(options)} options in {where}, found {gt!r}")
-    # The official scorer trusts `gt`; `answer` may paraphrase the option.
     t_s = parse_timestamp(common.require(entry, "realtime", where))
     return [BenchmarkQuestion(question=str(common.require(entry, "question", where)), options=options,
                               answer=options[gt], gt_index=gt, t_s=t_s, task=task, raw=entry, qid=qid,
@@ -132,7 +121,6 @@ def _questions(entry: dict, where: str, issues: common.DataIssues) -> list[Bench
 
 
 def _probe(entry: dict, task: str, probe: dict, index: int, qid: str, meta: dict, where: str) -> BenchmarkQuestion:
-    """One forward-task probe as a question asked at the probe's `realtime`."""
     where = f"{where} test_info[{index}]"
     t_s = parse_timestamp(common.require(probe, "realtime", where))
     meta = {**meta, "probe": index}

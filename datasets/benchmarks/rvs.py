@@ -1,25 +1,11 @@
 """RVS-Ego / RVS-Movie (streaming, open-ended), as released with ReKV.
 
-Source format: the annotation files of the Hugging Face dataset `Becomebright/RVS` used by
-Becomebright/ReKV (`video_qa/rekv_stream_vqa.py`, `run_eval.py`): `ego/ego4d_oe.json` and
-`movie/movienet_oe.json`. Each is a JSON array of videos:
-
-    {"video_id": ..., "video_path": ..., "duration": <seconds>,
-     "conversations": [{"question", "answer", "start_time", "end_time"}, ...]}
-
-A question refers to the span [start_time, end_time] and is asked once `end_time` has been
-streamed (ReKV encodes `int(end_time * fps)` frames, then asks). Answers are free text, scored
-by an LLM judge (ReKV `eval/eval_open_ended.py`), so there are no options.
-
-RVS-Movie ships its MovieNet videos as pre-decoded `.npy` arrays, one frame per second
-(shape (T, H, W, 3), uint8; T equals `duration`). `load_npy_frames` reads them with
-`allow_pickle=False`: a frame array never needs pickled objects, and refusing them means a
-tampered file cannot run code.
-
-The data root holds `ego/ego4d_oe.json` and/or `movie/movienet_oe.json` (also accepted directly
-in the root or under `rvs/`) and the videos they name; `tasks`: "ego" and/or "movie". The
-prompt is the question as it is (ReKV video_qa/rekv_stream_vqa.py); replies are scored by the
-judge (`metrics`, "judge").
+Source format: the Hugging Face dataset `Becomebright/RVS` as Becomebright/ReKV reads it
+(`video_qa/rekv_stream_vqa.py`): `ego/ego4d_oe.json` and `movie/movienet_oe.json`, arrays of
+`{"video_id", "video_path", "duration", "conversations": [{"question", "answer", "start_time",
+"end_time"}]}`. A question is asked once `end_time` has been streamed (ReKV encodes `int(end_time * fps)`
+frames, then asks), as it is; a judge scores the free-text reply. RVS-Movie ships `.npy` arrays, one
+frame per second. `tasks`: "ego" and/or "movie".
 """
 
 from __future__ import annotations
@@ -46,7 +32,7 @@ NPY_FPS = 1.0
 
 
 def _read(root: Path, tasks, issues: common.DataIssues, subset: str | None = None) -> list[VideoRecord]:
-    """Every file present, or only `subset`'s ("ego" or "movie": the registry's rvs-ego and rvs-movie)."""
+    """Every subset's file present, or only `subset`'s (rvs-ego, rvs-movie)."""
     names = [subset] if subset else list(SUBSETS)
     paths = {name: common.first_file(root, SUBSETS[name]) for name in names}
     if subset is not None and paths[subset] is None:
@@ -70,7 +56,6 @@ load = common.make_loader("rvs", _read, known=SUBSETS)
 
 def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
             issues: common.DataIssues) -> VideoRecord:
-    """One RVS video with its conversations as questions."""
     video_id = str(common.require(video, "video_id", where))
     found = finder.find(str(common.require(video, "video_path", where)))
     duration = video.get("duration")
@@ -88,8 +73,7 @@ def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
 
 def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str,
           issues: common.DataIssues) -> BenchmarkQuestion:
-    """One RVS conversation turn: asked at its `end_time` (needed), once the span it refers to has been
-    streamed; `start_time` is metadata."""
+    """One conversation turn, asked at its `end_time`; `start_time` is metadata."""
     end = parse_timestamp(common.require(turn, "end_time", turn_where))
     start = issues.metadata(turn_where, "start_time", turn.get("start_time"), parse_timestamp)
     return BenchmarkQuestion(question=str(common.require(turn, "question", turn_where)), options=[],
@@ -99,13 +83,7 @@ def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str,
 
 
 def load_npy_frames(path: str | os.PathLike) -> np.ndarray:
-    """Open an RVS `.npy` frame array without reading it all into memory.
-
-    Args:
-        path: A `.npy` file of shape (T, H, W, 3), dtype uint8, one frame per second.
-
-    Returns:
-        A read-only memory-mapped array.
+    """An RVS `.npy` frame array ((T, H, W, 3) uint8, one frame per second), memory-mapped read-only.
 
     Raises:
         SourceError: If the file is missing, holds pickled objects, or is not (T, H, W, 3) uint8.
@@ -129,8 +107,6 @@ def load_npy_frames(path: str | os.PathLike) -> np.ndarray:
 
 class Rvs(Benchmark):
     """RVS: ReKV sends the open-ended question as it is; a judge scores the reply."""
-
-    family = "rvs"
 
     def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
         return Prompt(question.question)

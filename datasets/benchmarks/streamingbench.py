@@ -1,28 +1,16 @@
 """StreamingBench (streaming): real-time, omni-source, sequential QA and proactive output.
 
-Source format: THUNLP-MT/StreamingBench `src/data/questions_{real,omni,sqa,proactive}.json`
-(read by `src/benchmark/StreamingBench*.py`, scored by the stats script `count.py`):
+Source format: THUNLP-MT/StreamingBench `src/data/questions_{real,omni,sqa,proactive}.json` (read by
+`src/benchmark/StreamingBench*.py`, scored by `count.py`): arrays of segments `{"time", "questions",
+"video_path"}` (SQA: an array of videos, each an array of segments; its options carry no letters, the
+official prompt adds them). A question has `task_type`, `question`, `time_stamp`, `answer` (a letter)
+and `options`; proactive ones `ground_truth_time_stamp` and `ground_truth_output` instead. All questions
+on one video form one stream; videos are also looked for in `<subset>/` and `<subset>/videos/`.
+`tasks`: subsets and/or task types.
 
-* `questions_real.json`, `questions_omni.json`, `questions_proactive.json`: a JSON array of
-  segments `{"time": "[0:00:00 - 0:01:00]", "questions": [...], "video_categories",
-  "video_path": "./videos/sample_2_....mp4"}`. The same video appears in several segments;
-  all its questions form one stream.
-* `questions_sqa.json`: an array of *videos*, each an array of such segments (the official
-  SQA eval iterates `for video_data in data: for subset in video_data`). SQA options carry no
-  letters ("Wang chuqin.", "2."); the official prompt adds "A. " ... "D. ".
-* A question has `task_type`, `question`, `time_stamp` ("00:03:10"; also "3:10" / "MM:SS"),
-  `answer` (a letter) and `options` ("A. ...", sometimes "A.text" without a space). Proactive
-  questions have no options; they carry `ground_truth_time_stamp` and `ground_truth_output`,
-  and are scored correct when the model speaks within 2 s of that time (see metrics.py).
-
-Junk in the real files: a few time stamps are irregular ("00:12450", "00:00:8"); the official
-scripts read every field as a count of its unit (`sum(int(x) * 60 ** i)`), so "00:12450" is
-12,450 s, and so does this loader (flagging the value). `questions_omni.json` has empty or
-padded candidates and 5-7 options in a few questions: kept as given, flagged.
-
-Videos are looked up relative to the data root, then in `videos/`, `<subset>/` and
-`<subset>/videos/` (the official README unzips each subset into `data/<subset>/`). `tasks`:
-subsets ("real", "omni", "sqa", "proactive") and/or task types ("Object Perception", ...).
+Junk in the real files: irregular time stamps ("00:12450") are read as the official scripts read them
+(`sum(int(x) * 60 ** i)`: 12,450 s) and flagged; empty or padded candidates and 5-7 options are kept,
+flagged.
 
 Prompts: THUNLP-MT/StreamingBench src/benchmark/StreamingBench.py (PROMPT_TEMPLATE plus
 "\n\nThe best option is:"), StreamingBenchSQA.py, StreamingBenchProactive.py. Official protocol
@@ -140,7 +128,7 @@ load = common.make_loader("streamingbench", _read, known=SUBSET_FILES)
 
 
 def _segments(path: Path, subset: str) -> list[dict]:
-    """The segments of one file; SQA's per-video arrays are flattened in order."""
+    """The segments of one file (SQA's per-video arrays flattened in order)."""
     data = common.read_json(path, expect=list)
     if subset != "sqa":
         return data
@@ -161,7 +149,6 @@ def official_seconds(value, where: str, field_name: str, issues: common.DataIssu
 
 
 def _question(entry: dict, subset: str, qid: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
-    """One StreamingBench question in unified form."""
     task = str(common.require(entry, "task_type", where))
     t_s = official_seconds(common.require(entry, "time_stamp", where), where, "time_stamp", issues)
     meta = {"groups": (subset,), "subset": subset}
@@ -182,10 +169,8 @@ def _question(entry: dict, subset: str, qid: str, where: str, issues: common.Dat
 
 
 def _shown_options(q: BenchmarkQuestion) -> list[str]:
-    """Options as the official script shows them: as written when they start with "A.",
-    otherwise (SQA) with "A. " ... added; only the first four either way, since the official
-    template has four option slots (`PROMPT_TEMPLATE.format(question, *options)` drops the rest,
-    which in the real files are wrapped option texts split into extra items)."""
+    """Options as the official script shows them: as written when they start with "A.", else (SQA) lettered;
+    the first four only (`PROMPT_TEMPLATE.format(question, *options)` has four slots)."""
     raw = [str(o) for o in q.raw.get("options", [])]
     return (raw if raw and raw[0].startswith("A.") else letter_options(q.options))[:4]
 
@@ -231,8 +216,7 @@ class StreamingBench(Benchmark):
         return (question.meta.get("subset", "other"),)
 
     def add_metrics(self, summary: dict, labelled, results, key: str) -> None:
-        """Proactive output also reports the share answered on time (count.py's time_accuracy); missing
-        samples count as late."""
+        """Proactive tasks: count.py's `time_accuracy`, missing samples late."""
         for task, tally in summary["per_task"].items():
             proactive = [q for q in labelled if q.task == task and q.kind == KIND_PROACTIVE]
             if proactive:

@@ -1,17 +1,10 @@
 """Video-MME (offline): 900 videos in three duration buckets, three questions each.
 
-Source format: the Hugging Face dataset `lmms-lab/Video-MME` (MME-Benchmarks/Video-MME):
-`videomme/test-00000-of-00001.parquet` with one row per question and the columns `video_id`
-("001"), `duration` ("short" / "medium" / "long"), `domain`, `sub_category`, `url`, `videoID`
-(the YouTube id that names the file), `question_id` ("001-1"), `task_type`, `question`,
-`options` (["A. ...", "B. ...", "C. ...", "D. ..."]) and `answer` (a letter). Videos are
-`data/<videoID>.mp4` -- except that the archive holds some as `.MP4` or `.mkv` (lmms-eval's
-`videomme_doc_to_visual` tries those in turn); they are found here by stem, any case.
-
-Reading parquet needs `pyarrow` (or `pandas` with a parquet engine); it is imported only when
-a parquet file is read. The same rows exported as JSON / JSON lines (what `datasets`'
-`to_json` writes: `videomme.json` or `videomme.jsonl`) are read without it. `tasks`: task types
-("Counting Problem", ...) and/or duration buckets ("short", "medium", "long").
+Source format: the Hugging Face dataset `lmms-lab/Video-MME`: `videomme/test-*.parquet` (needs
+`pyarrow`, or its `videomme.json[l]` export), a row per question with `videoID` (names the file),
+`question_id`, `duration` (short/medium/long), `task_type`, `question`, `options` ("A. ...") and
+`answer` (a letter). Videos are `data/<videoID>.mp4`, some `.MP4` or `.mkv` (lmms-eval's
+`videomme_doc_to_visual` tries those in turn). `tasks`: task types and/or duration buckets.
 
 Prompt: the Video-MME README evaluation prompt (frames only); the same text as lmms-eval
 tasks/videomme/utils.py with post_prompt "The best answer is:". Parser: eval_your_results.py
@@ -28,6 +21,7 @@ from hermes.errors import UsageError
 
 from .. import common
 from ..benchmark import OFFLINE, Benchmark, Prompt, letter_after_prefixes
+from ..metrics import tally
 from ..records import KIND_MC, BenchmarkQuestion, VideoRecord, letter_options, resolve_gt_index
 
 DURATIONS = ("short", "medium", "long")
@@ -71,7 +65,6 @@ load = common.make_loader("videomme", _read, known=DURATIONS)
 
 
 def _read_rows(root: Path) -> list[dict]:
-    """The question rows, from the parquet file or a JSON/JSON-lines export of it."""
     for pattern in PARQUET_GLOBS:
         found = sorted(root.glob(pattern))
         if found:
@@ -86,13 +79,7 @@ def _read_rows(root: Path) -> list[dict]:
 
 
 def read_parquet(path: Path) -> list[dict]:
-    """Read a parquet file into a list of row dicts.
-
-    Args:
-        path: The parquet file.
-
-    Returns:
-        One dict per row, list columns as Python lists.
+    """The rows of a parquet file as dicts, list columns as Python lists.
 
     Raises:
         UsageError: If neither pyarrow nor pandas can read parquet here, or the file is bad.
@@ -123,12 +110,10 @@ def read_parquet(path: Path) -> list[dict]:
 
 
 def _plain(value):
-    """numpy arrays in pandas cells (the `options` column) as plain lists."""
     return value.tolist() if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) else value
 
 
 def _question(row: dict, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
-    """One Video-MME row in unified form."""
     options = common.clean_options(common.require(row, "options", where), where, issues, expected=4)
     gt_index = resolve_gt_index(common.require(row, "answer", where), options)
     if gt_index is None:
@@ -160,27 +145,21 @@ class VideoMme(Benchmark):
 
     def add_metrics(self, summary: dict, labelled: Sequence[BenchmarkQuestion], results: Mapping[str, Mapping],
                     key: str) -> None:
-        """`leaderboard`: as eval_your_results.py scores it, only replies with an extracted letter count.
-
-        {"overall", "extracted", "correct", "per_duration": {bucket: {"extracted", "correct", "accuracy"}}}:
-        accuracies are correct / extracted, None where no reply had a letter (the script prints 0.0
-        there); "overall" is the script's "entire dataset" line, over every selected bucket.
-        """
+        """`leaderboard`, as eval_your_results.py scores it: correct / replies with an extracted letter (None
+        where none had one; the script prints 0.0), "overall" its "entire dataset" line, and "per_duration"."""
         parsed = "parsed_official" if key == "official" else "parsed_strict"
 
-        def tally(qs: Sequence[BenchmarkQuestion]) -> dict:
-            extracted = [results[q.qid] for q in qs if q.qid in results and results[q.qid].get(parsed) is not None]
-            correct = sum(1 for r in extracted if r.get(key))
-            return {"extracted": len(extracted), "correct": correct,
-                    "accuracy": correct / len(extracted) if extracted else None}
+        def extracted(qs: Sequence[BenchmarkQuestion]) -> dict:
+            counts = tally([q for q in qs if results.get(q.qid, {}).get(parsed) is not None], results, key)
+            return {"extracted": counts["expected"], "correct": counts["correct"], "accuracy": counts["accuracy"]}
 
         buckets: dict[str, list[BenchmarkQuestion]] = {d: [] for d in DURATIONS}  # the script's order
         for q in labelled:
             buckets.setdefault(q.meta.get("duration", "other"), []).append(q)
-        entire = tally(labelled)
+        entire = extracted(labelled)
         summary["leaderboard"] = {"overall": entire["accuracy"], "extracted": entire["extracted"],
                                   "correct": entire["correct"],
-                                  "per_duration": {bucket: tally(qs) for bucket, qs in buckets.items() if qs}}
+                                  "per_duration": {bucket: extracted(qs) for bucket, qs in buckets.items() if qs}}
         summary["official_definition"] = "leaderboard"
 
 

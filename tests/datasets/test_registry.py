@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hermes.datasets.benchmarks import ovo_bench
-from hermes.datasets.registry import BENCHMARKS, canonical_name, family, get_benchmark
+from hermes.datasets.registry import BENCHMARKS, canonical_name, get_benchmark
 from hermes.errors import UsageError
 
 
@@ -16,7 +16,7 @@ def test_registry_names_protocols_and_suggestions():
     }
     assert get_benchmark("OVO-Bench") == (ovo_bench.load, "streaming", "ovo")
     assert get_benchmark("video_mme").protocol == "offline"
-    assert canonical_name("Video-MME") == "videomme" and family("rvs_movie") == "rvs"
+    assert canonical_name("Video-MME") == "videomme" and canonical_name("rvs_movie") == "rvs-movie"
     with pytest.raises(UsageError, match="did you mean 'streamingbench'"):
         get_benchmark("streamingbnch")
     with pytest.raises(UsageError, match="choose one of"):
