@@ -51,7 +51,7 @@ from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
 from hermes.positions import GridStep, Run, compact, compact_per_axis
 from hermes.probe import probe_attention
-from hermes.rope import RotarySpec, rotate_keys
+from hermes.rope import RotarySpec, rotate_between, rotate_keys
 from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summary, layer_bands, mean_position,
                             recency_rates, recency_scores, select_keep, smooth_deep_to_shallow)
 
@@ -468,10 +468,12 @@ class HermesPolicy(BudgetPolicy):
         n, shift = self._chunk_shift
         self._chunk_shift = None
         for layer, layer_shift in zip(cache.layers, shift.tolist()):
-            if layer_shift:
-                new_positions = layer.positions.clone()
-                new_positions[:, -n:] += layer_shift
-                move_entries(layer, new_positions, self.spec)
+            if layer_shift:  # only the chunk's keys turn, in place (the exact delta, as `move_entries`)
+                old = layer.positions[:, -n:]
+                keys = layer.keys[..., layer.num_described - n:layer.num_described, :]
+                new = old + layer_shift
+                layer.move_tail(new, rotate_between(keys, rope_positions(old, self.spec),
+                                                    rope_positions(new, self.spec), self.spec))
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
                  probe: torch.Tensor | None = None) -> Evictions:
