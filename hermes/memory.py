@@ -51,7 +51,7 @@ from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
 from hermes.positions import GridStep, Run, compact, compact_per_axis
 from hermes.probe import probe_attention
-from hermes.rope import RotarySpec, rotate_between, rotate_keys
+from hermes.rope import RotarySpec, rotate_keys, rotate_rows_between
 from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summaries, layer_bands, mean_position,
                             recency_rates, recency_scores, select_keep, smooth_deep_to_shallow)
 
@@ -467,13 +467,17 @@ class HermesPolicy(BudgetPolicy):
             return
         n, shift = self._chunk_shift
         self._chunk_shift = None
-        for layer, layer_shift in zip(cache.layers, shift.tolist()):
-            if layer_shift:  # only the chunk's keys turn, in place (the exact delta, as `move_entries`)
-                old = layer.positions[:, -n:]
-                keys = layer.keys[..., layer.num_described - n:layer.num_described, :]
-                new = old + layer_shift
-                layer.move_tail(new, rotate_between(keys, rope_positions(old, self.spec),
-                                                    rope_positions(new, self.spec), self.spec))
+        moving = shift.nonzero().squeeze(1).tolist()
+        if not moving:
+            return
+        # only the chunk's keys turn, every moving layer's in one batch, written in place (the exact delta)
+        layers = [cache.layers[l] for l in moving]
+        end = layers[0].num_described
+        old = torch.stack([layer.positions[:, end - n:end] for layer in layers])  # (m, A, n)
+        new = old + shift[moving][:, None, None]
+        keys = torch.stack([layer.keys[0, :, end - n:end] for layer in layers])  # (m, H, n, D)
+        for layer, turned, positions in zip(layers, rotate_rows_between(keys, old, new, self.spec), new):
+            layer.move_tail(positions, turned[None])
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
                  probe: torch.Tensor | None = None) -> Evictions:

@@ -32,6 +32,7 @@ device has it) so at least the delta itself is exact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,12 +223,17 @@ def rotary_angles(
     return _angles(_check_positions(positions, spec, "positions"), spec, dtype)
 
 
+@functools.lru_cache(maxsize=32)
+def _frequencies(spec: RotarySpec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`inv_freq` in `dtype` and `freq_axes`, made once per scheme and device (every re-rotation asks); read-only."""
+    return inv_freq(spec, device).to(dtype), freq_axes(spec, device)
+
+
 def _angles(positions: torch.Tensor, spec: RotarySpec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """`rotary_angles` of ``(..., A, T)`` positions (any leading dims): ``(..., T, D/2)``."""
-    freqs = inv_freq(spec, positions.device).to(dtype)  # (D/2,)
+    freqs, axes = _frequencies(spec, positions.device, dtype)  # (D/2,) each
     # gather each pair's driving axis: (..., A, T) -> (..., D/2, T) -> (..., T, D/2)
-    per_pair = positions.to(dtype).index_select(-2, freq_axes(spec, positions.device))
-    return per_pair.transpose(-2, -1) * freqs
+    return positions.to(dtype).index_select(-2, axes).transpose(-2, -1) * freqs
 
 
 def _delta_cos_sin(old: torch.Tensor, new: torch.Tensor, spec: RotarySpec) -> tuple[torch.Tensor, torch.Tensor]:
