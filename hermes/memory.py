@@ -394,6 +394,8 @@ class HermesPolicy(BudgetPolicy):
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm_band = torch.tensor([b == "longterm" for b in self.bands])[:, None]  # (L, 1)
         self.longterm = self.longterm_band[:, 0] & cfg.summary
+        # bands run shallow to deep, so the layers that write summaries are the last ones, from this layer on
+        self.first_summary_layer = int(self.longterm.nonzero()[0]) if bool(self.longterm.any()) else model.num_layers
         # ours: a previous summary is always folded into the new one, which takes the first visual slot; the
         # reference lets it compete and appends the new one (`choose` and `write_summaries` must agree)
         self.fold_previous = cfg.previous_summary == "fold"
@@ -542,19 +544,19 @@ class HermesPolicy(BudgetPolicy):
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing,
                                                     match=self.cfg.smoothing_match))
         keep_rows, summaries = [None] * cache.num_layers, []
-        plain = (~self.longterm).nonzero().squeeze(1).tolist()
-        if plain:  # one batched selection over the layers without a summary
-            for layer, row in zip(plain, select_keep(scores[plain], budget)):
+        first = self.first_summary_layer  # the layers with a summary are the deepest ones: two row slices
+        if first:  # one batched selection over the layers without a summary
+            for layer, row in enumerate(select_keep(scores[:first], budget)):
                 keep_rows[layer] = prefix_len + row
-        longterm = self.longterm.nonzero().squeeze(1).tolist()
+        longterm = list(range(first, cache.num_layers))
         if longterm:
             # long-term: budget - 1 entries plus a slot for the new summary of everything evicted. The reference
             # lets a previous summary compete like any token; with `fold` (ours) it scores -inf so it is never
             # kept: the stable selection then orders the other tokens as a selection among them alone would
             # (there are at least budget of them: eviction runs past budget)
-            longterm_scores = scores[longterm]
+            longterm_scores = scores[first:]
             if self.fold_previous:
-                is_summary = cache.kinds[longterm, prefix_len:] == KIND_SUMMARY  # (n, V)
+                is_summary = cache.kinds[first:, prefix_len:] == KIND_SUMMARY  # (n, V)
                 longterm_scores = longterm_scores.masked_fill(is_summary, -math.inf)
             kept = prefix_len + select_keep(longterm_scores, budget - 1)  # (n, budget - 1) cache indices
             # every long-term layer folds the same number F of entries: its evicted tokens (and summaries)
