@@ -277,6 +277,15 @@ class HermesLayer(DynamicLayer):
             self._drop_room()
         self.positions = positions
 
+    def move_tail(self, positions: torch.Tensor, keys: torch.Tensor) -> None:
+        """Give the last n described tokens new positions (A, n) and keys (1, H, n, D) re-rotated to them,
+        written in place: the earlier tokens and the append buffer stay as they are (no copy of the layer).
+        Only tokens no `state_dict` taken before they were appended holds may move so (a new chunk's)."""
+        n, end = positions.shape[-1], self.num_described
+        with torch.inference_mode():  # the buffer may be the model's (made under inference mode)
+            self.keys[..., end - n:end, :] = keys
+        self.positions = torch.cat([self.positions[:, :end - n], positions.to("cpu", torch.long)], dim=1)
+
     # ---- saving -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -51,8 +51,8 @@ from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
 from hermes.positions import GridStep, Run, compact, compact_per_axis
 from hermes.probe import probe_attention
-from hermes.rope import RotarySpec, rotate_keys
-from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summary, layer_bands, mean_position,
+from hermes.rope import RotarySpec, rotate_keys, rotate_rows_between
+from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summaries, layer_bands, mean_position,
                             recency_rates, recency_scores, select_keep, smooth_deep_to_shallow)
 
 
@@ -375,6 +375,8 @@ class HermesPolicy(BudgetPolicy):
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm_band = torch.tensor([b == "longterm" for b in self.bands])[:, None]  # (L, 1)
         self.longterm = self.longterm_band[:, 0] & cfg.summary
+        # bands run shallow to deep, so the layers that write summaries are the last ones, from this layer on
+        self.first_summary_layer = int(self.longterm.nonzero()[0]) if bool(self.longterm.any()) else model.num_layers
         # ours: a previous summary is always folded into the new one, which takes the first visual slot; the
         # reference lets it compete and appends the new one (`choose` and `write_summaries` must agree)
         self.fold_previous = cfg.previous_summary == "fold"
@@ -448,11 +450,17 @@ class HermesPolicy(BudgetPolicy):
             return
         n, shift = self._chunk_shift
         self._chunk_shift = None
-        for layer, layer_shift in zip(cache.layers, shift.tolist()):
-            if layer_shift:
-                new_positions = layer.positions.clone()
-                new_positions[:, -n:] += layer_shift
-                move_entries(layer, new_positions, self.spec)
+        moving = shift.nonzero().squeeze(1).tolist()
+        if not moving:
+            return
+        # only the chunk's keys turn, every moving layer's in one batch, written in place (the exact delta)
+        layers = [cache.layers[l] for l in moving]
+        end = layers[0].num_described
+        old = torch.stack([layer.positions[:, end - n:end] for layer in layers])  # (m, A, n)
+        new = old + shift[moving][:, None, None]
+        keys = torch.stack([layer.keys[0, :, end - n:end] for layer in layers])  # (m, H, n, D)
+        for layer, turned, positions in zip(layers, rotate_rows_between(keys, old, new, self.spec), new):
+            layer.move_tail(positions, turned[None])
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
                  probe: torch.Tensor | None = None) -> Evictions:
@@ -517,53 +525,64 @@ class HermesPolicy(BudgetPolicy):
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing,
                                                     match=self.cfg.smoothing_match))
         keep_rows, summaries = [None] * cache.num_layers, []
-        plain = (~self.longterm).nonzero().squeeze(1).tolist()
-        if plain:  # one batched selection over the layers without a summary
-            for layer, row in zip(plain, select_keep(scores[plain], budget)):
+        first = self.first_summary_layer  # the layers with a summary are the deepest ones: two row slices
+        if first:  # one batched selection over the layers without a summary
+            for layer, row in enumerate(select_keep(scores[:first], budget)):
                 keep_rows[layer] = prefix_len + row
-        longterm = self.longterm.nonzero().squeeze(1).tolist()
+        longterm = list(range(first, cache.num_layers))
         if longterm:
             # long-term: budget - 1 entries plus a slot for the new summary of everything evicted. The reference
             # lets a previous summary compete like any token; with `fold` (ours) it scores -inf so it is never
             # kept: the stable selection then orders the other tokens as a selection among them alone would
             # (there are at least budget of them: eviction runs past budget)
-            longterm_scores = scores[longterm]
+            longterm_scores = scores[first:]
             if self.fold_previous:
-                is_summary = cache.kinds[longterm, prefix_len:] == KIND_SUMMARY  # (n, V)
+                is_summary = cache.kinds[first:, prefix_len:] == KIND_SUMMARY  # (n, V)
                 longterm_scores = longterm_scores.masked_fill(is_summary, -math.inf)
-            kept_rows = select_keep(longterm_scores, budget - 1)
-        for layer, kept in zip(longterm, kept_rows if longterm else ()):
-            folded = torch.ones(scores.shape[1], dtype=torch.bool)
-            folded[kept] = False  # evicted tokens (and summaries)
-            target = self._summary_position(cache, layer, prefix_len, kept, folded)
-            summaries.append((layer, self._fold(cache, layer, prefix_len + folded.nonzero().squeeze(1), target),
-                              target))
-            slot = prefix_len + folded.nonzero()[0]  # reused for the new summary in write_summaries
-            order = [slot, prefix_len + kept] if self.fold_previous else [prefix_len + kept, slot]
-            keep_rows[layer] = torch.cat(order)
+            kept = prefix_len + select_keep(longterm_scores, budget - 1)  # (n, budget - 1) cache indices
+            # every long-term layer folds the same number F of entries: its evicted tokens (and summaries)
+            folded = torch.ones(len(longterm), cache.num_tokens, dtype=torch.bool)
+            folded[:, :prefix_len] = False
+            gone = folded.scatter_(1, kept, False).nonzero()[:, 1].view(len(longterm), -1)  # (n, F), ascending
+            positions = torch.stack([cache.layers[layer].positions for layer in longterm])  # (n, A, T)
+            targets = self._summary_positions(cache, longterm, prefix_len, positions, kept, gone)  # (n, A)
+            new = self._fold(cache, longterm, positions, gone, targets)
+            slot = gone[:, :1]  # reused for the new summary in write_summaries
+            rows = torch.cat([slot, kept] if self.fold_previous else [kept, slot], dim=1)
+            for i, layer in enumerate(longterm):
+                keep_rows[layer] = rows[i]
+                summaries.append((layer, Summary(new.key[i], new.value[i], new.count[i]), targets[i]))
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
-    def _summary_position(self, cache: HermesCache, layer: int, prefix_len: int, kept: torch.Tensor,
-                          folded: torch.Tensor) -> torch.Tensor:
-        """(A,) position of a layer's new summary token (`memory.summary_position`).
+    def _summary_positions(self, cache: HermesCache, layers: list[int], prefix_len: int, positions: torch.Tensor,
+                           kept: torch.Tensor, gone: torch.Tensor) -> torch.Tensor:
+        """(n, A) position of the new summary token of each of `layers` (`memory.summary_position`), from their
+        (n, A, T) `positions`, the (n, K) cache indices each keeps and the (n, F) it folds.
 
         "after_kept": one past the largest position the layer keeps, prefix included, on any axis,
         and that on every axis (the reference). "mean_evicted": the count-weighted mean position of
         what the summary stands for, per axis.
         """
-        positions = cache.layers[layer].positions  # (A, T)
+        num_axes = positions.shape[1]
         if self.cfg.summary_position == "after_kept":
-            kept_positions = torch.cat([positions[:, :prefix_len], positions[:, prefix_len + kept]], dim=1)
-            newest = int(kept_positions.max()) + 1 if kept_positions.numel() else 0
-            return torch.full((positions.shape[0],), newest, dtype=torch.long)
-        idx = prefix_len + folded.nonzero().squeeze(1)
-        return mean_position(positions[:, idx], cache.layers[layer].counts[idx])
+            kept_positions = torch.cat([positions[..., :prefix_len],
+                                        positions.gather(2, kept[:, None].expand(-1, num_axes, -1))], dim=2)
+            newest = kept_positions.amax(dim=(1, 2)) + 1 if kept_positions.numel() else torch.zeros(len(layers))
+            return newest.long()[:, None].repeat(1, num_axes)
+        counts = torch.stack([cache.layers[layer].counts for layer in layers]).gather(1, gone)  # (n, F)
+        return mean_position(positions.gather(2, gone[:, None].expand(-1, num_axes, -1)), counts)
 
-    def _fold(self, cache: HermesCache, layer: int, idx: torch.Tensor, target: torch.Tensor) -> Summary:
-        folded = cache.layers[layer].entries(idx)
-        return fold_summary(folded.keys, folded.values, folded.counts, rope_positions(folded.positions, self.spec),
-                            rope_positions(target, self.spec), self.spec,
-                            weighted=self.fold_previous)
+    def _fold(self, cache: HermesCache, layers: list[int], positions: torch.Tensor, gone: torch.Tensor,
+              targets: torch.Tensor) -> Summary:
+        """Each of `layers`' entries at (n, F) cache indices `gone` folded into one summary at (n, A) `targets`:
+        keys (n, H, 1, D), values, counts (n,)."""
+        on_device = to_device_no_sync(gone, cache.layers[0].keys.device)
+        keys = torch.stack([cache.layers[layer].keys[0].index_select(-2, idx) for layer, idx in zip(layers, on_device)])
+        values = torch.stack([cache.layers[layer].values[0].index_select(-2, idx)
+                              for layer, idx in zip(layers, on_device)])
+        counts = torch.stack([cache.layers[layer].counts for layer in layers]).gather(1, gone)
+        return fold_summaries(keys, values, counts, positions.gather(2, gone[:, None].expand(-1, positions.shape[1], -1)),
+                              targets, self.spec, weighted=self.fold_previous)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         before = cache.next_position

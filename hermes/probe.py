@@ -41,6 +41,8 @@ costs, that is most of the probe). Its tokens are cut from the cache afterwards.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from transformers import AttentionInterface
 
@@ -122,13 +124,17 @@ def grouped_scores_fp32(query: torch.Tensor, key: torch.Tensor, scaling: float) 
     hkv, t_len = key.shape[1], key.shape[2]
     grouped = query.reshape(b * hkv, hq // hkv * q_len, d)  # heads of one group are adjacent
     keys_t = key.reshape(b * hkv, t_len, d).transpose(1, 2)  # (B*Hkv, D, T), a view
+    # a power of two (1/sqrt(D) for D = 16, 64, ...) scales the few queries exactly, bit for bit as the many scores
+    first = scaling if math.frexp(scaling)[0] == 0.5 else 1.0
     if key.dtype == torch.float32:
-        scores = torch.bmm(grouped.float(), keys_t)
+        scores = torch.bmm(grouped.float() * first, keys_t)
     elif key.is_cuda:  # tensor cores accumulate in fp32; out_dtype keeps that precision in the result
-        scores = torch.bmm(grouped.to(key.dtype), keys_t, out_dtype=torch.float32)
+        scores = torch.bmm(grouped.to(key.dtype) * first, keys_t, out_dtype=torch.float32)
     else:  # no mixed-precision bmm on this device: widen this layer's keys only (transient)
-        scores = torch.bmm(grouped.float(), keys_t.float())
-    return scores.mul_(scaling).view(b, hkv, hq // hkv * q_len, t_len)
+        scores = torch.bmm(grouped.float() * first, keys_t.float())
+    if first != scaling:
+        scores.mul_(scaling)
+    return scores.view(b, hkv, hq // hkv * q_len, t_len)
 
 
 # On a CPU the probe's float32 scores go through the mask, softmax, the head sum and the output matmul;

@@ -32,6 +32,7 @@ device has it) so at least the delta itself is exact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,11 +220,28 @@ def rotary_angles(
     Returns:
         ``(T, D/2)`` angles in ``dtype``.
     """
-    pos = _check_positions(positions, spec, "positions")  # (A, T)
-    freqs = inv_freq(spec, pos.device).to(dtype)  # (D/2,)
-    # gather each pair's driving axis: (A, T) -> (D/2, T) -> (T, D/2)
-    per_pair = pos.to(dtype).index_select(0, freq_axes(spec, pos.device))
-    return per_pair.transpose(0, 1) * freqs
+    return _angles(_check_positions(positions, spec, "positions"), spec, dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _frequencies(spec: RotarySpec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`inv_freq` in `dtype` and `freq_axes`, made once per scheme and device (every re-rotation asks); read-only."""
+    return inv_freq(spec, device).to(dtype), freq_axes(spec, device)
+
+
+def _angles(positions: torch.Tensor, spec: RotarySpec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """`rotary_angles` of ``(..., A, T)`` positions (any leading dims): ``(..., T, D/2)``."""
+    freqs, axes = _frequencies(spec, positions.device, dtype)  # (D/2,) each
+    # gather each pair's driving axis: (..., A, T) -> (..., D/2, T) -> (..., T, D/2)
+    return positions.to(dtype).index_select(-2, axes).transpose(-2, -1) * freqs
+
+
+def _delta_cos_sin(old: torch.Tensor, new: torch.Tensor, spec: RotarySpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the turn from positions ``old`` to ``new`` (``(..., A, T)`` each), ``(..., T, D/2)`` fp32,
+    from the model's own fp32 cos/sin at both (the exact compensation, module docstring)."""
+    before, after = _angles(old, spec), _angles(new, spec)
+    cos_o, sin_o, cos_n, sin_n = before.cos(), before.sin(), after.cos(), after.sin()
+    return cos_n * cos_o + sin_n * sin_o, sin_n * cos_o - cos_n * sin_o  # cos(new - old), sin(new - old)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -295,12 +313,8 @@ def rotate_keys(
     delta_m = delta.index_select(-1, moving.to(delta.device))
     if positions is not None:
         # exact compensation: angle differences from the model's own fp32 cos/sin at p and at q
-        pos_m = positions.index_select(-1, moving.to(positions.device))
-        old = rotary_angles(pos_m, spec)  # (M, D/2) fp32, as the model rounded them
-        new = rotary_angles(pos_m + delta_m, spec)
-        cos_o, sin_o, cos_n, sin_n = old.cos(), old.sin(), new.cos(), new.sin()
-        cos = cos_n * cos_o + sin_n * sin_o  # cos(new - old)
-        sin = sin_n * cos_o - cos_n * sin_o  # sin(new - old)
+        pos_m = _check_positions(positions.index_select(-1, moving.to(positions.device)), spec, "positions")
+        cos, sin = _delta_cos_sin(pos_m, pos_m + _check_positions(delta_m, spec, "delta"), spec)  # (M, D/2)
     else:
         wide = torch.float64 if _float64_ok(delta.device) else torch.float32
         ang = rotary_angles(delta_m, spec, dtype=wide)  # (M, D/2), delta angle formed exactly
@@ -328,3 +342,26 @@ def rotate_between(
     """
     old = old_positions.long()
     return rotate_keys(keys, new_positions.long().to(old.device) - old, spec, positions=old)
+
+
+def rotate_rows_between(keys: torch.Tensor, old_positions: torch.Tensor, new_positions: torch.Tensor,
+                        spec: RotarySpec) -> torch.Tensor:
+    """`rotate_between` for N rows of keys at once (e.g. one per layer), each with its own positions.
+
+    The same arithmetic, element for element, as `rotate_between` row by row: a token whose position
+    does not change is kept bit for bit, the others turn by the exact fp32 compensation.
+
+    Args:
+        keys: ``(N, H, T, D)`` keys rotated at ``old_positions``.
+        old_positions: ``(N, A, T)`` integer positions (A = 1 for 1-D RoPE, 3 for M-RoPE).
+        new_positions: ``(N, A, T)`` target positions.
+        spec: The rotary scheme.
+
+    Returns:
+        ``(N, H, T, D)`` keys at ``new_positions``, in ``keys.dtype``.
+    """
+    old, new = old_positions.long(), new_positions.long().to(old_positions.device)
+    cos, sin = _delta_cos_sin(old, new, spec)  # (N, T, D/2)
+    turned = _rotate(keys.float(), cos[:, None].to(keys.device), sin[:, None].to(keys.device)).to(keys.dtype)
+    still = (old == new).all(dim=1)[:, None, :, None].to(keys.device)  # (N, 1, T, 1)
+    return torch.where(still, keys, turned)

@@ -38,7 +38,7 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from hermes.rope import RotarySpec, rotate_between
+from hermes.rope import RotarySpec, rotate_rows_between
 
 BANDS = ("sensory", "working", "longterm")
 DEFAULT_FRACTIONS = (0.1, 0.6, 0.3)
@@ -390,7 +390,7 @@ def select_keep(scores: torch.Tensor, budget: int) -> torch.Tensor:
     """Indices of the ``budget`` highest scores, in increasing (time) order.
 
     Deterministic: among equal scores the later (newer) token wins, so an all-equal row keeps the
-    newest tokens (a sliding window).
+    newest tokens (a sliding window). A NaN counts as +inf.
 
     Args:
         scores: ``(..., T)`` scores.
@@ -405,11 +405,17 @@ def select_keep(scores: torch.Tensor, budget: int) -> torch.Tensor:
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     num = scores.shape[-1]
-    if budget >= num:
-        return torch.arange(num, device=scores.device).expand(scores.shape[:-1] + (num,)).clone()
-    # stable sort of the reversed row: ties keep reversed order, i.e. newer tokens first
-    order = torch.sort(scores.flip(-1), dim=-1, descending=True, stable=True).indices[..., :budget]
-    return torch.sort(num - 1 - order, dim=-1).values
+    if budget >= num or budget == 0:
+        return torch.arange(min(budget, num), device=scores.device).expand(scores.shape[:-1] + (min(budget, num),)).clone()
+    # no sort: the budget-th largest score t (a selection, O(T)); every score above t is kept, and of those
+    # equal to t the newest, as many as are still wanted. The mask's nonzero entries come in time order.
+    scores = torch.nan_to_num(scores, nan=math.inf)
+    t = scores.kthvalue(num - budget + 1, dim=-1, keepdim=True).values
+    above, tied = scores > t, scores == t
+    wanted = budget - above.sum(dim=-1, keepdim=True)
+    tied_from_newest = tied.flip(-1).cumsum(dim=-1).flip(-1)  # a tied token's rank counted from the newest
+    keep = above | (tied & (tied_from_newest <= wanted))
+    return keep.nonzero()[:, -1].view(*scores.shape[:-1], budget)
 
 
 class Summary(NamedTuple):
@@ -456,29 +462,67 @@ def fold_summary(
     if num == 0 or values.shape[-2] != num or counts.shape != (num,):
         raise ValueError(f"need T > 0 tokens with matching keys/values/counts; got keys {tuple(keys.shape)}, "
                          f"values {tuple(values.shape)}, counts {tuple(counts.shape)}")
+    target = torch.as_tensor(target_position, dtype=torch.long, device=positions.device).reshape(1, -1)
+    folded = fold_summaries(keys.reshape(1, -1, num, keys.shape[-1]), values.reshape(1, -1, num, values.shape[-1]),
+                            counts[None], positions.reshape(1, -1, num), target, spec, weighted)
+    return Summary(key=folded.key.reshape(*keys.shape[:-2], 1, keys.shape[-1]),
+                   value=folded.value.reshape(*values.shape[:-2], 1, values.shape[-1]), count=folded.count[0])
+
+
+def fold_summaries(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    counts: torch.Tensor,
+    positions: torch.Tensor,
+    targets: torch.Tensor,
+    spec: RotarySpec,
+    weighted: bool = True,
+) -> Summary:
+    """`fold_summary` of N groups of T tokens at once (e.g. one group per long-term layer), each group
+    folded on its own with the same arithmetic, element for element.
+
+    Args:
+        keys: ``(N, H, T, D)`` keys rotated at ``positions``.
+        values: ``(N, H, T, Dv)`` values.
+        counts: ``(N, T)`` positive token counts.
+        positions: ``(N, A, T)`` current positions of the keys (A = 1 for 1-D RoPE, 3 for M-RoPE).
+        targets: ``(N, A)`` each group's summary position.
+        spec: The rotary scheme.
+        weighted: Weight each entry by its count (else every entry alike).
+
+    Returns:
+        `Summary` with key ``(N, H, 1, D)``, value ``(N, H, 1, Dv)`` and count ``(N,)``.
+
+    Raises:
+        ValueError: No tokens, non-positive counts or mismatched shapes.
+    """
+    num = keys.shape[-2]
+    if num == 0 or values.shape[-2] != num or counts.shape != (keys.shape[0], num) or positions.shape[-1] != num:
+        raise ValueError(f"need T > 0 tokens with matching keys/values/counts/positions; got keys "
+                         f"{tuple(keys.shape)}, values {tuple(values.shape)}, counts {tuple(counts.shape)}, "
+                         f"positions {tuple(positions.shape)}")
     if bool((counts <= 0).any()):
         raise ValueError("counts must be positive")
-    target = torch.as_tensor(target_position, dtype=torch.long, device=positions.device)
     old = positions.long()
-    new = target.reshape(-1, 1).expand(old.shape) if old.dim() == 2 else target.reshape(()).expand(old.shape)
-    moved = rotate_between(keys.float(), old, new, spec)  # (..., T, D) fp32, all at the target
-    mass = counts.float() if weighted else torch.ones(num)
-    weight = (mass / mass.sum()).to(keys.device).unsqueeze(-1)  # (T, 1)
+    moved = rotate_rows_between(keys.float(), old, targets.long().to(old.device)[:, :, None].expand(old.shape),
+                                spec)  # (N, H, T, D) fp32, all at their target
+    mass = counts.float() if weighted else torch.ones(counts.shape)
+    weight = (mass / mass.sum(dim=-1, keepdim=True)).to(keys.device)[:, None, :, None]  # (N, 1, T, 1)
     key = (moved * weight).sum(dim=-2, keepdim=True).to(keys.dtype)
     value = (values.float() * weight.to(values.device)).sum(dim=-2, keepdim=True).to(values.dtype)
-    return Summary(key=key, value=value, count=counts.sum())
+    return Summary(key=key, value=value, count=counts.sum(dim=-1))
 
 
 def mean_position(positions: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Count-weighted mean position per axis, rounded: where a token standing for others is placed.
 
     Args:
-        positions: ``(A, n)`` integer positions.
-        counts: ``(n,)`` tokens each entry stands for.
+        positions: ``(..., A, n)`` integer positions.
+        counts: ``(..., n)`` tokens each entry stands for.
 
     Returns:
-        ``(A,)`` int64: the float64 mean of the positions under weights ``counts / counts.sum()``,
+        ``(..., A)`` int64: the float64 mean of the positions under weights ``counts / counts.sum()``,
         rounded half to even (level 3's mean token and level 1's ``summary_position: mean_evicted``).
     """
-    weights = counts.double() / counts.sum()
-    return torch.round((positions.double() * weights).sum(dim=1)).long()
+    weights = counts.double() / counts.sum(dim=-1, keepdim=True)
+    return torch.round((positions.double() * weights.unsqueeze(-2)).sum(dim=-1)).long()

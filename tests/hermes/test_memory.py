@@ -209,6 +209,40 @@ def test_compaction_moves_keys_exactly_to_their_new_positions(tiny_model):
     torch.testing.assert_close(cache.layer_tensors()[0][0][0], expected, atol=2e-5, rtol=1e-5)
 
 
+def test_settling_a_chunk_turns_only_its_keys_in_place_to_each_layers_positions(tiny_model, monkeypatch):
+    """`settle_chunk` (per-layer chunk positions): in a layer whose copy of the chunk moves, the chunk's keys
+    are its keys turned from the forward's positions to the layer's own, written into the layer's buffer
+    (no copy of the layer: the next chunk appends to the same buffer); every earlier token stays bit for bit."""
+    session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=TPF + 30), [], chunk_frames=1)
+    spec, settle, moved = session.memory.spec, session.memory.settle_chunk, []
+
+    def spy_settle(cache):
+        pending = session.memory._chunk_shift
+        before = [(layer.keys.clone(), layer.positions.clone(), layer.keys.data_ptr()) for layer in cache.layers]
+        settle(cache)
+        if pending is not None:
+            moved.append((pending[0], pending[1].tolist(), before,
+                          [(layer.keys, layer.positions) for layer in cache.layers]))
+
+    monkeypatch.setattr(session.memory, "settle_chunk", spy_settle)
+    for frame in random_frames(5, size=(16, 16)):
+        session.ingest([frame])
+    shifted = 0
+    for n, shifts, before, after in moved:
+        for shift, (keys0, positions0, storage), (keys, positions) in zip(shifts, before, after):
+            assert torch.equal(keys[..., :-n, :], keys0[..., :-n, :]) and torch.equal(positions[:, :-n],
+                                                                                     positions0[:, :-n])
+            assert torch.equal(positions[:, -n:], positions0[:, -n:] + shift)
+            assert keys.data_ptr() == storage  # turned in place
+            if shift:
+                shifted += 1
+                raw = rotate_at(keys0[0, :, -n:], -positions0[0, -n:], spec)  # the keys before any rotation
+                torch.testing.assert_close(keys[0, :, -n:], rotate_at(raw, positions[0, -n:], spec), atol=2e-5,
+                                           rtol=1e-5)
+    assert shifted, "some layer's copy of a chunk must have moved (a summary past layer 0's newest position)"
+    session.close()
+
+
 @pytest.mark.slow
 def test_eager_reindexing_keeps_positions_consecutive(tiny_model):
     session = StreamingSession(tiny_model, MemoryConfig(policy="hermes", budget=TPF, reindex="eager"),

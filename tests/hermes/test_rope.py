@@ -16,7 +16,7 @@ from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfi
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
 from hermes.errors import ModelError
-from hermes.rope import RotarySpec, freq_axes, inv_freq, rotate_at, rotate_between, rotate_keys
+from hermes.rope import RotarySpec, freq_axes, inv_freq, rotate_at, rotate_between, rotate_keys, rotate_rows_between
 
 HEADS, DIM = 2, 32
 THETA = 1_000_000.0
@@ -142,6 +142,23 @@ def test_rerotated_key_equals_key_rotated_at_target_fp32(layout):
     assert moved.dtype == torch.float32
     torch.testing.assert_close(moved, at_q, atol=1e-5, rtol=0)
     torch.testing.assert_close(rotate_between(at_p, p, q, spec), moved, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["1d", "mrope", "interleaved"])
+def test_rows_turned_in_one_batch_equal_each_row_turned_alone_bit_for_bit(layout):
+    """`rotate_rows_between` (every layer's keys at once) lands where transformers puts each row's keys, and
+    bit for bit where `rotate_between` puts them row by row; a token that does not move is left as it was."""
+    module, spec = _reference(layout)
+    rows = [(_keys(tokens=7, seed=seed)[:1], _positions(layout, 7, 20000, seed=10 + seed),
+             _positions(layout, 7, 20000, seed=20 + seed)) for seed in range(3)]
+    rows[1][2][..., 2] = rows[1][1][..., 2]  # token 2 of row 1 stays
+    at_p = torch.stack([hf_rotate(module, x, p)[0] for x, p, _ in rows])  # (3, H, 7, D)
+    p, q = (torch.stack([r[i].reshape(-1, 7) for r in rows]) for i in (1, 2))
+    turned = rotate_rows_between(at_p, p, q, spec)
+    for row, (x, _, q_row) in enumerate(rows):
+        assert torch.equal(turned[row], rotate_between(at_p[row], rows[row][1], q_row, spec))
+        torch.testing.assert_close(turned[row], hf_rotate(module, x, q_row)[0], atol=1e-5, rtol=0)
+    assert torch.equal(turned[1, :, 2], at_p[1, :, 2])
 
 
 @pytest.mark.parametrize("layout", ["1d", "mrope", "interleaved"])

@@ -281,6 +281,18 @@ def test_select_keep_is_top_budget_in_time_order():
         select_keep(scores, -1)
 
 
+def test_select_keep_equals_a_stable_ranking_on_rows_full_of_ties():
+    """On rows like a cache's (many ties, -inf for excluded entries), every budget keeps exactly the tokens a
+    stable ranking by score, the newer first among equals, puts first."""
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 6, (4, 40), generator=gen).float() / 5
+    rows[1, :7] = -math.inf
+    rows[2] = 0.5
+    for budget in (1, 7, 20, 33, 39):
+        expected = [sorted(sorted(range(40), key=lambda i: (-row[i].item(), -i))[:budget]) for row in rows]
+        assert select_keep(rows, budget).tolist() == expected
+
+
 # --- summary token ------------------------------------------------------------------------------
 
 HEADS, DIM = 2, 32
