@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, HermesLayer, TokenEntries, to_device_no_sync
-from hermes.config import MemoryConfig, preset_names
+from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
 from hermes.positions import GridStep, Run, compact, compact_per_axis
@@ -596,31 +596,3 @@ class HermesPolicy(BudgetPolicy):
         if cache.next_position != before:  # M-RoPE: the next frames open a new block after the summary,
             cache.block = None  # not one inside the old block that would place them below it
 
-
-POLICIES: dict[str, type[MemoryPolicy]] = {
-    "full": MemoryPolicy, "sliding": SlidingPolicy, "uniform": UniformPolicy, "hermes": HermesPolicy,
-}
-
-
-def _baselines() -> None:
-    """Register the baselines of hermes.baselines (they import this module, so they come last)."""
-    from hermes.baselines.recent_frames import RecentFramesPolicy
-    from hermes.baselines.rekv import ReKVPolicy
-
-    POLICIES.update({"recent-frames": RecentFramesPolicy, "rekv": ReKVPolicy})
-
-
-def build_policy(cfg: MemoryConfig, model: CoreModel) -> MemoryPolicy:
-    """The policy named by `cfg.policy`, for `model`.
-
-    Raises:
-        ConfigError: unknown policy name or invalid settings.
-    """
-    if "recent-frames" not in POLICIES:
-        _baselines()
-    if cfg.policy not in POLICIES:
-        # a preset name given as a policy (`memory.policy=recall-only`, `=hermes-4k`): point to --memory
-        hint = f" ({cfg.policy} is a memory preset, not a policy: use --memory {cfg.policy})" \
-            if cfg.policy in preset_names("memory") else ""
-        raise ConfigError(f"unknown memory policy {cfg.policy!r}; available: {', '.join(POLICIES)}{hint}")
-    return POLICIES[cfg.policy](cfg, model)

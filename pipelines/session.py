@@ -34,7 +34,7 @@ import torch
 from hermes.cache import KIND_VISUAL
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
-from hermes.memory import build_policy
+from hermes.policies import build_policy
 from hermes.probe import prefill_chunk
 from hermes.models.base import VLMAdapter
 from hermes.pipelines.asked import Question  # noqa: F401  (re-exported: the Python API's question)
