@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,7 @@ from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
 from hermes.positions import GridStep, Run, compact, compact_per_axis
 from hermes.probe import probe_attention
+from hermes.prompt import format_prompt
 from hermes.rope import RotarySpec, rotate_keys
 from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summary, layer_bands, mean_position,
                             recency_rates, recency_scores, select_keep, smooth_deep_to_shallow)
@@ -156,6 +158,27 @@ class MemoryPolicy:
             What was evicted (nothing, for `full`).
         """
         return Evictions(length=cache.num_tokens, position_epoch=cache.compactions)
+
+    # ---- hooks the session calls (docs/ARCHITECTURE.md, Memory: the policy interface) -----------------
+
+    def keep_frames(self, frames: list) -> bool:
+        """A chunk of frames (`Frame`s, in time order) arrived: keep them here instead of having them
+        encoded into the working cache (a policy that encodes per question, `recent-frames`).
+
+        Returns:
+            Whether the policy took them (False, the default: the session encodes them).
+        """
+        return False
+
+    def question_embeds(self, model: CoreModel, question: str, options: Sequence[str] = ()) -> torch.Tensor:
+        """(Q, hidden) embeddings of `question` (and its multiple-choice `options`) as this policy asks
+        it; the default is hermes's wording (`hermes.prompt.format_prompt`) after the stream's visual block."""
+        return model.question_embeds(format_prompt(question, options))
+
+    def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
+        """The cache a question is answered from (the default: the working cache itself). The session
+        rewinds what the answer appends to it; `question` is the bare question (what a policy retrieves with)."""
+        return cache
 
     def check_lower_levels(self) -> None:
         """Raise `ConfigError` if this policy cannot run with levels 2-3 (every policy here can; see

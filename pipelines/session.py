@@ -24,7 +24,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,13 +35,13 @@ from hermes.cache import KIND_VISUAL
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
 from hermes.policies import build_policy
+from hermes.prompt import OPTION_LETTERS, check_option_count, format_prompt  # noqa: F401  (re-exported)
 from hermes.probe import prefill_chunk
 from hermes.models.base import VLMAdapter
 from hermes.pipelines.asked import Question  # noqa: F401  (re-exported: the Python API's question)
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.heap import freeze_startup_heap
 
-OPTION_LETTERS = "ABCDEFGHIJ"
 log = logging.getLogger(__name__)
 
 
@@ -70,27 +70,6 @@ class Answer:
         if self.recall is not None:
             out["recall"] = self.recall
         return out
-
-
-def check_option_count(options: Sequence[str]) -> None:
-    """Refuse more options than there are letters (A-J) to answer with.
-
-    Raises:
-        UsageError: more than 10 options.
-    """
-    if len(options) > len(OPTION_LETTERS):
-        raise UsageError(f"at most {len(OPTION_LETTERS)} options per question, found {len(options)}")
-
-
-def format_prompt(question: str, options: Iterable[str] = ()) -> str:
-    """The question text the model sees; multiple choice gets lettered options and an instruction."""
-    options = list(options)
-    if not options:
-        return question
-    check_option_count(options)
-    lines = [question] + [f"{OPTION_LETTERS[i]}. {text}" for i, text in enumerate(options)]
-    lines.append("Answer with the option's letter from the given choices directly.")
-    return "\n".join(lines)
 
 
 @dataclass
@@ -194,8 +173,7 @@ class StreamingSession:
             return
         if self.broken:
             raise UsageError(f"the stream cannot continue: {self.broken}")
-        if getattr(self.memory, "reencodes", False):  # recent-frames: frames are encoded per question
-            self.memory.keep_frames(frames)
+        if self.memory.keep_frames(frames):  # a policy that encodes per question (recent-frames)
             self.encoded_t_s.extend(f.t_s for f in frames)
             return
         start = time.perf_counter()
@@ -354,16 +332,11 @@ class StreamingSession:
                 raise UsageError(f"question at {at:g}s comes after frames up to {self.encoded_t_s[-1]:g}s "
                                  f"were already encoded; ask questions in time order")
             self.advance(until_s=at)
-        if hasattr(self.memory, "question_embeds"):  # recent-frames asks in SimpleStream's wording and framing
-            prompt = self.memory.question_embeds(self.model, question, options)
-        else:
-            prompt = self.model.question_embeds(format_prompt(question, options))
+        prompt = self.memory.question_embeds(self.model, question, options)
         if answer_prefix:
             prompt = torch.cat([prompt, self.model.embed_text(answer_prefix).to(prompt.dtype)])
-        # hermes.baselines answer from a cache of their own: recent-frames' fresh one, rekv's retrieved view
         query = query or question
-        cache = self.memory.answer_cache(self.model, self.cache, query) \
-            if hasattr(self.memory, "answer_cache") else self.cache
+        cache = self.memory.answer_cache(self.model, self.cache, query)
         self.memory.make_room(cache, prompt.shape[0] + self.max_new_tokens)
         self.memory.note_question(query)
         mark = cache.mark()

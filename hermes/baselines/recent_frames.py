@@ -14,9 +14,8 @@ the question follows the images after a newline (`VLMAdapter.encode_images`,
 written as SimpleStream writes OVO-Bench's (`simplestream_prompt`). ARCHITECTURE.md (Memory,
 Baselines) lists what still differs.
 
-Hooks: the session asks `reencodes` (hand frames to `keep_frames` instead of encoding them),
-`answer_cache(model, cache, question)` (the cache a question is answered from) and
-`question_embeds(model, question, options)` (the question in this framing).
+It implements three of the policy interface's hooks (`hermes.memory.MemoryPolicy`): `keep_frames`,
+`answer_cache` and `question_embeds`.
 """
 
 from __future__ import annotations
@@ -63,7 +62,6 @@ class RecentFramesPolicy(NoLowerLevels):
     """Keeps no KV memory; re-encodes the newest frames for every question."""
 
     name = "recent-frames"
-    reencodes = True
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
@@ -73,9 +71,10 @@ class RecentFramesPolicy(NoLowerLevels):
         # enough frames to thin to `recent_frames` at `recent_fps` from any sampling rate up to 64x it
         self.frames: deque = deque(maxlen=64 * cfg.recent_frames)
 
-    def keep_frames(self, frames) -> None:
+    def keep_frames(self, frames) -> bool:
         """Take the frames of a chunk instead of encoding them (`Frame`s, in time order)."""
         self.frames.extend(frames)
+        return True
 
     def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
         """A fresh cache: the user turn's opening, then the last frames as separate images (`cache`,
@@ -89,7 +88,6 @@ class RecentFramesPolicy(NoLowerLevels):
             positions = self.place(cache, chunk.layout)
             model.prefill(chunk.embeds, positions, cache, **chunk.model_kwargs)
             cache.record(positions, KIND_VISUAL, chunk.frame_index)
-        self.last_frame_t_s = picked[-1].t_s if picked else None
         return cache
 
     def question_embeds(self, model: CoreModel, question: str, options: Sequence[str] = ()) -> torch.Tensor:

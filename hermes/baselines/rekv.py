@@ -139,8 +139,6 @@ class ReKVPolicy(NoLowerLevels):
     """A window of whole frames in device memory, every frame kept on the host, ReKV retrieval per question."""
 
     name = "rekv"
-    reencodes = False
-    answers_from_view = True
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
