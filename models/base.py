@@ -18,7 +18,8 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from collections.abc import Callable, Collection
+from typing import Any
 
 import numpy as np
 import torch
@@ -365,7 +366,8 @@ class VLMAdapter(ABC):
     @torch.inference_mode()
     def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int,
                         on_text: Callable[[str], None] | None = None,
-                        first_token_ids: list[int] | None = None) -> Generation:
+                        first_token_ids: list[int] | None = None,
+                        stop_ids: Collection[int] | None = None) -> Generation:
         """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache`.
 
         The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`). Chosen tokens stay
@@ -384,10 +386,13 @@ class VLMAdapter(ABC):
             first_token_ids: the only tokens the answer may start with (a multiple-choice question's
                 letters, `letter_token_ids`); None: any token. `Generation.first_token_logits` stays
                 the model's own, unrestricted.
+            stop_ids: the tokens that end the answer; None: the adapter's `eos_token_ids`; empty: none,
+                so exactly `max_new_tokens` are decoded (a bench's fixed-length answers).
 
         Returns:
             The decoded `Generation`.
         """
+        stop_ids = self.eos_token_ids if stop_ids is None else set(stop_ids)
         start = time.perf_counter()
         hidden = self.prefill(prompt_embeds, cache.allocate_positions(prompt_embeds.shape[0]), cache)
         first_logits = self.logits(hidden[-1:])[0]
@@ -406,7 +411,7 @@ class VLMAdapter(ABC):
         while True:
             if len(chosen) > len(chosen_ids):  # due (see the check below): one read for the whole window
                 chosen_ids += torch.cat(chosen[len(chosen_ids):]).tolist()
-            ended = next((i for i, t in enumerate(chosen_ids) if t in self.eos_token_ids), None)
+            ended = next((i for i, t in enumerate(chosen_ids) if t in stop_ids), None)
             if ended is not None or len(chosen_ids) >= max_new_tokens:
                 answer_len = min(n for n in (ended, max_new_tokens) if n is not None)
             if on_text is not None:

@@ -10,11 +10,11 @@ policy instead of the sum of all lengths.
 
 Timing rules (docs/ARCHITECTURE.md, Performance): every interval is closed by a device synchronisation,
 so on CUDA a time is the time of the kernels, not of their launches. The session's own `ChunkStats` use unsynchronised
-wall clocks, so the bench times `ingest` itself and wraps the policy's `maintain` in synchronised
+wall clocks, so the bench times `ingest` itself and sets the session's `phase_timer` to synchronised
 clocks (`SyncedMaintainTimer`); encode time is the chunk's time minus its maintenance. TTFT and
 decode latency come from the adapter's greedy decoder, whose clocks stop at a token id read back
 to the host (a synchronisation); the bench synchronises before each question so that they start clean.
-Answers are forced to `decode_tokens` tokens (`forced_length_decoding`) so TPOT averages the same
+Answers are forced to `decode_tokens` tokens (`stop_ids=()`) so TPOT averages the same
 number of steps under every policy. Each policy is warmed up on a short stream first.
 
 Policies are data: `full`, `sliding`, `hermes`, ... and `name+flag` for a boolean memory setting
@@ -179,49 +179,45 @@ def device_sync(device: torch.device) -> None:
 
 
 class SyncedMaintainTimer:
-    """Times a session's `memory.maintain` between device synchronisations, and whether it evicted.
+    """A session's `phase_timer`: each ingest phase between device synchronisations (`ms`, per phase),
+    and whether the maintenance evicted (the cache holds fewer tokens after it than before).
 
-    It wraps the policy instance's method (the session calls `self.memory.maintain(cache, ...)`), so no
-    ingest logic is copied here. The first synchronisation also closes the chunk's encode work.
+    The first synchronisation also closes the work queued before the phase.
     """
 
     def __init__(self, session: StreamingSession) -> None:
-        self.maintain_ms = 0.0
+        self.session = session
+        self.ms: dict[str, float] = {}
         self.evicted = False
-        inner, device = session.memory.maintain, session.model.device
+        session.phase_timer = self.phase
 
-        def synced_maintain(cache, **kwargs):
-            device_sync(device)
-            before, start = cache.num_tokens, time.perf_counter()
-            evictions = inner(cache, **kwargs)
-            device_sync(device)
-            self.maintain_ms = (time.perf_counter() - start) * 1e3
+    @property
+    def maintain_ms(self) -> float:
+        return self.ms.get("maintain", 0.0)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time one phase (`StreamingSession.phase_timer`'s protocol)."""
+        cache, device = self.session.cache, self.session.model.device
+        device_sync(device)
+        before, start = cache.num_tokens, time.perf_counter()
+        yield
+        device_sync(device)
+        self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+        if name == "maintain":
             self.evicted = cache.num_tokens < before
-            return evictions  # the session hands it to the lower levels
-
-        session.memory.maintain = synced_maintain
 
 
 def timed_ingest(session: StreamingSession, timer: SyncedMaintainTimer, chunk: list[Frame]) -> ChunkTiming:
     """`session.ingest(chunk)` between device synchronisations; encode is its time less `timer`'s maintenance."""
     device = session.model.device
     device_sync(device)
-    timer.maintain_ms, timer.evicted = 0.0, False
+    timer.ms, timer.evicted = {}, False
     start = time.perf_counter()
     session.ingest(chunk)
     device_sync(device)
     total_ms = (time.perf_counter() - start) * 1e3
     return ChunkTiming(len(chunk), total_ms - timer.maintain_ms, timer.maintain_ms, timer.evicted)
-
-
-@contextmanager
-def forced_length_decoding(model):
-    """Decode exactly `max_new_tokens` tokens: no end-of-answer token stops early while measuring."""
-    saved, model.eos_token_ids = model.eos_token_ids, set()
-    try:
-        yield
-    finally:
-        model.eos_token_ids = saved
 
 
 def time_per_output_token_ms(ttft_ms: float, latency_ms: float, tokens: int) -> float | None:
@@ -307,15 +303,14 @@ def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], fram
                     decode_tokens: int, repeats: int) -> StreamRow:
     model = session.model
     ttfts, tpots, recalls = [], [], []
-    with forced_length_decoding(model):
-        for _ in range(repeats):
-            device_sync(model.device)  # the question's clock starts on an idle device
-            answer = session.ask(BENCH_QUESTION)
-            # recall runs between the question and its prefill: the user waits for both
-            recall_ms = (getattr(answer, "recall", None) or {}).get("recall_ms")
-            recalls.append(recall_ms)
-            ttfts.append(answer.ttft_ms + (recall_ms or 0.0))
-            tpots.append(time_per_output_token_ms(answer.ttft_ms, answer.latency_ms, decode_tokens))
+    for _ in range(repeats):
+        device_sync(model.device)  # the question's clock starts on an idle device
+        answer = session.ask(BENCH_QUESTION, stop_ids=())  # forced to `decode_tokens`: no token ends it early
+        # recall runs between the question and its prefill: the user waits for both
+        recall_ms = (getattr(answer, "recall", None) or {}).get("recall_ms")
+        recalls.append(recall_ms)
+        ttfts.append(answer.ttft_ms + (recall_ms or 0.0))
+        tpots.append(time_per_output_token_ms(answer.ttft_ms, answer.latency_ms, decode_tokens))
     evicting = [c for c in chunks if c.evicted]
     encode_total, maintain_total = sum(c.encode_ms for c in chunks), sum(c.maintain_ms for c in chunks)
     evicting_encode = sum(c.encode_ms for c in evicting)

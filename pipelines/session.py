@@ -24,7 +24,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,11 @@ class Answer:
         return out
 
 
+def no_phase_timer(phase: str) -> contextlib.AbstractContextManager:
+    """`StreamingSession.phase_timer`'s default: times nothing."""
+    return contextlib.nullcontext()
+
+
 @dataclass
 class ChunkStats:
     """What one chunk cost."""
@@ -97,6 +102,11 @@ class StreamingSession:
         read_only: follow a stream another process writes into `memory_dir`: restore its last
             checkpoint, recall from its records, write nothing.
         on_close: called once by the first `close` (`hermes.open` releases its video this way).
+
+    Attributes:
+        phase_timer: `phase_timer(name)` gives a context manager around each phase of a chunk's ingest,
+            "encode" (vision tower, placement, prefill) and "maintain" (the policy's maintenance); the
+            default does nothing. A bench sets it to time the phases (`hermes.pipelines.bench`).
 
     Raises:
         ConfigError: an unknown memory policy or invalid memory settings.
@@ -127,6 +137,7 @@ class StreamingSession:
         self._exhausted = False
         self._progress = None
         self._on_close = on_close
+        self.phase_timer: Callable[[str], contextlib.AbstractContextManager] = no_phase_timer
         self.lower = None  # levels 2 and 3 (hermes.lower.LowerLevels), with a memory directory or recall
         if memory_dir is not None or memory_cfg.recall:
             from hermes.lower import LowerLevels
@@ -179,12 +190,14 @@ class StreamingSession:
         start = time.perf_counter()
         self.broken = "a chunk's encode was interrupted half-way"  # until this chunk is whole
         try:
-            chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
-            positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
-            # the maintenance's pseudo-query, if this chunk will evict, rides in the chunk's forward
-            probe_embeds = self.memory.probe_queries(self.cache, chunk.embeds.shape[0])
-            probe = prefill_chunk(self.model, self.cache, chunk.embeds, positions, probe_embeds, **chunk.model_kwargs)
-            self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
+            with self.phase_timer("encode"):
+                chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
+                positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
+                # the maintenance's pseudo-query, if this chunk will evict, rides in the chunk's forward
+                probe_embeds = self.memory.probe_queries(self.cache, chunk.embeds.shape[0])
+                probe = prefill_chunk(self.model, self.cache, chunk.embeds, positions, probe_embeds,
+                                      **chunk.model_kwargs)
+                self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
             self.encoded_t_s.extend(f.t_s for f in frames)
             encode_ms = (time.perf_counter() - start) * 1e3
             self.peak_cache_bytes = max(self.peak_cache_bytes, self.cache.nbytes())
@@ -193,7 +206,8 @@ class StreamingSession:
                 # here (rarely at all) keeps at most one chunk's records short of durable
                 self.lower.store.barrier()
             # copies of the evicted tokens are made only for lower levels that take them
-            evictions = self.memory.maintain(self.cache, copy_evicted=self.lower is not None, probe=probe)
+            with self.phase_timer("maintain"):
+                evictions = self.memory.maintain(self.cache, copy_evicted=self.lower is not None, probe=probe)
             maintain_ms = evictions.maintain_ms
             if self.lower is not None:  # what level 1 evicted goes down, as the policy returned it
                 start = time.perf_counter()
@@ -304,7 +318,7 @@ class StreamingSession:
 
     def ask(self, question: str, options: Iterable[str] = (), at: float | None = None,
             answer_prefix: str = "", query: str | None = None,
-            on_text: Callable[[str], None] | None = None) -> Answer:
+            on_text: Callable[[str], None] | None = None, stop_ids: Collection[int] | None = None) -> Answer:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
 
         Args:
@@ -318,6 +332,8 @@ class StreamingSession:
             query: the bare question when `question` is a whole benchmark prompt: what the memory
                 retrieves with (`rekv`) and conditions on (`memory.condition_on_question`); None: `question`.
             on_text: receives the answer's text piece by piece as it is generated (`serve`'s SSE).
+            stop_ids: the tokens that end a free-text answer (None: the model's end-of-answer tokens;
+                empty: none, `max_new_tokens` are decoded, as a bench measures).
 
         Returns:
             The `Answer`; memory is exactly as before the call.
@@ -350,7 +366,8 @@ class StreamingSession:
                                                         first_token_ids=list(letters))
                 text = letters[generation.token_ids[0]]
             else:
-                generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text)
+                generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text,
+                                                        stop_ids=stop_ids)
                 text = generation.text
         finally:
             cache.rewind(mark)

@@ -66,7 +66,8 @@ def answer(model, tokens: int, decode_tokens: int, step):
         model.prefill(embeds, cache.allocate_positions(n), cache)
     model.decode_step = step
     device_sync(model.device)
-    out = model.generate_greedy(model.question_embeds("What is happening?"), cache, decode_tokens)
+    out = model.generate_greedy(model.question_embeds("What is happening?"), cache, decode_tokens,
+                                stop_ids=())  # forced length: every answer decodes `decode_tokens` tokens
     device_sync(model.device)
     model.decode_step = None
     return out
@@ -75,7 +76,6 @@ def answer(model, tokens: int, decode_tokens: int, step):
 def bench_decode(model, tokens: int, decode_tokens: int, repeats: int, modes: list[str]) -> dict:
     from torch._dynamo.utils import counters
 
-    model.eos_token_ids = set()  # forced length: every answer decodes `decode_tokens` tokens
     steps = {"off": None}
     result = {"tokens": tokens, "decode_tokens": decode_tokens, "repeats": repeats, "modes": {}}
     for mode in modes:
