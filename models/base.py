@@ -26,7 +26,7 @@ import torch
 
 from hermes.cache import KIND_PREFIX, HermesCache, to_device_no_sync
 from hermes.errors import ModelError
-from hermes.models.attention import use_hermes_sdpa
+from hermes.models.attention import use_hermes_attention
 from hermes.positions import GridStep, Run
 from hermes.rope import RotarySpec
 
@@ -126,7 +126,11 @@ class VLMAdapter(ABC):
         self.dtype = dtype
         self.system_prompt = system_prompt
         self.eos_token_ids: set[int] = set()
-        use_hermes_sdpa(self.text_config)  # no per-layer copies of grouped K/V heads (hermes.models.attention)
+        use_hermes_attention(self.language_model)  # hooked for hermes's passes (hermes.models.attention)
+
+    def set_attention(self, implementation: str) -> None:
+        """Run the language model on transformers' "sdpa" or "eager" attention (hooked for hermes's passes)."""
+        use_hermes_attention(self.language_model, implementation)
 
     # ---- what each family defines ----------------------------------------------------------------
 
