@@ -4,17 +4,12 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
 `budget` visual entries in every layer (all layers the same length). They differ in what they keep:
 
 - `full`: everything (no eviction; the reference for equivalence tests);
-- `sliding`: the first `sink_tokens` visual tokens plus the most recent ones (StreamingLLM);
+- `sliding`: the first `sink_tokens` visual tokens plus the most recent ones (StreamingLLM; with
+  `memory.recall` on, the `recall-only` preset);
 - `uniform`: evenly spaced frames over everything seen;
-- (`recall-only`, ReKV-style, is not a policy of its own but `sliding` with `memory.recall` on: with no
-  scores, every evicted token goes to levels 2-3 and questions search them; preset `recall-only`);
-- `hermes`: the paper's per-layer importance, as its reference code computes it (docs/ARCHITECTURE.md, Memory): recency
-  in shallow layers, the model's own attention from pseudo-queries in deep layers, a depth-weighted
-  mix in between, smoothed from deep to shallow by token identity (our fix; by cache index, the
-  reference's convention, with `memory.smoothing_match`), selected on the fresh probe; long-term layers
-  keep `budget - 1` entries, a previous summary competing like any token, and append one new summary
-  token of what they evict, placed right after the newest kept token. Our own variants are `memory.*`
-  options (recency unit, accumulation, summary position, `previous_summary: fold`).
+- `hermes`: the paper's per-layer importance, as its reference code computes it (`HermesPolicy`,
+  docs/ARCHITECTURE.md, Memory).
+The registry of every policy, baselines included, is `hermes.policies`.
 
 Every bounded policy evicts only when a chunk takes the cache past `budget`, and then to `budget`
 (the reference) or, with `memory.evict_headroom` h (ours), to budget * (1 - h), so that the next
@@ -34,7 +29,7 @@ eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: posi
 State: `maintain` returns what it evicted (`Evictions`) and keeps nothing of it for a later call;
 the session hands it to the lower levels. What a policy carries between chunks (the `hermes`
 policy's accumulated importance) is its `state_dict()`. A policy changes the cache only through
-its layers' API (`hermes.cache.HermesLayer`).
+its API (`hermes.cache.HermesLayer`, and `HermesCache` for the position counters).
 """
 
 from __future__ import annotations
@@ -72,9 +67,6 @@ class Evictions:
         scores: per layer, (n_l,) their importance in [0, 1] (ones when the policy does not score).
         length: tokens per layer before the eviction.
         position_epoch: the cache's `compactions` when they were evicted (the frame of their positions).
-        summaries: layers that folded what they evicted into a summary token.
-        compacted: whether positions were compacted after the eviction (`reindex: eager`).
-        all_scores: (L, V) importance of every visual entry scored (None: the policy does not score).
         maintain_ms: time the maintenance took.
     """
 
@@ -83,9 +75,6 @@ class Evictions:
     scores: tuple[torch.Tensor, ...] = ()
     length: int = 0
     position_epoch: int = 0
-    summaries: tuple[int, ...] = ()
-    compacted: bool = False
-    all_scores: torch.Tensor | None = None
     maintain_ms: float = 0.0
 
     @property
@@ -294,9 +283,7 @@ def compact_positions(cache: HermesCache, spec: RotarySpec, mrope: str = "frame_
         move_entries(layer, new_positions, spec)
         if new_positions.numel():
             largest = max(largest if largest is not None else -1, int(new_positions.max()))
-    cache.next_position = max(largest + 1, origin) if largest is not None else 0
-    cache.block = None
-    cache.compactions += 1
+    cache.compacted(max(largest + 1, origin) if largest is not None else 0)
 
 
 class BudgetPolicy(MemoryPolicy):
@@ -350,9 +337,7 @@ class BudgetPolicy(MemoryPolicy):
             self.compact(cache)
         self.last_scores = choice.scores
         return Evictions(entries=tuple(entries), index=tuple(index), scores=tuple(scores), length=length,
-                         position_epoch=epoch, summaries=tuple(layer for layer, _, _ in choice.summaries),
-                         compacted=self.cfg.reindex == "eager", all_scores=choice.scores,
-                         maintain_ms=(time.perf_counter() - start) * 1e3)
+                         position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         """Write HERMES's summary tokens into the slots kept for them (nothing for other policies)."""
@@ -471,10 +456,7 @@ class HermesPolicy(BudgetPolicy):
             return super().place_once(cache, layout)
         after = cache.layer_next_positions()  # (L,)
         shift = after - after[0]
-        before = cache.next_position
-        cache.next_position, cache.block = int(after[0]), None
-        positions = cache.place(layout)
-        cache.next_position = max(cache.next_position + int(shift.max()), before)
+        positions = cache.place(layout, start=int(after[0]), beyond=int(shift.max()))
         self._chunk_shift = (positions.shape[-1], shift)
         return positions
 
@@ -608,14 +590,8 @@ class HermesPolicy(BudgetPolicy):
                             weighted=self.fold_previous)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
-        before = cache.next_position
-        new_ids = cache.new_token_ids(len(summaries))
         slot = prefix_len if self.fold_previous else cache.num_tokens - 1  # as `choose` ordered it
-        for (layer, summary, target), new_id in zip(summaries, new_ids.tolist()):
-            cache.layers[layer].write(slot, summary.key[:, 0], summary.value[:, 0], target, new_id,
-                                      KIND_SUMMARY, -1, int(summary.count))
+        for layer, summary, target in summaries:
             # text and a `shared` chunk come after every summary (a `per_layer` chunk after its layer's own)
-            cache.next_position = max(cache.next_position, int(target.max()) + 1)
-        if cache.next_position != before:  # M-RoPE: the next frames open a new block after the summary,
-            cache.block = None  # not one inside the old block that would place them below it
+            cache.write_summary(layer, slot, summary.key[:, 0], summary.value[:, 0], target, int(summary.count))
 

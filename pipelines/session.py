@@ -145,31 +145,22 @@ class StreamingSession:
             self.memory.check_lower_levels()
             self.lower = LowerLevels(memory_cfg, model, memory_dir, read_only=read_only)
         self._persistent = memory_dir is not None and not read_only  # a follower never writes
-        if read_only:
-            from hermes.pipelines.persistence import restore_session
-
-            try:
-                restore_session(self)  # the writer's last checkpoint: level 1 as it saved it
-            except BaseException:
-                self.lower.close()
-                raise
         self._checkpoint_every = memory_cfg.checkpoint_every
         self.stop_requested = False  # set by `request_stop` (signals); honoured between chunks
         self.broken: str | None = None  # why the working cache can no longer be trusted (never checkpointed)
         self.cut_short = False  # a stop ended `advance` before the time it was asked to reach
-        if self._persistent:
+        if read_only or self._persistent:
             from hermes.pipelines.persistence import has_checkpoint, restore_session
 
-            if resume:
-                try:
+            try:
+                if read_only or (self._persistent and resume):  # a follower: the writer's last checkpoint
                     restore_session(self)
-                except BaseException:
-                    self.lower.close()  # nobody gets this session to close it
-                    raise
-            elif has_checkpoint(self.lower):
-                self.lower.close()
-                raise UsageError(f"memory directory {memory_dir} already holds a stream: pass --resume to continue "
-                                 f"it, or choose another --memory-dir")
+                elif self._persistent and has_checkpoint(self.lower):
+                    raise UsageError(f"memory directory {memory_dir} already holds a stream: pass --resume to "
+                                     f"continue it, or choose another --memory-dir")
+            except BaseException:
+                self.lower.close()  # nobody gets this session to close it
+                raise
         if progress:
             from tqdm import tqdm
 
