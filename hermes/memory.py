@@ -16,15 +16,10 @@ Every bounded policy evicts only when a chunk takes the cache past `budget`, and
 chunks fit without another eviction: for `hermes` that is one probe per several chunks instead of one
 per chunk (the probe's forward is a fixed ~30 tokens, a large share of a small chunk's encode).
 
-Positions: new tokens always take positions after the last one used, so eviction leaves gaps (lazy
-re-indexing). A `hermes` chunk continues each layer after that layer's own largest position, as the
-reference does (`memory.chunk_positions`: the model's forward places it after layer 0's, and
-`maintain` moves each layer's copy by its difference); other policies keep the same tokens in every
-layer, so one position serves all. When the next tokens would pass `max_position_embeddings`, every
-layer's visual keys are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
-kept coordinates, or whole frames packed back to back, `memory.mrope_compaction`, see
-`hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
-eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
+Positions (docs/ARCHITECTURE.md, Memory, Positions): eviction leaves gaps (lazy re-indexing); near
+`max_position_embeddings` every layer's visual keys are compacted by an exact RoPE delta
+(`compact_positions`; `reindex: eager` after every eviction). Positions are (A, T): 1-D RoPE and
+M-RoPE models alike.
 
 State: `maintain` returns what it evicted (`Evictions`) and keeps nothing of it for a later call;
 the session hands it to the lower levels. What a policy carries between chunks (the `hermes`
@@ -35,7 +30,6 @@ its API (`hermes.cache.HermesLayer`, and `HermesCache` for the position counters
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,7 +61,6 @@ class Evictions:
         scores: per layer, (n_l,) their importance in [0, 1] (ones when the policy does not score).
         length: tokens per layer before the eviction.
         position_epoch: the cache's `compactions` when they were evicted (the frame of their positions).
-        maintain_ms: time the maintenance took.
     """
 
     entries: tuple[TokenEntries, ...] = ()
@@ -75,7 +68,6 @@ class Evictions:
     scores: tuple[torch.Tensor, ...] = ()
     length: int = 0
     position_epoch: int = 0
-    maintain_ms: float = 0.0
 
     @property
     def evicted(self) -> bool:
@@ -93,7 +85,7 @@ class Choice:
 
 
 class MemoryPolicy:
-    """The `full` policy, and what every policy shares: position management and timing.
+    """The `full` policy, and what every policy shares: position management and the session's hooks.
 
     Args:
         cfg: the memory configuration.
@@ -310,11 +302,10 @@ class BudgetPolicy(MemoryPolicy):
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
                  probe: torch.Tensor | None = None) -> Evictions:
-        start = time.perf_counter()
         prefix_len = cache.prefix_len
         length, epoch = cache.num_tokens, cache.compactions
         if not self.evicts_after(cache, 0):  # scoring runs only when eviction is needed
-            return Evictions(length=length, position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
+            return Evictions(length=length, position_epoch=epoch)
         choice = self.choose(cache, prefix_len, probe)
         prefix = torch.arange(prefix_len).expand(choice.keep.shape[0], prefix_len)
         keep = torch.cat([prefix, choice.keep], dim=1)
@@ -337,7 +328,7 @@ class BudgetPolicy(MemoryPolicy):
             self.compact(cache)
         self.last_scores = choice.scores
         return Evictions(entries=tuple(entries), index=tuple(index), scores=tuple(scores), length=length,
-                         position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
+                         position_epoch=epoch)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         """Write HERMES's summary tokens into the slots kept for them (nothing for other policies)."""
@@ -514,8 +505,7 @@ class HermesPolicy(BudgetPolicy):
             ids = cache.layers[layer].token_ids
             running = accumulate(self._running[layer], fresh, ids, self.cfg.accumulation,
                                  self.cfg.accumulate_decay)
-            if self.cfg.accumulation != "none":
-                self._running[layer] = (ids, running)
+            self._running[layer] = (ids, running)
             rows.append(running)
         return torch.stack(rows)
 

@@ -237,12 +237,6 @@ class VLMAdapter(ABC):
         """An empty working cache shaped for this model's language model (1 or 3 position axes)."""
         return HermesCache(config=self.text_config, num_axes=self.rotary.num_axes)
 
-    def known_token_ids(self, *tokens: str) -> set[int]:
-        """Ids of the tokens among `tokens` that the tokenizer knows as single tokens."""
-        ids = {self.tokenizer.convert_tokens_to_ids(t) for t in tokens}
-        unk = getattr(self.tokenizer, "unk_token_id", None)
-        return {i for i in ids if isinstance(i, int) and i >= 0 and i != unk}
-
     def letter_token_ids(self, letters: str) -> dict[int, str]:
         """The tokens an answer may start with to name each of `letters`: the letter alone and after a space.
 
@@ -268,9 +262,10 @@ class VLMAdapter(ABC):
         return ids
 
     def stop_on(self, *tokens: str) -> None:
-        """Answers end at any of `tokens` or at the tokenizer's end-of-sequence token."""
-        eos = self.tokenizer.eos_token_id
-        self.eos_token_ids = self.known_token_ids(*tokens) | ({eos} if isinstance(eos, int) and eos >= 0 else set())
+        """Answers end at any of `tokens` the tokenizer knows as one token, or at its end-of-sequence token."""
+        unk, eos = getattr(self.tokenizer, "unk_token_id", None), self.tokenizer.eos_token_id
+        known = {self.tokenizer.convert_tokens_to_ids(t) for t in tokens} - {unk}
+        self.eos_token_ids = {i for i in known | {eos} if isinstance(i, int) and i >= 0}
 
     def embed_text(self, text: str) -> torch.Tensor:
         """(n, hidden) input embeddings of `text`, tokenized without special-token additions."""

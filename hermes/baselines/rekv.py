@@ -33,7 +33,6 @@ window is full is not reproduced; 1-D RoPE models only (ReKV has no M-RoPE versi
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from functools import partial
@@ -157,7 +156,6 @@ class ReKVPolicy(NoLowerLevels):
                  probe: torch.Tensor | None = None) -> Evictions:
         """Move the oldest whole frames beyond the window to host blocks (`copy_evicted` is not needed:
         rekv keeps what it evicts itself and runs without lower levels; it never probes)."""
-        start = time.perf_counter()
         prefix_len = cache.prefix_len
         length, epoch = cache.num_tokens, cache.compactions
         frames = cache.layers[0].frame_index[prefix_len:]
@@ -177,7 +175,7 @@ class ReKVPolicy(NoLowerLevels):
             cache.select_(keep.expand(cache.num_layers, -1))
             index = (torch.arange(prefix_len, prefix_len + n_evict),) * cache.num_layers
         return Evictions(index=index, scores=tuple(torch.ones(i.shape[0]) for i in index), length=length,
-                         position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
+                         position_epoch=epoch)
 
     # ---- answer ----
 
