@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from string import ascii_uppercase
 
 import torch
 
 from hermes.cache import KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
-from hermes.errors import ConfigError, UsageError
+from hermes.errors import ConfigError
 from hermes.baselines import NoLowerLevels
 from hermes.model_protocol import CoreModel
+from hermes.prompt import OPTION_LETTERS, check_option_count
 
 
 def pick_recent(times_s: list[float], count: int, fps: float) -> list[int]:
@@ -107,11 +107,10 @@ def simplestream_prompt(question: str, options: Sequence[str] = ()) -> str:
         The text placed after the images.
 
     Raises:
-        UsageError: more options than letters.
+        UsageError: more options than letters (A-J).
     """
     if not options:
         return question
-    if len(options) > len(ascii_uppercase):
-        raise UsageError(f"at most {len(ascii_uppercase)} options per question, found {len(options)}")
-    lettered = "; ".join(f"{ascii_uppercase[i]}. {text}" for i, text in enumerate(options))
+    check_option_count(options)
+    lettered = "; ".join(f"{OPTION_LETTERS[i]}. {text}" for i, text in enumerate(options))
     return f"{question}\nOptions: {lettered};\nOnly give the best option's letter directly."
