@@ -70,8 +70,8 @@ def penalize_seen_no_sync(logits: torch.Tensor, seen: torch.Tensor, penalty: flo
 
     Args:
         logits: (V,) float32 logits of the next token.
-        seen: (V,) bool, the answer's tokens so far, on the logits' device (no host read).
-        penalty: 1.0 leaves the logits' values as they are.
+        seen: (V,) bool mask of the answer's tokens so far, on the logits' device (no host read).
+        penalty: 1.0 leaves the values as they are.
 
     Returns:
         (V,) logits, a new tensor.

@@ -5,7 +5,7 @@ room to spare, but its keys and values are views that grow by one token), so the
 with dynamic shapes: one graph serves every cache length (on a CPU, cpu-small,
 one graph was compiled for a whole answer, no recompiles; `torch._dynamo.utils.counters` says so).
 "reduce-overhead" adds CUDA graphs, which record one graph per new shape: with a growing cache that
-is a recording per length, so whether it pays is what `scripts/bench_device.py` measures on a GPU.
+is a recording per length, so whether it pays is what `hermes-video bench device` measures on a GPU.
 
 Fused kernels round differently from eager ones, so a compiled step's logits are equal only within
 float tolerance and greedy tokens can differ where two logits are nearly tied (they do on random

@@ -10,7 +10,7 @@ exactly as hermes feeds the model at answer time (`StreamingSession.ask`):
 
 - the prompt is what hermes sends: `format_prompt(question, options)` (the CLI and demo), the bare
   question (answered in words: "red"), or the official OVO-Bench prompt that
-  `hermes-video eval ovo-bench` sends (`prompts.build_prompt`);
+  `hermes-video eval ovo-bench` sends (`registry.build_prompt`);
 - visual tokens keep the rotary positions they had when streamed (frame i of a stream at
   `prefix + 16 * i`), and the question starts after the last frame streamed, as lazy re-indexing
   leaves them. Memory is simulated by which frames and tokens stay: all of them (`full`, short
@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from hermes.config import ModelConfig
 from hermes.datasets import synthetic_bench as sb
-from hermes.datasets.prompts import build_prompt
+from hermes.datasets.registry import build_prompt
 from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
@@ -424,7 +424,7 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
     Why: it shows up to which memory length each kind of answer holds (what the weights have learned to
     read at that length), apart from which frames a policy keeps.
     """
-    import eval_micro  # this folder's: its bootstrap is the testbed's interval
+    import micro_suite  # this folder's: its bootstrap is the testbed's interval
 
     print("| frames in memory | " + " | ".join(KINDS) + " |\n|---|" + "---|" * len(KINDS), flush=True)
     for lo, hi in bins:
@@ -437,7 +437,7 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
                 if ex.streamed >= lo:
                     examples.append(ex)
             hits = first_token_hits(batcher, examples, MAIN.batch_size)
-            acc, low, high = eval_micro.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
+            acc, low, high = micro_suite.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
             cells.append(f"{acc:.0f} [{low:.0f}, {high:.0f}]")
         print(f"| {lo}-{hi} | " + " | ".join(cells) + " |", flush=True)
 

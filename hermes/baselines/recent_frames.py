@@ -27,7 +27,6 @@ import torch
 
 from hermes.cache import KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
-from hermes.errors import ConfigError
 from hermes.baselines import NoLowerLevels
 from hermes.model_protocol import CoreModel
 from hermes.prompt import OPTION_LETTERS, check_option_count
@@ -65,9 +64,6 @@ class RecentFramesPolicy(NoLowerLevels):
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
-        if cfg.recent_frames < 1 or cfg.recent_fps <= 0:
-            raise ConfigError(f"memory.recent_frames must be at least 1 and memory.recent_fps positive, found "
-                              f"{cfg.recent_frames} and {cfg.recent_fps}")
         # enough frames to thin to `recent_frames` at `recent_fps` from any sampling rate up to 64x it
         self.frames: deque = deque(maxlen=64 * cfg.recent_frames)
 

@@ -26,7 +26,6 @@ records below level 1 and finds them again:
 - `remote`: `RemoteStore`, level 3 (and level 2's log) as immutable objects in an S3 store;
 - `lease`: the writer's lease on a stream in an object store (compare-and-swap, epochs that fence);
 - `remote_level`: a stream's connection, lease, local cache folder and checkpoints in the store;
-- `bench`: timings behind ``hermes-video bench tiers``.
 
 Everything works on plain tensors; nothing here knows the model or the level-1 cache.
 """

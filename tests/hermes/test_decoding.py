@@ -13,7 +13,7 @@ from tests.conftest import random_frames
 
 def test_penalty_divides_positive_and_multiplies_negative_logits_of_answered_tokens():
     logits = torch.tensor([2.0, -1.0, 0.5, 3.0])
-    seen = torch.tensor([True, True, False, False])  # the answer so far: tokens 0, 1, 1
+    seen = torch.tensor([True, True, False, False])  # tokens 0 and 1 answered
     out = penalize_seen_no_sync(logits, seen, 1.1)
     assert out.tolist() == pytest.approx([2.0 / 1.1, -1.1, 0.5, 3.0])
     assert logits.tolist() == [2.0, -1.0, 0.5, 3.0]  # the input is not changed
@@ -40,5 +40,5 @@ def test_a_repeating_greedy_answer_changes_under_the_penalty():
 
 
 def test_a_non_positive_penalty_is_a_config_error():
-    with pytest.raises(ConfigError, match="repetition_penalty must be positive"):
+    with pytest.raises(ConfigError, match=r"model.repetition_penalty: expected a positive number, found 0.0"):
         load_model(ModelConfig(name="tiny-llava-onevision", repetition_penalty=0.0))
