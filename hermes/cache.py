@@ -379,7 +379,7 @@ class HermesCache(DynamicCache):
     Raises:
         UnsupportedCacheError: the config asks for layers other than full attention.
 
-    Attributes:
+    Attributes (written by the cache's own methods only):
         next_position: first free rotary position (every axis); new tokens are placed from here on.
         block: the open M-RoPE video block that the next grid step continues, or None.
         compactions: how often positions were compacted (a lower-level record evicted under an
@@ -435,15 +435,46 @@ class HermesCache(DynamicCache):
         self.block = None
         return positions
 
-    def place(self, layout: list[Run | GridStep]) -> torch.Tensor:
+    def place(self, layout: list[Run | GridStep], start: int | None = None, beyond: int = 0) -> torch.Tensor:
         """Reserve positions for a chunk's layout (see `hermes.positions.place`).
+
+        Args:
+            layout: the chunk's segments.
+            start: place it from this position, as a block of its own (None: from the next free
+                position, continuing the open block).
+            beyond: positions past the placed ones that the next free position must also clear (a
+                layer's copy placed further on, `memory.chunk_positions: per_layer`).
 
         Returns:
             (A, n) int64 positions, n = the layout's token count.
         """
+        before = self.next_position
+        if start is not None:
+            self.next_position, self.block = start, None
         placement = place(layout, self.next_position, self.block, self.num_axes)
         self.next_position, self.block = placement.next_position, placement.block
+        if start is not None:
+            self.next_position = max(self.next_position + beyond, before)
         return placement.positions
+
+    def compacted(self, next_position: int) -> None:
+        """Note that every layer's positions were packed (`hermes.memory.compact_positions`): the next
+        free position is `next_position`, the open video block is closed, `compactions` counts one more."""
+        self.next_position, self.block = next_position, None
+        self.compactions += 1
+
+    def write_summary(self, layer: int, index: int, key: torch.Tensor, value: torch.Tensor, position: torch.Tensor,
+                      count: int) -> None:
+        """Write a summary token (fresh id) over cache index `index` of one layer (key, value (H, D);
+        position (A,)); text and later frames are placed after it."""
+        self.layers[layer].write(index, key, value, position, int(self.new_token_ids(1)), KIND_SUMMARY, -1, count)
+        self._clear(position)
+
+    def _clear(self, positions: torch.Tensor) -> None:
+        """Move the next free position past `positions` if they reach it; the open video block then
+        closes (the next frames open one after them, not inside the old one below them)."""
+        if positions.numel() and int(positions.max()) + 1 > self.next_position:
+            self.next_position, self.block = int(positions.max()) + 1, None
 
     def layer_next_positions(self) -> torch.Tensor:
         """(L,) int64 one past each layer's largest position on any axis (0 for a layer without tokens):
@@ -475,7 +506,8 @@ class HermesCache(DynamicCache):
 
     def append(self, keys: list[torch.Tensor], values: list[torch.Tensor], positions: list[torch.Tensor], kind: int,
                frame_index: list[torch.Tensor]) -> None:
-        """Append ready-made tokens to every layer at once (e.g. recalled from a lower level), with fresh ids.
+        """Append ready-made tokens to every layer at once (e.g. recalled from a lower level), with fresh ids;
+        the next free position moves past them if they reach it.
 
         Args:
             keys, values: per layer, (H, m, D); keys already rotated at `positions`.
@@ -493,6 +525,7 @@ class HermesCache(DynamicCache):
         ids = self.new_token_ids(sizes.pop())
         for layer, k, v, p, f in zip(self.layers, keys, values, positions, frame_index):
             layer.append(k, v, p, ids, kind, f)
+            self._clear(p)
 
     def select_(self, keep: torch.Tensor) -> None:
         """Keep, in each layer l, the tokens at cache indices `keep[l]` (in that order).

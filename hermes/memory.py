@@ -4,53 +4,44 @@ Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix
 `budget` visual entries in every layer (all layers the same length). They differ in what they keep:
 
 - `full`: everything (no eviction; the reference for equivalence tests);
-- `sliding`: the first `sink_tokens` visual tokens plus the most recent ones (StreamingLLM);
+- `sliding`: the first `sink_tokens` visual tokens plus the most recent ones (StreamingLLM; with
+  `memory.recall` on, the `recall-only` preset);
 - `uniform`: evenly spaced frames over everything seen;
-- (`recall-only`, ReKV-style, is not a policy of its own but `sliding` with `memory.recall` on: with no
-  scores, every evicted token goes to levels 2-3 and questions search them; preset `recall-only`);
-- `hermes`: the paper's per-layer importance, as its reference code computes it (docs/ARCHITECTURE.md, Memory): recency
-  in shallow layers, the model's own attention from pseudo-queries in deep layers, a depth-weighted
-  mix in between, smoothed from deep to shallow by token identity (our fix; by cache index, the
-  reference's convention, with `memory.smoothing_match`), selected on the fresh probe; long-term layers
-  keep `budget - 1` entries, a previous summary competing like any token, and append one new summary
-  token of what they evict, placed right after the newest kept token. Our own variants are `memory.*`
-  options (recency unit, accumulation, summary position, `previous_summary: fold`).
+- `hermes`: the paper's per-layer importance, as its reference code computes it (`HermesPolicy`,
+  docs/ARCHITECTURE.md, Memory).
+The registry of every policy, baselines included, is `hermes.policies`.
 
 Every bounded policy evicts only when a chunk takes the cache past `budget`, and then to `budget`
 (the reference) or, with `memory.evict_headroom` h (ours), to budget * (1 - h), so that the next
 chunks fit without another eviction: for `hermes` that is one probe per several chunks instead of one
 per chunk (the probe's forward is a fixed ~30 tokens, a large share of a small chunk's encode).
 
-Positions: new tokens always take positions after the last one used, so eviction leaves gaps (lazy
-re-indexing). A `hermes` chunk continues each layer after that layer's own largest position, as the
-reference does (`memory.chunk_positions`: the model's forward places it after layer 0's, and
-`maintain` moves each layer's copy by its difference); other policies keep the same tokens in every
-layer, so one position serves all. When the next tokens would pass `max_position_embeddings`, every
-layer's visual keys are compacted (consecutive positions for 1-D RoPE; for M-RoPE each axis ranked separately among the
-kept coordinates, or whole frames packed back to back, `memory.mrope_compaction`, see
-`hermes.positions`) by an exact RoPE delta (`make_room`); `reindex: eager` compacts after every
-eviction instead. Every policy works with 1-D RoPE and M-RoPE models alike: positions are (A, T).
+Positions (docs/ARCHITECTURE.md, Memory, Positions): eviction leaves gaps (lazy re-indexing); near
+`max_position_embeddings` every layer's visual keys are compacted by an exact RoPE delta
+(`compact_positions`; `reindex: eager` after every eviction). Positions are (A, T): 1-D RoPE and
+M-RoPE models alike.
 
 State: `maintain` returns what it evicted (`Evictions`) and keeps nothing of it for a later call;
 the session hands it to the lower levels. What a policy carries between chunks (the `hermes`
 policy's accumulated importance) is its `state_dict()`. A policy changes the cache only through
-its layers' API (`hermes.cache.HermesLayer`).
+its API (`hermes.cache.HermesLayer`, and `HermesCache` for the position counters).
 """
 
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, HermesLayer, TokenEntries, to_device_no_sync
-from hermes.config import MemoryConfig, preset_names
+from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
 from hermes.positions import GridStep, Run, compact, compact_per_axis
 from hermes.probe import probe_attention
+from hermes.prompt import format_prompt
 from hermes.rope import RotarySpec, rotate_keys, rotate_rows_between
 from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summaries, layer_bands, mean_position,
                             recency_rates, recency_scores, select_keep, smooth_deep_to_shallow)
@@ -70,10 +61,6 @@ class Evictions:
         scores: per layer, (n_l,) their importance in [0, 1] (ones when the policy does not score).
         length: tokens per layer before the eviction.
         position_epoch: the cache's `compactions` when they were evicted (the frame of their positions).
-        summaries: layers that folded what they evicted into a summary token.
-        compacted: whether positions were compacted after the eviction (`reindex: eager`).
-        all_scores: (L, V) importance of every visual entry scored (None: the policy does not score).
-        maintain_ms: time the maintenance took.
     """
 
     entries: tuple[TokenEntries, ...] = ()
@@ -81,10 +68,6 @@ class Evictions:
     scores: tuple[torch.Tensor, ...] = ()
     length: int = 0
     position_epoch: int = 0
-    summaries: tuple[int, ...] = ()
-    compacted: bool = False
-    all_scores: torch.Tensor | None = None
-    maintain_ms: float = 0.0
 
     @property
     def evicted(self) -> bool:
@@ -102,7 +85,7 @@ class Choice:
 
 
 class MemoryPolicy:
-    """The `full` policy, and what every policy shares: position management and timing.
+    """The `full` policy, and what every policy shares: position management and the session's hooks.
 
     Args:
         cfg: the memory configuration.
@@ -151,6 +134,27 @@ class MemoryPolicy:
             What was evicted (nothing, for `full`).
         """
         return Evictions(length=cache.num_tokens, position_epoch=cache.compactions)
+
+    # ---- hooks the session calls (docs/ARCHITECTURE.md, Memory: the policy interface) -----------------
+
+    def keep_frames(self, frames: list) -> bool:
+        """A chunk of frames (`Frame`s, in time order) arrived: keep them here instead of having them
+        encoded into the working cache (a policy that encodes per question, `recent-frames`).
+
+        Returns:
+            Whether the policy took them (False, the default: the session encodes them).
+        """
+        return False
+
+    def question_embeds(self, model: CoreModel, question: str, options: Sequence[str] = ()) -> torch.Tensor:
+        """(Q, hidden) embeddings of `question` (and its multiple-choice `options`) as this policy asks
+        it; the default is hermes's wording (`hermes.prompt.format_prompt`) after the stream's visual block."""
+        return model.question_embeds(format_prompt(question, options))
+
+    def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
+        """The cache a question is answered from (the default: the working cache itself). The session
+        rewinds what the answer appends to it; `question` is the bare question (what a policy retrieves with)."""
+        return cache
 
     def check_lower_levels(self) -> None:
         """Raise `ConfigError` if this policy cannot run with levels 2-3 (every policy here can; see
@@ -266,9 +270,7 @@ def compact_positions(cache: HermesCache, spec: RotarySpec, mrope: str = "frame_
         move_entries(layer, new_positions, spec)
         if new_positions.numel():
             largest = max(largest if largest is not None else -1, int(new_positions.max()))
-    cache.next_position = max(largest + 1, origin) if largest is not None else 0
-    cache.block = None
-    cache.compactions += 1
+    cache.compacted(max(largest + 1, origin) if largest is not None else 0)
 
 
 class BudgetPolicy(MemoryPolicy):
@@ -291,11 +293,10 @@ class BudgetPolicy(MemoryPolicy):
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
                  probe: torch.Tensor | None = None) -> Evictions:
-        start = time.perf_counter()
         prefix_len = cache.prefix_len
         length, epoch = cache.num_tokens, cache.compactions
         if not self.evicts_after(cache, 0):  # scoring runs only when eviction is needed
-            return Evictions(length=length, position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
+            return Evictions(length=length, position_epoch=epoch)
         choice = self.choose(cache, prefix_len, probe)
         prefix = torch.arange(prefix_len).expand(choice.keep.shape[0], prefix_len)
         keep = torch.cat([prefix, choice.keep], dim=1)
@@ -318,9 +319,7 @@ class BudgetPolicy(MemoryPolicy):
             self.compact(cache)
         self.last_scores = choice.scores
         return Evictions(entries=tuple(entries), index=tuple(index), scores=tuple(scores), length=length,
-                         position_epoch=epoch, summaries=tuple(layer for layer, _, _ in choice.summaries),
-                         compacted=self.cfg.reindex == "eager", all_scores=choice.scores,
-                         maintain_ms=(time.perf_counter() - start) * 1e3)
+                         position_epoch=epoch)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         """Write HERMES's summary tokens into the slots kept for them (nothing for other policies)."""
@@ -431,10 +430,7 @@ class HermesPolicy(BudgetPolicy):
             return super().place_once(cache, layout)
         after = cache.layer_next_positions()  # (L,)
         shift = after - after[0]
-        before = cache.next_position
-        cache.next_position, cache.block = int(after[0]), None
-        positions = cache.place(layout)
-        cache.next_position = max(cache.next_position + int(shift.max()), before)
+        positions = cache.place(layout, start=int(after[0]), beyond=int(shift.max()))
         self._chunk_shift = (positions.shape[-1], shift)
         return positions
 
@@ -498,8 +494,7 @@ class HermesPolicy(BudgetPolicy):
             ids = cache.layers[layer].token_ids
             running = accumulate(self._running[layer], fresh, ids, self.cfg.accumulation,
                                  self.cfg.accumulate_decay)
-            if self.cfg.accumulation != "none":
-                self._running[layer] = (ids, running)
+            self._running[layer] = (ids, running)
             rows.append(running)
         return torch.stack(rows)
 
@@ -585,42 +580,8 @@ class HermesPolicy(BudgetPolicy):
                               targets, self.spec, weighted=self.fold_previous)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
-        before = cache.next_position
-        new_ids = cache.new_token_ids(len(summaries))
         slot = prefix_len if self.fold_previous else cache.num_tokens - 1  # as `choose` ordered it
-        for (layer, summary, target), new_id in zip(summaries, new_ids.tolist()):
-            cache.layers[layer].write(slot, summary.key[:, 0], summary.value[:, 0], target, new_id,
-                                      KIND_SUMMARY, -1, int(summary.count))
+        for layer, summary, target in summaries:
             # text and a `shared` chunk come after every summary (a `per_layer` chunk after its layer's own)
-            cache.next_position = max(cache.next_position, int(target.max()) + 1)
-        if cache.next_position != before:  # M-RoPE: the next frames open a new block after the summary,
-            cache.block = None  # not one inside the old block that would place them below it
+            cache.write_summary(layer, slot, summary.key[:, 0], summary.value[:, 0], target, int(summary.count))
 
-
-POLICIES: dict[str, type[MemoryPolicy]] = {
-    "full": MemoryPolicy, "sliding": SlidingPolicy, "uniform": UniformPolicy, "hermes": HermesPolicy,
-}
-
-
-def _baselines() -> None:
-    """Register the baselines of hermes.baselines (they import this module, so they come last)."""
-    from hermes.baselines.recent_frames import RecentFramesPolicy
-    from hermes.baselines.rekv import ReKVPolicy
-
-    POLICIES.update({"recent-frames": RecentFramesPolicy, "rekv": ReKVPolicy})
-
-
-def build_policy(cfg: MemoryConfig, model: CoreModel) -> MemoryPolicy:
-    """The policy named by `cfg.policy`, for `model`.
-
-    Raises:
-        ConfigError: unknown policy name or invalid settings.
-    """
-    if "recent-frames" not in POLICIES:
-        _baselines()
-    if cfg.policy not in POLICIES:
-        # a preset name given as a policy (`memory.policy=recall-only`, `=hermes-4k`): point to --memory
-        hint = f" ({cfg.policy} is a memory preset, not a policy: use --memory {cfg.policy})" \
-            if cfg.policy in preset_names("memory") else ""
-        raise ConfigError(f"unknown memory policy {cfg.policy!r}; available: {', '.join(POLICIES)}{hint}")
-    return POLICIES[cfg.policy](cfg, model)

@@ -42,19 +42,46 @@ costs, that is most of the probe). Its tokens are cut from the cache afterwards.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from transformers import AttentionInterface
 
 from hermes.cache import CacheMark, HermesCache
+from hermes.errors import ModelError
 from hermes.model_protocol import CoreModel
 
-PROBE_ATTENTION = "hermes_probe"
-QUERIES_ATTENTION = "hermes_queries"
-INGEST_ATTENTION = "hermes_ingest"
+# The forward kwarg that carries one pass's attention function down to every layer: an adapter selects,
+# once at load, an implementation built by `hooked` (`hermes.models.attention`), which runs it instead of
+# the model's own attention when a forward passes it (the probe's passes here, rekv's retrieval).
+PASS_KWARG = "hermes_pass"
 # Implementations whose chunk attention `prefill_chunk` reproduces (SDPA with an explicit mask); a model
-# set to another (flash attention, eager) is prefilled by its own path, and probed by a pass of its own.
-INGEST_REPLACES = ("sdpa", "hermes_sdpa")
+# set to another (eager) is prefilled by its own path, and probed by a pass of its own.
+INGEST_REPLACES = ("hermes_sdpa",)
+
+
+def hooked(base):
+    """An attention function (transformers' protocol) that runs `base`, or the function a forward passes
+    as `hermes_pass` (`PASS_KWARG`) in its place, with the same arguments."""
+    def attention(module, query, key, value, attention_mask, hermes_pass=None, **kwargs):
+        return (hermes_pass or base)(module, query, key, value, attention_mask, **kwargs)
+
+    attention.hermes_hooked = True
+    return attention
+
+
+def run_pass(model: CoreModel, embeds: torch.Tensor, positions: torch.Tensor, cache: HermesCache, attention,
+             **model_kwargs) -> None:
+    """`model.prefill` with `attention` (transformers' attention-function protocol) as every layer's attention.
+
+    Raises:
+        ModelError: the model's attention implementation is not one `hooked` built (nothing would run it).
+    """
+    implementation = model.text_config._attn_implementation
+    if not getattr(AttentionInterface().get(implementation), "hermes_hooked", False):
+        raise ModelError(f"the language model's attention {implementation!r} does not take hermes's passes: "
+                         "select it with the adapter's `set_attention`")
+    model.prefill(embeds, positions, cache, **{PASS_KWARG: attention}, **model_kwargs)
 
 
 class _ProbeRecorder:
@@ -87,9 +114,6 @@ class _ProbeRecorder:
 
 class _PassDone(Exception):
     """Raised inside the last layer a pass needs, once it has what it came for (caught by `_run`)."""
-
-
-_recorder: _ProbeRecorder | None = None
 
 
 def _future_mask(q_len: int, device: torch.device) -> torch.Tensor:
@@ -153,8 +177,8 @@ def kv_heads_per_block(hkv: int, rows: int, t_len: int, device: torch.device) ->
 
 
 def probe_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
-                            **kwargs):
-    """Eager grouped attention that records its head-mean weights; the `hermes_probe` implementation.
+                            recorder: _ProbeRecorder | None = None, **kwargs):
+    """Eager grouped attention that records its head-mean weights: the probe pass's attention.
 
     Args:
         module: the attention module (gives `layer_idx`).
@@ -163,6 +187,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
         attention_mask: ignored: the mask is rebuilt here (all cached tokens visible, causal among
             the new ones), so the probe does not depend on which mask format a kernel expects.
         scaling: the softmax scale the model uses.
+        recorder: where the pass records (None: nothing is recorded).
 
     Returns:
         (output (B, Q, Hq, D), None): the eager output; the weights stay in the recorder.
@@ -173,7 +198,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
     b, hq, q_len, d = query.shape
     hkv, t_len = key.shape[1], key.shape[2]
     groups = hq // hkv
-    rec = _recorder
+    rec = recorder
     last = rec is not None and module.layer_idx == rec.num_layers - 1
     future = _future_mask(q_len, query.device) if rec is None else \
         rec.mask_once_per_pass("future", q_len, q_len, query.device)
@@ -208,7 +233,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
 
 
 def queries_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
-                              **kwargs):
+                              recorder: _ProbeRecorder | None = None, **kwargs):
     """The model's SDPA kernel, except in the recorder's query layer, where it keeps the queries and stops.
 
     The mask is rebuilt as in `probe_attention_forward` (the cache visible, causal among the new tokens).
@@ -219,7 +244,7 @@ def queries_attention_forward(module, query, key, value, attention_mask, scaling
     Raises:
         _PassDone: in the query layer (nothing after it is needed).
     """
-    rec = _recorder
+    rec = recorder
     if rec is not None and module.layer_idx == rec.query_layer:
         rec.queries = query[0]  # (Hq, Q, D), rotated at the pass's positions
         raise _PassDone
@@ -255,9 +280,9 @@ def _attend_after_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
 
 
 def ingest_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
-                             **kwargs):
-    """A chunk's attention, with the pseudo-query's rows after it when one rides along; the
-    `hermes_ingest` implementation (`prefill_chunk`).
+                             recorder: _ProbeRecorder | None = None, **kwargs):
+    """A chunk's attention, with the pseudo-query's rows after it when one rides along: `prefill_chunk`'s
+    pass's attention.
 
     The chunk's rows attend as the model's SDPA does (the cache, and causally the chunk); the
     pseudo-query's rows as `probe_attention_forward` computes them (the cache, the chunk and
@@ -270,12 +295,13 @@ def ingest_attention_forward(module, query, key, value, attention_mask, scaling:
     Raises:
         _PassDone: in the last layer.
     """
-    rec = _recorder
+    rec = recorder
     n_probe = rec.probe_len
     n_chunk = query.shape[-2] - n_probe
     probe_output = None
     if n_probe:  # raises _PassDone in the last layer, once its map is recorded
-        probe_output, _ = probe_attention_forward(module, query[:, :, n_chunk:], key, value, None, scaling)
+        probe_output, _ = probe_attention_forward(module, query[:, :, n_chunk:], key, value, None, scaling,
+                                                 recorder=rec)
     if module.layer_idx == rec.num_layers - 1:
         raise _PassDone
     t_chunk = key.shape[-2] - n_probe  # the chunk's rows never see the pseudo-query after them
@@ -291,33 +317,20 @@ def ingest_attention_forward(module, query, key, value, attention_mask, scaling:
     return output, None
 
 
-AttentionInterface.register(PROBE_ATTENTION, probe_attention_forward)
-AttentionInterface.register(QUERIES_ATTENTION, queries_attention_forward)
-AttentionInterface.register(INGEST_ATTENTION, ingest_attention_forward)
-
-
-def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: torch.Tensor, implementation: str,
+def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: torch.Tensor, attention,
          recorder: _ProbeRecorder, rewind_to: CacheMark | None, **model_kwargs) -> None:
-    """Prefill `embeds` at `positions` with `implementation` recording into `recorder`; then rewind
+    """Prefill `embeds` at `positions` with `attention` recording into `recorder`; then rewind
     the cache to `rewind_to` (None: keep what was appended)."""
-    global _recorder
-    config = model.text_config
-    previous = config._attn_implementation
-    _recorder = recorder
     try:
-        config._attn_implementation = implementation
-        try:
-            model.prefill(embeds, positions, cache, **model_kwargs)
-        except _PassDone:
-            pass
+        run_pass(model, embeds, positions, cache, partial(attention, recorder=recorder), **model_kwargs)
+    except _PassDone:
+        pass
     finally:
-        config._attn_implementation = previous
-        _recorder = None
         if rewind_to is not None:
             cache.rewind(rewind_to)
 
 
-def _run_after_cache(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, implementation: str,
+def _run_after_cache(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, attention,
                      recorder: _ProbeRecorder) -> torch.Tensor:
     """`_run` with `embeds` placed after everything cached, leaving no trace.
 
@@ -326,7 +339,7 @@ def _run_after_cache(model: CoreModel, cache: HermesCache, embeds: torch.Tensor,
     """
     mark = cache.mark()
     positions = cache.allocate_positions(embeds.shape[0])
-    _run(model, cache, embeds, positions, implementation, recorder, mark)
+    _run(model, cache, embeds, positions, attention, recorder, mark)
     return positions
 
 
@@ -345,7 +358,7 @@ def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) 
         pseudo-query's own tokens excluded). `probe[l]` is layer l's (Q, T) map.
     """
     recorder = _ProbeRecorder(model.text_config.num_hidden_layers, cache.num_tokens)
-    _run_after_cache(model, cache, embeds, PROBE_ATTENTION, recorder)
+    _run_after_cache(model, cache, embeds, probe_attention_forward, recorder)
     return recorder.maps.cpu()
 
 
@@ -375,7 +388,7 @@ def question_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor,
     """
     num_layers = model.text_config.num_hidden_layers
     recorder = _ProbeRecorder(num_layers, cache.num_tokens, query_layer=layer % num_layers)
-    positions = _run_after_cache(model, cache, embeds, QUERIES_ATTENTION, recorder)
+    positions = _run_after_cache(model, cache, embeds, queries_attention_forward, recorder)
     return recorder.queries, positions
 
 
@@ -423,6 +436,6 @@ def prefill_chunk(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, po
         positions = torch.cat([positions, cache.allocate_positions(n_probe)], dim=1)
         embeds = torch.cat([embeds, probe_embeds.to(embeds.dtype)])
         model_kwargs = {k: _RIDE_ALONG_KWARGS[k](v, n_probe) for k, v in model_kwargs.items()}
-    _run(model, cache, embeds, positions, INGEST_ATTENTION, recorder, after_chunk if n_probe else None,
+    _run(model, cache, embeds, positions, ingest_attention_forward, recorder, after_chunk if n_probe else None,
          **model_kwargs)
     return recorder.maps.cpu() if n_probe else None

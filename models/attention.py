@@ -7,6 +7,10 @@ SDPA only without a mask (CUDA's flash kernel needs that). PyTorch's CPU kernel 
 grouped heads together, with the same arithmetic per query head: at 8 layers x 512 and a 4k-token
 cache the copies were about a seventh of a question's prefill. `hermes_sdpa` therefore passes
 `enable_gqa` on the CPU whenever a mask is given, and is transformers' `sdpa` everywhere else.
+
+Both implementations an adapter selects at load (`use_hermes_attention`: `hermes_sdpa` for `sdpa`,
+`hermes_eager` for `eager`) are `hermes.probe.hooked`: a forward may pass them a pass's own attention
+(the probe's, rekv's retrieval) as a kwarg, and no config is rewritten for a pass.
 """
 
 from __future__ import annotations
@@ -14,9 +18,14 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
+from transformers.models.llama.modeling_llama import eager_attention_forward
+
+from hermes.probe import hooked
 
 HERMES_SDPA = "hermes_sdpa"
+HERMES_EAGER = "hermes_eager"
+HOOKED = {"sdpa": HERMES_SDPA, "eager": HERMES_EAGER}  # what `use_hermes_attention` selects for each
 
 
 def hermes_sdpa_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -38,11 +47,14 @@ def hermes_sdpa_attention_forward(module: torch.nn.Module, query: torch.Tensor, 
     return output.transpose(1, 2).contiguous(), None
 
 
-def use_hermes_sdpa(text_config) -> None:
-    """Switch a language model configured for `sdpa` to `hermes_sdpa` (other implementations stay)."""
-    if getattr(text_config, "_attn_implementation", None) == "sdpa":
-        text_config._attn_implementation = HERMES_SDPA
+def use_hermes_attention(language_model, implementation: str | None = None) -> None:
+    """Select the hooked implementation for `implementation` ("sdpa" or "eager"; None: the model's own)
+    through transformers' public `set_attn_implementation` (others, flash attention, stay as they are)."""
+    implementation = implementation or language_model.config._attn_implementation
+    language_model.set_attn_implementation(HOOKED.get(implementation, implementation))
 
 
-AttentionInterface.register(HERMES_SDPA, hermes_sdpa_attention_forward)
+AttentionInterface.register(HERMES_SDPA, hooked(hermes_sdpa_attention_forward))
+AttentionInterface.register(HERMES_EAGER, hooked(eager_attention_forward))
 ALL_MASK_ATTENTION_FUNCTIONS.register(HERMES_SDPA, sdpa_mask)  # the mask `sdpa` gets
+ALL_MASK_ATTENTION_FUNCTIONS.register(HERMES_EAGER, eager_mask)  # the mask `eager` gets

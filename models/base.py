@@ -18,14 +18,15 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from collections.abc import Callable, Collection
+from typing import Any
 
 import numpy as np
 import torch
 
 from hermes.cache import KIND_PREFIX, HermesCache, to_device_no_sync
 from hermes.errors import ModelError
-from hermes.models.attention import use_hermes_sdpa
+from hermes.models.attention import use_hermes_attention
 from hermes.positions import GridStep, Run
 from hermes.rope import RotarySpec
 
@@ -112,7 +113,11 @@ class VLMAdapter(ABC):
         self.dtype = dtype
         self.system_prompt = system_prompt
         self.eos_token_ids: set[int] = set()
-        use_hermes_sdpa(self.text_config)  # no per-layer copies of grouped K/V heads (hermes.models.attention)
+        use_hermes_attention(self.language_model)  # hooked for hermes's passes (hermes.models.attention)
+
+    def set_attention(self, implementation: str) -> None:
+        """Run the language model on transformers' "sdpa" or "eager" attention (hooked for hermes's passes)."""
+        use_hermes_attention(self.language_model, implementation)
 
     # ---- what each family defines ----------------------------------------------------------------
 
@@ -219,12 +224,6 @@ class VLMAdapter(ABC):
         """An empty working cache shaped for this model's language model (1 or 3 position axes)."""
         return HermesCache(config=self.text_config, num_axes=self.rotary.num_axes)
 
-    def known_token_ids(self, *tokens: str) -> set[int]:
-        """Ids of the tokens among `tokens` that the tokenizer knows as single tokens."""
-        ids = {self.tokenizer.convert_tokens_to_ids(t) for t in tokens}
-        unk = getattr(self.tokenizer, "unk_token_id", None)
-        return {i for i in ids if isinstance(i, int) and i >= 0 and i != unk}
-
     def letter_token_ids(self, letters: str) -> dict[int, str]:
         """The tokens an answer may start with to name each of `letters`: the letter alone and after a space.
 
@@ -250,9 +249,10 @@ class VLMAdapter(ABC):
         return ids
 
     def stop_on(self, *tokens: str) -> None:
-        """Answers end at any of `tokens` or at the tokenizer's end-of-sequence token."""
-        eos = self.tokenizer.eos_token_id
-        self.eos_token_ids = self.known_token_ids(*tokens) | ({eos} if isinstance(eos, int) and eos >= 0 else set())
+        """Answers end at any of `tokens` the tokenizer knows as one token, or at its end-of-sequence token."""
+        unk, eos = getattr(self.tokenizer, "unk_token_id", None), self.tokenizer.eos_token_id
+        known = {self.tokenizer.convert_tokens_to_ids(t) for t in tokens} - {unk}
+        self.eos_token_ids = {i for i in known | {eos} if isinstance(i, int) and i >= 0}
 
     def embed_text(self, text: str) -> torch.Tensor:
         """(n, hidden) input embeddings of `text`, tokenized without special-token additions."""
@@ -352,7 +352,8 @@ class VLMAdapter(ABC):
     @torch.inference_mode()
     def generate_greedy(self, prompt_embeds: torch.Tensor, cache: HermesCache, max_new_tokens: int,
                         on_text: Callable[[str], None] | None = None,
-                        first_token_ids: list[int] | None = None) -> Generation:
+                        first_token_ids: list[int] | None = None,
+                        stop_ids: Collection[int] | None = None) -> Generation:
         """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache`.
 
         The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`). Chosen tokens stay
@@ -371,10 +372,13 @@ class VLMAdapter(ABC):
             first_token_ids: the only tokens the answer may start with (a multiple-choice question's
                 letters, `letter_token_ids`); None: any token. `Generation.first_token_logits` stays
                 the model's own, unrestricted.
+            stop_ids: the tokens that end the answer; None: the adapter's `eos_token_ids`; empty: none,
+                so exactly `max_new_tokens` are decoded (a bench's fixed-length answers).
 
         Returns:
             The decoded `Generation`.
         """
+        stop_ids = self.eos_token_ids if stop_ids is None else set(stop_ids)
         start = time.perf_counter()
         hidden = self.prefill(prompt_embeds, cache.allocate_positions(prompt_embeds.shape[0]), cache)
         first_logits = self.logits(hidden[-1:])[0]
@@ -393,7 +397,7 @@ class VLMAdapter(ABC):
         while True:
             if len(chosen) > len(chosen_ids):  # due (see the check below): one read for the whole window
                 chosen_ids += torch.cat(chosen[len(chosen_ids):]).tolist()
-            ended = next((i for i, t in enumerate(chosen_ids) if t in self.eos_token_ids), None)
+            ended = next((i for i, t in enumerate(chosen_ids) if t in stop_ids), None)
             if ended is not None or len(chosen_ids) >= max_new_tokens:
                 answer_len = min(n for n in (ended, max_new_tokens) if n is not None)
             if on_text is not None:

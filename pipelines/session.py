@@ -24,7 +24,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,14 +34,14 @@ import torch
 from hermes.cache import KIND_VISUAL
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
-from hermes.memory import build_policy
+from hermes.policies import build_policy
+from hermes.prompt import OPTION_LETTERS, check_option_count, format_prompt  # noqa: F401  (re-exported)
 from hermes.probe import prefill_chunk
 from hermes.models.base import VLMAdapter
 from hermes.pipelines.asked import Question  # noqa: F401  (re-exported: the Python API's question)
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.heap import freeze_startup_heap
 
-OPTION_LETTERS = "ABCDEFGHIJ"
 log = logging.getLogger(__name__)
 
 
@@ -74,25 +74,9 @@ class Answer:
         return out
 
 
-def check_option_count(options: Sequence[str]) -> None:
-    """Refuse more options than there are letters (A-J) to answer with.
-
-    Raises:
-        UsageError: more than 10 options.
-    """
-    if len(options) > len(OPTION_LETTERS):
-        raise UsageError(f"at most {len(OPTION_LETTERS)} options per question, found {len(options)}")
-
-
-def format_prompt(question: str, options: Iterable[str] = ()) -> str:
-    """The question text the model sees; multiple choice gets lettered options and an instruction."""
-    options = list(options)
-    if not options:
-        return question
-    check_option_count(options)
-    lines = [question] + [f"{OPTION_LETTERS[i]}. {text}" for i, text in enumerate(options)]
-    lines.append("Answer with the option's letter from the given choices directly.")
-    return "\n".join(lines)
+def no_phase_timer(phase: str) -> contextlib.AbstractContextManager:
+    """`StreamingSession.phase_timer`'s default: times nothing."""
+    return contextlib.nullcontext()
 
 
 @dataclass
@@ -101,7 +85,7 @@ class ChunkStats:
 
     frames: int
     encode_ms: float  # vision tower + language-model prefill (with the probe's pseudo-query when it rides along)
-    maintain_ms: float  # memory maintenance after the chunk (0 when nothing is evicted)
+    maintain_ms: float  # the policy's maintenance after the chunk, with the lower levels' capture
 
 
 class StreamingSession:
@@ -120,6 +104,11 @@ class StreamingSession:
         read_only: follow a stream another process writes into `memory_dir`: restore its last
             checkpoint, recall from its records, write nothing.
         on_close: called once by the first `close` (`hermes.open` releases its video this way).
+
+    Attributes:
+        phase_timer: `phase_timer(name)` gives a context manager around each phase of a chunk's ingest,
+            "encode" (vision tower, placement, prefill) and "maintain" (the policy's maintenance); the
+            default does nothing. A bench sets it to time the phases (`hermes.pipelines.bench.memory`).
 
     Raises:
         ConfigError: an unknown memory policy or invalid memory settings.
@@ -150,6 +139,7 @@ class StreamingSession:
         self._exhausted = False
         self._progress = None
         self._on_close = on_close
+        self.phase_timer: Callable[[str], contextlib.AbstractContextManager] = no_phase_timer
         self.lower = None  # levels 2 and 3 (hermes.lower.LowerLevels), with a memory directory or recall
         if memory_dir is not None or memory_cfg.recall:
             from hermes.lower import LowerLevels
@@ -157,31 +147,22 @@ class StreamingSession:
             self.memory.check_lower_levels()
             self.lower = LowerLevels(memory_cfg, model, memory_dir, read_only=read_only)
         self._persistent = memory_dir is not None and not read_only  # a follower never writes
-        if read_only:
-            from hermes.pipelines.persistence import restore_session
-
-            try:
-                restore_session(self)  # the writer's last checkpoint: level 1 as it saved it
-            except BaseException:
-                self.lower.close()
-                raise
         self._checkpoint_every = memory_cfg.checkpoint_every
         self.stop_requested = False  # set by `request_stop` (signals); honoured between chunks
         self.broken: str | None = None  # why the working cache can no longer be trusted (never checkpointed)
         self.cut_short = False  # a stop ended `advance` before the time it was asked to reach
-        if self._persistent:
+        if read_only or self._persistent:
             from hermes.pipelines.persistence import has_checkpoint, restore_session
 
-            if resume:
-                try:
+            try:
+                if read_only or (self._persistent and resume):  # a follower: the writer's last checkpoint
                     restore_session(self)
-                except BaseException:
-                    self.lower.close()  # nobody gets this session to close it
-                    raise
-            elif has_checkpoint(self.lower):
-                self.lower.close()
-                raise UsageError(f"memory directory {memory_dir} already holds a stream: pass --resume to continue "
-                                 f"it, or choose another --memory-dir")
+                elif self._persistent and has_checkpoint(self.lower):
+                    raise UsageError(f"memory directory {memory_dir} already holds a stream: pass --resume to "
+                                     f"continue it, or choose another --memory-dir")
+            except BaseException:
+                self.lower.close()  # nobody gets this session to close it
+                raise
         if progress:
             from tqdm import tqdm
 
@@ -196,19 +177,20 @@ class StreamingSession:
             return
         if self.broken:
             raise UsageError(f"the stream cannot continue: {self.broken}")
-        if getattr(self.memory, "reencodes", False):  # recent-frames: frames are encoded per question
-            self.memory.keep_frames(frames)
+        if self.memory.keep_frames(frames):  # a policy that encodes per question (recent-frames)
             self.encoded_t_s.extend(f.t_s for f in frames)
             return
         start = time.perf_counter()
         self.broken = "a chunk's encode was interrupted half-way"  # until this chunk is whole
         try:
-            chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
-            positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
-            # the maintenance's pseudo-query, if this chunk will evict, rides in the chunk's forward
-            probe_embeds = self.memory.probe_queries(self.cache, chunk.embeds.shape[0])
-            probe = prefill_chunk(self.model, self.cache, chunk.embeds, positions, probe_embeds, **chunk.model_kwargs)
-            self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
+            with self.phase_timer("encode"):
+                chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
+                positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
+                # the maintenance's pseudo-query, if this chunk will evict, rides in the chunk's forward
+                probe_embeds = self.memory.probe_queries(self.cache, chunk.embeds.shape[0])
+                probe = prefill_chunk(self.model, self.cache, chunk.embeds, positions, probe_embeds,
+                                      **chunk.model_kwargs)
+                self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
             self.encoded_t_s.extend(f.t_s for f in frames)
             encode_ms = (time.perf_counter() - start) * 1e3
             self.peak_cache_bytes = max(self.peak_cache_bytes, self.cache.nbytes())
@@ -216,13 +198,13 @@ class StreamingSession:
                 # the previous chunk's records reach the level-2 log during this chunk's encode; waiting
                 # here (rarely at all) keeps at most one chunk's records short of durable
                 self.lower.store.barrier()
+            start = time.perf_counter()
             # copies of the evicted tokens are made only for lower levels that take them
-            evictions = self.memory.maintain(self.cache, copy_evicted=self.lower is not None, probe=probe)
-            maintain_ms = evictions.maintain_ms
+            with self.phase_timer("maintain"):
+                evictions = self.memory.maintain(self.cache, copy_evicted=self.lower is not None, probe=probe)
             if self.lower is not None:  # what level 1 evicted goes down, as the policy returned it
-                start = time.perf_counter()
                 self.lower.capture(evictions, self.encoded_t_s)
-                maintain_ms += (time.perf_counter() - start) * 1e3
+            maintain_ms = (time.perf_counter() - start) * 1e3
         except BaseException as exc:
             self.broken = f"a chunk failed half-way ({type(exc).__name__})"
             raise
@@ -328,7 +310,7 @@ class StreamingSession:
 
     def ask(self, question: str, options: Iterable[str] = (), at: float | None = None,
             answer_prefix: str = "", query: str | None = None,
-            on_text: Callable[[str], None] | None = None) -> Answer:
+            on_text: Callable[[str], None] | None = None, stop_ids: Collection[int] | None = None) -> Answer:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
 
         Args:
@@ -342,6 +324,8 @@ class StreamingSession:
             query: the bare question when `question` is a whole benchmark prompt: what the memory
                 retrieves with (`rekv`) and conditions on (`memory.condition_on_question`); None: `question`.
             on_text: receives the answer's text piece by piece as it is generated (`serve`'s SSE).
+            stop_ids: the tokens that end a free-text answer (None: the model's end-of-answer tokens;
+                empty: none, `max_new_tokens` are decoded, as a bench measures).
 
         Returns:
             The `Answer`; memory is exactly as before the call.
@@ -356,16 +340,11 @@ class StreamingSession:
                 raise UsageError(f"question at {at:g}s comes after frames up to {self.encoded_t_s[-1]:g}s "
                                  f"were already encoded; ask questions in time order")
             self.advance(until_s=at)
-        if hasattr(self.memory, "question_embeds"):  # recent-frames asks in SimpleStream's wording and framing
-            prompt = self.memory.question_embeds(self.model, question, options)
-        else:
-            prompt = self.model.question_embeds(format_prompt(question, options))
+        prompt = self.memory.question_embeds(self.model, question, options)
         if answer_prefix:
             prompt = torch.cat([prompt, self.model.embed_text(answer_prefix).to(prompt.dtype)])
-        # hermes.baselines answer from a cache of their own: recent-frames' fresh one, rekv's retrieved view
         query = query or question
-        cache = self.memory.answer_cache(self.model, self.cache, query) \
-            if hasattr(self.memory, "answer_cache") else self.cache
+        cache = self.memory.answer_cache(self.model, self.cache, query)
         self.memory.make_room(cache, prompt.shape[0] + self.max_new_tokens)
         self.memory.note_question(query)
         mark = cache.mark()
@@ -380,7 +359,8 @@ class StreamingSession:
                                                         first_token_ids=list(letters))
                 text = letters[generation.token_ids[0]]
             else:
-                generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text)
+                generation = self.model.generate_greedy(prompt, cache, self.max_new_tokens, on_text=on_text,
+                                                        stop_ids=stop_ids)
                 text = generation.text
         finally:
             cache.rewind(mark)

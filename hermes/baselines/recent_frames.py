@@ -14,24 +14,22 @@ the question follows the images after a newline (`VLMAdapter.encode_images`,
 written as SimpleStream writes OVO-Bench's (`simplestream_prompt`). ARCHITECTURE.md (Memory,
 Baselines) lists what still differs.
 
-Hooks: the session asks `reencodes` (hand frames to `keep_frames` instead of encoding them),
-`answer_cache(model, cache, question)` (the cache a question is answered from) and
-`question_embeds(model, question, options)` (the question in this framing).
+It implements three of the policy interface's hooks (`hermes.memory.MemoryPolicy`): `keep_frames`,
+`answer_cache` and `question_embeds`.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from string import ascii_uppercase
 
 import torch
 
 from hermes.cache import KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
-from hermes.errors import UsageError
 from hermes.baselines import NoLowerLevels
 from hermes.model_protocol import CoreModel
+from hermes.prompt import OPTION_LETTERS, check_option_count
 
 
 def pick_recent(times_s: list[float], count: int, fps: float) -> list[int]:
@@ -63,16 +61,16 @@ class RecentFramesPolicy(NoLowerLevels):
     """Keeps no KV memory; re-encodes the newest frames for every question."""
 
     name = "recent-frames"
-    reencodes = True
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
         # enough frames to thin to `recent_frames` at `recent_fps` from any sampling rate up to 64x it
         self.frames: deque = deque(maxlen=64 * cfg.recent_frames)
 
-    def keep_frames(self, frames) -> None:
+    def keep_frames(self, frames) -> bool:
         """Take the frames of a chunk instead of encoding them (`Frame`s, in time order)."""
         self.frames.extend(frames)
+        return True
 
     def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
         """A fresh cache: the user turn's opening, then the last frames as separate images (`cache`,
@@ -86,7 +84,6 @@ class RecentFramesPolicy(NoLowerLevels):
             positions = self.place(cache, chunk.layout)
             model.prefill(chunk.embeds, positions, cache, **chunk.model_kwargs)
             cache.record(positions, KIND_VISUAL, chunk.frame_index)
-        self.last_frame_t_s = picked[-1].t_s if picked else None
         return cache
 
     def question_embeds(self, model: CoreModel, question: str, options: Sequence[str] = ()) -> torch.Tensor:
@@ -106,11 +103,10 @@ def simplestream_prompt(question: str, options: Sequence[str] = ()) -> str:
         The text placed after the images.
 
     Raises:
-        UsageError: more options than letters.
+        UsageError: more options than letters (A-J).
     """
     if not options:
         return question
-    if len(options) > len(ascii_uppercase):
-        raise UsageError(f"at most {len(ascii_uppercase)} options per question, found {len(options)}")
-    lettered = "; ".join(f"{ascii_uppercase[i]}. {text}" for i, text in enumerate(options))
+    check_option_count(options)
+    lettered = "; ".join(f"{OPTION_LETTERS[i]}. {text}" for i, text in enumerate(options))
     return f"{question}\nOptions: {lettered};\nOnly give the best option's letter directly."

@@ -20,7 +20,7 @@ What ReKV does, read from its code (`model/attention/kv_cache_manager.py`, `rekv
 Here: the working cache (level 1) is the window: the prefix plus the newest whole frames within
 `memory.budget` tokens (15000 in the `rekv` preset); frames that leave it are kept on the host with
 their keys un-rotated and their representative keys, as ReKV keeps its blocks. A question runs the
-retrieval pass with `rekv_attention` as every layer's attention (it picks that layer's blocks, and
+retrieval pass with `rekv_attention` as every layer's attention (`hermes.probe.run_pass`) (it picks that layer's blocks, and
 attends over prefix + blocks + question at packed positions, as ReKV's pass does); the answer is
 then generated on a fresh view holding the prefix and each layer's blocks at packed positions.
 `memory.recall_top_k` is ReKV's `retrieve_size` (64 in the preset).
@@ -33,11 +33,11 @@ window is full is not reproduced; 1-D RoPE models only (ReKV has no M-RoPE versi
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
+from functools import partial
+
 import torch
-from transformers import AttentionInterface
 
 from hermes.cache import KIND_PREFIX, KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
@@ -45,10 +45,8 @@ from hermes.errors import ConfigError
 from hermes.baselines import NoLowerLevels
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
+from hermes.probe import run_pass
 from hermes.rope import rotate_at, rotate_keys
-
-REKV_ATTENTION = "hermes_rekv"
-
 
 @dataclass
 class Block:
@@ -90,20 +88,18 @@ class _Retrieval:
         self.views: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (keys, values, frames)
 
 
-_active: _Retrieval | None = None
-
-
-def rekv_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs):
+def rekv_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, *,
+                   state: _Retrieval, **kwargs):
     """One layer of ReKV's retrieval pass: choose this layer's blocks with the question's own
     queries, then attend over prefix + blocks + question at packed positions.
 
     Args: as transformers' eager attention (query (B, Hq, Q, D) rotated at the question's cache
-    positions; key/value (B, Hkv, T, D) the layer's cache with the question last).
+    positions; key/value (B, Hkv, T, D) the layer's cache with the question last), and `state`, the
+    pass's (it records each layer's choice).
 
     Returns:
         (output (B, Q, Hq, D), None).
     """
-    state = _active
     layer = module.layer_idx
     policy, spec = state.policy, state.policy.spec
     q_len = query.shape[-2]
@@ -132,15 +128,10 @@ def rekv_attention(module, query, key, value, attention_mask, scaling: float, dr
     return output.transpose(0, 1)[None].contiguous().to(query.dtype), None
 
 
-AttentionInterface.register(REKV_ATTENTION, rekv_attention)
-
-
 class ReKVPolicy(NoLowerLevels):
     """A window of whole frames in device memory, every frame kept on the host, ReKV retrieval per question."""
 
     name = "rekv"
-    reencodes = False
-    answers_from_view = True
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
@@ -162,7 +153,6 @@ class ReKVPolicy(NoLowerLevels):
                  probe: torch.Tensor | None = None) -> Evictions:
         """Move the oldest whole frames beyond the window to host blocks (`copy_evicted` is not needed:
         rekv keeps what it evicts itself and runs without lower levels; it never probes)."""
-        start = time.perf_counter()
         prefix_len = cache.prefix_len
         length, epoch = cache.num_tokens, cache.compactions
         frames = cache.layers[0].frame_index[prefix_len:]
@@ -182,17 +172,9 @@ class ReKVPolicy(NoLowerLevels):
             cache.select_(keep.expand(cache.num_layers, -1))
             index = (torch.arange(prefix_len, prefix_len + n_evict),) * cache.num_layers
         return Evictions(index=index, scores=tuple(torch.ones(i.shape[0]) for i in index), length=length,
-                         position_epoch=epoch, maintain_ms=(time.perf_counter() - start) * 1e3)
+                         position_epoch=epoch)
 
     # ---- answer ----
-
-    def _window(self, cache: HermesCache, layer: int):
-        own = cache.layers[layer]
-        prefix_len = int((own.kinds == KIND_PREFIX).sum())
-        # the described tokens, not all cached: inside the retrieval pass the question's K/V are appended
-        idx = torch.arange(prefix_len, own.num_described)
-        frames = own.frame_index[prefix_len:]
-        return idx, frames
 
     def retrieve(self, cache: HermesCache, layer: int, q_vec: torch.Tensor, device) -> tuple[torch.Tensor, ...]:
         """One layer's `recall_top_k` frames for a question, as ReKV retrieves them: the host blocks
@@ -211,7 +193,10 @@ class ReKVPolicy(NoLowerLevels):
         Raises:
             ConfigError: Frames of different sizes (a block must be one frame's tokens).
         """
-        idx, frames = self._window(cache, layer)
+        own = cache.layers[layer]
+        prefix_len = int((own.kinds == KIND_PREFIX).sum())
+        # the described tokens, not all cached: inside the retrieval pass the question's K/V are appended
+        idx, frames = torch.arange(prefix_len, own.num_described), own.frame_index[prefix_len:]
         order = [b.frame for b in self.blocks]
         sizes = {int(b.keys.shape[2]) for b in self.blocks}
         reps = [torch.stack([b.rep[layer] for b in self.blocks]).to(device)] if self.blocks else []  # one move
@@ -242,36 +227,22 @@ class ReKVPolicy(NoLowerLevels):
 
     def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
         """Run ReKV's retrieval pass for `question` and return the answer view (prefix + each layer's blocks)."""
-        global _active
         if cache.num_visual_tokens == 0 and not self.blocks:
             return cache
         embeds = model.embed_text(question)  # the bare question: the session passes its `query`
-        config = model.text_config
-        previous = config._attn_implementation
         mark = cache.mark()
         positions = cache.allocate_positions(embeds.shape[0])
-        _active = _Retrieval(self, cache, positions[0])
+        state = _Retrieval(self, cache, positions[0])
         try:
-            config._attn_implementation = REKV_ATTENTION
-            model.prefill(embeds, positions, cache)
-            views = _active.views
+            run_pass(model, embeds, positions, cache, partial(rekv_attention, state=state))
         finally:
-            config._attn_implementation = previous
-            _active = None
             cache.rewind(mark)
         view = model.new_cache()
         model.encode_prefix(view)
-        prefix_len = view.num_tokens
-        keys, values, positions, frame_index = [], [], [], []
-        for layer in range(view.num_layers):
-            k, v, frames = views[layer]
-            m = k.shape[1]
-            per_frame = m // max(1, frames.numel())
-            keys.append(k)
-            values.append(v)
-            positions.append(torch.arange(prefix_len, prefix_len + m)[None])
-            frame_index.append(frames.repeat_interleave(per_frame))
-        view.append(keys, values, positions, KIND_VISUAL, frame_index)
-        view.next_position = prefix_len + int(views[0][0].shape[1])
-        self.last_retrieved = [views[layer][2].tolist() for layer in range(view.num_layers)]
+        p = view.num_tokens
+        views = [state.views[layer] for layer in range(view.num_layers)]  # (keys, values, frames) per layer
+        view.append([k for k, _, _ in views], [v for _, v, _ in views],  # packed after the prefix; text follows
+                    [torch.arange(p, p + k.shape[1])[None] for k, _, _ in views], KIND_VISUAL,
+                    [f.repeat_interleave(k.shape[1] // max(1, f.numel())) for k, _, f in views])
+        self.last_retrieved = [f.tolist() for _, _, f in views]
         return view

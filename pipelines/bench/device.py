@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from hermes.pipelines.bench.common import device_sync, rows_table
-from hermes.pipelines.bench.memory import forced_length_decoding
 
 
 def bench_preprocess(model, chunk_frames: int, repeats: int) -> dict:
@@ -63,7 +62,8 @@ def _answer(model, tokens: int, decode_tokens: int, step):
     cache = filled_cache(model, tokens)
     model.decode_step = step
     device_sync(model.device)
-    out = model.generate_greedy(model.question_embeds("What is happening?"), cache, decode_tokens)
+    out = model.generate_greedy(model.question_embeds("What is happening?"), cache, decode_tokens,
+                                stop_ids=())  # forced length: every answer decodes `decode_tokens` tokens
     device_sync(model.device)
     model.decode_step = None
     return out
@@ -77,23 +77,22 @@ def bench_decode(model, tokens: int, decode_tokens: int, repeats: int, modes: li
 
     steps = {"off": None}
     result = {"tokens": tokens, "decode_tokens": decode_tokens, "repeats": repeats, "modes": {}}
-    with forced_length_decoding(model):
-        for mode in modes:
-            step = compiled_decode_step(model, mode)
-            if step is None:
-                result["modes"][mode] = {"status": "not compiled here (see the log line)"}
-                continue
-            counters.clear()
-            start = time.perf_counter()
-            _answer(model, tokens, decode_tokens, step)  # compiles
-            result["modes"][mode] = {"first_answer_s": time.perf_counter() - start,
-                                     "graphs_compiled": int(counters["stats"]["unique_graphs"])}
-            steps[mode] = step
-        runs = {name: [] for name in steps}
-        counters.clear()  # from here on a compiled graph is a recompile (the counters are global, not per mode)
-        for _ in range(repeats):
-            for name, step in steps.items():
-                runs[name].append(_answer(model, tokens, decode_tokens, step))
+    for mode in modes:
+        step = compiled_decode_step(model, mode)
+        if step is None:
+            result["modes"][mode] = {"status": "not compiled here (see the log line)"}
+            continue
+        counters.clear()
+        start = time.perf_counter()
+        _answer(model, tokens, decode_tokens, step)  # compiles
+        result["modes"][mode] = {"first_answer_s": time.perf_counter() - start,
+                                 "graphs_compiled": int(counters["stats"]["unique_graphs"])}
+        steps[mode] = step
+    runs = {name: [] for name in steps}
+    counters.clear()  # from here on a compiled graph is a recompile (the counters are global, not per mode)
+    for _ in range(repeats):
+        for name, step in steps.items():
+            runs[name].append(_answer(model, tokens, decode_tokens, step))
     eager = runs["off"][0].token_ids
     for name, gens in runs.items():
         row = result["modes"].setdefault(name, {})

@@ -131,49 +131,45 @@ def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) ->
 
 
 class SyncedMaintainTimer:
-    """Times a session's `memory.maintain` between device synchronisations, and whether it evicted.
+    """A session's `phase_timer`: each ingest phase between device synchronisations (`ms`, per phase),
+    and whether the maintenance evicted (the cache holds fewer tokens after it than before).
 
-    It wraps the policy instance's method (the session calls `self.memory.maintain(cache, ...)`), so no
-    ingest logic is copied here. The first synchronisation also closes the chunk's encode work.
+    The first synchronisation also closes the work queued before the phase.
     """
 
     def __init__(self, session: StreamingSession) -> None:
-        self.maintain_ms = 0.0
+        self.session = session
+        self.ms: dict[str, float] = {}
         self.evicted = False
-        inner, device = session.memory.maintain, session.model.device
+        session.phase_timer = self.phase
 
-        def synced_maintain(cache, **kwargs):
-            device_sync(device)
-            before, start = cache.num_tokens, time.perf_counter()
-            evictions = inner(cache, **kwargs)
-            device_sync(device)
-            self.maintain_ms = (time.perf_counter() - start) * 1e3
+    @property
+    def maintain_ms(self) -> float:
+        return self.ms.get("maintain", 0.0)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time one phase (`StreamingSession.phase_timer`'s protocol)."""
+        cache, device = self.session.cache, self.session.model.device
+        device_sync(device)
+        before, start = cache.num_tokens, time.perf_counter()
+        yield
+        device_sync(device)
+        self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+        if name == "maintain":
             self.evicted = cache.num_tokens < before
-            return evictions  # the session hands it to the lower levels
-
-        session.memory.maintain = synced_maintain
 
 
 def timed_ingest(session: StreamingSession, timer: SyncedMaintainTimer, chunk: list[Frame]) -> ChunkTiming:
     """`session.ingest(chunk)` between device synchronisations; encode is its time less `timer`'s maintenance."""
     device = session.model.device
     device_sync(device)
-    timer.maintain_ms, timer.evicted = 0.0, False
+    timer.ms, timer.evicted = {}, False
     start = time.perf_counter()
     session.ingest(chunk)
     device_sync(device)
     total_ms = (time.perf_counter() - start) * 1e3
     return ChunkTiming(len(chunk), total_ms - timer.maintain_ms, timer.maintain_ms, timer.evicted)
-
-
-@contextmanager
-def forced_length_decoding(model):
-    """Decode exactly `max_new_tokens` tokens (no end-of-answer token)."""
-    saved, model.eos_token_ids = model.eos_token_ids, set()
-    try:
-        yield
-    finally:
-        model.eos_token_ids = saved
 
 
 def time_per_output_token_ms(ttft_ms: float, latency_ms: float, tokens: int) -> float | None:
@@ -251,18 +247,17 @@ def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], fram
                     decode_tokens: int, repeats: int) -> StreamRow:
     model = session.model
     ttfts, tpots, recalls, answers = [], [], [], []
-    with forced_length_decoding(model):
-        for _ in range(repeats):
-            device_sync(model.device)  # the question's clock starts on an idle device
-            start = time.perf_counter()
-            answer = session.ask(BENCH_QUESTION)
-            device_sync(model.device)
-            answers.append((time.perf_counter() - start) * 1e3)
-            # recall runs between the question and its prefill: the user waits for both
-            recall_ms = (getattr(answer, "recall", None) or {}).get("recall_ms")
-            recalls.append(recall_ms)
-            ttfts.append(answer.ttft_ms + (recall_ms or 0.0))
-            tpots.append(time_per_output_token_ms(answer.ttft_ms, answer.latency_ms, decode_tokens))
+    for _ in range(repeats):
+        device_sync(model.device)  # the question's clock starts on an idle device
+        start = time.perf_counter()
+        answer = session.ask(BENCH_QUESTION, stop_ids=())  # forced to `decode_tokens`: no token ends it early
+        device_sync(model.device)
+        answers.append((time.perf_counter() - start) * 1e3)
+        # recall runs between the question and its prefill: the user waits for both
+        recall_ms = (getattr(answer, "recall", None) or {}).get("recall_ms")
+        recalls.append(recall_ms)
+        ttfts.append(answer.ttft_ms + (recall_ms or 0.0))
+        tpots.append(time_per_output_token_ms(answer.ttft_ms, answer.latency_ms, decode_tokens))
     evicting = [c for c in chunks if c.evicted]
     encode_total, maintain_total = sum(c.encode_ms for c in chunks), sum(c.maintain_ms for c in chunks)
     evicting_encode = sum(c.encode_ms for c in evicting)

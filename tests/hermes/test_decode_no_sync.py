@@ -90,3 +90,24 @@ def test_the_cache_is_left_holding_the_question_and_at_most_the_decoded_steps(an
         assert cache.num_tokens == before + prompt.shape[0] + len(got.token_ids) - 1
     cache.rewind(mark)
     assert cache.num_tokens == before
+
+
+def test_stop_ids_override_the_adapters_end_tokens_for_one_answer(answering):
+    """`stop_ids=()` decodes exactly `max_new_tokens` even past an end token; given ids end the answer
+    there; the adapter's own end tokens are left as they were."""
+    model, cache, prompt = answering
+    free, _ = _both(model, cache, prompt, 3 * EOS_CHECK_EVERY, set(), 1.0)
+    stop = next(i for i, t in enumerate(free) if i > 0 and t not in free[:i])
+    model.eos_token_ids = {free[stop]}
+    with torch.inference_mode():
+        mark = cache.mark()
+        forced = model.generate_greedy(prompt, cache, 3 * EOS_CHECK_EVERY, stop_ids=())
+        cache.rewind(mark)
+        by_default = model.generate_greedy(prompt, cache, 3 * EOS_CHECK_EVERY)
+        cache.rewind(mark)
+        other = model.generate_greedy(prompt, cache, 3 * EOS_CHECK_EVERY, stop_ids=[free[0]])
+        cache.rewind(mark)
+    assert forced.token_ids == free
+    assert by_default.token_ids == free[:stop]
+    assert other.token_ids == []  # its first token is the one given
+    assert model.eos_token_ids == {free[stop]}

@@ -74,12 +74,9 @@ def test_grouped_probe_equals_repeat_interleave_in_float32(dtype, groups, block_
     expected_out = (weights @ v32).transpose(1, 2)  # (1, Q, Hq, D)
 
     module = types.SimpleNamespace(layer_idx=0, num_key_value_groups=groups)
-    hermes.probe._recorder = hermes.probe._ProbeRecorder(num_layers=2, cached=cached)  # layer 0 is not the last
-    try:
-        out, _ = hermes.probe.probe_attention_forward(module, query, key, value, None, scaling)
-        maps = hermes.probe._recorder.maps[0]
-    finally:
-        hermes.probe._recorder = None
+    recorder = hermes.probe._ProbeRecorder(num_layers=2, cached=cached)  # layer 0 is not the last
+    out, _ = hermes.probe.probe_attention_forward(module, query, key, value, None, scaling, recorder=recorder)
+    maps = recorder.maps[0]
     assert maps.dtype == torch.float32
     torch.testing.assert_close(maps, expected_maps, atol=1e-6, rtol=1e-5)
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
@@ -121,7 +118,7 @@ def test_a_probe_riding_in_the_chunks_prefill_gives_the_maps_and_cache_of_a_sepa
     for (k1, v1), (k2, v2) in zip(fused.layer_tensors(), separate.layer_tensors()):
         torch.testing.assert_close(k1, k2, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(v1, v2, atol=1e-6, rtol=1e-5)
-    assert model.text_config._attn_implementation != hermes.probe.INGEST_ATTENTION
+    assert model.text_config._attn_implementation == "hermes_sdpa"  # a pass's attention is passed, not selected
 
 
 def test_a_chunks_prefill_stops_inside_the_last_layer_once_its_keys_and_values_are_cached(tiny_model):
@@ -154,14 +151,13 @@ def test_a_model_on_another_attention_kernel_is_prefilled_by_its_own_path_and_pr
     pseudo = tiny_model.question_embeds("What is happening?")
     reference, chunk, positions = _primed(tiny_model, frames)
     expected = prefill_chunk(tiny_model, reference, chunk.embeds, positions, pseudo)
-    config = tiny_model.text_config
-    previous, config._attn_implementation = config._attn_implementation, "eager"
+    tiny_model.set_attention("eager")
     try:
         cache, chunk, positions = _primed(tiny_model, frames)
         maps = prefill_chunk(tiny_model, cache, chunk.embeds, positions, pseudo)
-        assert config._attn_implementation == "eager"
+        assert tiny_model.text_config._attn_implementation == "hermes_eager"
     finally:
-        config._attn_implementation = previous
+        tiny_model.set_attention("sdpa")
     torch.testing.assert_close(maps, expected, atol=1e-5, rtol=1e-4)
     assert cache.num_tokens == reference.num_tokens
 

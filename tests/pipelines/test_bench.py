@@ -18,7 +18,7 @@ from hermes.models.base import Generation
 from hermes.pipelines.bench import memory as bench
 from hermes.pipelines.bench.common import synthetic_frames
 from hermes.pipelines.bench.memory import (
-    MEMORY_COLUMNS, SWEEP_COLUMNS, PolicySpec, StreamRow, checkpointed_stream, forced_length_decoding, ingest_fps,
+    MEMORY_COLUMNS, SWEEP_COLUMNS, PolicySpec, StreamRow, checkpointed_stream, ingest_fps,
     markdown_table, measure_stream, report_markdown, resolve_policies, rows_as_dicts, rows_from_dicts, run_sweep,
     time_per_output_token_ms,
 )
@@ -255,8 +255,8 @@ def test_markdown_and_json_round_trip(sweep, tmp_path):
 
 
 def test_tpot_from_a_known_fake_generation(tiny_model, monkeypatch):
-    def fake_generate(prompt, cache, max_new_tokens, on_text=None):  # 10 ms to the first token, then 5 ms per token
-        assert tiny_model.eos_token_ids == set()  # answers are forced to full length while measured
+    def fake_generate(prompt, cache, max_new_tokens, on_text=None, stop_ids=None):  # 10 ms, then 5 ms per token
+        assert stop_ids is not None and not stop_ids  # answers are forced to full length while measured
         return Generation("x", [7] * max_new_tokens, torch.zeros(4), 10.0, 10.0 + 5.0 * (max_new_tokens - 1))
 
     monkeypatch.setattr(tiny_model, "generate_greedy", fake_generate)
@@ -293,14 +293,6 @@ def test_recall_only_is_sliding_with_recall_under_its_own_label():
     (spec,) = resolve_policies("recall-only", MemoryConfig(), budget=64)
     assert spec.label == "recall-only"
     assert (spec.memory.policy, spec.memory.recall, spec.memory.budget) == ("sliding", True, 64)
-
-
-def test_forced_length_decoding_restores_stop_tokens(tiny_model):
-    eos = set(tiny_model.eos_token_ids)
-    with pytest.raises(RuntimeError), forced_length_decoding(tiny_model):
-        assert tiny_model.eos_token_ids == set()
-        raise RuntimeError
-    assert tiny_model.eos_token_ids == eos
 
 
 # ---- random models at published sizes ------------------------------------------------------------------

@@ -120,3 +120,37 @@ def test_multiple_choice_prompt_letters_the_options():
     assert format_prompt("Which?", ["x", "y"]) == (
         "Which?\nA. x\nB. y\nAnswer with the option's letter from the given choices directly.")
     assert format_prompt("Open?") == "Open?"
+
+
+def test_the_phase_timer_wraps_each_chunks_encode_and_maintenance(tiny_model):
+    """`phase_timer` sees every chunk's encode, then its maintenance; the bench's timer uses it and leaves
+    the policy's methods as they are, reading eviction from the cache's token count around maintenance."""
+    import contextlib
+
+    from hermes.config import MemoryConfig
+    from hermes.pipelines.bench.memory import SyncedMaintainTimer, timed_ingest
+
+    tpf = tiny_model.tokens_per_frame
+    session = StreamingSession(tiny_model, MemoryConfig(policy="sliding", budget=3 * tpf), random_frames(6),
+                               chunk_frames=2)
+    seen = []
+
+    @contextlib.contextmanager
+    def phases(name):
+        before = session.cache.num_visual_tokens
+        yield
+        seen.append((name, before // tpf, session.cache.num_visual_tokens // tpf))
+
+    session.phase_timer = phases
+    session.advance()
+    # frames in the cache before and after each phase: the third chunk's maintenance evicts to 3 frames
+    assert seen == [("encode", 0, 2), ("maintain", 2, 2), ("encode", 2, 4), ("maintain", 4, 3),
+                    ("encode", 3, 5), ("maintain", 5, 3)]
+
+    bench_session = StreamingSession(tiny_model, MemoryConfig(policy="sliding", budget=3 * tpf), (), chunk_frames=2)
+    timer = SyncedMaintainTimer(bench_session)
+    frames = random_frames(4)
+    assert not timed_ingest(bench_session, timer, frames[:2]).evicted
+    assert timed_ingest(bench_session, timer, frames[2:]).evicted
+    assert set(timer.ms) == {"encode", "maintain"}
+    assert "maintain" not in vars(bench_session.memory)  # no method of the policy was replaced
