@@ -59,15 +59,7 @@ class Block:
 
 
 def representative(raw_keys: torch.Tensor, groups: int) -> torch.Tensor:
-    """ReKV's block key: mean over tokens of un-rotated keys, KV heads repeated, flattened.
-
-    Args:
-        raw_keys: (L, Hkv, n, D) keys before RoPE.
-        groups: query heads per KV head.
-
-    Returns:
-        (L, Hkv * groups * D) float32.
-    """
+    """ReKV's block key (L, Hkv * groups * D) fp32: mean over tokens of (L, Hkv, n, D) un-rotated keys, heads repeated."""
     mean = raw_keys.float().mean(dim=2)  # (L, Hkv, D)
     return mean.repeat_interleave(groups, dim=1).flatten(1)
 
@@ -142,8 +134,6 @@ class ReKVPolicy(NoLowerLevels):
         self.groups = model.text_config.num_attention_heads // model.text_config.num_key_value_heads
         self.last_retrieved: list[list[int]] = []  # per layer: the frames the last question retrieved
 
-    # ---- ingest: a window of whole frames; what leaves it becomes a host block ----
-
     def _raw(self, cache: HermesCache, layer: int, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         entries = cache.layers[layer].entries(idx)
         pos = entries.positions[0].to(entries.keys.device)
@@ -174,14 +164,9 @@ class ReKVPolicy(NoLowerLevels):
         return Evictions(index=index, scores=tuple(torch.ones(i.shape[0]) for i in index), length=length,
                          position_epoch=epoch)
 
-    # ---- answer ----
-
     def retrieve(self, cache: HermesCache, layer: int, q_vec: torch.Tensor, device) -> tuple[torch.Tensor, ...]:
-        """One layer's `recall_top_k` frames for a question, as ReKV retrieves them: the host blocks
-        and window frames whose representative keys best match the question's mean query.
-
-        Only the chosen frames' keys and values are gathered (ReKV loads only the blocks it
-        retrieves), so a question costs the window and k blocks, not every frame of the stream.
+        """One layer's `recall_top_k` frames whose representative keys best match the question's mean query;
+        only those are gathered (ReKV loads only the blocks it retrieves).
 
         Args:
             q_vec: (Hq * D) float32 on `device`: the question's queries before RoPE, averaged over tokens.
