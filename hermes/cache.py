@@ -94,11 +94,9 @@ class HermesLayer(DynamicLayer):
         self.num_axes = num_axes
         self._key_room: torch.Tensor | None = None  # (1, H, capacity, D): `keys` is its first T tokens
         self._value_room: torch.Tensor | None = None
+        for name in METADATA:
+            setattr(self, name, torch.empty(0, dtype=_DTYPES[name]))
         self.positions = torch.empty(num_axes, 0, dtype=torch.long)
-        self.token_ids = torch.empty(0, dtype=torch.long)
-        self.kinds = torch.empty(0, dtype=torch.int8)
-        self.frame_index = torch.empty(0, dtype=torch.long)
-        self.counts = torch.empty(0, dtype=torch.long)
 
     @property
     def num_tokens(self) -> int:
@@ -270,17 +268,15 @@ class HermesLayer(DynamicLayer):
             if state["token_ids"].numel():
                 raise ValueError("cache layer state has token fields but no keys and values")
             self.reset()
-            for name in METADATA:
-                setattr(self, name, state[name].to("cpu", _DTYPES[name]).clone())
-            return
-        length = state["keys"].shape[-2]
-        if any(state[name].shape[-1] != length for name in METADATA) or state["values"].shape[-2] != length:
-            raise ValueError("cache layer state: keys, values and token fields disagree in length")
-        keys, values = state["keys"].to(device), state["values"].to(device)
-        if not self.is_initialized:
-            self.lazy_initialization(keys, values)
-        self.keys, self.values = keys, values
-        self._drop_room()
+        else:
+            length = state["keys"].shape[-2]
+            if any(state[name].shape[-1] != length for name in METADATA) or state["values"].shape[-2] != length:
+                raise ValueError("cache layer state: keys, values and token fields disagree in length")
+            keys, values = state["keys"].to(device), state["values"].to(device)
+            if not self.is_initialized:
+                self.lazy_initialization(keys, values)
+            self.keys, self.values = keys, values
+            self._drop_room()
         for name in METADATA:
             setattr(self, name, state[name].to("cpu", _DTYPES[name]).clone())
 

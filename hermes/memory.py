@@ -67,7 +67,6 @@ class MemoryPolicy:
     """The `full` policy, and what every policy shares: position management and the session's hooks.
 
     Args:
-        cfg: the memory configuration.
         model: the adapter whose cache is managed (rotary scheme, layers, probe).
     """
 
@@ -102,7 +101,6 @@ class MemoryPolicy:
         """Bring the cache back within budget after a chunk (nothing to do for `full`).
 
         Args:
-            cache: the working cache.
             copy_evicted: put copies of the evicted tokens into the result (the lower levels need them).
             probe: (L, Q, T) maps of the pseudo-query `probe_queries` gave for this chunk, taken in
                 its prefill; None: the policy probes itself if it needs to.
@@ -113,11 +111,7 @@ class MemoryPolicy:
         return Evictions(length=cache.num_tokens, position_epoch=cache.compactions)
 
     def keep_frames(self, frames: list) -> bool:
-        """Keep a chunk's `Frame`s here instead of having them encoded (a policy that encodes per question).
-
-        Returns:
-            Whether the policy took them (False, the default: the session encodes them).
-        """
+        """Whether the policy keeps a chunk's `Frame`s instead of having them encoded (default False)."""
         return False
 
     def question_embeds(self, model: CoreModel, question: str, options: Sequence[str] = ()) -> torch.Tensor:
@@ -194,13 +188,7 @@ class MemoryPolicy:
 
 
 def move_entries(layer: HermesLayer, new_positions: torch.Tensor, spec: RotarySpec) -> None:
-    """Give a layer's entries new positions, re-rotating moved keys by the exact fp32 delta (others untouched).
-
-    Args:
-        layer: the cache layer (every token described).
-        new_positions: (A, T) int64 positions for its T entries.
-        spec: the model's rotary scheme.
-    """
+    """Give a (fully described) layer's T entries (A, T) `new_positions`, moved keys turned by the exact delta."""
     delta = new_positions - layer.positions  # (A, T)
     keys = None
     if bool((delta != 0).any()):
@@ -484,8 +472,10 @@ class HermesPolicy(BudgetPolicy):
             folded[:, :prefix_len] = False
             gone = folded.scatter_(1, kept, False).nonzero()[:, 1].view(len(longterm), -1)  # (n, F), ascending
             positions = torch.stack([cache.layers[layer].positions for layer in longterm])  # (n, A, T)
-            targets = self._summary_positions(cache, longterm, prefix_len, positions, kept, gone)  # (n, A)
-            new = self._fold(cache, longterm, positions, gone, targets)
+            folded_at = positions.gather(2, gone[:, None].expand(-1, positions.shape[1], -1))  # (n, A, F)
+            folded_counts = torch.stack([cache.layers[layer].counts for layer in longterm]).gather(1, gone)  # (n, F)
+            targets = self._summary_positions(prefix_len, positions, kept, folded_at, folded_counts)  # (n, A)
+            new = self._fold(cache, longterm, gone, folded_at, folded_counts, targets)
             slot = gone[:, :1]  # reused for the new summary in write_summaries
             rows = torch.cat([slot, kept] if self.fold_previous else [kept, slot], dim=1)
             for i, layer in enumerate(longterm):
@@ -493,30 +483,26 @@ class HermesPolicy(BudgetPolicy):
                 summaries.append((layer, Summary(new.key[i], new.value[i], new.count[i]), targets[i]))
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
-    def _summary_positions(self, cache: HermesCache, layers: list[int], prefix_len: int, positions: torch.Tensor,
-                           kept: torch.Tensor, gone: torch.Tensor) -> torch.Tensor:
+    def _summary_positions(self, prefix_len: int, positions: torch.Tensor, kept: torch.Tensor,
+                           folded_at: torch.Tensor, folded_counts: torch.Tensor) -> torch.Tensor:
         """(n, A) position of each layer's new summary: "after_kept" one past the largest kept position on any
         axis, on every axis (the reference); "mean_evicted" the count-weighted mean of what it folds."""
         num_axes = positions.shape[1]
         if self.cfg.summary_position == "after_kept":
             kept_positions = torch.cat([positions[..., :prefix_len],
                                         positions.gather(2, kept[:, None].expand(-1, num_axes, -1))], dim=2)
-            newest = kept_positions.amax(dim=(1, 2)) + 1 if kept_positions.numel() else torch.zeros(len(layers))
+            newest = kept_positions.amax(dim=(1, 2)) + 1 if kept_positions.numel() else torch.zeros(len(kept))
             return newest.long()[:, None].repeat(1, num_axes)
-        counts = torch.stack([cache.layers[layer].counts for layer in layers]).gather(1, gone)  # (n, F)
-        return mean_position(positions.gather(2, gone[:, None].expand(-1, num_axes, -1)), counts)
+        return mean_position(folded_at, folded_counts)
 
-    def _fold(self, cache: HermesCache, layers: list[int], positions: torch.Tensor, gone: torch.Tensor,
-              targets: torch.Tensor) -> Summary:
-        """Each of `layers`' entries at (n, F) cache indices `gone` folded into one summary at (n, A) `targets`:
-        keys (n, H, 1, D), values, counts (n,)."""
+    def _fold(self, cache: HermesCache, layers: list[int], gone: torch.Tensor, folded_at: torch.Tensor,
+              folded_counts: torch.Tensor, targets: torch.Tensor) -> Summary:
+        """Each of `layers`' entries at (n, F) cache indices `gone` folded into one summary at (n, A) `targets`."""
         on_device = to_device_no_sync(gone, cache.layers[0].keys.device)
         keys = torch.stack([cache.layers[layer].keys[0].index_select(-2, idx) for layer, idx in zip(layers, on_device)])
         values = torch.stack([cache.layers[layer].values[0].index_select(-2, idx)
                               for layer, idx in zip(layers, on_device)])
-        counts = torch.stack([cache.layers[layer].counts for layer in layers]).gather(1, gone)
-        return fold_summaries(keys, values, counts, positions.gather(2, gone[:, None].expand(-1, positions.shape[1], -1)),
-                              targets, self.spec, weighted=self.fold_previous)
+        return fold_summaries(keys, values, folded_counts, folded_at, targets, self.spec, weighted=self.fold_previous)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         slot = prefix_len if self.fold_previous else cache.num_tokens - 1  # as `choose` ordered it

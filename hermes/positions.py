@@ -98,10 +98,8 @@ def place(layout: list[Run | GridStep], next_position: int, block: VideoBlock | 
     """Positions for `layout`, placed after everything so far.
 
     Args:
-        layout: segments in token order.
         next_position: first free position (every axis).
         block: the open video block, or None.
-        num_axes: 1 (1-D RoPE) or 3 (M-RoPE).
 
     Returns:
         The `Placement`: (A, n) positions, and the next free position and open block after them.

@@ -321,7 +321,6 @@ def question_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor,
     """The rotated queries `layer` computes for `embeds` after the cache (a pass that stops there).
 
     Args:
-        model: a `VLMAdapter`.
         cache: the working `HermesCache`; unchanged on return.
         embeds: (Q, hidden) embeddings (e.g. a question).
         layer: decoder layer index (negative counts from the end).
@@ -348,7 +347,6 @@ def prefill_chunk(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, po
     cut after. Other attention kernels or unknown inputs prefill and probe separately (the same results).
 
     Args:
-        model: a `VLMAdapter`.
         cache: the working cache; grows by the chunk's n tokens (described by the caller, as after
             `model.prefill`).
         embeds: (n, hidden) the chunk's embeddings.

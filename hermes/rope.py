@@ -174,7 +174,6 @@ def rotary_angles(
 
     Args:
         positions: ``(T,)`` for 1-D RoPE or ``(3, T)`` for M-RoPE, integer or float.
-        spec: The rotary scheme.
         dtype: Arithmetic dtype (float32 to match the model; float64 for exact deltas).
 
     Returns:
@@ -237,7 +236,6 @@ def rotate_keys(
     Args:
         keys: ``(..., T, D)`` cached keys (e.g. ``(B, H, T, D)``), already rotated at p.
         delta: ``q - p`` per token, integer: ``(T,)`` for 1-D RoPE, ``(3, T)`` for M-RoPE.
-        spec: The rotary scheme.
         positions: Current positions p (shape of ``delta``), for the exact compensation (module docstring).
 
     Returns:
@@ -275,17 +273,7 @@ def rotate_keys(
 def rotate_between(
     keys: torch.Tensor, old_positions: torch.Tensor, new_positions: torch.Tensor, spec: RotarySpec
 ) -> torch.Tensor:
-    """Move keys from their current positions to new ones (exact-compensation path of `rotate_keys`).
-
-    Args:
-        keys: ``(..., T, D)`` keys rotated at ``old_positions``.
-        old_positions: ``(T,)`` or ``(3, T)`` current positions.
-        new_positions: Target positions, same shape.
-        spec: The rotary scheme.
-
-    Returns:
-        ``(..., T, D)`` keys rotated at ``new_positions``.
-    """
+    """Move ``(..., T, D)`` keys from ``(T,)`` or ``(3, T)`` positions to new ones (`rotate_keys`' exact path)."""
     old = old_positions.long()
     return rotate_keys(keys, new_positions.long().to(old.device) - old, spec, positions=old)
 
@@ -298,7 +286,6 @@ def rotate_rows_between(keys: torch.Tensor, old_positions: torch.Tensor, new_pos
         keys: ``(N, H, T, D)`` keys rotated at ``old_positions``.
         old_positions: ``(N, A, T)`` integer positions (A = 1 for 1-D RoPE, 3 for M-RoPE).
         new_positions: ``(N, A, T)`` target positions.
-        spec: The rotary scheme.
 
     Returns:
         ``(N, H, T, D)`` keys at ``new_positions``, in ``keys.dtype``.

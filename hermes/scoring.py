@@ -155,7 +155,6 @@ def minmax(x: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None, eps
 
     Args:
         x: Scores of any shape.
-        dim: Dimension to normalise over.
         mask: Optional bool tensor like ``x``; only True entries count for min/max, False ones are 0.
         eps: Added to the range in the denominator (the reference adds 1e-6), so the maximum maps
             to just below 1 and a tiny range is damped rather than blown up.
@@ -190,9 +189,6 @@ def combine_layer_scores(
     Args:
         recency: ``(L, T)`` recency scores (from `recency_scores`).
         attention: ``(L, T)`` pseudo-query attention (possibly accumulated), any scale.
-        bands: Band name per layer.
-        w0: See `working_mix_weights`.
-        gamma: See `working_mix_weights`.
         mask: Optional ``(L, T)`` bool; False marks padding, scored 0.
 
     Returns:
@@ -241,7 +237,6 @@ def smooth_deep_to_shallow(
     Args:
         scores: Per layer, ``(T_l,)`` scores (layers may hold different tokens).
         token_ids: Per layer, ``(T_l,)`` int64 token ids, unique within a layer.
-        bands: Band name per layer.
         lambdas: Smoothing strength for (sensory, working, long-term) layers.
         match: "token" (by id) or "index" (by cache index).
 
@@ -311,7 +306,6 @@ def accumulate(
         prev: ``(prev_ids (N,), prev_scores (..., N))`` from the last call, or None at the start.
         new_scores: ``(..., T)`` this probe's scores for the tokens ``ids``.
         ids: ``(T,)`` int64 ids of the currently cached tokens (unique).
-        mode: One of `ACCUMULATIONS`.
         decay: ``ema`` only: weight of the previous value.
 
     Returns:
@@ -388,7 +382,6 @@ def fold_summary(
         counts: ``(T,)`` positive token counts.
         positions: ``(T,)`` (1-D RoPE) or ``(3, T)`` (M-RoPE) current positions of the keys.
         target_position: Summary position: an int (1-D) or 3 ints (M-RoPE).
-        spec: The rotary scheme.
         weighted: Weight each entry by its count (else every entry alike).
 
     Returns:
@@ -420,13 +413,9 @@ def fold_summaries(
     """`fold_summary` of N groups of T tokens at once (one per long-term layer), the same arithmetic per group.
 
     Args:
-        keys: ``(N, H, T, D)`` keys rotated at ``positions``.
-        values: ``(N, H, T, Dv)`` values.
-        counts: ``(N, T)`` positive token counts.
-        positions: ``(N, A, T)`` current positions of the keys (A = 1 for 1-D RoPE, 3 for M-RoPE).
+        keys, values, counts, positions: as `fold_summary`'s with a leading group dim N: ``(N, H, T, D)``,
+            ``(N, H, T, Dv)``, ``(N, T)``, ``(N, A, T)``.
         targets: ``(N, A)`` each group's summary position.
-        spec: The rotary scheme.
-        weighted: Weight each entry by its count (else every entry alike).
 
     Returns:
         `Summary` with key ``(N, H, 1, D)``, value ``(N, H, 1, Dv)`` and count ``(N,)``.

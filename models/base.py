@@ -75,11 +75,8 @@ class VLMAdapter(ABC):
     """One vision-language model family, as hermes needs to see it.
 
     Attributes:
-        family: adapter family name (e.g. "llava_onevision").
+        family: e.g. "llava_onevision".
         name: what the user asked for (preset, hub id, directory or builtin tiny id).
-        model: the transformers model (eval mode).
-        tokenizer: the tokenizer (`encode`, `decode`, `convert_tokens_to_ids`).
-        device, dtype: where and in what precision the model runs.
         tokens_per_frame: visual tokens one frame becomes in the cache (where that depends on the
             frame size: at the size last encoded, per frame of a grid step).
         eos_token_ids: token ids that end an answer.
@@ -294,30 +291,15 @@ class VLMAdapter(ABC):
         cache.record(positions, KIND_PREFIX)
 
     def decode_one_token_no_sync(self, token: torch.Tensor, cache: HermesCache) -> torch.Tensor:
-        """One decode step: `token` appended to `cache` at the next position, without reading it on the host.
-
-        Args:
-            token: (1,) int64 on the model's device (the token just chosen).
-            cache: the working cache; grows by one token in every layer.
-
-        Returns:
-            (V,) float32 logits of the next token, on the device.
-        """
+        """One decode step of the (1,) int64 device `token` at the cache's next position, no host read;
+        returns the (V,) float32 device logits of the next token."""
         position = to_device_no_sync(cache.allocate_positions(1), self.device)  # a plain `.to` stalls on CUDA
         step = self.decode_step or self.decode_logits
         return step(token, self.positions_for(position), cache)
 
     def decode_logits(self, token: torch.Tensor, position_ids: torch.Tensor, cache: HermesCache) -> torch.Tensor:
-        """The language model's work in one decode step (what `model.compile_decode` compiles).
-
-        Args:
-            token: (1,) int64 on the device.
-            position_ids: its position, as `positions_for` shapes it.
-            cache: the working cache; grows by one token in every layer.
-
-        Returns:
-            (V,) float32 logits of the next token.
-        """
+        """The language model's work in one decode step (what `model.compile_decode` compiles): (V,) float32 logits
+        of the token after the (1,) `token` at `position_ids` (shaped by `positions_for`)."""
         embeds = self.language_model.get_input_embeddings()(token)  # (1, hidden), what `embed_ids` gives
         # `prefill`'s call, with positions shaped by the caller: inside a compiled step, `positions_for`'s
         # `.to` of an inference tensor fails to trace ("Cannot set version_counter for inference tensor")

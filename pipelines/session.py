@@ -84,11 +84,9 @@ class StreamingSession:
     """Feeds frames to a model chunk by chunk and answers questions from its memory.
 
     Args:
-        model: a loaded adapter.
         memory: the memory config, or a policy name with default settings.
         source: frames in time order (a file reader, a live source, or any iterable of `Frame`).
         chunk_frames: frames encoded per forward.
-        max_new_tokens: answer length cap.
         progress: show a progress bar over frames (for terminals).
         total_frames: expected number of frames, for the progress bar (None if unknown).
         memory_dir: where levels 2 and 3 and checkpoints persist (a folder or ``s3://bucket/prefix``).
@@ -297,7 +295,6 @@ class StreamingSession:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
 
         Args:
-            question: the question text.
             options: multiple-choice options (lettered A, B, ... in the prompt); the answer is then
                 the letter of one of them, decoding restricted to the offered letters (one token).
             at: stream time in seconds; frames with `t_s < at` are encoded first. Must not go
@@ -426,7 +423,6 @@ def stop_on_signals(session: StreamingSession, source=None):
     raises KeyboardInterrupt at once. Outside the main thread (which alone gets signals) nothing.
 
     Args:
-        session: the session to stop.
         source: optionally, a live source with ``request_stop()``, so a wait for frames ends too.
     """
     if threading.current_thread() is not threading.main_thread():

@@ -1,18 +1,10 @@
 """`recent-frames`: the last N frames, re-encoded fresh for each question (SimpleStream, 2026).
 
-No memory at all: the stream's frames are not encoded as they arrive; the policy only keeps the
-newest ones (RGB, in host memory). A question gets a fresh cache holding the last `recent_frames`
-frames at `recent_fps`, counted back from the newest frame before the question, and nothing of it
-is reused for the next question. With Qwen2.5-VL-7B this scores 65.1 on OVO-Bench against
-HERMES's 59.2, so any claim that memory helps must be made beside it.
-
-The input is SimpleStream's (github.com/EvolvingLMMs-Lab/SimpleStream at be227ee, `lib/`):
-each frame is encoded as a separate image (on Qwen-VL one grid of h x w merged patches per frame,
-not a video whose grid steps merge frames in pairs), after a user turn with no system turn, and
-the question follows the images after a newline (`VLMAdapter.encode_images`,
-`images_prefix_text`, `images_question_embeds`). A multiple-choice question asked with options is
-written as SimpleStream writes OVO-Bench's (`simplestream_prompt`). ARCHITECTURE.md (Memory,
-Baselines) lists what still differs.
+No memory: frames are kept (RGB, host) instead of encoded, and each question gets a fresh cache of
+the newest `recent_frames` at `recent_fps`, fed as SimpleStream feeds them (github.com/EvolvingLMMs-Lab/
+SimpleStream at be227ee, `lib/`): separate images, no system turn, the question after a newline.
+With Qwen2.5-VL-7B it scores 65.1 on OVO-Bench against HERMES's 59.2, so claims that memory helps
+are made beside it. docs/ARCHITECTURE.md (Memory, Baselines) lists what still differs.
 """
 
 from __future__ import annotations
