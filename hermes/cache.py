@@ -1,20 +1,9 @@
-"""The working KV cache (memory level 1) as hermes's own object.
+"""The working KV cache (memory level 1): a transformers `DynamicCache` of `HermesLayer`s.
 
-`HermesCache` is a transformers `DynamicCache` (so every supported model attends to it unchanged)
-whose layers are `HermesLayer`s: each layer owns its keys and values *and*, for each cached token,
-what hermes needs to manage memory: its rotary position, a stable id, what kind of token it is
-(prefix, visual, summary, recalled) and which frame it came from, and how many tokens it stands
-for. Keys are stored already rotated, as the model wrote them. Everything that changes a layer's
-tokens goes through the layer (`append`, `describe`, `select`, `truncate`, `write`, `move`), so
-keys, values and metadata never disagree; the cache delegates to its layers and keeps only what is
-the same for every layer: the stream's position state (next free position, the open M-RoPE block,
-how often positions were compacted) and the token-id counter.
-
-Positions have A axes (1 for 1-D RoPE, 3 for M-RoPE): the cache hands out positions for text
-(`allocate_positions`) and for a chunk's layout (`place`, see `hermes.positions`).
-
-Answering a question appends question and answer tokens to the cache; `mark()` and `rewind()`
-take them out again, so after an answer the cache holds exactly what it held before, bit for bit.
+Each layer owns its keys (stored rotated, as the model wrote them), values and per-token metadata
+(`METADATA`), and every change goes through the layer so they never disagree; the cache keeps what
+all layers share: the position state and the token-id counter (docs/ARCHITECTURE.md, State and who
+owns it). `mark()` / `rewind()` take an answer's tokens out again, bit for bit.
 """
 
 from __future__ import annotations
@@ -35,8 +24,7 @@ KIND_VISUAL = 1  # frame tokens: what memory policies manage
 KIND_SUMMARY = 2  # a long-term layer's fold of evicted visual tokens
 KIND_RECALLED = 3  # a token brought back from a lower level for one answer
 
-# What a layer keeps per token besides its key and value (the one list of level-1 token fields):
-# positions (A, T) int64, token_ids (T,) int64, kinds (T,) int8, frame_index (T,) int64, counts (T,) int64
+# per token besides key and value: positions (A, T) int64, token_ids (T,) int64, kinds (T,) int8, frame_index (T,) int64, counts (T,) int64
 METADATA = ("positions", "token_ids", "kinds", "frame_index", "counts")
 _DTYPES = {"positions": torch.long, "token_ids": torch.long, "kinds": torch.int8, "frame_index": torch.long,
            "counts": torch.long}
@@ -47,8 +35,7 @@ class UnsupportedCacheError(ModelError):
 
 
 def to_device_no_sync(index: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """`index` (host) on `device` without stalling the host: on CUDA through pinned memory with a
-    non-blocking copy (ordered on the stream before the kernels that read it); elsewhere a plain `.to`."""
+    """`index` (host) on `device` without stalling the host (CUDA: pinned memory, non-blocking copy)."""
     if device.type == "cuda" and index.device.type == "cpu":
         return index.pin_memory().to(device, non_blocking=True)
     return index.to(device)
@@ -86,26 +73,17 @@ class CacheMark:
     block: VideoBlock | None = None
 
 
-# Room to spare, in tokens, when a layer's key/value buffer is made (see `HermesLayer`): a question's
-# prefill and answer, or the probe's pseudo-queries, fit in it after a chunk without another copy.
+# tokens of room to spare in a new key/value buffer: a question and its answer, or a probe, fit without a copy
 APPEND_HEADROOM_TOKENS = 512
 
 
 class HermesLayer(DynamicLayer):
     """One layer of the working cache: keys (1, H, T, D), values, and per-token metadata (`METADATA`).
 
-    The model appends keys and values through `update` (transformers' protocol) during a forward;
-    `describe` then gives those tokens their metadata. Between the two (inside a forward, or while
-    a question's tokens are cached) the layer holds more keys than described tokens: `num_described`
-    says how many the metadata covers. Ready-made tokens (recalled from a lower level) come in one
-    `append` call with their metadata.
-
-    Appending writes in place: keys and values are views of the first T tokens of a buffer with room
-    for more (`_append_in_place`), so a decode step, a question's prefill or the probe copies only
-    its own tokens, where transformers' `torch.cat` copied the layer's whole cache each time (half of
-    a question's time at 4K cached tokens on a CPU). What replaces the tensors (eviction's `select`,
-    `move`, `load_state_dict`) drops the buffer; the next append makes a new one. Tokens already
-    held are never written in place by an append, so a `state_dict` taken earlier stays as it was.
+    The model appends through `update` and `describe` then gives those tokens metadata (until then
+    `num_described` < `num_tokens`); ready-made tokens come with theirs in one `append`. Appends
+    write into a buffer with room to spare (`_append_in_place`) and never over held tokens, so an
+    earlier `state_dict` stays as it was; what replaces the tensors drops the buffer.
 
     Args:
         num_axes: position axes, 1 for 1-D RoPE, 3 for M-RoPE.
@@ -116,13 +94,9 @@ class HermesLayer(DynamicLayer):
         self.num_axes = num_axes
         self._key_room: torch.Tensor | None = None  # (1, H, capacity, D): `keys` is its first T tokens
         self._value_room: torch.Tensor | None = None
+        for name in METADATA:
+            setattr(self, name, torch.empty(0, dtype=_DTYPES[name]))
         self.positions = torch.empty(num_axes, 0, dtype=torch.long)
-        self.token_ids = torch.empty(0, dtype=torch.long)
-        self.kinds = torch.empty(0, dtype=torch.int8)
-        self.frame_index = torch.empty(0, dtype=torch.long)
-        self.counts = torch.empty(0, dtype=torch.long)
-
-    # ---- sizes ---------------------------------------------------------------------------------
 
     @property
     def num_tokens(self) -> int:
@@ -139,8 +113,6 @@ class HermesLayer(DynamicLayer):
             return 0
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
-    # ---- growing ---------------------------------------------------------------------------------
-
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """transformers' protocol: append (1, H, q, D) keys and values; returns the whole layer's."""
         if torch.compiler.is_compiling():  # a compiled decode step (`model.compile_decode`) traces the plain
@@ -156,8 +128,7 @@ class HermesLayer(DynamicLayer):
         self._key_room = self._value_room = None
 
     def release_room(self) -> None:
-        """Hold keys and values as plain contiguous tensors, without an append buffer (one copy when
-        they view one), as a compiled decode step wants them at every step."""
+        """Hold keys and values as plain contiguous tensors without a buffer (a compiled decode step's need)."""
         if self._key_room is not None:
             self.keys, self.values = self.keys.contiguous(), self.values.contiguous()
             self._drop_room()
@@ -214,22 +185,14 @@ class HermesLayer(DynamicLayer):
         self.frame_index = torch.cat([self.frame_index, frames.to("cpu", torch.long).reshape(n)])
         self.counts = torch.cat([self.counts, counts.to("cpu", torch.long).reshape(n)])
 
-    # ---- shrinking and rewriting ---------------------------------------------------------------------
-
     def entries(self, index: torch.Tensor, index_on_device: torch.Tensor | None = None) -> TokenEntries:
-        """Copies of the described tokens at cache indices `index` (n,), in that order.
-
-        `index_on_device`: the same indices already on the keys' device (callers batch that move).
-        """
+        """Copies of the described tokens at cache indices `index` (n,) (`index_on_device`: the same, moved)."""
         dev = index_on_device if index_on_device is not None else index.to(self.keys.device)
         return TokenEntries(keys=self.keys[0].index_select(-2, dev), values=self.values[0].index_select(-2, dev),
                             **{name: getattr(self, name)[..., index] for name in METADATA})
 
     def select(self, keep: torch.Tensor, keep_on_device: torch.Tensor | None = None) -> None:
-        """Keep the tokens at cache indices `keep` (K,), in that order (every token must be described).
-
-        `keep_on_device`: the same indices already on the keys' device (callers batch that move).
-        """
+        """Keep the described tokens at cache indices `keep` (K,), in that order (`keep_on_device`: the same, moved)."""
         idx = keep_on_device if keep_on_device is not None else keep.to(self.keys.device)
         self.keys = self.keys.index_select(-2, idx)
         self.values = self.values.index_select(-2, idx)
@@ -278,15 +241,12 @@ class HermesLayer(DynamicLayer):
         self.positions = positions
 
     def move_tail(self, positions: torch.Tensor, keys: torch.Tensor) -> None:
-        """Give the last n described tokens new positions (A, n) and keys (1, H, n, D) re-rotated to them,
-        written in place: the earlier tokens and the append buffer stay as they are (no copy of the layer).
-        Only tokens no `state_dict` taken before they were appended holds may move so (a new chunk's)."""
+        """Give the last n described tokens new positions (A, n) and keys (1, H, n, D), written in place;
+        only tokens no earlier `state_dict` holds (a new chunk's) may move so."""
         n, end = positions.shape[-1], self.num_described
         with torch.inference_mode():  # the buffer may be the model's (made under inference mode)
             self.keys[..., end - n:end, :] = keys
         self.positions = torch.cat([self.positions[:, :end - n], positions.to("cpu", torch.long)], dim=1)
-
-    # ---- saving -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Keys, values (1, H, T, D) and every token field, as they are (no copy)."""
@@ -308,32 +268,23 @@ class HermesLayer(DynamicLayer):
             if state["token_ids"].numel():
                 raise ValueError("cache layer state has token fields but no keys and values")
             self.reset()
-            for name in METADATA:
-                setattr(self, name, state[name].to("cpu", _DTYPES[name]).clone())
-            return
-        length = state["keys"].shape[-2]
-        if any(state[name].shape[-1] != length for name in METADATA) or state["values"].shape[-2] != length:
-            raise ValueError("cache layer state: keys, values and token fields disagree in length")
-        keys, values = state["keys"].to(device), state["values"].to(device)
-        if not self.is_initialized:
-            self.lazy_initialization(keys, values)
-        self.keys, self.values = keys, values
-        self._drop_room()
+        else:
+            length = state["keys"].shape[-2]
+            if any(state[name].shape[-1] != length for name in METADATA) or state["values"].shape[-2] != length:
+                raise ValueError("cache layer state: keys, values and token fields disagree in length")
+            keys, values = state["keys"].to(device), state["values"].to(device)
+            if not self.is_initialized:
+                self.lazy_initialization(keys, values)
+            self.keys, self.values = keys, values
+            self._drop_room()
         for name in METADATA:
             setattr(self, name, state[name].to("cpu", _DTYPES[name]).clone())
 
 
 def _append_in_place(held: torch.Tensor, room: torch.Tensor | None,
                      new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`held` (B, H, T, D) with `new` (B, H, q, D) appended along tokens, as a view of `room`.
-
-    The q tokens are copied into `room` when `held` is its first T tokens and q more fit; otherwise
-    a new room of T + q + `APPEND_HEADROOM_TOKENS` tokens takes `held` and `new` (one copy of the
-    layer, as `torch.cat` made every time).
-
-    Returns:
-        (the layer's tensor, T + q tokens; the room it views).
-    """
+    """(`held` (B, H, T, D) with `new` (B, H, q, D) appended, the room it views): into `room` if `held` is its
+    head and q more fit, else into a new room with `APPEND_HEADROOM_TOKENS` to spare."""
     n = held.shape[-2] if held.numel() else 0  # transformers starts a layer from an empty 1-D tensor
     q = new.shape[-2]
     reusable = (room is not None and n and held.data_ptr() == room.data_ptr() and held.stride() == room.stride()
@@ -350,10 +301,7 @@ def _append_in_place(held: torch.Tensor, room: torch.Tensor | None,
 
 
 def check_layer_types(config) -> None:
-    """Refuse a language-model config whose cache layers are not plain full attention.
-
-    transformers builds sliding-window (or chunked, linear-attention, shared) layers from such a
-    config; they drop or share tokens on their own, which hermes's per-token bookkeeping cannot follow.
+    """Refuse a config whose cache layers are not full attention (other layers drop or share tokens on their own).
 
     Raises:
         UnsupportedCacheError: a layer of another type.
@@ -368,9 +316,8 @@ def check_layer_types(config) -> None:
 class HermesCache(DynamicCache):
     """A `DynamicCache` of `HermesLayer`s: every token carries position, id, kind, frame and count.
 
-    Every layer holds the same *number* of tokens (which keeps the library's attention masks
-    valid, docs/ARCHITECTURE.md, Memory), but memory policies may keep different tokens in different layers, so each
-    layer's metadata describes its own tokens in cache order.
+    Every layer holds the same *number* of tokens (the library's attention masks need it), but
+    maybe different tokens, each layer's metadata describing its own.
 
     Args:
         config: the language model's config (number and type of layers).
@@ -382,8 +329,7 @@ class HermesCache(DynamicCache):
     Attributes (written by the cache's own methods only):
         next_position: first free rotary position (every axis); new tokens are placed from here on.
         block: the open M-RoPE video block that the next grid step continues, or None.
-        compactions: how often positions were compacted (a lower-level record evicted under an
-            earlier count sits at positions that no longer line up with level 1's).
+        compactions: how often positions were compacted (a lower-level record's position frame).
     """
 
     layers: list[HermesLayer]
@@ -398,7 +344,7 @@ class HermesCache(DynamicCache):
         self.compactions = 0
         self._next_token_id = 0
 
-    # ---- metadata views (L, ..., T), read-only by convention: write through the layers -------------
+    # metadata views (L, ..., T): write through the layers
 
     def _stacked(self, name: str) -> torch.Tensor:
         return torch.stack([getattr(layer, name) for layer in self.layers])
@@ -423,13 +369,8 @@ class HermesCache(DynamicCache):
         """Prefix tokens (the same in every layer, always first)."""
         return int((self.layers[0].kinds == KIND_PREFIX).sum())
 
-    # ---- positions and ids ---------------------------------------------------------------------------
-
     def allocate_positions(self, n: int) -> torch.Tensor:
-        """Reserve the next `n` positions for text (equal on every axis) and return them as (A, n) int64.
-
-        Text ends an open video block (a question rewound later restores it).
-        """
+        """Reserve the next `n` positions for text, (A, n) int64 equal on every axis; closes the video block."""
         positions = run_positions(self.next_position, n, self.num_axes)
         self.next_position += n
         self.block = None
@@ -458,8 +399,7 @@ class HermesCache(DynamicCache):
         return placement.positions
 
     def compacted(self, next_position: int) -> None:
-        """Note that every layer's positions were packed (`hermes.memory.compact_positions`): the next
-        free position is `next_position`, the open video block is closed, `compactions` counts one more."""
+        """Every layer's positions were packed (`compact_positions`): set the next free position, close the block."""
         self.next_position, self.block = next_position, None
         self.compactions += 1
 
@@ -471,14 +411,12 @@ class HermesCache(DynamicCache):
         self._clear(position)
 
     def _clear(self, positions: torch.Tensor) -> None:
-        """Move the next free position past `positions` if they reach it; the open video block then
-        closes (the next frames open one after them, not inside the old one below them)."""
+        """Move the next free position (closing the video block) past `positions` if they reach it."""
         if positions.numel() and int(positions.max()) + 1 > self.next_position:
             self.next_position, self.block = int(positions.max()) + 1, None
 
     def layer_next_positions(self) -> torch.Tensor:
-        """(L,) int64 one past each layer's largest position on any axis (0 for a layer without tokens):
-        where the reference continues each layer (`memory.chunk_positions: per_layer`)."""
+        """(L,) int64 one past each layer's largest position (0 if empty), where the reference continues it."""
         return torch.tensor([int(layer.positions.max()) + 1 if layer.positions.numel() else 0 for layer in self.layers],
                             dtype=torch.long)
 
@@ -487,8 +425,6 @@ class HermesCache(DynamicCache):
         ids = torch.arange(self._next_token_id, self._next_token_id + n, dtype=torch.long)
         self._next_token_id += n
         return ids
-
-    # ---- growing ---------------------------------------------------------------------------------------
 
     def record(self, positions: torch.Tensor, kind: int, frame_index: torch.Tensor | None = None) -> None:
         """Describe the next `n` tokens the model appended to every layer (fresh ids, the same in every layer).
@@ -537,8 +473,6 @@ class HermesCache(DynamicCache):
         for layer, row, row_on_device in zip(self.layers, keep, keep_on_device):
             layer.select(row, row_on_device)
 
-    # ---- answering without leaving a trace ----------------------------------------------------
-
     def release_rooms(self) -> None:
         """Every layer's `HermesLayer.release_room`."""
         for layer in self.layers:
@@ -549,16 +483,11 @@ class HermesCache(DynamicCache):
         return CacheMark(length=self.get_seq_length(), next_position=self.next_position, block=self.block)
 
     def rewind(self, mark: CacheMark) -> None:
-        """Drop every token appended after `mark` (question and answer tokens), in every layer.
-
-        Tokens before the mark are untouched: their tensors are sliced, never recomputed.
-        """
+        """Drop every token appended after `mark` in every layer (earlier ones untouched)."""
         for layer in self.layers:
             layer.truncate(mark.length)
         self.next_position = mark.next_position
         self.block = mark.block
-
-    # ---- sizes ----------------------------------------------------------------------------------
 
     @property
     def num_tokens(self) -> int:
@@ -571,15 +500,12 @@ class HermesCache(DynamicCache):
         return int((self.layers[0].kinds == KIND_VISUAL).sum())
 
     def nbytes(self) -> int:
-        """Bytes of the held tokens' keys and values over all layers (the memory budget's measure; each
-        layer's append buffer also keeps room for up to `APPEND_HEADROOM_TOKENS` more, not counted)."""
+        """Bytes of the held keys and values over all layers (append buffers' spare room not counted)."""
         return sum(layer.nbytes() for layer in self.layers)
 
     def layer_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(keys, values) per layer, each (B, H, T, D); for inspection and tests."""
         return [(layer.keys, layer.values) for layer in self.layers if layer.is_initialized]
-
-    # ---- saving -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Every layer's tensors (``layers.<l>.<field>``) and the position state (JSON-able values)."""

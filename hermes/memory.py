@@ -1,30 +1,11 @@
 """Memory policies for the working cache (level 1): what stays in device memory after each chunk.
 
-Every policy sees the same `HermesCache` and keeps, after `maintain`, the prefix plus at most
-`budget` visual entries in every layer (all layers the same length). They differ in what they keep:
-
-- `full`: everything (no eviction; the reference for equivalence tests);
-- `sliding`: the first `sink_tokens` visual tokens plus the most recent ones (StreamingLLM; with
-  `memory.recall` on, the `recall-only` preset);
-- `uniform`: evenly spaced frames over everything seen;
-- `hermes`: the paper's per-layer importance, as its reference code computes it (`HermesPolicy`,
-  docs/ARCHITECTURE.md, Memory).
-The registry of every policy, baselines included, is `hermes.policies`.
-
-Every bounded policy evicts only when a chunk takes the cache past `budget`, and then to `budget`
-(the reference) or, with `memory.evict_headroom` h (ours), to budget * (1 - h), so that the next
-chunks fit without another eviction: for `hermes` that is one probe per several chunks instead of one
-per chunk (the probe's forward is a fixed ~30 tokens, a large share of a small chunk's encode).
-
-Positions (docs/ARCHITECTURE.md, Memory, Positions): eviction leaves gaps (lazy re-indexing); near
-`max_position_embeddings` every layer's visual keys are compacted by an exact RoPE delta
-(`compact_positions`; `reindex: eager` after every eviction). Positions are (A, T): 1-D RoPE and
-M-RoPE models alike.
-
-State: `maintain` returns what it evicted (`Evictions`) and keeps nothing of it for a later call;
-the session hands it to the lower levels. What a policy carries between chunks (the `hermes`
-policy's accumulated importance) is its `state_dict()`. A policy changes the cache only through
-its API (`hermes.cache.HermesLayer`, and `HermesCache` for the position counters).
+`MemoryPolicy` (`full`), `SlidingPolicy`, `UniformPolicy` and `HermesPolicy`; the registry of every
+policy, baselines included, is `hermes.policies` (docs/ARCHITECTURE.md, Memory: the policy interface).
+A bounded policy evicts only when a chunk takes the cache past `budget`, down to `budget` (the
+reference) or, with `memory.evict_headroom` h (ours), to budget * (1 - h), so that `hermes` probes
+once per several chunks. Positions keep their gaps until compaction near `max_position_embeddings`
+(docs/ARCHITECTURE.md, Positions).
 """
 
 from __future__ import annotations
@@ -49,9 +30,7 @@ from hermes.scoring import (Summary, accumulate, combine_layer_scores, fold_summ
 
 @dataclass(frozen=True)
 class Evictions:
-    """What one `maintain()` took out of level 1: the lower levels' only input.
-
-    (docs/ARCHITECTURE.md, State and who owns it.)
+    """What one `maintain()` took out of level 1: the lower levels' only input (docs/ARCHITECTURE.md, State).
 
     Attributes:
         entries: per layer, copies of the visual tokens that left the layer (keys, values and
@@ -88,7 +67,6 @@ class MemoryPolicy:
     """The `full` policy, and what every policy shares: position management and the session's hooks.
 
     Args:
-        cfg: the memory configuration.
         model: the adapter whose cache is managed (rotary scheme, layers, probe).
     """
 
@@ -110,9 +88,7 @@ class MemoryPolicy:
         compact_positions(cache, self.spec, self.cfg.mrope_compaction)
 
     def probe_queries(self, cache: HermesCache, n_new: int) -> torch.Tensor | None:
-        """The pseudo-query the maintenance after a chunk of `n_new` tokens will probe with, asked
-        before the chunk is prefilled so that it can ride in the chunk's forward
-        (`hermes.probe.prefill_chunk`); its maps are then handed to `maintain`.
+        """The pseudo-query to ride in the prefill of a chunk of `n_new` tokens (`hermes.probe.prefill_chunk`).
 
         Returns:
             (Q, hidden) embeddings, or None: this policy never probes (all but `hermes`), or the
@@ -125,7 +101,6 @@ class MemoryPolicy:
         """Bring the cache back within budget after a chunk (nothing to do for `full`).
 
         Args:
-            cache: the working cache.
             copy_evicted: put copies of the evicted tokens into the result (the lower levels need them).
             probe: (L, Q, T) maps of the pseudo-query `probe_queries` gave for this chunk, taken in
                 its prefill; None: the policy probes itself if it needs to.
@@ -135,32 +110,20 @@ class MemoryPolicy:
         """
         return Evictions(length=cache.num_tokens, position_epoch=cache.compactions)
 
-    # ---- hooks the session calls (docs/ARCHITECTURE.md, Memory: the policy interface) -----------------
-
     def keep_frames(self, frames: list) -> bool:
-        """A chunk of frames (`Frame`s, in time order) arrived: keep them here instead of having them
-        encoded into the working cache (a policy that encodes per question, `recent-frames`).
-
-        Returns:
-            Whether the policy took them (False, the default: the session encodes them).
-        """
+        """Whether the policy keeps a chunk's `Frame`s instead of having them encoded (default False)."""
         return False
 
     def question_embeds(self, model: CoreModel, question: str, options: Sequence[str] = ()) -> torch.Tensor:
-        """(Q, hidden) embeddings of `question` (and its multiple-choice `options`) as this policy asks
-        it; the default is hermes's wording (`hermes.prompt.format_prompt`) after the stream's visual block."""
+        """(Q, hidden) embeddings of `question` and its `options` as this policy asks it (`format_prompt`)."""
         return model.question_embeds(format_prompt(question, options))
 
     def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
-        """The cache a question is answered from (the default: the working cache itself). The session
-        rewinds what the answer appends to it; `question` is the bare question (what a policy retrieves with)."""
+        """The cache a question is answered from (the working cache); the session rewinds what the answer appends."""
         return cache
 
     def check_lower_levels(self) -> None:
-        """Raise `ConfigError` if this policy cannot run with levels 2-3 (every policy here can; see
-        `hermes.baselines.NoLowerLevels`)."""
-
-    # ---- state ---------------------------------------------------------------------------------------
+        """Raise `ConfigError` if this policy cannot run with levels 2-3 (`hermes.baselines.NoLowerLevels`)."""
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's scoring state carried between chunks (none for most policies)."""
@@ -175,23 +138,28 @@ class MemoryPolicy:
         if state:
             raise ValueError(f"memory policy {self.name} keeps no state, found {', '.join(sorted(state))}")
 
-    # ---- positions -----------------------------------------------------------------------------------
+    def _fits(self, cache: HermesCache, start: int, reach: int, *, compacted: bool = False) -> bool:
+        """Whether `reach` positions from `start` stay within the model's range (before compaction with the
+        answer reserve); after compaction (`compacted`) raise `ConfigError` if they do not."""
+        limit = self.model.max_position_embeddings
+        if start + reach + (0 if compacted else self.cfg.position_reserve) <= limit:
+            return True
+        if compacted:
+            raise ConfigError(f"{cache.num_tokens} cached tokens plus {reach} new positions exceed the model's "
+                              f"{limit} positions: lower memory.budget or the chunk size")
+        return False
 
     def make_room(self, cache: HermesCache, n_new: int) -> None:
         """Compact positions if `n_new` more positions plus the answer reserve would pass the model's range."""
-        limit = self.model.max_position_embeddings
-        if cache.next_position + n_new + self.cfg.position_reserve > limit:
+        if not self._fits(cache, cache.next_position, n_new):
             self.compact(cache)
-            if cache.next_position + n_new > limit:
-                raise ConfigError(f"{cache.num_tokens} cached tokens plus {n_new} new positions exceed the model's "
-                                  f"{limit} positions: lower memory.budget or the chunk size")
+            self._fits(cache, cache.next_position, n_new, compacted=True)
 
     def place(self, cache: HermesCache, layout: list[Run | GridStep]) -> torch.Tensor:
         """Positions for a chunk's layout, compacting first if they would pass the model's range.
 
-        How far a chunk reaches depends on its layout (an M-RoPE block grows with stream time, not
-        with its token count), so the layout is placed, and if it passes the range (with the answer
-        reserve), the placement is undone, positions are compacted, and the layout placed again.
+        A chunk's reach depends on its layout (an M-RoPE block grows with stream time), so it is
+        placed, and if it passes the range the placement is undone, positions compacted, and placed again.
 
         Returns:
             (A, n) int64 positions (reserved in `cache`).
@@ -199,18 +167,15 @@ class MemoryPolicy:
         Raises:
             ConfigError: the chunk does not fit even after compaction.
         """
-        limit = self.model.max_position_embeddings
         mark = cache.mark()
         positions = self.place_once(cache, layout)
-        if cache.next_position + self.cfg.position_reserve <= limit:
+        if self._fits(cache, cache.next_position, 0):
             return positions
         cache.rewind(mark)  # nothing was appended yet: this only undoes the reservation
         self.compact(cache)
         start = cache.next_position
         positions = self.place_once(cache, layout)
-        if cache.next_position > limit:
-            raise ConfigError(f"{cache.num_tokens} cached tokens plus a chunk reaching {cache.next_position - start} "
-                              f"positions exceed the model's {limit} positions: lower memory.budget or the chunk size")
+        self._fits(cache, start, cache.next_position - start, compacted=True)
         return positions
 
     def place_once(self, cache: HermesCache, layout: list[Run | GridStep]) -> torch.Tensor:
@@ -223,14 +188,7 @@ class MemoryPolicy:
 
 
 def move_entries(layer: HermesLayer, new_positions: torch.Tensor, spec: RotarySpec) -> None:
-    """Give a layer's entries new positions, re-rotating the keys that move by the exact fp32 delta
-    (keys that stay are untouched, bit for bit).
-
-    Args:
-        layer: the cache layer (every token described).
-        new_positions: (A, T) int64 positions for its T entries.
-        spec: the model's rotary scheme.
-    """
+    """Give a (fully described) layer's T entries (A, T) `new_positions`, moved keys turned by the exact delta."""
     delta = new_positions - layer.positions  # (A, T)
     keys = None
     if bool((delta != 0).any()):
@@ -245,15 +203,9 @@ def rope_positions(positions: torch.Tensor, spec: RotarySpec) -> torch.Tensor:
 
 
 def compact_positions(cache: HermesCache, spec: RotarySpec, mrope: str = "frame_blocks") -> None:
-    """Pack every layer's non-prefix entries back to back after the prefix, in time order.
-
-    1-D RoPE: entries get consecutive positions (either rule). M-RoPE, `mrope`: "per_axis" ranks each
-    axis separately among the kept coordinates (`hermes.positions.compact_per_axis`, the reference's
-    rule and the `hermes` default through `memory.mrope_compaction`); "frame_blocks" moves each
-    frame's entries together keeping their layout per axis (`hermes.positions.compact`), as a fresh
-    one-step block. Keys are re-rotated by the exact fp32 delta; entries already in place are
-    untouched (bit-identical). The open video block is closed: the next chunk starts a new one after
-    the packed entries. The cache's `compactions` count goes up by one.
+    """Pack every layer's non-prefix entries back to back after the prefix, in time order, and close the
+    open video block. M-RoPE `mrope`: "per_axis" ranks each axis separately (the reference's rule),
+    "frame_blocks" moves each frame's grid as one (`hermes.positions`).
     """
     first = cache.layers[0]
     prefix = first.positions[:, first.kinds == KIND_PREFIX]  # (A, P): the prefix is the same in every layer
@@ -358,12 +310,8 @@ class UniformPolicy(BudgetPolicy):
 class HermesPolicy(BudgetPolicy):
     """The paper's hierarchical importance: per-layer budgets, summary tokens in long-term layers.
 
-    Defaults reproduce the reference code (docs/ARCHITECTURE.md, Memory) over any number of evictions, but
-    for smoothing by token identity (our fix; `memory.smoothing_match`); `memory.recency_unit`,
-    `memory.recency_k_fall`, `memory.accumulation`, `memory.summary_position`, `memory.previous_summary`
-    and `memory.chunk_positions` select our variants.
-    Its state between chunks is the importance carried across probes (`memory.accumulation`), per
-    layer by token id (`state_dict`).
+    Defaults reproduce the reference code but for smoothing by token identity (docs/ARCHITECTURE.md,
+    Memory); its state is the importance carried across probes, per layer by token id.
     """
 
     name = "hermes"
@@ -405,10 +353,7 @@ class HermesPolicy(BudgetPolicy):
                          else None for l in range(len(self._running))]
 
     def _pseudo_query(self) -> tuple[torch.Tensor, int]:
-        """The probe's pseudo-query: (local then global embeddings (Q, hidden), local tokens).
-
-        One probe forward carries both pseudo-queries (one pass over the cache instead of two).
-        """
+        """(local then global embeddings (Q, hidden), local tokens): both ride in one probe pass."""
         global_text = self.last_question if (self.cfg.condition_on_question and self.last_question) \
             else self.cfg.global_query
         texts = (self.cfg.local_query, global_text)
@@ -421,11 +366,8 @@ class HermesPolicy(BudgetPolicy):
         return self._pseudo_query()[0] if self.evicts_after(cache, n_new) else None
 
     def place_once(self, cache: HermesCache, layout: list[Run | GridStep]) -> torch.Tensor:
-        """`memory.chunk_positions: per_layer` (the reference's `encode_video_chunk`): the chunk is placed
-        after layer 0's largest position, as a block of its own (M-RoPE), and layer l's copy is to sit
-        `after[l] - after[0]` further on every axis, `after` being one past each layer's largest position.
-        The model's forward takes one set of positions (layer 0's); `maintain` moves the other layers'
-        copies (`settle_chunk`). The cache's next free position (text) comes after every layer's copy."""
+        """`chunk_positions: per_layer` (the reference's `encode_video_chunk`): placed after layer 0's largest
+        position; layer l's copy is to sit ``after[l] - after[0]`` further (`settle_chunk` moves it)."""
         if self.cfg.chunk_positions == "shared":
             return super().place_once(cache, layout)
         after = cache.layer_next_positions()  # (L,)
@@ -435,13 +377,8 @@ class HermesPolicy(BudgetPolicy):
         return positions
 
     def settle_chunk(self, cache: HermesCache) -> None:
-        """Move each layer's copy of the last placed chunk (its newest entries) to that layer's own
-        positions (`place_once`), keys re-rotated by the exact delta; nothing if no layer differs or no
-        chunk is pending. `maintain` calls it first.
-
-        Args:
-            cache: the working cache, the placed chunk prefilled and recorded in it.
-        """
+        """Move each layer's copy of the last placed chunk to that layer's own positions (`place_once`),
+        keys re-rotated by the exact delta; `maintain` calls it first."""
         if self._chunk_shift is None:
             return
         n, shift = self._chunk_shift
@@ -449,7 +386,6 @@ class HermesPolicy(BudgetPolicy):
         moving = shift.nonzero().squeeze(1).tolist()
         if not moving:
             return
-        # only the chunk's keys turn, every moving layer's in one batch, written in place (the exact delta)
         layers = [cache.layers[l] for l in moving]
         end = layers[0].num_described
         old = torch.stack([layer.positions[:, end - n:end] for layer in layers])  # (m, A, n)
@@ -472,12 +408,8 @@ class HermesPolicy(BudgetPolicy):
         return torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps
 
     def _attention(self, cache: HermesCache, probe: torch.Tensor | None) -> torch.Tensor:
-        """(L, T) pseudo-query attention per cached entry: this probe's, or carried across probes by id.
-
-        `probe` is the maps of `probe_queries`' pseudo-query taken in the chunk's prefill; without
-        it the probe runs here. Working layers average the local and global pseudo-queries'
-        attention, long-term layers read the global one.
-        """
+        """(L, T) pseudo-query attention per entry (carried across probes by id): working layers average
+        the local and global pseudo-queries, long-term layers read the global one."""
         embeds, n_local = self._pseudo_query()
         if probe is None:
             probe = self._probe(cache)
@@ -540,8 +472,10 @@ class HermesPolicy(BudgetPolicy):
             folded[:, :prefix_len] = False
             gone = folded.scatter_(1, kept, False).nonzero()[:, 1].view(len(longterm), -1)  # (n, F), ascending
             positions = torch.stack([cache.layers[layer].positions for layer in longterm])  # (n, A, T)
-            targets = self._summary_positions(cache, longterm, prefix_len, positions, kept, gone)  # (n, A)
-            new = self._fold(cache, longterm, positions, gone, targets)
+            folded_at = positions.gather(2, gone[:, None].expand(-1, positions.shape[1], -1))  # (n, A, F)
+            folded_counts = torch.stack([cache.layers[layer].counts for layer in longterm]).gather(1, gone)  # (n, F)
+            targets = self._summary_positions(prefix_len, positions, kept, folded_at, folded_counts)  # (n, A)
+            new = self._fold(cache, longterm, gone, folded_at, folded_counts, targets)
             slot = gone[:, :1]  # reused for the new summary in write_summaries
             rows = torch.cat([slot, kept] if self.fold_previous else [kept, slot], dim=1)
             for i, layer in enumerate(longterm):
@@ -549,35 +483,26 @@ class HermesPolicy(BudgetPolicy):
                 summaries.append((layer, Summary(new.key[i], new.value[i], new.count[i]), targets[i]))
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
 
-    def _summary_positions(self, cache: HermesCache, layers: list[int], prefix_len: int, positions: torch.Tensor,
-                           kept: torch.Tensor, gone: torch.Tensor) -> torch.Tensor:
-        """(n, A) position of the new summary token of each of `layers` (`memory.summary_position`), from their
-        (n, A, T) `positions`, the (n, K) cache indices each keeps and the (n, F) it folds.
-
-        "after_kept": one past the largest position the layer keeps, prefix included, on any axis,
-        and that on every axis (the reference). "mean_evicted": the count-weighted mean position of
-        what the summary stands for, per axis.
-        """
+    def _summary_positions(self, prefix_len: int, positions: torch.Tensor, kept: torch.Tensor,
+                           folded_at: torch.Tensor, folded_counts: torch.Tensor) -> torch.Tensor:
+        """(n, A) position of each layer's new summary: "after_kept" one past the largest kept position on any
+        axis, on every axis (the reference); "mean_evicted" the count-weighted mean of what it folds."""
         num_axes = positions.shape[1]
         if self.cfg.summary_position == "after_kept":
             kept_positions = torch.cat([positions[..., :prefix_len],
                                         positions.gather(2, kept[:, None].expand(-1, num_axes, -1))], dim=2)
-            newest = kept_positions.amax(dim=(1, 2)) + 1 if kept_positions.numel() else torch.zeros(len(layers))
+            newest = kept_positions.amax(dim=(1, 2)) + 1 if kept_positions.numel() else torch.zeros(len(kept))
             return newest.long()[:, None].repeat(1, num_axes)
-        counts = torch.stack([cache.layers[layer].counts for layer in layers]).gather(1, gone)  # (n, F)
-        return mean_position(positions.gather(2, gone[:, None].expand(-1, num_axes, -1)), counts)
+        return mean_position(folded_at, folded_counts)
 
-    def _fold(self, cache: HermesCache, layers: list[int], positions: torch.Tensor, gone: torch.Tensor,
-              targets: torch.Tensor) -> Summary:
-        """Each of `layers`' entries at (n, F) cache indices `gone` folded into one summary at (n, A) `targets`:
-        keys (n, H, 1, D), values, counts (n,)."""
+    def _fold(self, cache: HermesCache, layers: list[int], gone: torch.Tensor, folded_at: torch.Tensor,
+              folded_counts: torch.Tensor, targets: torch.Tensor) -> Summary:
+        """Each of `layers`' entries at (n, F) cache indices `gone` folded into one summary at (n, A) `targets`."""
         on_device = to_device_no_sync(gone, cache.layers[0].keys.device)
         keys = torch.stack([cache.layers[layer].keys[0].index_select(-2, idx) for layer, idx in zip(layers, on_device)])
         values = torch.stack([cache.layers[layer].values[0].index_select(-2, idx)
                               for layer, idx in zip(layers, on_device)])
-        counts = torch.stack([cache.layers[layer].counts for layer in layers]).gather(1, gone)
-        return fold_summaries(keys, values, counts, positions.gather(2, gone[:, None].expand(-1, positions.shape[1], -1)),
-                              targets, self.spec, weighted=self.fold_previous)
+        return fold_summaries(keys, values, folded_counts, folded_at, targets, self.spec, weighted=self.fold_previous)
 
     def write_summaries(self, cache: HermesCache, prefix_len: int, summaries) -> None:
         slot = prefix_len if self.fold_previous else cache.num_tokens - 1  # as `choose` ordered it

@@ -1,40 +1,20 @@
-"""Where new tokens go, and where kept tokens move when positions are compacted (docs/ARCHITECTURE.md, Memory).
+"""Where new tokens go, and where kept tokens move when positions are compacted (docs/ARCHITECTURE.md, Positions).
 
-Every cached token has a rotary position with A axes: A = 1 for 1-D RoPE, A = 3 (temporal, height,
-width) for M-RoPE (Qwen-VL). Positions are ``(A, n)`` int64 tensors throughout hermes.
+Positions are ``(A, n)`` int64: A = 1 for 1-D RoPE, 3 (temporal, height, width) for M-RoPE. An
+adapter describes a chunk as a layout: `Run(n)`, consecutive positions equal on every axis (text,
+1-D RoPE frames), or `GridStep(h, w, t_s)`, one temporal step of an M-RoPE grid. Consecutive steps
+form one video block from its first free position s: row r, column c of step k sits at
+``(s + dt_k, s + r, s + c)``, ``dt_k`` the model's rule (the step index for Qwen2-VL and Qwen3-VL,
+``int(tokens_per_second * (t_k - t_0))`` for Qwen2.5-VL). After a block the next free position is the
+largest used on any axis plus one (Qwen's `get_rope_index`, vLLM, transformers <= 5.2; transformers
+5.3+ continues at ``s + max(h, w)``, huggingface/transformers#45381, which differs only when a block's
+temporal extent passes its spatial one). A block stays open across chunks until a `Run`, so
+streaming equals one pass; a rewound question reopens it.
 
-Placing a chunk. An adapter describes the tokens it adds as a *layout*, a list of segments in
-token order, and hermes turns the layout into positions:
-
-- `Run(n)`: n tokens at consecutive positions, equal on every axis: text, and the visual tokens of
-  1-D RoPE models (LLaVA-OneVision, SmolVLM2).
-- `GridStep(h, w, t_s)`: one temporal step of an M-RoPE video grid of h x w merged patches. Steps
-  that follow each other (no `Run` in between) form one *video block* that starts at the first free
-  position ``s``: a token in row r, column c of step k sits at ``(s + dt_k, s + r, s + c)``. The
-  temporal offset ``dt_k`` is the model's own rule: the step index k (Qwen2-VL; Qwen3-VL, where every
-  step is its own block behind a timestamp) or ``int(tokens_per_second * (t_k - t_0))`` with stream
-  timestamps (Qwen2.5-VL: absolute time; for frames sampled at a fixed rate this is transformers'
-  ``k * second_per_grid_t * tokens_per_second``).
-- After a block, the next free position is the largest position used on any axis, plus one (Qwen's
-  reference `get_rope_index`, vLLM, transformers <= 5.2). transformers 5.24 (since 5.3, see
-  huggingface/transformers#45381) continues at ``s + max(h, w)`` instead, ignoring the temporal
-  axis; the two agree unless a block's temporal extent passes its spatial one (see the Qwen tests).
-
-A block stays open across chunks until a `Run` is placed, so a video streamed chunk by chunk gets the
-same positions as the whole video encoded in one pass. Questions are `Run`s, but the cache rewinds
-them together with the open block, so the block resumes after the answer.
-
-Compacting. Two rules, chosen by `memory.mrope_compaction` (they agree for 1-D RoPE):
-`compact_per_axis` (the reference's, the default) ranks each axis separately among the kept
-coordinates, so kept frames of one block keep sharing their height/width grid and their temporal
-positions close up. `compact` packs the kept entries of one layer back to back after the prefix, in time
-order. Entries move in *groups* (one token for 1-D RoPE; one frame for M-RoPE, whose tokens carry a
-2-D layout): each group keeps its internal layout per axis (offsets from the group's per-axis
-minimum) and is re-anchored at the packing cursor on every axis, like a fresh block. So 1-D
-compaction gives consecutive positions; a Qwen3-VL frame (timestamp, grid, delimiters) moves as a
-unit, by an equal delta on all axes while its timestamp is kept; a Qwen2-VL grid step keeps its
-h/w layout and drops its temporal offset within the old block (it becomes a one-step block, the
-layout Qwen-VL uses for single images). Temporal order is kept; time gaps are closed.
+Compaction (`memory.mrope_compaction`; the rules agree for 1-D RoPE): `compact_per_axis` (the
+reference's) ranks each axis separately; `compact` packs groups (a token for 1-D, a frame for M-RoPE)
+back to back, each keeping its layout per axis, re-anchored like a fresh block. Both keep temporal
+order and close time gaps.
 """
 
 from __future__ import annotations
@@ -44,8 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-# Timestamps are floats; a product such as 2.0 * 1.5 may land a hair below an integer that the
-# exact value reaches. This tolerance (far below one position) keeps such offsets on the integer.
+# keeps float products of timestamps (2.0 * 1.5) that land a hair below an integer on it
 _TIME_EPS = 1e-6
 
 
@@ -109,7 +88,7 @@ def grid_positions(start: int, t_offset: int, height: int, width: int) -> torch.
 
 
 def temporal_offset(step: GridStep, block: VideoBlock) -> int:
-    """Temporal offset of `step` from its block's start (see the module docstring)."""
+    """Temporal offset of `step` from its block's start (the model's rule, module docstring)."""
     if step.tokens_per_second is None:
         return block.steps
     return int(math.floor(step.tokens_per_second * (step.t_s - block.t0_s) + _TIME_EPS))
@@ -119,10 +98,8 @@ def place(layout: list[Run | GridStep], next_position: int, block: VideoBlock | 
     """Positions for `layout`, placed after everything so far.
 
     Args:
-        layout: segments in token order.
         next_position: first free position (every axis).
         block: the open video block, or None.
-        num_axes: 1 (1-D RoPE) or 3 (M-RoPE).
 
     Returns:
         The `Placement`: (A, n) positions, and the next free position and open block after them.
@@ -150,11 +127,8 @@ def place(layout: list[Run | GridStep], next_position: int, block: VideoBlock | 
 
 
 def compact(positions: torch.Tensor, movable: torch.Tensor, group: torch.Tensor, origin: int) -> torch.Tensor:
-    """New positions for one layer: movable groups packed back to back from `origin`, in time order.
-
-    A group keeps its internal layout per axis (positions minus the group's per-axis minimum) and is
-    anchored at the packing cursor on every axis; the cursor then moves past the group's largest
-    position. Groups are ordered by their smallest temporal position (ties: group id).
+    """New positions for one layer: movable groups, each keeping its layout per axis, packed back to back
+    from `origin` in order of their smallest temporal position (ties: group id).
 
     Args:
         positions: (A, T) int64 current positions.
@@ -187,12 +161,8 @@ def compact(positions: torch.Tensor, movable: torch.Tensor, group: torch.Tensor,
 
 
 def compact_per_axis(positions: torch.Tensor, movable: torch.Tensor, origin: int) -> torch.Tensor:
-    """New positions for one layer: each axis ranked separately among the movable entries' coordinates.
-
-    The reference's M-RoPE rule: on every axis, the distinct values the movable entries hold are
-    replaced by their rank, counted from `origin` (entries sharing a value keep sharing it). Frames
-    1, 3 and 4 of a block kept whole get temporal positions origin, origin + 1, origin + 2 and keep
-    a shared height/width grid. For 1-D RoPE with distinct positions this is consecutive packing.
+    """New positions for one layer, the reference's M-RoPE rule: on every axis the movable entries'
+    distinct values are replaced by their rank from `origin` (shared values stay shared).
 
     Args:
         positions: (A, T) int64 current positions.

@@ -1,42 +1,12 @@
 """The pseudo-query attention probe: how much the model itself attends to each cached token.
 
-HERMES scores long-term importance by the attention generic "pseudo-queries" (e.g. "What is
-happening in the video?") pay to each cached visual token. It must be the model's *true* attention:
-the pseudo-query's hidden states go through every layer, and each layer's queries come from the
-previous layer's output. (The reference implementation computes every layer's queries from the raw
-token embeddings when the model runs SDPA or FlashAttention — a defect this module avoids by
-construction.)
-
-How: the pseudo-query is prefilled through the language model with the working cache, exactly as
-a question would be, while every attention layer runs `probe_attention_forward` instead of its
-usual kernel. That function receives the layer's real rotated queries and the full key/value
-cache and computes attention eagerly, so the weights exist; it returns the same output the eager
-kernel would. The cache is rewound afterwards: the probe leaves no trace.
-
-What it costs (docs/ARCHITECTURE.md, Performance): nothing is copied to widen K/V. The queries are grouped against the
-key heads (query head h reads key head h // G, as `repeat_interleave` would), so one batched matmul
-per layer runs against the cache as it is stored; scores accumulate in float32 (on CUDA straight
-from bf16/fp16 inputs, `out_dtype`; elsewhere one layer's keys are widened at a time). Each
-layer's weights are reduced over heads inside the attention function to one (Q, T) map, written
-into a preallocated (L, Q, T) device buffer; that buffer reaches the host in one transfer. The pass
-stops inside the last layer once its map is written (its output is never read). So the
-transient memory is at most one layer's (Hq, Q, T) scores plus the (L, Q, T) maps, not every layer's
-weights at once. On CUDA all heads of a layer go in one batched kernel; on a CPU in blocks of KV
-heads whose scores stay in cache (`kv_heads_per_block`).
-
-`question_queries` is the cheap sibling used by recall: a pass with the model's own SDPA kernel
-that stops inside the last layer once its rotated queries exist (no eager attention anywhere, no
-last-layer attention or MLP).
-
-`prefill_chunk` is how a chunk enters the cache. It computes only what the cache keeps: the last
-layer's keys and values are cached before its attention runs, so the pass stops there (that layer's
-attention, output projection and MLP, and the final norm, would only make hidden states nobody
-reads). And when the chunk will evict (the policy says so before the chunk is encoded), the
-pseudo-query rides in the same forward, after the chunk's tokens: its rows attend to the cache, the
-chunk and themselves, exactly what a separate probe after the chunk would see, at the same
-positions, so its maps are the same, and the probe costs its rows in the chunk's forward instead of
-a forward of its own (on a GPU, where a 30-token forward costs about what reading the weights
-costs, that is most of the probe). Its tokens are cut from the cache afterwards.
+The probe is the model's true attention: the pseudo-query is prefilled through every layer with the
+working cache (each layer's queries from the previous layer's output; the reference computes them
+from the raw embeddings under SDPA/FlashAttention, a defect avoided here), every layer running
+`probe_attention_forward`, which computes grouped attention eagerly in float32 and records head-mean
+(Q, T) maps into one (L, Q, T) buffer; the pass stops inside the last layer and the cache is rewound.
+`prefill_chunk` enters a chunk with the probe riding in its forward; `question_queries` is recall's
+queries-only pass (docs/ARCHITECTURE.md, Memory and Models).
 """
 
 from __future__ import annotations
@@ -51,12 +21,9 @@ from hermes.cache import CacheMark, HermesCache
 from hermes.errors import ModelError
 from hermes.model_protocol import CoreModel
 
-# The forward kwarg that carries one pass's attention function down to every layer: an adapter selects,
-# once at load, an implementation built by `hooked` (`hermes.models.attention`), which runs it instead of
-# the model's own attention when a forward passes it (the probe's passes here, rekv's retrieval).
+# the forward kwarg that carries one pass's attention function to every layer (see `hooked`)
 PASS_KWARG = "hermes_pass"
-# Implementations whose chunk attention `prefill_chunk` reproduces (SDPA with an explicit mask); a model
-# set to another (eager) is prefilled by its own path, and probed by a pass of its own.
+# implementations whose chunk attention `prefill_chunk` reproduces; others prefill and probe separately
 INGEST_REPLACES = ("hermes_sdpa",)
 
 
@@ -122,8 +89,7 @@ def _future_mask(q_len: int, device: torch.device) -> torch.Tensor:
 
 
 def _visible_after_cache(q_len: int, t_len: int, device: torch.device) -> torch.Tensor:
-    """(Q, T) True where query i, the i-th of Q new tokens after T - Q cached ones, may look: the cache, and
-    the new tokens up to itself."""
+    """(Q, T) True where new token i (after T - Q cached) may look: the cache and new tokens up to itself."""
     visible = torch.ones(q_len, t_len, dtype=torch.bool, device=device)
     visible[:, t_len - q_len:] = ~_future_mask(q_len, device)
     return visible
@@ -161,16 +127,13 @@ def grouped_scores_fp32(query: torch.Tensor, key: torch.Tensor, scaling: float) 
     return scores.view(b, hkv, hq // hkv * q_len, t_len)
 
 
-# On a CPU the probe's float32 scores go through the mask, softmax, the head sum and the output matmul;
-# for every head at once they are 15 MB per layer at 32 heads x 29 queries x 4K tokens, streamed from
-# memory at each step. In blocks of KV heads whose scores fit about one core's L2 they stay in cache:
-# maintenance 162-179 -> 109-118 ms per evicting chunk at that size (benchmarks/RESULTS.md).
+# CPU: blocks of KV heads whose float32 scores fit a core's L2 stay in cache through mask, softmax and
+# matmul (all heads at 4K tokens are 15 MB a layer; maintenance 162-179 -> 109-118 ms, benchmarks/RESULTS.md)
 CPU_SCORE_BLOCK_BYTES = 2 << 20
 
 
 def kv_heads_per_block(hkv: int, rows: int, t_len: int, device: torch.device) -> int:
-    """KV heads whose (rows, T) float32 scores the probe computes at once: all of them on CUDA (one
-    batched kernel each), else as many as fit `CPU_SCORE_BLOCK_BYTES` (at least one)."""
+    """KV heads whose (rows, T) float32 scores are computed at once: all on CUDA, else those fitting `CPU_SCORE_BLOCK_BYTES`."""
     if device.type == "cuda":
         return hkv
     return max(1, min(hkv, CPU_SCORE_BLOCK_BYTES // max(1, 4 * rows * t_len)))
@@ -184,8 +147,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
         module: the attention module (gives `layer_idx`).
         query: (B, Hq, Q, D) rotated queries of the tokens being prefilled (the pseudo-query).
         key, value: (B, Hkv, T, D) the layer's whole cache, the Q new tokens last.
-        attention_mask: ignored: the mask is rebuilt here (all cached tokens visible, causal among
-            the new ones), so the probe does not depend on which mask format a kernel expects.
+        attention_mask: ignored: rebuilt here (the cache visible, causal among the new tokens).
         scaling: the softmax scale the model uses.
         recorder: where the pass records (None: nothing is recorded).
 
@@ -206,7 +168,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
         if rec.maps is None:
             rec.maps = torch.zeros(rec.num_layers, q_len, rec.cached, dtype=torch.float32, device=query.device)
         head_sum = rec.maps[module.layer_idx]  # (Q, T): summed over query heads here, then divided
-    # heads-major, as the grouped matmuls write it: (B * Hkv, G * Q, D); batch 1 writes it in place (`out=`)
+    # (B * Hkv, G * Q, D), heads-major as the grouped matmuls write it
     output = None if last else torch.empty(b * hkv, groups * q_len, d, dtype=value.dtype, device=value.device)
     step = kv_heads_per_block(hkv, b * groups * q_len, t_len, query.device)
     for h0 in range(0, hkv, step):  # blocks of KV heads; the query heads of each follow it
@@ -234,9 +196,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, scaling: 
 
 def queries_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
                               recorder: _ProbeRecorder | None = None, **kwargs):
-    """The model's SDPA kernel, except in the recorder's query layer, where it keeps the queries and stops.
-
-    The mask is rebuilt as in `probe_attention_forward` (the cache visible, causal among the new tokens).
+    """The model's SDPA (the mask rebuilt), except in the recorder's query layer: keep its queries and stop.
 
     Returns:
         (output (B, Q, Hq, D), None).
@@ -264,9 +224,8 @@ def _attend_after_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         visible: the (Q, T) mask `_visible_after_cache` builds, built once for a pass's layers (None: built here).
 
     Returns:
-        (1, Hq, Q, D) the output as the model's SDPA computes it: on a CPU with grouped heads as
-        they are (`enable_gqa`, as `hermes_sdpa`), elsewhere widened first, as transformers' `sdpa`
-        does (CUDA's kernels that take a mask do not take grouped heads).
+        (1, Hq, Q, D) as the model's SDPA computes it (CPU: grouped heads, `enable_gqa`; elsewhere widened
+        first, as transformers' `sdpa`: CUDA's masked kernels take no grouped heads).
     """
     q_len, t_len = query.shape[-2], key.shape[-2]
     if visible is None:
@@ -281,13 +240,8 @@ def _attend_after_cache(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
 
 def ingest_attention_forward(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
                              recorder: _ProbeRecorder | None = None, **kwargs):
-    """A chunk's attention, with the pseudo-query's rows after it when one rides along: `prefill_chunk`'s
-    pass's attention.
-
-    The chunk's rows attend as the model's SDPA does (the cache, and causally the chunk); the
-    pseudo-query's rows as `probe_attention_forward` computes them (the cache, the chunk and
-    causally themselves), recording their maps over the cache and the chunk. The last layer's cache
-    update happened before this call, and nothing after it is needed: the pass stops there.
+    """`prefill_chunk`'s attention: the chunk's rows as the model's SDPA, a riding pseudo-query's as
+    `probe_attention_forward` (recording maps over cache and chunk); stops in the last layer.
 
     Returns:
         (output (1, Q, Hq, D), None): the chunk's rows, then the pseudo-query's.
@@ -308,7 +262,7 @@ def ingest_attention_forward(module, query, key, value, attention_mask, scaling:
     visible = rec.mask_once_per_pass("visible", n_chunk, t_chunk, query.device)
     chunk_output = _attend_after_cache(query[:, :, :n_chunk], key[:, :, :t_chunk], value[:, :, :t_chunk], scaling,
                                        visible)  # (1, Hq, n, D)
-    # both outputs land in one (1, n + Q, Hq, D) buffer: the one copy each needs to be token-major anyway
+    # one (1, n + Q, Hq, D) buffer: the copy each needs to be token-major anyway
     output = torch.empty(1, n_chunk + n_probe, query.shape[1], query.shape[-1], dtype=chunk_output.dtype,
                          device=chunk_output.device)
     output[:, :n_chunk] = chunk_output.transpose(1, 2)
@@ -319,8 +273,7 @@ def ingest_attention_forward(module, query, key, value, attention_mask, scaling:
 
 def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: torch.Tensor, attention,
          recorder: _ProbeRecorder, rewind_to: CacheMark | None, **model_kwargs) -> None:
-    """Prefill `embeds` at `positions` with `attention` recording into `recorder`; then rewind
-    the cache to `rewind_to` (None: keep what was appended)."""
+    """Prefill `embeds` at `positions` with `attention` recording into `recorder`, then rewind to `rewind_to`."""
     try:
         run_pass(model, embeds, positions, cache, partial(attention, recorder=recorder), **model_kwargs)
     except _PassDone:
@@ -332,11 +285,7 @@ def _run(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: 
 
 def _run_after_cache(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, attention,
                      recorder: _ProbeRecorder) -> torch.Tensor:
-    """`_run` with `embeds` placed after everything cached, leaving no trace.
-
-    Returns:
-        (A, Q) positions the tokens took.
-    """
+    """`_run` with `embeds` placed after everything cached, leaving no trace; returns their (A, Q) positions."""
     mark = cache.mark()
     positions = cache.allocate_positions(embeds.shape[0])
     _run(model, cache, embeds, positions, attention, recorder, mark)
@@ -353,9 +302,7 @@ def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) 
         embeds: (Q, hidden) pseudo-query embeddings, placed after everything cached.
 
     Returns:
-        (L, Q, T) float32 on the CPU (one transfer for all layers): the attention weight each
-        pseudo-query token puts on each of the T cached tokens, averaged over heads (the
-        pseudo-query's own tokens excluded). `probe[l]` is layer l's (Q, T) map.
+        (L, Q, T) float32 on the CPU: each pseudo-query token's head-mean weight on each cached token.
     """
     recorder = _ProbeRecorder(model.text_config.num_hidden_layers, cache.num_tokens)
     _run_after_cache(model, cache, embeds, probe_attention_forward, recorder)
@@ -363,22 +310,17 @@ def probe_attention(model: CoreModel, cache: HermesCache, embeds: torch.Tensor) 
 
 
 def probe_transient_bytes(num_layers: int, q_heads: int, q_len: int, cached: int) -> int:
-    """Bytes the probe holds beyond the model's own activations, at most: one layer's float32 (Hq, Q, T)
-    scores and weights (on a CPU only a block of heads' at a time), plus the (L, Q, T) float32 maps
-    (the figure the bench reports)."""
+    """Most bytes the probe holds beyond the model's activations: one layer's float32 (Hq, Q, T) scores and
+    weights plus the (L, Q, T) maps."""
     return 4 * (2 * q_heads * q_len * (cached + q_len) + num_layers * q_len * cached)
 
 
 @torch.inference_mode()
 def question_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor,
                      layer: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotated query vectors one layer computes for `embeds` placed after the cache.
-
-    A queries-only pass: the layers before `layer` run the model's SDPA attention, and the pass
-    stops inside `layer` as soon as its queries are rotated.
+    """The rotated queries `layer` computes for `embeds` after the cache (a pass that stops there).
 
     Args:
-        model: a `VLMAdapter`.
         cache: the working `HermesCache`; unchanged on return.
         embeds: (Q, hidden) embeddings (e.g. a question).
         layer: decoder layer index (negative counts from the end).
@@ -392,9 +334,7 @@ def question_queries(model: CoreModel, cache: HermesCache, embeds: torch.Tensor,
     return recorder.queries, positions
 
 
-# What a chunk's prefill may carry besides its embeddings, and how it extends over a pseudo-query's
-# tokens appended after the chunk's (Qwen3-VL's DeepStack: its mask marks the visual tokens; the
-# features themselves are per visual token and stay as they are).
+# a chunk's extra inputs and how each extends over a riding pseudo-query (Qwen3-VL's DeepStack)
 _RIDE_ALONG_KWARGS = {"visual_pos_masks": lambda mask, n: torch.nn.functional.pad(mask, (0, n), value=False),
                       "deepstack_visual_embeds": lambda features, n: features}
 
@@ -402,17 +342,11 @@ _RIDE_ALONG_KWARGS = {"visual_pos_masks": lambda mask, n: torch.nn.functional.pa
 @torch.inference_mode()
 def prefill_chunk(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: torch.Tensor,
                   probe_embeds: torch.Tensor | None = None, **model_kwargs) -> torch.Tensor | None:
-    """Append a chunk's keys and values to the cache, with the pseudo-query's probe riding along if given.
-
-    The pass computes what the cache keeps and stops inside the last layer (module docstring). With
-    `probe_embeds`, the pseudo-query follows the chunk's tokens in the same forward and its maps are
-    those `probe_attention` would return right after the chunk was prefilled; its tokens are then
-    cut from the cache. A model whose attention is not SDPA (flash attention, eager), or whose chunk
-    carries inputs this function does not know how to extend, runs its own prefill and a separate
-    probe instead (the same results).
+    """Append a chunk's keys and values to the cache (stopping inside the last layer), with the
+    pseudo-query riding along if given: its maps are `probe_attention`'s after the chunk, its tokens
+    cut after. Other attention kernels or unknown inputs prefill and probe separately (the same results).
 
     Args:
-        model: a `VLMAdapter`.
         cache: the working cache; grows by the chunk's n tokens (described by the caller, as after
             `model.prefill`).
         embeds: (n, hidden) the chunk's embeddings.

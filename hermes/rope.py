@@ -1,33 +1,17 @@
 """Rotary position embeddings owned by hermes: re-rotating cached keys to new positions.
 
-Cached keys are stored already rotated (docs/ARCHITECTURE.md, Memory, Positions). When positions are compacted, or
-when evicted keys are folded into a summary token, a key rotated at position ``p`` must be moved to
-position ``q`` without recomputing it from hidden states. RoPE rotates each frequency pair by an
-angle proportional to the position, so moving a key means rotating every pair once more by the
-angle difference ``theta(q) - theta(p)`` (paper, App. "Details of Position Re-Indexing":
-``k_new = k_old * exp(i (p_new - p_old) theta)``, per M-RoPE section for 3-D positions).
+Cached keys are stored rotated (docs/ARCHITECTURE.md, Positions); compaction and summary folding
+move a key from position p to q by turning every frequency pair by ``theta(q) - theta(p)`` (paper,
+App. "Details of Position Re-Indexing"). Conventions follow transformers 5.24 exactly: 1-D RoPE
+``inv_freq[j] = theta^(-2j/D)``, fp32 angles, rotate_half layout (``x[j]`` pairs with ``x[j + D/2]``);
+M-RoPE (Qwen2/2.5-VL) positions (3, T), ``mrope_section`` splitting the D/2 pairs into t, h, w runs;
+interleaved M-RoPE (Qwen3-VL) pair j driven by h if ``j % 3 == 1 and j < 3 s_h``, by w if ``j % 3 ==
+2 and j < 3 s_w``, else t.
 
-Conventions follow Hugging Face transformers 5.24 exactly, so keys produced by the model and keys
-moved here agree:
-
-- 1-D RoPE (Qwen2 LM of LLaVA-OneVision, Llama LM of SmolVLM2): ``inv_freq[j] = theta^(-2j/D)``,
-  angle ``= fp32(position) * inv_freq`` in fp32, and the "rotate_half" layout: the two halves of
-  the head dimension hold the two coordinates of each pair (``x[j]`` pairs with ``x[j + D/2]``).
-- M-RoPE (Qwen2-VL / Qwen2.5-VL, sectioned): positions are ``(3, T)`` (temporal, height, width);
-  ``mrope_section`` splits the ``D/2`` frequencies into three contiguous runs, run ``i`` driven by
-  axis ``i`` (``Qwen2VLRotaryEmbedding.recomposition_frequencies``).
-- Interleaved M-RoPE (Qwen3-VL): frequency ``j`` is driven by height when ``j % 3 == 1`` and
-  ``j < 3 * section[1]``, by width when ``j % 3 == 2`` and ``j < 3 * section[2]``, by time
-  otherwise (``Qwen3VLTextRotaryEmbedding.recomposition_frequencies``).
-
-Precision. A key at a large position was rotated by the model with the fp32-rounded angle
-``fp32(p * inv_freq)``; at p = 100000 that rounding alone is about 4e-3 rad. Rotating by
-``(q - p) * inv_freq`` can therefore never land exactly where the model would have put the key at
-``q``. When the caller passes the key's current positions, `rotate_keys` instead builds the delta
-rotation from the model's own fp32 cos/sin at ``p`` and at ``q`` with the angle-difference
-identities (cos(a-b) = cos a cos b + sin a sin b, ...), which undoes the model's rounding and stays
-fp32-accurate at any position. Without positions the delta angle is formed in float64 (where the
-device has it) so at least the delta itself is exact.
+Precision: the model rotated a key by the fp32-rounded ``fp32(p * inv_freq)`` (about 4e-3 rad off at
+p = 100000), so turning by ``(q - p) * inv_freq`` cannot land where the model puts q. Given p, the
+turn is built from the model's own fp32 cos/sin at p and q by the angle-difference identities, which
+undoes that rounding at any position; without p the delta angle is formed in float64.
 """
 
 from __future__ import annotations
@@ -40,8 +24,7 @@ import torch
 
 from hermes.errors import ModelError
 
-# Model types whose text model uses M-RoPE, with the section default their rotary module falls back
-# to when the config does not name one (transformers 5.24), and whether the layout is interleaved.
+# M-RoPE model types: the section their rotary module falls back to (transformers 5.24), interleaved or not
 _MROPE_DEFAULTS: dict[str, tuple[tuple[int, int, int], bool]] = {
     "qwen2_vl": ((16, 24, 24), False),
     "qwen2_vl_text": ((16, 24, 24), False),
@@ -99,11 +82,8 @@ class RotarySpec:
 
     @classmethod
     def from_text_config(cls, cfg: Any) -> RotarySpec:
-        """Read the rotary scheme from a transformers text config (or a VLM config holding one).
-
-        transformers 5.24 keeps RoPE settings in ``cfg.rope_parameters`` (``rope_theta``,
-        ``rope_type``, and for Qwen-VL ``mrope_section`` / ``mrope_interleaved``); older configs
-        had ``rope_theta`` / ``rope_scaling`` attributes, which are read as a fallback.
+        """Read the rotary scheme from a transformers text config (``rope_parameters``, or the older
+        ``rope_theta`` / ``rope_scaling``) or a VLM config holding one.
 
         Args:
             cfg: e.g. ``Qwen2Config``, ``Qwen2VLTextConfig``, ``Qwen3VLTextConfig``, or a composite
@@ -156,35 +136,18 @@ class RotarySpec:
 
 
 def inv_freq(spec: RotarySpec, device: torch.device | str | None = None) -> torch.Tensor:
-    """Inverse frequencies of the rotary pairs, computed exactly as transformers does.
-
-    Args:
-        spec: The rotary scheme.
-        device: Where to put the result.
-
-    Returns:
-        ``(D/2,)`` float32 tensor ``theta ** (-2j / D)``.
-    """
+    """``(D/2,)`` float32 ``theta ** (-2j / D)``, exactly as transformers computes it."""
     dim = spec.head_dim
     return 1.0 / (spec.theta ** (torch.arange(0, dim, 2, dtype=torch.float, device=device) / dim))
 
 
 def freq_axes(spec: RotarySpec, device: torch.device | str | None = None) -> torch.Tensor:
-    """Which position axis drives each frequency pair.
-
-    Args:
-        spec: The rotary scheme.
-        device: Where to put the result.
-
-    Returns:
-        ``(D/2,)`` int64 tensor of axis indices (0 = temporal / 1-D, 1 = height, 2 = width).
-    """
+    """``(D/2,)`` int64 axis driving each frequency pair (0 = temporal / 1-D, 1 = height, 2 = width)."""
     half = spec.head_dim // 2
     if spec.kind == "1d":
         return torch.zeros(half, dtype=torch.long, device=device)
     sec = spec.mrope_section
     if not spec.mrope_interleaved:
-        # Qwen2-VL: contiguous runs t..t h..h w..w
         return torch.repeat_interleave(torch.arange(3, device=device), torch.tensor(sec, device=device))
     # Qwen3-VL: t h w t h w ... while each of h and w still has pairs left, then t for the rest
     axes = torch.zeros(half, dtype=torch.long, device=device)
@@ -194,7 +157,7 @@ def freq_axes(spec: RotarySpec, device: torch.device | str | None = None) -> tor
 
 
 def _check_positions(positions: torch.Tensor, spec: RotarySpec, name: str) -> torch.Tensor:
-    """Return positions as ``(A, T)`` (A = number of axes), validating the shape."""
+    """Positions as ``(A, T)``, the shape validated."""
     if spec.kind == "1d":
         if positions.dim() != 1:
             raise ValueError(f"{name} for 1-D RoPE must have shape (T,), got {tuple(positions.shape)}")
@@ -207,14 +170,10 @@ def _check_positions(positions: torch.Tensor, spec: RotarySpec, name: str) -> to
 def rotary_angles(
     positions: torch.Tensor, spec: RotarySpec, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """Rotation angle of every frequency pair at the given positions.
-
-    In float32 this reproduces the model's own angles bit for bit (fp32 position times fp32
-    inverse frequency).
+    """Rotation angle of every frequency pair at the given positions (in float32 the model's, bit for bit).
 
     Args:
         positions: ``(T,)`` for 1-D RoPE or ``(3, T)`` for M-RoPE, integer or float.
-        spec: The rotary scheme.
         dtype: Arithmetic dtype (float32 to match the model; float64 for exact deltas).
 
     Returns:
@@ -225,7 +184,7 @@ def rotary_angles(
 
 @functools.lru_cache(maxsize=32)
 def _frequencies(spec: RotarySpec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """`inv_freq` in `dtype` and `freq_axes`, made once per scheme and device (every re-rotation asks); read-only."""
+    """`inv_freq` in `dtype` and `freq_axes`, memoised per scheme and device; read-only."""
     return inv_freq(spec, device).to(dtype), freq_axes(spec, device)
 
 
@@ -237,8 +196,7 @@ def _angles(positions: torch.Tensor, spec: RotarySpec, dtype: torch.dtype = torc
 
 
 def _delta_cos_sin(old: torch.Tensor, new: torch.Tensor, spec: RotarySpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the turn from positions ``old`` to ``new`` (``(..., A, T)`` each), ``(..., T, D/2)`` fp32,
-    from the model's own fp32 cos/sin at both (the exact compensation, module docstring)."""
+    """(cos, sin) ``(..., T, D/2)`` fp32 of the turn from ``old`` to ``new`` ``(..., A, T)`` (module docstring)."""
     before, after = _angles(old, spec), _angles(new, spec)
     cos_o, sin_o, cos_n, sin_n = before.cos(), before.sin(), after.cos(), after.sin()
     return cos_n * cos_o + sin_n * sin_o, sin_n * cos_o - cos_n * sin_o  # cos(new - old), sin(new - old)
@@ -252,9 +210,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def rotate_at(x: torch.Tensor, positions: torch.Tensor, spec: RotarySpec) -> torch.Tensor:
-    """Rotate unrotated vectors to positions, as the model does to fresh keys and queries.
-
-    Useful for tests and for building keys at a chosen position; computed in fp32 and cast back.
+    """Rotate unrotated vectors to positions as the model does (fp32, cast back).
 
     Args:
         x: ``(..., T, D)`` unrotated keys or queries.
@@ -269,29 +225,18 @@ def rotate_at(x: torch.Tensor, positions: torch.Tensor, spec: RotarySpec) -> tor
     return _rotate(x.float(), cos, sin).to(x.dtype)
 
 
-def _float64_ok(device: torch.device) -> bool:
-    # Apple MPS has no float64; everything else hermes runs on does.
-    return device.type != "mps"
-
-
 def rotate_keys(
     keys: torch.Tensor,
     delta: torch.Tensor,
     spec: RotarySpec,
     positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Move keys stored rotated at position p to position q = p + delta.
-
-    Only tokens with a non-zero delta (on any axis) are touched; the others are copied bit for bit.
-    The rotation is applied in fp32 and cast back to ``keys.dtype``.
+    """Move keys rotated at p to q = p + delta in fp32; tokens with a zero delta are copied bit for bit.
 
     Args:
         keys: ``(..., T, D)`` cached keys (e.g. ``(B, H, T, D)``), already rotated at p.
         delta: ``q - p`` per token, integer: ``(T,)`` for 1-D RoPE, ``(3, T)`` for M-RoPE.
-        spec: The rotary scheme.
-        positions: Optional current positions p (same shape as ``delta``). When given, the delta
-            rotation is derived from the model's fp32 cos/sin at p and q, so the result matches a
-            key rotated directly at q to fp32 accuracy even for very large p (see module docstring).
+        positions: Current positions p (shape of ``delta``), for the exact compensation (module docstring).
 
     Returns:
         A new ``(..., T, D)`` tensor of keys rotated to q, in ``keys.dtype``.
@@ -312,11 +257,10 @@ def rotate_keys(
         return out
     delta_m = delta.index_select(-1, moving.to(delta.device))
     if positions is not None:
-        # exact compensation: angle differences from the model's own fp32 cos/sin at p and at q
         pos_m = _check_positions(positions.index_select(-1, moving.to(positions.device)), spec, "positions")
         cos, sin = _delta_cos_sin(pos_m, pos_m + _check_positions(delta_m, spec, "delta"), spec)  # (M, D/2)
     else:
-        wide = torch.float64 if _float64_ok(delta.device) else torch.float32
+        wide = torch.float32 if delta.device.type == "mps" else torch.float64  # MPS has no float64
         ang = rotary_angles(delta_m, spec, dtype=wide)  # (M, D/2), delta angle formed exactly
         cos, sin = ang.cos().float(), ang.sin().float()
     idx = moving.to(keys.device)
@@ -329,33 +273,19 @@ def rotate_keys(
 def rotate_between(
     keys: torch.Tensor, old_positions: torch.Tensor, new_positions: torch.Tensor, spec: RotarySpec
 ) -> torch.Tensor:
-    """Move keys from their current positions to new ones (exact-compensation path of `rotate_keys`).
-
-    Args:
-        keys: ``(..., T, D)`` keys rotated at ``old_positions``.
-        old_positions: ``(T,)`` or ``(3, T)`` current positions.
-        new_positions: Target positions, same shape.
-        spec: The rotary scheme.
-
-    Returns:
-        ``(..., T, D)`` keys rotated at ``new_positions``.
-    """
+    """Move ``(..., T, D)`` keys from ``(T,)`` or ``(3, T)`` positions to new ones (`rotate_keys`' exact path)."""
     old = old_positions.long()
     return rotate_keys(keys, new_positions.long().to(old.device) - old, spec, positions=old)
 
 
 def rotate_rows_between(keys: torch.Tensor, old_positions: torch.Tensor, new_positions: torch.Tensor,
                         spec: RotarySpec) -> torch.Tensor:
-    """`rotate_between` for N rows of keys at once (e.g. one per layer), each with its own positions.
-
-    The same arithmetic, element for element, as `rotate_between` row by row: a token whose position
-    does not change is kept bit for bit, the others turn by the exact fp32 compensation.
+    """`rotate_between` for N rows of keys (one per layer), the same arithmetic element for element.
 
     Args:
         keys: ``(N, H, T, D)`` keys rotated at ``old_positions``.
         old_positions: ``(N, A, T)`` integer positions (A = 1 for 1-D RoPE, 3 for M-RoPE).
         new_positions: ``(N, A, T)`` target positions.
-        spec: The rotary scheme.
 
     Returns:
         ``(N, H, T, D)`` keys at ``new_positions``, in ``keys.dtype``.

@@ -1,33 +1,14 @@
-"""HERMES token-importance scoring: pure, batched tensor functions (no model, no Python loops over tokens).
+"""HERMES token-importance scoring as pure batched tensor functions (docs/ARCHITECTURE.md "Memory").
 
-The method is that of HERMES (arXiv 2601.14724, §3.1-3.2 and App. "Configuration of Cross-Layer
-Memory Smoothing" / "Algorithm of Summary Tokens"), with the details the paper leaves open pinned
-to its reference code (haowei-freesky/HERMES at 8d699b1, ``inference/qwenvl_hermes.py``, whose
-constants are the paper's; golden tests in ``tests/hermes/test_golden.py`` hold us to it):
-
-- Layer bands (§4.1, "10% shallow, 60% middle and 30% deep"): the first working layer is
-  ``floor(0.1 L)`` and the first long-term layer ``floor(0.7 L)`` (reference code, ``int(...)``).
-- Recency (§3.1 Eq. 1): ``R_i = exp(-k * d_i)``, ``d_i = (T - 1 - i) / (T - 1)`` on the index of
-  the token among the layer's T visual entries (so ``d`` is in [0, 1]). ``k = 20`` in sensory
-  layers; across the working band the rate falls, ``k = 20 - 12 p`` (`recency_rates`).
-- Working-band mix (§3.1 Eqs. 3-4): ``w_l = w0 - gamma * p`` with ``p = (l - l_short) / (l_long -
-  l_short)``, ``w0 = 0.75, gamma = 0.6``, ``l_short`` = first working layer, ``l_long`` = first
-  long-term layer; score ``(1 - w) A + w R`` with A, R min-max normalised (denominator ``max - min +
-  1e-6``, as the reference). Sensory layers are the case ``w = 1`` (recency only), long-term ``w = 0``
-  (attention only).
-- Cross-layer smoothing (§3.2 Eq. 5, App. config): ``S~_l = (1 - lambda_l) S_l + lambda_l S~_{l+1}``,
-  applied from the deepest layer up, with lambda chosen by the band of the layer being updated
-  (sensory 0.1, working 0.3, long-term 0.4). The deeper term is the already smoothed score (the
-  reference code updates in place from deep to shallow, so signals propagate over several layers).
-  Tokens are matched by id, not by cache index (a fix: after the first eviction the reference's
-  indices no longer line up across layers); a token absent from the deeper layer contributes 0.
-  Matching by index, the reference's convention, is `match="index"` (`memory.smoothing_match`).
-- Accumulation: the reference selects on the fresh probe; `accumulate` offers a running sum or an
-  EMA as options (a running sum freezes long-term layers on old content).
-- Summary token (App. Algorithm "Summary Tokens"): evicted values are averaged; evicted keys are
-  first re-rotated to the summary position, then averaged. The reference takes plain means (an evicted
-  summary weighs as one token); `weighted=True` weights both means by how many original tokens each
-  entry stands for (ours, with `memory.previous_summary: fold`).
+HERMES (arXiv 2601.14724, §3.1-3.2 and its appendix), with what the paper leaves open pinned to the
+reference code (haowei-freesky/HERMES at 8d699b1, ``inference/qwenvl_hermes.py``; held by
+``tests/hermes/test_golden.py``): band boundaries ``int(0.1 L)``, ``int(0.7 L)``; recency
+``exp(-k d)``, ``d = (T-1-i)/(T-1)``, ``k = 20 - 12 p`` across the working band; mix ``w = 0.75 -
+0.6 p``; min-max with denominator ``max - min + 1e-6``; smoothing deep to shallow in place with
+lambda by band (0.1, 0.3, 0.4); summaries as plain means of values and of keys re-rotated to the
+summary position. Deviations: tokens are matched across layers by id (the reference's cache indices
+stop lining up after the first eviction; ``match="index"`` is its rule), and accumulation and
+count-weighted summaries are options.
 """
 
 from __future__ import annotations
@@ -53,12 +34,8 @@ _EPS = 1e-9  # guards floor(L * fraction) against 0.7 * 30 = 20.999...
 
 
 def layer_bands(num_layers: int, fractions: Sequence[float] = DEFAULT_FRACTIONS) -> list[str]:
-    """Assign each decoder layer to the sensory, working or long-term band by depth.
-
-    Boundaries are floors of the cumulative fractions: the first working layer is
-    ``floor(f_sensory * L)`` and the first long-term layer ``floor((f_sensory + f_working) * L)``
-    (as the reference code). With ``L >= 3`` every band then gets at least one layer: an empty band
-    takes one layer from its neighbour. With fewer layers the plain floors are used.
+    """Each decoder layer's band by depth: boundaries are floors of the cumulative fractions (as the reference);
+    with ``L >= 3`` an empty band takes one layer from its neighbour.
 
     Args:
         num_layers: Number of decoder layers L.
@@ -93,11 +70,8 @@ def _band_index(bands: Sequence[str]) -> list[int]:
 
 
 def working_progress(bands: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each layer's band index and its position p in the working band.
-
-    ``p = (l - l_short) / (l_long - l_short)``, where ``l_short`` is the first working layer and
-    ``l_long`` the first long-term layer (L if there is none): 0 at the first working layer, just
-    below 1 at the last (the reference's ``progress``).
+    """Each layer's band index and ``p = (l - l_short) / (l_long - l_short)``, the reference's ``progress``
+    (0 at the first working layer, just below 1 at the last; ``l_long`` = L without a long-term band).
 
     Returns:
         ``(band (L,) int64, p (L,) float32)``; p is meaningful for working layers only.
@@ -136,11 +110,7 @@ def _mix_weights_memo(bands: tuple[str, ...], w0: float, gamma: float) -> torch.
 
 
 def recency_rates(bands: Sequence[str], k: float = DEFAULT_K, fall: float = DEFAULT_K_FALL) -> torch.Tensor:
-    """Forgetting rate k_l of every layer: ``k`` in sensory layers, ``k - fall * p`` in the working band.
-
-    The reference ramps the rate across the working band (``k = 20 - 12 p``), so deeper working
-    layers forget more slowly; ``fall = 0`` gives every layer the same rate. Long-term layers do not
-    read recency (weight 0); they get ``k`` too.
+    """Forgetting rate per layer: ``k - fall * p`` in the working band (the reference's ``20 - 12 p``), else ``k``.
 
     Returns:
         ``(L,)`` float32 rates.
@@ -155,13 +125,8 @@ def recency_scores(
     k: float | torch.Tensor = DEFAULT_K,
     span: torch.Tensor | float | None = None,
 ) -> torch.Tensor:
-    """Exponential forgetting curve ``exp(-k * d)`` with d the normalised distance from the newest.
-
-    ``d = (newest - time) / span``; by default ``newest`` is the row maximum and ``span`` the row's
-    time range (at least 1), so ``d`` runs from 0 (newest) to 1 (oldest). Passing the cache index
-    ``arange(T)`` as ``time`` reproduces the paper/reference (``d = (T-1-i)/(T-1)``, ``k = 20``);
-    passing frame indices gives all tokens of one frame the same recency (ties are settled towards
-    newer tokens by `select_keep`).
+    """Forgetting curve ``exp(-k * (newest - time) / span)``; ``time = arange(T)`` is the reference's
+    ``d = (T-1-i)/(T-1)``, frame indices give one frame's tokens one recency.
 
     Args:
         time: ``(..., T)`` time coordinate of each token (cache index, position or frame index).
@@ -190,7 +155,6 @@ def minmax(x: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None, eps
 
     Args:
         x: Scores of any shape.
-        dim: Dimension to normalise over.
         mask: Optional bool tensor like ``x``; only True entries count for min/max, False ones are 0.
         eps: Added to the range in the denominator (the reference adds 1e-6), so the maximum maps
             to just below 1 and a tiny range is damped rather than blown up.
@@ -225,9 +189,6 @@ def combine_layer_scores(
     Args:
         recency: ``(L, T)`` recency scores (from `recency_scores`).
         attention: ``(L, T)`` pseudo-query attention (possibly accumulated), any scale.
-        bands: Band name per layer.
-        w0: See `working_mix_weights`.
-        gamma: See `working_mix_weights`.
         mask: Optional ``(L, T)`` bool; False marks padding, scored 0.
 
     Returns:
@@ -246,12 +207,7 @@ def combine_layer_scores(
 
 
 def _slots_by_id(ids: torch.Tensor, ref_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where each of ``ids (..., T)`` sits in ``ref_ids (..., N)`` (N > 0; the same leading dims, each row
-    searched on its own), and whether it is there at all.
-
-    Returns:
-        (slot (..., T) int64, found (..., T) bool); a slot where found is False is any valid index.
-    """
+    """(slot, found) of each of ``ids (..., T)`` in ``ref_ids (..., N > 0)``, row by row; slot is arbitrary where not found."""
     sorted_ids, order = torch.sort(ref_ids, dim=-1)
     at = torch.searchsorted(sorted_ids, ids).clamp(max=ref_ids.shape[-1] - 1)
     return order.gather(-1, at), sorted_ids.gather(-1, at) == ids
@@ -274,17 +230,13 @@ def smooth_deep_to_shallow(
     lambdas: Sequence[float] = DEFAULT_LAMBDAS,
     match: str = "token",
 ) -> list[torch.Tensor]:
-    """Cross-layer memory smoothing, deep to shallow, matching tokens by id (or by cache index).
-
-    ``S~_{L-1} = S_{L-1}``; for l = L-2 .. 0: ``S~_l = (1 - lam) * S_l + lam * S~_{l+1}[same id]``,
-    ``lam = lambdas[band of l]``; the deeper term is 0 for a token that layer l+1 no longer holds.
-    ``match="index"`` pairs the entries at the same index instead, as the reference does, whatever
-    tokens they are (the layers must then hold equally many).
+    """Cross-layer smoothing ``S~_l = (1 - lam) S_l + lam S~_{l+1}[same id]`` from the deepest layer up,
+    ``lam`` by the band of l; 0 for a token layer l+1 no longer holds. ``match="index"`` pairs equal
+    cache indices instead (the reference's rule; layers of equal length).
 
     Args:
         scores: Per layer, ``(T_l,)`` scores (layers may hold different tokens).
         token_ids: Per layer, ``(T_l,)`` int64 token ids, unique within a layer.
-        bands: Band name per layer.
         lambdas: Smoothing strength for (sensory, working, long-term) layers.
         match: "token" (by id) or "index" (by cache index).
 
@@ -312,8 +264,7 @@ def smooth_deep_to_shallow(
     if not scores:
         return out
     out[-1] = scores[-1].float().clone()
-    # where each token sits in the next deeper layer, for every layer at once when the layers hold equally many
-    # (a cache's always do): one batched sort and search instead of one per layer; the recurrence stays a loop
+    # equal lengths (a cache's always are): one batched sort and search for all layers
     same_length = len({ids.shape[0] for ids in token_ids}) == 1
     deeper_slots = _deeper_slots_batched(token_ids) if match == "token" and same_length else None
     for layer in range(len(scores) - 2, -1, -1):
@@ -331,12 +282,7 @@ def smooth_deep_to_shallow(
 
 
 def _deeper_slots_batched(token_ids: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """For layers holding T tokens each: per layer l < L-1, the index in layer l+1 of each of its tokens, and
-    whether layer l+1 holds it (as `_lookup` finds them).
-
-    Returns:
-        (slot (L-1, T) int64, found (L-1, T) bool), or None when there is nothing to look up (T = 0 or L < 2).
-    """
+    """`_slots_by_id` of every layer's tokens in the next deeper layer: ((L-1, T), (L-1, T)), or None if T = 0 or L < 2."""
     if len(token_ids) < 2 or token_ids[0].numel() == 0:
         return None
     ids = torch.stack(list(token_ids))  # (L, T)
@@ -353,18 +299,13 @@ def accumulate(
     mode: str = "sum",
     decay: float = 0.5,
 ) -> torch.Tensor:
-    """Importance carried across probes, matched by token id.
-
-    ``none``: this probe's scores (the reference selects on the fresh probe). ``sum``: ``acc_prev +
-    new``, 0 before a token's first probe; old tokens' sums only grow, so over a long stream they
-    crowd out new content. ``ema``: ``decay * acc_prev + (1 - decay) * new``, a token starting at its
-    first probe's value; steady attention then scores the same for old and new tokens.
+    """Importance carried across probes by token id: ``none`` (the reference's fresh probe), ``sum``
+    (old tokens' sums only grow) or ``ema`` (``decay * prev + (1 - decay) * new``, new tokens start at ``new``).
 
     Args:
         prev: ``(prev_ids (N,), prev_scores (..., N))`` from the last call, or None at the start.
         new_scores: ``(..., T)`` this probe's scores for the tokens ``ids``.
         ids: ``(T,)`` int64 ids of the currently cached tokens (unique).
-        mode: One of `ACCUMULATIONS`.
         decay: ``ema`` only: weight of the previous value.
 
     Returns:
@@ -387,10 +328,7 @@ def accumulate(
 
 
 def select_keep(scores: torch.Tensor, budget: int) -> torch.Tensor:
-    """Indices of the ``budget`` highest scores, in increasing (time) order.
-
-    Deterministic: among equal scores the later (newer) token wins, so an all-equal row keeps the
-    newest tokens (a sliding window). A NaN counts as +inf.
+    """Indices of the ``budget`` highest scores in time order; ties go to the newer token, NaN counts as +inf.
 
     Args:
         scores: ``(..., T)`` scores.
@@ -435,13 +373,8 @@ def fold_summary(
     spec: RotarySpec,
     weighted: bool = True,
 ) -> Summary:
-    """Fold tokens (evicted ones, and possibly the previous summary) into one summary token.
-
-    value = sum_i c_i v_i / sum_i c_i; key = sum_i c_i rot(k_i, p_i -> t) / sum_i c_i, where c_i is
-    the number of original tokens entry i stands for (1 for a plain token, n for a summary) and
-    rot moves a stored key from its position to the summary position t (hermes.rope, exact fp32
-    compensation). ``weighted=False`` takes c_i = 1 for every entry (the reference's plain mean).
-    Means are taken in fp32 and cast back.
+    """Fold tokens into one summary: fp32 means of values and of keys rotated to the target position,
+    weighted by the tokens each entry stands for (``weighted=False``: the reference's plain mean).
 
     Args:
         keys: ``(..., T, D)`` keys rotated at ``positions`` (e.g. ``(H, T, D)``).
@@ -449,7 +382,6 @@ def fold_summary(
         counts: ``(T,)`` positive token counts.
         positions: ``(T,)`` (1-D RoPE) or ``(3, T)`` (M-RoPE) current positions of the keys.
         target_position: Summary position: an int (1-D) or 3 ints (M-RoPE).
-        spec: The rotary scheme.
         weighted: Weight each entry by its count (else every entry alike).
 
     Returns:
@@ -478,17 +410,12 @@ def fold_summaries(
     spec: RotarySpec,
     weighted: bool = True,
 ) -> Summary:
-    """`fold_summary` of N groups of T tokens at once (e.g. one group per long-term layer), each group
-    folded on its own with the same arithmetic, element for element.
+    """`fold_summary` of N groups of T tokens at once (one per long-term layer), the same arithmetic per group.
 
     Args:
-        keys: ``(N, H, T, D)`` keys rotated at ``positions``.
-        values: ``(N, H, T, Dv)`` values.
-        counts: ``(N, T)`` positive token counts.
-        positions: ``(N, A, T)`` current positions of the keys (A = 1 for 1-D RoPE, 3 for M-RoPE).
+        keys, values, counts, positions: as `fold_summary`'s with a leading group dim N: ``(N, H, T, D)``,
+            ``(N, H, T, Dv)``, ``(N, T)``, ``(N, A, T)``.
         targets: ``(N, A)`` each group's summary position.
-        spec: The rotary scheme.
-        weighted: Weight each entry by its count (else every entry alike).
 
     Returns:
         `Summary` with key ``(N, H, 1, D)``, value ``(N, H, 1, Dv)`` and count ``(N,)``.

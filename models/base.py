@@ -1,15 +1,8 @@
 """The model adapter interface (docs/ARCHITECTURE.md, Models) and what every family shares: prefill and greedy decoding.
 
-An adapter wraps one Hugging Face vision-language model and tells hermes
-- how a chunk of frames becomes token embeddings and their layout (`encode_chunk`: the visual tokens,
-  plus any per-frame text such as timestamps, and how they take positions, see `hermes.positions`),
-- the prompt around them (`prefix_text`, `question_embeds`),
-- which rotary scheme the model uses (`rotary`) and the position ids it takes (`positions_for`),
-- how to run the language model on embeddings with a cache (`prefill`).
-
-Hermes drives the language model itself, token by token of its own layout, instead of calling
-`generate()`: that is what lets it place every token at a position it chooses and keep the cache
-(memory) across questions.
+An adapter turns a chunk of frames into embeddings and a position layout, wraps them in the prompt,
+names the rotary scheme and runs the language model on embeddings with a cache; hermes drives the
+decoder itself instead of `generate()`, so it chooses every position and keeps the cache across questions.
 """
 
 from __future__ import annotations
@@ -65,8 +58,7 @@ class Generation:
 
 
 def penalize_seen_no_sync(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """Logits with every answered token made less likely: positive logits divided by `penalty`, negative
-    ones multiplied (CTRL's rule, as HERMES' reference decoder and transformers apply it).
+    """Logits with every answered token made less likely (CTRL's rule, as HERMES' reference decoder applies it).
 
     Args:
         logits: (V,) float32 logits of the next token.
@@ -83,11 +75,8 @@ class VLMAdapter(ABC):
     """One vision-language model family, as hermes needs to see it.
 
     Attributes:
-        family: adapter family name (e.g. "llava_onevision").
+        family: e.g. "llava_onevision".
         name: what the user asked for (preset, hub id, directory or builtin tiny id).
-        model: the transformers model (eval mode).
-        tokenizer: the tokenizer (`encode`, `decode`, `convert_tokens_to_ids`).
-        device, dtype: where and in what precision the model runs.
         tokens_per_frame: visual tokens one frame becomes in the cache (where that depends on the
             frame size: at the size last encoded, per frame of a grid step).
         eos_token_ids: token ids that end an answer.
@@ -119,8 +108,6 @@ class VLMAdapter(ABC):
         """Run the language model on transformers' "sdpa" or "eager" attention (hooked for hermes's passes)."""
         use_hermes_attention(self.language_model, implementation)
 
-    # ---- what each family defines ----------------------------------------------------------------
-
     @property
     def language_model(self) -> torch.nn.Module:
         """The decoder stack (takes inputs_embeds, position_ids, cache); where most families keep it."""
@@ -148,10 +135,7 @@ class VLMAdapter(ABC):
 
     @torch.inference_mode()
     def encode_chunk(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
-        """Turn one chunk of frames into what the cache receives: embeddings and their layout.
-
-        The default suits 1-D RoPE families whose frames are nothing but visual tokens
-        (LLaVA-OneVision): `encode_frames`, one consecutive `Run`, `tokens_per_frame` per frame.
+        """Turn one chunk of frames into embeddings and their layout (default: one `Run` of `encode_frames`).
 
         Args:
             frames_rgb: N frames, each (H, W, 3) uint8 RGB, in time order.
@@ -173,12 +157,8 @@ class VLMAdapter(ABC):
             (Q, hidden) embeddings.
         """
 
-    # ---- frames as separate images (the `recent-frames` baseline: SimpleStream's input) ----------
-
     def images_prefix_text(self) -> str:
-        """Prompt text before the first image when frames go in as separate images: the user turn's
-        opening with no system turn (SimpleStream sends none). The default is ChatML's
-        (LLaVA-OneVision, Qwen3-VL)."""
+        """Prompt text before separate images: the user turn's opening, no system turn (SimpleStream's; ChatML)."""
         return "<|im_start|>user\n"
 
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
@@ -197,15 +177,12 @@ class VLMAdapter(ABC):
         raise NotImplementedError(f"model family {self.family!r} has no separate-image input")
 
     def images_question_embeds(self, prompt: str) -> torch.Tensor:
-        """Embeddings that close `encode_images`' images and ask `prompt` after a newline, ending where
-        the answer starts. The default is ChatML's (LLaVA-OneVision, Qwen3-VL).
+        """Embeddings that close `encode_images`' images and ask `prompt` after a newline (ChatML by default).
 
         Returns:
             (Q, hidden) embeddings.
         """
         return self.embed_text(f"\n{prompt}<|im_end|>\n<|im_start|>assistant\n").to(self.dtype)
-
-    # ---- shared --------------------------------------------------------------------------------
 
     @property
     def num_layers(self) -> int:
@@ -225,10 +202,7 @@ class VLMAdapter(ABC):
         return HermesCache(config=self.text_config, num_axes=self.rotary.num_axes)
 
     def letter_token_ids(self, letters: str) -> dict[int, str]:
-        """The tokens an answer may start with to name each of `letters`: the letter alone and after a space.
-
-        Byte-level BPE tokenizers spell a letter that opens a reply ("A") and one after a space (" A")
-        as different tokens; both mean the same option.
+        """The tokens an answer may start with to name each of `letters`: "A" and " A" (BPE spells them apart).
 
         Args:
             letters: the offered option letters, e.g. "ABC".
@@ -270,8 +244,7 @@ class VLMAdapter(ABC):
             positions: (A, n) positions (a (n,) tensor is read as A = 1).
 
         Returns:
-            (1, n) for 1-D RoPE; (3, 1, n) for M-RoPE (transformers' Qwen-VL text models take
-            temporal/height/width rows this way and skip their own `get_rope_index`).
+            (1, n) for 1-D RoPE; (3, 1, n) for M-RoPE (Qwen-VL then skips its own `get_rope_index`).
         """
         positions = positions.to(self.device)
         if positions.dim() == 1 or positions.shape[0] == 1:
@@ -318,30 +291,15 @@ class VLMAdapter(ABC):
         cache.record(positions, KIND_PREFIX)
 
     def decode_one_token_no_sync(self, token: torch.Tensor, cache: HermesCache) -> torch.Tensor:
-        """One decode step: `token` appended to `cache` at the next position, without reading it on the host.
-
-        Args:
-            token: (1,) int64 on the model's device (the token just chosen).
-            cache: the working cache; grows by one token in every layer.
-
-        Returns:
-            (V,) float32 logits of the next token, on the device.
-        """
+        """One decode step of the (1,) int64 device `token` at the cache's next position, no host read;
+        returns the (V,) float32 device logits of the next token."""
         position = to_device_no_sync(cache.allocate_positions(1), self.device)  # a plain `.to` stalls on CUDA
         step = self.decode_step or self.decode_logits
         return step(token, self.positions_for(position), cache)
 
     def decode_logits(self, token: torch.Tensor, position_ids: torch.Tensor, cache: HermesCache) -> torch.Tensor:
-        """The language model's work in one decode step (what `model.compile_decode` compiles).
-
-        Args:
-            token: (1,) int64 on the device.
-            position_ids: its position, as `positions_for` shapes it.
-            cache: the working cache; grows by one token in every layer.
-
-        Returns:
-            (V,) float32 logits of the next token.
-        """
+        """The language model's work in one decode step (what `model.compile_decode` compiles): (V,) float32 logits
+        of the token after the (1,) `token` at `position_ids` (shaped by `positions_for`)."""
         embeds = self.language_model.get_input_embeddings()(token)  # (1, hidden), what `embed_ids` gives
         # `prefill`'s call, with positions shaped by the caller: inside a compiled step, `positions_for`'s
         # `.to` of an inference tensor fails to trace ("Cannot set version_counter for inference tensor")
@@ -354,21 +312,17 @@ class VLMAdapter(ABC):
                         on_text: Callable[[str], None] | None = None,
                         first_token_ids: list[int] | None = None,
                         stop_ids: Collection[int] | None = None) -> Generation:
-        """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache`.
+        """Greedy-decode an answer after `prompt_embeds`, leaving question and answer in `cache` (the caller rewinds).
 
-        The caller rewinds the cache afterwards (see `HermesCache.mark`/`rewind`). Chosen tokens stay
-        on the device: the host reads them once for the first token (TTFT), then every
-        `EOS_CHECK_EVERY` tokens to look for an end-of-answer token, or after every token while
-        `on_text` streams. Steps decoded past an end-of-answer token before it is seen are dropped
-        (at most `EOS_CHECK_EVERY - 1`; they are in `cache` until the rewind): the answer is token
-        for token the one a step-by-step loop gives.
+        The host reads chosen tokens for the first one (TTFT), then every `EOS_CHECK_EVERY` (every one
+        while `on_text` streams); steps decoded past an unseen end are dropped, so the answer is
+        token for token a step-by-step loop's.
 
         Args:
             prompt_embeds: (Q, hidden) question embeddings placed after everything cached.
             cache: the working cache (extended in place).
             max_new_tokens: answer length cap.
-            on_text: called with each new piece of the answer's text as tokens are chosen (a
-                streaming client's tokens); the pieces join to the decoded answer before `.strip()`.
+            on_text: called with each new piece of the answer's text; the pieces join to the answer before `.strip()`.
             first_token_ids: the only tokens the answer may start with (a multiple-choice question's
                 letters, `letter_token_ids`); None: any token. `Generation.first_token_logits` stays
                 the model's own, unrestricted.

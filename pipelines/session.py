@@ -2,19 +2,11 @@
 
     session = StreamingSession(model, "full", frames)        # frames: any iterable of Frame, in time order
     answer = session.ask("What is moving?", at=12.0)           # encodes frames with t_s < 12.0, then answers
-    for answer in session.run(questions): ...                  # a whole schedule of questions
 
-Rules the session keeps (docs/ARCHITECTURE.md, Data flow):
-- a question at time t is answered from exactly the frames with `t_s < t` (a partly filled chunk is
-  encoded before answering, and the first frame at or after t waits for the next chunk);
-- answering leaves memory as it was: question and answer tokens are rewound out of the cache;
-- frames are encoded in chunks of `chunk_frames`, each chunk one forward of the vision tower and
-  one prefill of the language model (`hermes.probe.prefill_chunk`, which also carries the memory
-  policy's probe when the chunk will evict);
-- a stop (Ctrl-C, SIGTERM, `request_stop`) is honoured between chunks, never inside one: the stream
-  ends at a consistent point, what was asked is answered, and `close` checkpoints. A chunk that
-  failed half-way (an exception, a forced second Ctrl-C) marks the session broken, and a broken
-  session is never checkpointed (the last good checkpoint stands).
+Rules it keeps (docs/ARCHITECTURE.md, Data flow): a question at t sees exactly the frames with
+``t_s < t``; answering rewinds its tokens out of the cache; a stop (Ctrl-C, SIGTERM, `request_stop`)
+is honoured between chunks, and a chunk that failed half-way marks the session broken, never
+checkpointed (the last good checkpoint stands).
 """
 
 from __future__ import annotations
@@ -92,11 +84,9 @@ class StreamingSession:
     """Feeds frames to a model chunk by chunk and answers questions from its memory.
 
     Args:
-        model: a loaded adapter.
         memory: the memory config, or a policy name with default settings.
         source: frames in time order (a file reader, a live source, or any iterable of `Frame`).
         chunk_frames: frames encoded per forward.
-        max_new_tokens: answer length cap.
         progress: show a progress bar over frames (for terminals).
         total_frames: expected number of frames, for the progress bar (None if unknown).
         memory_dir: where levels 2 and 3 and checkpoints persist (a folder or ``s3://bucket/prefix``).
@@ -169,8 +159,6 @@ class StreamingSession:
             self._progress = tqdm(total=total_frames, unit="frame", desc="encoding", leave=False)
         freeze_startup_heap()  # the model and what this open loaded stay: no collector passes over them
 
-    # ---- ingest ------------------------------------------------------------------------------------
-
     def ingest(self, frames: list[Frame]) -> None:
         """Encode `frames` (one chunk, in time order) into memory."""
         if not frames:
@@ -186,7 +174,6 @@ class StreamingSession:
             with self.phase_timer("encode"):
                 chunk = self.model.encode_chunk([f.rgb for f in frames], [f.t_s for f in frames])
                 positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
-                # the maintenance's pseudo-query, if this chunk will evict, rides in the chunk's forward
                 probe_embeds = self.memory.probe_queries(self.cache, chunk.embeds.shape[0])
                 probe = prefill_chunk(self.model, self.cache, chunk.embeds, positions, probe_embeds,
                                       **chunk.model_kwargs)
@@ -199,7 +186,6 @@ class StreamingSession:
                 # here (rarely at all) keeps at most one chunk's records short of durable
                 self.lower.store.barrier()
             start = time.perf_counter()
-            # copies of the evicted tokens are made only for lower levels that take them
             with self.phase_timer("maintain"):
                 evictions = self.memory.maintain(self.cache, copy_evicted=self.lower is not None, probe=probe)
             if self.lower is not None:  # what level 1 evicted goes down, as the policy returned it
@@ -241,11 +227,8 @@ class StreamingSession:
             save_session(self, wait=wait)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the session's owners need to resume: the cache's (``cache.*``), the policy's
-        (``policy.*``) and the session's own (``encoded_t_s``, the frame times; ``policy``, its name).
-
-        Values are tensors (as they are, not copied) or JSON-able scalars and dicts.
-        """
+        """What resuming needs: ``cache.*``, ``policy.*``, ``encoded_t_s`` (frame times) and ``policy`` (its name);
+        tensors as they are (not copied) or JSON-able values."""
         state: dict[str, Any] = {f"cache.{k}": v for k, v in self.cache.state_dict().items()}
         state.update({f"policy.{k}": v for k, v in self.memory.state_dict().items()})
         state.update(encoded_t_s=torch.tensor(self.encoded_t_s, dtype=torch.float64), policy=self.memory.name)
@@ -300,8 +283,6 @@ class StreamingSession:
         else:
             self.ingest(chunk)
 
-    # ---- answers -----------------------------------------------------------------------------------
-
     def memory_stats(self) -> dict[str, int]:
         """Memory held now, per level (levels 2 and 3 report 0 when they are off)."""
         lower = self.lower.stats() if self.lower is not None else {"dram_bytes": 0, "disk_bytes": 0,
@@ -314,7 +295,6 @@ class StreamingSession:
         """Answer `question` from the frames before `at` (or from everything ingested so far).
 
         Args:
-            question: the question text.
             options: multiple-choice options (lettered A, B, ... in the prompt); the answer is then
                 the letter of one of them, decoding restricted to the offered letters (one token).
             at: stream time in seconds; frames with `t_s < at` are encoded first. Must not go
@@ -439,14 +419,10 @@ class StreamingSession:
 
 @contextlib.contextmanager
 def stop_on_signals(session: StreamingSession, source=None):
-    """While active, Ctrl-C and SIGTERM ask `session` (and `source`) to stop between chunks.
-
-    A second signal raises KeyboardInterrupt at once (a forced stop: the chunk in flight marks the
-    session broken, so its cache is not checkpointed). Outside the main thread this does nothing
-    (signals are delivered to the main thread only).
+    """While active, Ctrl-C and SIGTERM ask `session` (and `source`) to stop between chunks; a second signal
+    raises KeyboardInterrupt at once. Outside the main thread (which alone gets signals) nothing.
 
     Args:
-        session: the session to stop.
         source: optionally, a live source with ``request_stop()``, so a wait for frames ends too.
     """
     if threading.current_thread() is not threading.main_thread():

@@ -1,21 +1,10 @@
 """`recent-frames`: the last N frames, re-encoded fresh for each question (SimpleStream, 2026).
 
-No memory at all: the stream's frames are not encoded as they arrive; the policy only keeps the
-newest ones (RGB, in host memory). A question gets a fresh cache holding the last `recent_frames`
-frames at `recent_fps`, counted back from the newest frame before the question, and nothing of it
-is reused for the next question. With Qwen2.5-VL-7B this scores 65.1 on OVO-Bench against
-HERMES's 59.2, so any claim that memory helps must be made beside it.
-
-The input is SimpleStream's (github.com/EvolvingLMMs-Lab/SimpleStream at be227ee, `lib/`):
-each frame is encoded as a separate image (on Qwen-VL one grid of h x w merged patches per frame,
-not a video whose grid steps merge frames in pairs), after a user turn with no system turn, and
-the question follows the images after a newline (`VLMAdapter.encode_images`,
-`images_prefix_text`, `images_question_embeds`). A multiple-choice question asked with options is
-written as SimpleStream writes OVO-Bench's (`simplestream_prompt`). ARCHITECTURE.md (Memory,
-Baselines) lists what still differs.
-
-It implements three of the policy interface's hooks (`hermes.memory.MemoryPolicy`): `keep_frames`,
-`answer_cache` and `question_embeds`.
+No memory: frames are kept (RGB, host) instead of encoded, and each question gets a fresh cache of
+the newest `recent_frames` at `recent_fps`, fed as SimpleStream feeds them (github.com/EvolvingLMMs-Lab/
+SimpleStream at be227ee, `lib/`): separate images, no system turn, the question after a newline.
+With Qwen2.5-VL-7B it scores 65.1 on OVO-Bench against HERMES's 59.2, so claims that memory helps
+are made beside it. docs/ARCHITECTURE.md (Memory, Baselines) lists what still differs.
 """
 
 from __future__ import annotations
@@ -33,11 +22,8 @@ from hermes.prompt import OPTION_LETTERS, check_option_count
 
 
 def pick_recent(times_s: list[float], count: int, fps: float) -> list[int]:
-    """Indices (ascending) of the last `count` frames at `fps`, counted back from the newest.
-
-    Walking back from the newest frame, the next one taken is the newest at least 1/fps
-    seconds before the previous one taken (a stream sampled faster than `fps` is thinned; one
-    sampled slower keeps every frame).
+    """Indices (ascending) of the last `count` frames at `fps`: walking back from the newest, each next one
+    the newest at least 1/fps before the previous taken (a slower stream keeps every frame).
 
     Args:
         times_s: Frame times in seconds, ascending.
@@ -73,8 +59,7 @@ class RecentFramesPolicy(NoLowerLevels):
         return True
 
     def answer_cache(self, model: CoreModel, cache: HermesCache, question: str) -> HermesCache:
-        """A fresh cache: the user turn's opening, then the last frames as separate images (`cache`,
-        the stream's, holds only the prefix; `question` is not needed)."""
+        """A fresh cache: the user turn's opening, then the last frames as separate images."""
         cache = model.new_cache()
         model.encode_prefix(cache, model.images_prefix_text())
         frames = list(self.frames)
@@ -92,15 +77,8 @@ class RecentFramesPolicy(NoLowerLevels):
 
 
 def simplestream_prompt(question: str, options: Sequence[str] = ()) -> str:
-    """The user text SimpleStream sends: the question; with options, its OVO-Bench multiple-choice
+    """The user text SimpleStream sends after the images: the question; with options, its OVO-Bench
     template (`ovo_constants.py` BR_PROMPT_TEMPLATE: options on one line, lettered and ';'-ended).
-
-    Args:
-        question: the question text.
-        options: multiple-choice options, lettered A, B, ... (none: the question as it is).
-
-    Returns:
-        The text placed after the images.
 
     Raises:
         UsageError: more options than letters (A-J).

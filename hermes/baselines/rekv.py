@@ -1,34 +1,21 @@
 """`rekv`: ReKV's own retrieval (Di et al., ICLR 2025; github.com/Becomebright/ReKV), beside our
-`recall-only` approximation (sliding + FAISS recall), so that our recall is compared with the real thing.
+`recall-only` approximation, so that our recall is compared with the real thing (docs/ARCHITECTURE.md, Baselines).
 
-What ReKV does, read from its code (`model/attention/kv_cache_manager.py`, `rekv_attention.py`,
-`model/llava_onevision_rekv.py`, `video_qa/base.py`):
+Read from its code (`model/attention/kv_cache_manager.py`, `rekv_attention.py`,
+`model/llava_onevision_rekv.py`, `video_qa/base.py`): ingest is sliding-window attention over the
+init tokens and the last `n_local` (15000) tokens, every frame's KV kept on the host as one block; a
+block's representative key, per layer, is the mean of its keys *before* RoPE, KV heads repeated to
+the query heads, flattened (H * D); a question (bare text) is run alone to retrieve: in every layer
+its mean query before RoPE scores every block by a dot product (fp32), the top `retrieve_size` (64)
+are taken in time order, each layer from hidden states that attended to its lower layers' blocks;
+the answer is prefilled on init + the blocks packed back to back, then decoded.
 
-* ingest: sliding-window attention. Each frame attends to the init tokens (the system prompt) and
-  the last `n_local` tokens (default 15000); every frame's KV is kept (offloaded to host memory)
-  as one *block* (block size = tokens per frame, 196 for LLaVA-OneVision).
-* each block's representative key, per layer: the mean over the frame's tokens of its keys
-  *before* RoPE, the grouped KV heads repeated to the query heads, flattened to (H * D).
-* a question is first run alone (the bare question text, no template) to retrieve: in every layer
-  its tokens' queries before RoPE, averaged over the tokens, score every block by a dot product
-  (fp32); the top `retrieve_size` blocks (64) are taken, in time order (all of them when fewer).
-  Each layer retrieves its own blocks, from the hidden states of layers below that attended to
-  their own retrieved blocks. The retrieval pass's own KV is not kept.
-* the answer is prefilled on init + the retrieved blocks, packed back to back (RoPE by position in
-  that view), then decoded.
-
-Here: the working cache (level 1) is the window: the prefix plus the newest whole frames within
-`memory.budget` tokens (15000 in the `rekv` preset); frames that leave it are kept on the host with
-their keys un-rotated and their representative keys, as ReKV keeps its blocks. A question runs the
-retrieval pass with `rekv_attention` as every layer's attention (`hermes.probe.run_pass`) (it picks that layer's blocks, and
-attends over prefix + blocks + question at packed positions, as ReKV's pass does); the answer is
-then generated on a fresh view holding the prefix and each layer's blocks at packed positions.
-`memory.recall_top_k` is ReKV's `retrieve_size` (64 in the preset).
-
-Documented differences: the window holds whole frames (ReKV's is token-exact, so a frame at its
-edge may be half visible); window positions are the stream's (relative distances, which are all
-RoPE sees, are the same) and InfLLM's fixed angle between queries and init tokens once the
-window is full is not reproduced; 1-D RoPE models only (ReKV has no M-RoPE version).
+Here level 1 is the window (the newest whole frames within `memory.budget`); frames leaving it are
+kept un-rotated on the host with their representative keys; `rekv_attention` runs as every layer's
+attention in the retrieval pass (`hermes.probe.run_pass`); `memory.recall_top_k` is `retrieve_size`.
+Differences: the window holds whole frames (ReKV's is token-exact); window positions are the
+stream's (relative distances, all RoPE sees, are the same) and InfLLM's fixed angle between queries
+and init tokens once the window is full is not reproduced; 1-D RoPE models only (as ReKV).
 """
 
 from __future__ import annotations
@@ -59,15 +46,7 @@ class Block:
 
 
 def representative(raw_keys: torch.Tensor, groups: int) -> torch.Tensor:
-    """ReKV's block key: mean over tokens of un-rotated keys, KV heads repeated, flattened.
-
-    Args:
-        raw_keys: (L, Hkv, n, D) keys before RoPE.
-        groups: query heads per KV head.
-
-    Returns:
-        (L, Hkv * groups * D) float32.
-    """
+    """ReKV's block key (L, Hkv * groups * D) fp32: mean over tokens of (L, Hkv, n, D) un-rotated keys, heads repeated."""
     mean = raw_keys.float().mean(dim=2)  # (L, Hkv, D)
     return mean.repeat_interleave(groups, dim=1).flatten(1)
 
@@ -142,8 +121,6 @@ class ReKVPolicy(NoLowerLevels):
         self.groups = model.text_config.num_attention_heads // model.text_config.num_key_value_heads
         self.last_retrieved: list[list[int]] = []  # per layer: the frames the last question retrieved
 
-    # ---- ingest: a window of whole frames; what leaves it becomes a host block ----
-
     def _raw(self, cache: HermesCache, layer: int, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         entries = cache.layers[layer].entries(idx)
         pos = entries.positions[0].to(entries.keys.device)
@@ -174,14 +151,9 @@ class ReKVPolicy(NoLowerLevels):
         return Evictions(index=index, scores=tuple(torch.ones(i.shape[0]) for i in index), length=length,
                          position_epoch=epoch)
 
-    # ---- answer ----
-
     def retrieve(self, cache: HermesCache, layer: int, q_vec: torch.Tensor, device) -> tuple[torch.Tensor, ...]:
-        """One layer's `recall_top_k` frames for a question, as ReKV retrieves them: the host blocks
-        and window frames whose representative keys best match the question's mean query.
-
-        Only the chosen frames' keys and values are gathered (ReKV loads only the blocks it
-        retrieves), so a question costs the window and k blocks, not every frame of the stream.
+        """One layer's `recall_top_k` frames whose representative keys best match the question's mean query;
+        only those are gathered (ReKV loads only the blocks it retrieves).
 
         Args:
             q_vec: (Hq * D) float32 on `device`: the question's queries before RoPE, averaged over tokens.

@@ -5,7 +5,9 @@ import torch
 
 from hermes.cache import KIND_PREFIX, KIND_SUMMARY, KIND_VISUAL
 from hermes.config import MemoryConfig, ModelConfig
-from hermes.memory import compact_positions
+from hermes.errors import ConfigError
+from hermes.memory import MemoryPolicy, compact_positions
+from hermes.positions import Run
 from hermes.models.loading import load_model
 from hermes.pipelines.session import StreamingSession
 from hermes.rope import RotarySpec, rotate_at
@@ -302,3 +304,24 @@ def test_sliding_with_headroom_keeps_its_sinks_and_the_newest_window_of_the_smal
     keep = 3 * TPF  # budget 4 frames less a quarter
     expected = list(range(p, p + 4)) + list(range(p + 5 * TPF - (keep - 4), p + 5 * TPF))
     assert all(row.tolist() == expected for row in session.cache.token_ids[:, p:])
+
+
+def test_a_chunk_or_an_answer_past_the_position_range_even_after_compaction_is_refused(tiny_model, monkeypatch):
+    """`place` and `make_room` compact first, then refuse what still passes `max_position_embeddings`."""
+    monkeypatch.setattr(tiny_model.text_config, "max_position_embeddings", 256)
+    policy = MemoryPolicy(MemoryConfig(policy="full", position_reserve=8), tiny_model)
+
+    def fresh_cache():
+        cache = tiny_model.new_cache()
+        tiny_model.encode_prefix(cache)
+        return cache
+
+    with pytest.raises(ConfigError, match="exceed the model's 256 positions: lower memory.budget"):
+        policy.place(fresh_cache(), [Run(300)])
+    with pytest.raises(ConfigError, match="exceed the model's 256 positions: lower memory.budget"):
+        policy.make_room(fresh_cache(), 300)
+    cache = fresh_cache()
+    start = cache.next_position
+    assert policy.place(cache, [Run(4)])[0].tolist() == list(range(start, start + 4))  # fits: placed, no compaction
+    policy.make_room(cache, 16)
+    assert cache.compactions == 0
