@@ -37,7 +37,7 @@ def check_source_spec(source: str) -> None:
         raise UsageError("SOURCE is empty: give a video file, an image folder, a webcam index or a stream URL")
     if "://" in source or source.strip().isdigit():
         return  # URLs and webcams are checked when opened (the scheme check is in open_source)
-    from hermes.pipelines.video_checks import check_file, probe_container  # no decoder, no torch
+    from hermes.pipelines.video_checks import check_file  # no decoder, no torch
 
     path = Path(source).expanduser()
     if path.is_dir():
@@ -46,7 +46,7 @@ def check_source_spec(source: str) -> None:
         raise SourceError(f"source not found: {source} is not an existing file or folder; expected a video "
                           f"file, an image folder, a webcam index (0, 1, ...) or an rtsp://, rtmp:// or "
                           f"http(s):// URL")
-    probe_container(check_file(path))
+    check_file(path, probe=True)
 
 
 @dataclass
