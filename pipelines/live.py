@@ -25,8 +25,7 @@ log = logging.getLogger(__name__)
 
 POLICIES = ("latest", "fifo")
 FFMPEG_OPTIONS_ENV = "OPENCV_FFMPEG_CAPTURE_OPTIONS"
-# OpenCV reads FFMPEG_OPTIONS_ENV inside the VideoCapture constructor and the variable is
-# process-wide, so captures that set it are opened one at a time.
+# the variable is process-wide and read by the VideoCapture constructor: captures that set it open one at a time
 _ENV_LOCK = threading.Lock()
 DROP_WARNING_INTERVAL_S = 10.0  # rate limit of the "consumer too slow" warning
 
@@ -42,8 +41,7 @@ class _Sampler:
         """Whether the frame at `t_s` is kept; advances the schedule when it is."""
         if self.interval_s is None:
             return True
-        # A quarter-interval tolerance absorbs capture-clock jitter (a frame at 0.199 s for a
-        # 0.2 s slot) that would otherwise skip a whole source frame.
+        # a quarter interval of capture-clock jitter (0.199 s for a 0.2 s slot) must not skip a frame
         if self.next_due_s is not None and t_s < self.next_due_s - 0.25 * self.interval_s:
             return False
         on_schedule = self.next_due_s is not None and t_s - self.next_due_s < self.interval_s
@@ -56,7 +54,7 @@ class _Sampler:
 
 
 class LiveSource(FrameSource):
-    """A webcam or network stream read in its own thread (see the module docstring)."""
+    """A webcam or network stream read in its own thread (docs/ARCHITECTURE.md, Sources)."""
 
     live = True
 
@@ -134,8 +132,6 @@ class LiveSource(FrameSource):
                                         name="hermes-live-reader")
         self._thread.start()
 
-    # -- opening -------------------------------------------------------------------------------
-
     def _ffmpeg_options(self) -> str:
         """FFmpeg demuxer options in OpenCV's ``key;value|key;value`` syntax."""
         parts = []
@@ -146,7 +142,7 @@ class LiveSource(FrameSource):
         return "|".join(parts)
 
     def _open_capture(self, open_timeout_s: float) -> cv2.VideoCapture | None:
-        """Open a fresh capture; None when it does not open (the reason is in FFmpeg's log)."""
+        """A fresh capture, or None when it does not open (FFmpeg logs why)."""
         try:
             if self._is_webcam:
                 # No timeout parameters: backends that do not know them refuse to open.
@@ -183,10 +179,8 @@ class LiveSource(FrameSource):
                 f"{self.open_timeout_s:g} s); check that the server is running and the URL is "
                 f"right")
 
-    # -- reader thread -------------------------------------------------------------------------
-
     def _run(self, cap: cv2.VideoCapture) -> None:
-        """Reader thread body: hands every outcome (end, error) to the consumer via the queue."""
+        """Reader thread body: every outcome (end, error) reaches the consumer through the queue."""
         self._cap: cv2.VideoCapture | None = cap  # touched by this thread only
         error: BaseException | None = None
         try:
@@ -270,14 +264,8 @@ class LiveSource(FrameSource):
         return max(1.0, 4.0 / fps) if fps and fps > 0 and fps < 1000 else 1.0
 
     def _reconnect(self, lost_at: float, lost_t_s: float):
-        """Reopen with backoff until a frame is read, or raise after the deadline.
-
-        Returns:
-            ``(capture, first_bgr_frame, captured_at)``, or None if the source was closed.
-
-        Raises:
-            SourceError: no frame could be read within `reconnect_timeout_s` of the loss.
-        """
+        """``(capture, first BGR frame, captured_at)`` once a reopened capture reads a frame; None if the
+        source was closed; `SourceError` after `reconnect_timeout_s`."""
         deadline = lost_at + self.reconnect_timeout_s
         delay_s = self.backoff_initial_s
         attempts = 0
@@ -296,10 +284,7 @@ class LiveSource(FrameSource):
                     return cap, bgr, time.monotonic()
                 cap.release()
             log.debug("reconnect attempt %d to %s failed", attempts, self.name)
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                break
-            if self._stop.wait(min(delay_s, remaining_s)):
+            if self._stop.wait(max(0.0, min(delay_s, deadline - time.monotonic()))):
                 return None
             delay_s = min(delay_s * 2, self.backoff_max_s)
         if self._stop.is_set():
@@ -333,18 +318,12 @@ class LiveSource(FrameSource):
             log.warning("consumer of %s is slower than the source: %d frames dropped so far, "
                         "lag %.2f s", self.name, self._stats.frames_dropped, self._stats.lag_s)
 
-    # -- consumer side -------------------------------------------------------------------------
-
     def __iter__(self) -> Iterator[Frame]:
         return self
 
     def __next__(self) -> Frame:
-        """Take the next queued frame, waiting for one.
-
-        Raises:
-            StopIteration: the source ended or was closed.
-            SourceError: the stream was lost and did not come back in time.
-        """
+        """The next queued frame, waiting for one; raises the reader's `SourceError` if the stream was
+        lost for good."""
         with self._cond:
             while not self._buffer:
                 if self._error is not None:

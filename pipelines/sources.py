@@ -14,8 +14,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 from urllib.parse import unquote, urlsplit
 
-# Loaded before anything can import decord: decord's wheel bundles zlib 1.2.3, and when it loads
-# first OpenCV's libpng binds to that zlib and rejects every PNG ("bad parameters to zlib").
+# before anything imports decord: its wheel bundles zlib 1.2.3, and loaded first it makes OpenCV's
+# libpng reject every PNG ("bad parameters to zlib")
 import cv2  # noqa: F401
 
 from hermes.errors import SourceError, UsageError, closest
@@ -40,25 +40,16 @@ class VideoFileSource(FrameSource):
 
     def __init__(self, video: Any, path: str, *, fps: float | None = None,
                  start_s: float = 0.0, end_s: float | None = None) -> None:
-        """Wrap an opened video file.
-
-        Args:
-            video: the object `open_video` returned (has ``.frames(...)`` and ``.info``).
-            path: the file path, for `describe`.
-            fps: target sampling rate; None keeps every frame.
-            start_s: first timestamp to yield.
-            end_s: stop before this timestamp; None reads to the end.
+        """Wrap what `open_video` returned; `path` is for `describe`, the rest as `VideoFile.frames`.
 
         Raises:
-            SourceError: `start_s` or `end_s` lies outside the video.
+            SourceError: `start_s` or `end_s` lies outside the video (raised here, at open time).
         """
         super().__init__()
         self._video = video
         self._path = path
         self._fps = fps
         try:
-            # Called now, not on first iteration: a bad start_s/end_s fails at open time.
-            # decoded on a reader thread, a chunk ahead of the model (`ReadAhead`)
             self._frames = ReadAhead(video.frames(fps=fps, start_s=start_s, end_s=end_s))
         except BaseException:
             self.close()
@@ -70,8 +61,7 @@ class VideoFileSource(FrameSource):
         return self._video.info
 
     def __iter__(self) -> Iterator[Frame]:
-        for frame in self._frames:
-            # The file reader samples internally, so read == sampled == taken from here.
+        for frame in self._frames:  # sampled by the reader: read == sampled == taken
             self._stats.frames_read += 1
             self._stats.frames_sampled += 1
             self._stats.frames_taken += 1
