@@ -151,11 +151,9 @@ def open_source(spec: str | int | os.PathLike, *, fps: float | None = None,
             directory of images, or a video file path / ``file://`` URL.
         fps: target frames per second. Live and file sources sample to it by timestamp (None
             keeps every frame); for an image folder it is the rate of the sequence (default 1.0).
-        **options: per kind. Live streams and webcams: ``maxsize``, ``policy`` (``latest`` or
-            ``fifo``), ``open_timeout_s``, ``read_timeout_s``, ``reconnect_timeout_s``,
-            ``backoff_initial_s``, ``backoff_max_s``, ``rtsp_transport``, ``analyze_duration_s``
-            (see `hermes.pipelines.live.LiveSource`). Video files: ``backend``, ``start_s``,
-            ``end_s``. Image folders: none.
+        **options: per kind. Live streams and webcams: the keyword arguments of
+            `hermes.pipelines.live.LiveSource`. Video files: ``backend``, ``start_s``, ``end_s``;
+            over HTTP ``backend`` and ``open_timeout_s``. Image folders: none.
 
     Returns:
         An open source; use it as a context manager or call ``close()``.
