@@ -1,7 +1,7 @@
 """Questions as a user gives them to `run`: `--ask`/`--at` pairs, a JSONL questions file, `--ask-every`.
 
-Everything here is checked from the command line alone, before torch is imported: a bad time, file
-or key is a one-line `UsageError` naming the flag or the file's line.
+Checked before torch is imported: a bad time, file or key is a one-line `UsageError` naming the flag
+or the file's line.
 """
 
 from __future__ import annotations
@@ -21,20 +21,16 @@ QUESTION_KEYS = ("question", "at_s", "options", "id")
 
 @dataclass(frozen=True)
 class Question:
-    """A question to ask at `at_s` seconds into the stream, as a user or a script gives it.
+    """A question to ask at `at_s` seconds into the stream (None: when asked live, at the end of a file).
 
-    `at_s` None means as soon as it is asked (a live session), or at the end of the video (`run` on a
-    file). `options` are multiple-choice options (lettered A, B, ... in the prompt); `id` is the
-    asker's own (a questions file's `id`, which `run` prints beside the answer; the session ignores
-    it). Torch-free, so `run` checks questions before anything heavy loads;
-    `hermes.pipelines.session` answers them.
+    `options` are multiple-choice options (lettered A, B, ... in the prompt); `id` is the asker's own
+    (a questions file's, printed beside the answer; the session ignores it).
     """
 
     text: str
     at_s: float | None = None
     options: tuple[str, ...] = ()
     id: Any = None
-
 
 
 def finite_seconds(text: str, flag: str, *, positive: bool) -> float:
@@ -119,8 +115,6 @@ def check_times(questions: list[Question], duration_s: float | None) -> None:
     for q in questions:
         if q.at_s is not None and duration_s is not None and q.at_s > duration_s + 1e-6:
             raise UsageError(f"question time {q.at_s:g}s is past the end of the video ({duration_s:.2f}s)")
-
-
 
 
 def expand_every(questions: list[Question], every_s: float, duration_s: float) -> list[Question]:

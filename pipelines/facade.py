@@ -3,9 +3,7 @@
     with hermes.open("video.mp4", model="micro-llava-onevision", memory="hermes-4k") as session:
         print(session.ask("What is moving?", at=12.0).answer)
 
-Everything a bad argument can be told by (the configuration, the model's name, the source's path) is
-checked before torch is imported, and fails with the project's own one-line errors, as `run` does;
-this module imports nothing heavy at import time, so `import hermes` stays light.
+docs/ARCHITECTURE.md, Interfaces. Bad arguments fail with `run`'s one-line errors before torch loads.
 """
 
 from __future__ import annotations
@@ -25,10 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def override_items(overrides: dict[str, Any]) -> list[str]:
-    """Keyword overrides as `section.key=value` items (`budget=2048` -> `memory.budget=2048`).
-
-    A keyword is a field of exactly one of the model, memory and stream sections (`hermes.config`);
-    the model's name and the memory preset have arguments of their own.
+    """Keyword overrides as `section.key=value` items (`budget=2048` -> `memory.budget=2048`); a key is a
+    field of one of the model, memory and stream sections (`name` excepted: it has its own arguments).
 
     Raises:
         ConfigError: an unknown keyword (with a did-you-mean), or a value that is not JSON-like.
@@ -51,11 +47,8 @@ def override_items(overrides: dict[str, Any]) -> list[str]:
 
 def open_session(source: str | os.PathLike, model: str = "auto", memory: str | None = None,
                  **overrides: Any) -> StreamingSession:
-    """Open a recording, load a model and return a `StreamingSession` streaming that recording.
-
-    Questions are asked as on any session (`ask(question, options=..., at=seconds)` encodes the
-    frames before `at`, then answers); use it as a context manager, or call `close()`, so the
-    video is released.
+    """Open a recording, load a model and return a `StreamingSession` streaming that recording (use it
+    as a context manager, or call `close()`, so the video is released).
 
     Args:
         source: a video file, an image folder, or an http(s) URL of a video file (live cameras and

@@ -1,6 +1,5 @@
-"""The unit every source yields: one decoded RGB frame with its timestamp; `FrameSource`, the interface
-every source offers (`hermes.pipelines.sources.open_source` picks one); and `ReadAhead`, which decodes
-them on a reader thread ahead of the model."""
+"""`Frame`, the unit every source yields; `FrameSource`, the interface every source offers; `ReadAhead`,
+which decodes a file's frames on a reader thread ahead of the model (docs/ARCHITECTURE.md, Sources)."""
 
 from __future__ import annotations
 
@@ -29,19 +28,13 @@ class Frame:
     index: int
 
 
-# Frames decoded ahead of the consumer: one 16-frame chunk, so that the next chunk decodes while the
-# model encodes this one (about 100 MB of 1080p RGB at most).
-READ_AHEAD_FRAMES = 16
+READ_AHEAD_FRAMES = 16  # one chunk: about 100 MB of 1080p RGB at most
 
 
 class ReadAhead:
     """Iterates `frames` on a reader thread, at most `max_frames` ahead of the consumer.
 
-    Decoding (FFmpeg in decord or OpenCV) releases the GIL, as do the model's kernels, so a file's
-    decode no longer waits for the model to finish a chunk, nor the model for the decoder. An error
-    raised by the reader (a `SourceError` for a damaged file) is raised in the consumer, in order,
-    after the frames decoded before it. `close` stops the reader and waits for it, so that the
-    decoder it uses can be released safely afterwards.
+    An error the reader raises is raised in the consumer after the frames decoded before it.
 
     Args:
         frames: the iterator to read (used by the reader thread only, once iteration starts).
@@ -87,7 +80,7 @@ class ReadAhead:
             yield item
 
     def close(self) -> None:
-        """Stop the reader thread and wait for it (it finishes the frame it is decoding)."""
+        """Stop the reader thread and wait for it, so its decoder can be released afterwards."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -164,8 +157,7 @@ class FrameSource(ABC):
         """One line saying what this source is, without credentials."""
 
     def now_s(self) -> float | None:
-        """The current time on this source's clock (live sources), or None when frames carry
-        their own media time (files, image folders) and the consumer sets the pace."""
+        """The current time on a live source's clock; None where the consumer sets the pace (files)."""
         return None
 
     def __enter__(self) -> "FrameSource":

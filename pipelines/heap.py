@@ -1,16 +1,9 @@
-"""Keep Python's garbage collector off the heap a stream starts with.
+"""Keep Python's garbage collector off the heap a stream starts with (docs/ARCHITECTURE.md, Memory).
 
-Why: CPython's collection of its oldest generation walks every tracked object, and once torch,
-transformers and a model are loaded that is about 400,000 of them. On the micro model one such pass
-took 123 ms, in the middle of a 3,000-frame stream (`hermes-video bench gc`), and while it runs
-it holds the GIL: ingest, the disk writer and answers all stop. The objects alive when the first
-stream opens (libraries, the model, the memory directory's index) live as long as the process, and
-what the hot loop allocates is freed by reference counting, so such a pass finds nothing to free.
-`freeze_startup_heap` moves them to the permanent generation (`gc.freeze`), as vLLM and SGLang do
-after start-up; everything allocated later is collected as before.
-
-Cost: a reference cycle among the frozen objects that later becomes garbage is never reclaimed (the
-start-up heap bounds it). ``HERMES_GC_FREEZE=0`` turns it off.
+An oldest-generation pass over the ~400,000 objects of torch, transformers and a model took 123 ms on
+the micro model, holding the GIL mid-stream, and found nothing to free: those objects live as long as
+the process. `gc.freeze` moves them to the permanent generation once, as vLLM and SGLang do; a cycle
+among them that later becomes garbage is never reclaimed. ``HERMES_GC_FREEZE=0`` turns it off.
 """
 
 from __future__ import annotations

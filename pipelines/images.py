@@ -1,11 +1,7 @@
-"""Image-folder source: a directory of still images played as a video at a fixed rate.
+"""Image-folder source: the images of a directory, in natural filename order, played at a fixed rate.
 
-`list_images` and `read_image` are the one reader of image folders (a benchmark's extracted frames
-use them too, `hermes.datasets.record_frames`).
-
-docs/ARCHITECTURE.md, Sources. Files are ordered by natural filename order (``frame2.png`` before ``frame10.png``),
-frame ``i`` gets ``t_s = i / fps``. Only jpg/jpeg/png/bmp/webp files count; other files (a
-README, ``.DS_Store``) are ignored. An empty folder fails on open; an image that cannot be
+docs/ARCHITECTURE.md, Sources. `list_images` and `read_image` are the one reader of image folders (a
+benchmark's extracted frames use them too). An empty folder fails on open; an image that cannot be
 decoded fails when it is reached, naming the file.
 """
 
@@ -33,13 +29,9 @@ _DIGITS_RE = re.compile(r"(\d+)")
 def natural_key(name: str) -> tuple:
     """Sort key that orders embedded numbers by value: ``img2`` < ``img10``.
 
-    Args:
-        name: a file name.
-
     Returns:
-        A tuple alternating text and integer parts (comparable between any two names, since
-        ``re.split`` with a capturing group always starts with text), then the name itself as
-        a tie-break (``img01`` vs ``img1``).
+        Text and integer parts alternating, always text first (so any two keys compare), then the
+        name itself as a tie-break (``img01`` vs ``img1``).
     """
     parts = _DIGITS_RE.split(name.lower())
     return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
@@ -47,9 +39,6 @@ def natural_key(name: str) -> tuple:
 
 def list_images(folder: Path) -> list[Path]:
     """The image files directly inside `folder`, in natural order.
-
-    Args:
-        folder: the directory to list.
 
     Returns:
         Paths of regular files with an image extension (case-insensitive), hidden files skipped.
@@ -73,9 +62,7 @@ def read_image(path: Path):
 
 def _unreadable_reason(path: Path) -> str:
     """Why `cv2.imread` returned nothing, as the second half of a one-line message."""
-    if path.suffix.lower() == ".png" and "decord" in sys.modules:
-        # decord's wheel bundles zlib 1.2.3; imported before cv2, its zlib serves OpenCV's libpng,
-        # which then rejects every PNG ("libpng error: bad parameters to zlib").
+    if path.suffix.lower() == ".png" and "decord" in sys.modules:  # see the cv2 import in sources.py
         return ("OpenCV cannot decode PNG in this process because decord (which bundles an old "
                 "zlib) was imported before cv2; import cv2 before decord")
     return f"not a valid {path.suffix.lstrip('.').lower()} file; replace or remove it"
@@ -87,7 +74,7 @@ class ImageFolderSource(FrameSource):
     live = False
 
     def __init__(self, folder: str | Path, *, fps: float = 1.0) -> None:
-        """List the folder (images are decoded lazily, one per frame).
+        """List the folder; images are decoded one per frame as iterated.
 
         Args:
             folder: the directory holding the images.
@@ -122,11 +109,6 @@ class ImageFolderSource(FrameSource):
         return len(self.files) / self.fps
 
     def __iter__(self) -> Iterator[Frame]:
-        """Yield every image in order, decoded to RGB.
-
-        Raises:
-            SourceError: an image cannot be decoded (the message names the file).
-        """
         for index, path in enumerate(self.files):
             if self._closed:
                 return

@@ -1,22 +1,8 @@
-"""Live runs: frames keep coming while questions are typed or scheduled (docs/ARCHITECTURE.md, Sources).
+"""Live runs: frames keep coming while questions are typed or scheduled (docs/ARCHITECTURE.md, Interfaces).
 
-`run_live` feeds a session from a source that does not wait for the model: a camera or stream
-(frames stamped by the source's capture clock), or a file or image folder played back in real time.
-Questions come from three places, all on the stream's clock:
-
-- typed lines (`QuestionInbox` reads them on its own thread and stamps each with the moment it
-  was typed);
-- `--ask TEXT --at S`: once, at stream time S;
-- `--ask-every S --ask TEXT`: at S, 2S, 3S, ...
-
-A question stamped t is answered from exactly the frames captured before t: frames still waiting in
-the chunk buffer with `t_s < t` are encoded first, later ones wait for the next chunk. The run ends
-when the source ends, when the typed input closes (Ctrl-D, or the end of a pipe), once nothing is left
-to ask (no typed input, no periodic question, every timed one answered; unless `to_end`), or on Ctrl-C
-or SIGTERM; each ends cleanly with every pending question answered. A signal only raises a flag
-(`hermes.pipelines.session.stop_on_signals`), honoured between chunks, so the chunk being encoded
-finishes whole and the session can checkpoint. A resumed session skips frames (and scheduled
-questions) at or before the last frame it had encoded.
+`run_live` feeds a session from a camera or stream, or a recording played back in real time, and
+answers typed (`QuestionInbox`), one-off (`--at`) and periodic (`--ask-every`) questions on the
+stream's clock, each from exactly the frames captured before it was stamped.
 """
 
 from __future__ import annotations
@@ -37,12 +23,10 @@ from hermes.pipelines.session import Answer, Question, StreamingSession, stop_on
 
 
 def check_live_memory(memory_cfg, live: bool, explicit: bool):
-    """The memory config a live source runs with: never unbounded, checkpointed at the live rate
-    (`memory.live_checkpoint_every`, default every chunk). Called before the model loads.
-
-    `full` keeps every frame, and a live stream has no end: it would grow until the model's position
-    limit and fail minutes in. Chosen explicitly, it is refused; as the mere default, it is replaced
-    by the bounded `hermes` policy (its default budget), with a note on stderr.
+    """The memory config a live source runs with: never unbounded (`full`, which would fail at the
+    model's position limit minutes in, is refused when chosen and replaced by `hermes` with a note
+    when merely the default), checkpointed at `memory.live_checkpoint_every`. Called before the
+    model loads.
 
     Args:
         memory_cfg: the resolved memory config.
@@ -111,8 +95,7 @@ class QuestionSchedule:
 
     def __init__(self, timed: Iterable[Question] = (), every_s: float | None = None,
                  every: Iterable[Question] = ()) -> None:
-        """Schedule one-off and periodic questions.
-
+        """
         Args:
             timed: one-off questions, each at its `at_s`.
             every_s: period of the `every` questions, in stream seconds (None: none).
@@ -180,6 +163,9 @@ def run_live(session: StreamingSession, frames: Iterable[Frame], *, clock: Calla
 
     Returns:
         Why the run ended: "end of source", "input closed", "questions answered" or "interrupted".
+        Every pending question is answered first. A signal only sets a flag
+        (`hermes.pipelines.session.stop_on_signals`) honoured between chunks, so a chunk is never
+        cut and the session can checkpoint.
     """
     buffer: list[Frame] = []
 

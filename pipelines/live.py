@@ -1,23 +1,7 @@
-"""Live capture: webcams and network streams read by OpenCV/FFmpeg in a reader thread.
+"""Live capture: webcams and network streams read by OpenCV/FFmpeg on a reader thread.
 
-docs/ARCHITECTURE.md, Sources. One `LiveSource` owns one reader thread and one ``cv2.VideoCapture``. The thread
-decodes as fast as the source delivers, stamps each frame with the capture clock
-(``t_s = time.monotonic() - opened_at``), samples to the target fps by timestamp, and hands the
-kept frames to the consumer through a bounded queue with a named drop policy:
-
-- ``latest`` (live default): when the queue is full the OLDEST queued frame is dropped (and
-  counted), so a slow consumer always gets fresh frames and its lag stays bounded;
-- ``fifo`` (files over HTTP): the reader blocks until there is room; nothing is dropped.
-
-A lost stream is reopened with exponential backoff (0.5 s doubling, capped at 5 s) until
-``reconnect_timeout_s`` after the loss; success records one `Gap` (frames are never invented to
-fill it, and a new resolution is accepted), failure makes iteration raise `SourceError`.
-A stall (the stream stays connected but delivers nothing, e.g. a paused RTSP server) is told from
-the arrival gaps: a live frame arriving more than ``stall_s`` after the previous one (default: the
-larger of 1 s and 4 frame intervals at the source's own rate) records a `Gap` too, and the log
-line gives how far the source's own timestamps (PTS) advanced meanwhile. Frames are never
-invented to fill a gap, and the sampler restarts after it.
-URL credentials never reach messages or logs (`redact_url`).
+docs/ARCHITECTURE.md, Sources (live sources): capture-clock timestamps, a bounded queue with a drop
+policy, reconnects with backoff, gaps for losses and stalls, no credentials in any message.
 """
 
 from __future__ import annotations
@@ -41,8 +25,7 @@ log = logging.getLogger(__name__)
 
 POLICIES = ("latest", "fifo")
 FFMPEG_OPTIONS_ENV = "OPENCV_FFMPEG_CAPTURE_OPTIONS"
-# OpenCV reads FFMPEG_OPTIONS_ENV inside the VideoCapture constructor and the variable is
-# process-wide, so captures that set it are opened one at a time.
+# the variable is process-wide and read by the VideoCapture constructor: captures that set it open one at a time
 _ENV_LOCK = threading.Lock()
 DROP_WARNING_INTERVAL_S = 10.0  # rate limit of the "consumer too slow" warning
 
@@ -58,8 +41,7 @@ class _Sampler:
         """Whether the frame at `t_s` is kept; advances the schedule when it is."""
         if self.interval_s is None:
             return True
-        # A quarter-interval tolerance absorbs capture-clock jitter (a frame at 0.199 s for a
-        # 0.2 s slot) that would otherwise skip a whole source frame.
+        # a quarter interval of capture-clock jitter (0.199 s for a 0.2 s slot) must not skip a frame
         if self.next_due_s is not None and t_s < self.next_due_s - 0.25 * self.interval_s:
             return False
         on_schedule = self.next_due_s is not None and t_s - self.next_due_s < self.interval_s
@@ -72,10 +54,12 @@ class _Sampler:
 
 
 class LiveSource(FrameSource):
-    """A webcam or network stream read in its own thread (see the module docstring)."""
+    """A webcam or network stream read in its own thread (docs/ARCHITECTURE.md, Sources)."""
 
-    def __init__(self, target: str | int, *, fps: float | None = None, live: bool = True,
-                 policy: str | None = None, maxsize: int | None = None,
+    live = True
+
+    def __init__(self, target: str | int, *, fps: float | None = None,
+                 policy: str = "latest", maxsize: int = 2,
                  open_timeout_s: float = 10.0, read_timeout_s: float = 5.0,
                  reconnect_timeout_s: float = 30.0, backoff_initial_s: float = 0.5,
                  backoff_max_s: float = 5.0, rtsp_transport: str = "tcp",
@@ -85,11 +69,9 @@ class LiveSource(FrameSource):
         Args:
             target: a webcam index or a stream URL.
             fps: target frames per second, sampled by timestamp; None keeps every frame.
-            live: False for a file served over HTTP: PTS timestamps, in order, no reconnect,
-                the end of the stream ends iteration.
-            policy: ``latest`` or ``fifo``; default ``latest`` when live, else ``fifo``.
-            maxsize: queue length; default 2 when live (the consumer is at most about two
-                frames behind), else 8.
+            policy: when the queue is full, ``latest`` drops the oldest frame (the consumer gets
+                fresh frames, its lag bounded); ``fifo`` makes the reader wait, dropping nothing.
+            maxsize: queue length in frames (the consumer is at most about that far behind).
             open_timeout_s: limit for opening (and each reopening) of a stream.
             read_timeout_s: a stream that delivers nothing for this long counts as lost.
             reconnect_timeout_s: how long after a loss reconnecting is tried before giving up.
@@ -106,11 +88,9 @@ class LiveSource(FrameSource):
             UsageError: an option value is out of range.
         """
         super().__init__()
-        policy = policy or ("latest" if live else "fifo")
         if policy not in POLICIES:
             raise UsageError(
                 f"unknown drop policy {policy!r}: expected one of {', '.join(POLICIES)}")
-        maxsize = maxsize if maxsize is not None else (2 if live else 8)
         if maxsize < 1:
             raise UsageError(f"maxsize must be at least 1, got {maxsize}")
         check_fps(fps)
@@ -120,7 +100,6 @@ class LiveSource(FrameSource):
             if value <= 0:
                 raise UsageError(f"{name} must be positive, got {value}")
 
-        self.live = live
         self.policy = policy
         self.maxsize = maxsize
         self.fps = fps
@@ -153,8 +132,6 @@ class LiveSource(FrameSource):
                                         name="hermes-live-reader")
         self._thread.start()
 
-    # -- opening -------------------------------------------------------------------------------
-
     def _ffmpeg_options(self) -> str:
         """FFmpeg demuxer options in OpenCV's ``key;value|key;value`` syntax."""
         parts = []
@@ -165,7 +142,7 @@ class LiveSource(FrameSource):
         return "|".join(parts)
 
     def _open_capture(self, open_timeout_s: float) -> cv2.VideoCapture | None:
-        """Open a fresh capture; None when it does not open (the reason is in FFmpeg's log)."""
+        """A fresh capture, or None when it does not open (FFmpeg logs why)."""
         try:
             if self._is_webcam:
                 # No timeout parameters: backends that do not know them refuse to open.
@@ -202,10 +179,8 @@ class LiveSource(FrameSource):
                 f"{self.open_timeout_s:g} s); check that the server is running and the URL is "
                 f"right")
 
-    # -- reader thread -------------------------------------------------------------------------
-
     def _run(self, cap: cv2.VideoCapture) -> None:
-        """Reader thread body: hands every outcome (end, error) to the consumer via the queue."""
+        """Reader thread body: every outcome (end, error) reaches the consumer through the queue."""
         self._cap: cv2.VideoCapture | None = cap  # touched by this thread only
         error: BaseException | None = None
         try:
@@ -240,8 +215,6 @@ class LiveSource(FrameSource):
                 break
             gap_start_t_s = None
             if not ok or bgr is None:
-                if not self.live:
-                    break  # end of a file over HTTP
                 gap_start_t_s = last_t_s if last_t_s is not None else captured_at - self._opened_at
                 log.warning("lost %s at t=%.1f s; reconnecting for up to %g s", self.name,
                             gap_start_t_s, self.reconnect_timeout_s)
@@ -252,9 +225,11 @@ class LiveSource(FrameSource):
                     break  # closed while reconnecting
                 self._cap, bgr, captured_at = reopened
 
-            t_s = self._timestamp(self._cap, captured_at, last_t_s, index)
+            t_s = captured_at - self._opened_at
+            if last_t_s is not None and t_s <= last_t_s:
+                t_s = last_t_s + 1e-6  # frames FFmpeg buffered while probing arrive in one burst
             pts_s = self._cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
-            if gap_start_t_s is None and self.live and last_arrival is not None \
+            if gap_start_t_s is None and last_arrival is not None \
                     and captured_at - last_arrival > self._stall_limit_s():
                 gap_start_t_s = last_t_s
                 log.warning("%s stalled: no frame for %.1f s (its own timestamps advanced %.1f s)", self.name,
@@ -288,28 +263,9 @@ class LiveSource(FrameSource):
         fps = self._cap.get(cv2.CAP_PROP_FPS) if self._cap is not None else 0.0
         return max(1.0, 4.0 / fps) if fps and fps > 0 and fps < 1000 else 1.0
 
-    def _timestamp(self, cap: cv2.VideoCapture, captured_at: float, last_t_s: float | None,
-                   index: int) -> float:
-        """Capture clock for live sources, PTS for files; always strictly increasing."""
-        if self.live:
-            t_s = captured_at - self._opened_at
-        else:
-            t_s = cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
-            if last_t_s is not None and t_s <= last_t_s:  # some streams report no PTS
-                t_s = index / (cap.get(cv2.CAP_PROP_FPS) or 25.0)
-        if last_t_s is not None and t_s <= last_t_s:
-            t_s = last_t_s + 1e-6  # frames FFmpeg buffered while probing arrive in one burst
-        return t_s
-
     def _reconnect(self, lost_at: float, lost_t_s: float):
-        """Reopen with backoff until a frame is read, or raise after the deadline.
-
-        Returns:
-            ``(capture, first_bgr_frame, captured_at)``, or None if the source was closed.
-
-        Raises:
-            SourceError: no frame could be read within `reconnect_timeout_s` of the loss.
-        """
+        """``(capture, first BGR frame, captured_at)`` once a reopened capture reads a frame; None if the
+        source was closed; `SourceError` after `reconnect_timeout_s`."""
         deadline = lost_at + self.reconnect_timeout_s
         delay_s = self.backoff_initial_s
         attempts = 0
@@ -328,10 +284,7 @@ class LiveSource(FrameSource):
                     return cap, bgr, time.monotonic()
                 cap.release()
             log.debug("reconnect attempt %d to %s failed", attempts, self.name)
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                break
-            if self._stop.wait(min(delay_s, remaining_s)):
+            if self._stop.wait(max(0.0, min(delay_s, deadline - time.monotonic()))):
                 return None
             delay_s = min(delay_s * 2, self.backoff_max_s)
         if self._stop.is_set():
@@ -365,18 +318,12 @@ class LiveSource(FrameSource):
             log.warning("consumer of %s is slower than the source: %d frames dropped so far, "
                         "lag %.2f s", self.name, self._stats.frames_dropped, self._stats.lag_s)
 
-    # -- consumer side -------------------------------------------------------------------------
-
     def __iter__(self) -> Iterator[Frame]:
         return self
 
     def __next__(self) -> Frame:
-        """Take the next queued frame, waiting for one.
-
-        Raises:
-            StopIteration: the source ended or was closed.
-            SourceError: the stream was lost and did not come back in time.
-        """
+        """The next queued frame, waiting for one; raises the reader's `SourceError` if the stream was
+        lost for good."""
         with self._cond:
             while not self._buffer:
                 if self._error is not None:
@@ -397,8 +344,8 @@ class LiveSource(FrameSource):
         self._stop.set()
 
     def now_s(self) -> float | None:
-        """Seconds since the stream opened: the clock frames are stamped with (live only)."""
-        return time.monotonic() - self._opened_at if self.live else None
+        """Seconds since the stream opened: the clock frames are stamped with."""
+        return time.monotonic() - self._opened_at
 
     def close(self) -> None:
         """Stop the reader thread and release the capture (waits up to the read timeout)."""
@@ -415,8 +362,7 @@ class LiveSource(FrameSource):
         """What the source is, without credentials (``live stream rtsp://***@host/x``)."""
         if self._is_webcam:
             return f"webcam {self._target}"
-        kind = "live stream" if self.live else "video over HTTP"
-        return f"{kind} {redact_url(self._target)}"
+        return f"live stream {redact_url(self._target)}"
 
     def describe(self) -> str:
         fps = f"{self.fps:g} fps" if self.fps else "all frames"

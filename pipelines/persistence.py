@@ -1,24 +1,10 @@
 """Checkpoints of a streaming session in its memory directory, and resuming from them.
 
-Levels 2 and 3 persist by themselves (`hermes.tiers`); what a session adds is its state dict
-(`StreamingSession.state_dict`): level 1 (every cache layer's keys, values and per-token metadata,
-and the cache's position state), the memory policy's scoring state, and where the stream stands
-(timestamps of the frames encoded). Each owner says what its state is; this module only checks,
-saves and restores state dicts. They are saved atomically after the first chunk, every
-`memory.checkpoint_every` chunks and when the session closes; `restore_session` rebuilds the session
-exactly as it was saved. A crash loses no evicted memory (levels 2 and 3 are durable by themselves,
-see `hermes.tiers.directory`); from a file, the frames after the last checkpoint are read and encoded
-again on ``--resume``.
-
-On disk: one checkpoint named ``session`` (`hermes.tiers.checkpoint`: checksummed tensors plus
-checksummed JSON metadata). The state dict's tensors are its tensors; its other values, with
-``state_format``, ``policy`` and ``frames``, are its metadata. ``state_format`` 2 is the state-dict
-layout; a checkpoint without it (format 1: the cache's metadata stacked over layers) is converted on
-load, and a later format is refused with a one-line error.
-
-Before anything is written, the cache's invariants are checked (`check_invariants`): every layer
-holds equally many tokens, metadata and tensors agree in length, the tokens' frames are among those
-encoded. A cache that fails is never checkpointed: the previous checkpoint stands.
+docs/ARCHITECTURE.md, Memory (persistence) and State and who owns it. The session's state dict
+(level 1, the policy's scores, the timestamps encoded) is checked (`check_invariants`), then saved as
+one checkpoint named ``session``: its tensors as tensors, its other values with ``state_format``,
+``policy`` and ``frames`` as metadata. ``state_format`` 1 (level-1 metadata stacked over layers) is converted on
+load; a later format is refused.
 """
 
 from __future__ import annotations
@@ -62,9 +48,8 @@ def check_invariants(session) -> None:
 def save_session(session, wait: bool = True) -> None:
     """Write the session's state dict to its memory directory, after checking it.
 
-    This thread takes a snapshot (host copies of the tensors); the memory directory's disk writer
-    serialises, checksums and fsyncs it once both record stores have caught up, so the checkpoint
-    claims only what is durable (`hermes.tiers.directory.MemoryDirectory.save_checkpoint`).
+    The disk writer saves the snapshot once both record stores have caught up, so the checkpoint
+    claims only what is durable (`MemoryDirectory.save_checkpoint`).
 
     Args:
         session: The streaming session.
@@ -82,6 +67,7 @@ def save_session(session, wait: bool = True) -> None:
 
 
 def has_checkpoint(lower) -> bool:
+    """Whether the memory directory of `lower` holds a session checkpoint."""
     return any(c.get("name") == CHECKPOINT for c in lower.store.checkpoints())
 
 
@@ -114,9 +100,8 @@ def restore_session(session) -> None:
 
 
 def from_format_1(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
-    """A session state dict from a format-1 checkpoint (level-1 metadata stacked over layers as
-    ``meta.<field>``, keys and values as ``keys.<l>`` / ``values.<l>``, running scores as
-    ``running.ids.<l>`` / ``running.scores.<l>``, the compaction count as the lower levels' ``epoch``)."""
+    """A session state dict from a format-1 checkpoint (``meta.<field>`` stacked over layers,
+    ``keys.<l>``, ``values.<l>``, ``running.ids.<l>``, ``running.scores.<l>``, ``epoch``)."""
     num_layers = sum(1 for name in tensors if name.startswith("keys."))
     state: dict[str, Any] = {"policy": meta["policy"], "encoded_t_s": tensors["encoded_t_s"],
                              "cache.next_position": meta["next_position"],

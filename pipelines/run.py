@@ -1,15 +1,13 @@
-"""`hermes-video run` as typed functions: the checks made before anything heavy loads, and the stream.
+"""`hermes-video run` as typed functions (docs/ARCHITECTURE.md, Interfaces).
 
-The order is the point of this module. `prepare_run` checks everything that can be checked from the
-command line alone — the question list, the questions file, the source's path, the configuration —
-and raises a one-line `HermesError` before torch or transformers is imported. `execute_run` then
-opens the source, loads the model, checks that the chosen memory can hold the stream (and that every
-question fits the model's window) before encoding a frame, and streams. The CLI
-(`hermes.pipelines.cli`) only turns flags into these calls; the demo builds a `RunPlan` itself.
+`prepare_run` checks what the command line alone can tell (questions, files, the source's path, the
+configuration) before torch is imported; `execute_run` opens the source, loads the model, checks that
+the memory holds the stream and every question fits, then streams.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -37,7 +35,7 @@ def check_source_spec(source: str) -> None:
         raise UsageError("SOURCE is empty: give a video file, an image folder, a webcam index or a stream URL")
     if "://" in source or source.strip().isdigit():
         return  # URLs and webcams are checked when opened (the scheme check is in open_source)
-    from hermes.pipelines.video_checks import check_file, probe_container  # no decoder, no torch
+    from hermes.pipelines.video_checks import check_file  # no decoder, no torch
 
     path = Path(source).expanduser()
     if path.is_dir():
@@ -46,7 +44,7 @@ def check_source_spec(source: str) -> None:
         raise SourceError(f"source not found: {source} is not an existing file or folder; expected a video "
                           f"file, an image folder, a webcam index (0, 1, ...) or an rtsp://, rtmp:// or "
                           f"http(s):// URL")
-    probe_container(check_file(path))
+    check_file(path, probe=True)
 
 
 @dataclass
@@ -132,10 +130,8 @@ def prepare_run(source: str | None, asked: list[tuple[str, str | None]], resolve
 
 
 def check_capacity(model, cfg, duration_s: float | None, live: bool) -> str | None:
-    """Refuse, before encoding, a memory that cannot hold the stream; a note where it may not.
-
-    `full` keeps every visual token, so a recording needs `frames x tokens per frame` positions
-    beside the prompt and `memory.position_reserve`; a bounded policy needs its budget to fit.
+    """Refuse, before encoding, a memory that cannot hold the stream (`full`: every visual token of a
+    recording; a bounded policy: its budget) beside `memory.position_reserve`.
 
     Returns:
         A note to print (a live stream under `full`: how long it can run), or None.
@@ -197,10 +193,7 @@ class ProgressBar:
                 self.bar.update(1)
 
     def write(self, emit: Callable[[], None]) -> None:
-        if self.bar is None:
-            emit()
-            return
-        with self.bar.external_write_mode():
+        with self.bar.external_write_mode() if self.bar is not None else contextlib.nullcontext():
             emit()
 
     def close(self) -> None:
@@ -211,8 +204,7 @@ class ProgressBar:
 
 
 def streams_to_end(plan: RunPlan) -> bool:
-    """Whether the stream goes on after its last question: `--to-end`, or a memory being built
-    (`--memory-dir`), which wants every frame."""
+    """Whether the stream goes on after its last question (`--to-end`, or `--memory-dir`)."""
     return plan.to_end or bool(plan.memory_dir)
 
 
@@ -235,8 +227,8 @@ def check_memory_dir(memory_dir: str) -> None:
 
 
 def answer_read_only(plan: RunPlan, on_answer: Callable[[Any, Question | None], None]) -> None:
-    """``--read-only``: the writer's last checkpoint as level 1, recall over its records (followed as
-    they arrive), each question answered at once; nothing is written to the memory directory."""
+    """``--read-only``: each question answered at once from the writer's last checkpoint and recall
+    over its records; nothing is written."""
     from hermes.models.loading import load_model
     from hermes.pipelines.session import StreamingSession
 
@@ -255,17 +247,8 @@ def answer_read_only(plan: RunPlan, on_answer: Callable[[Any, Question | None], 
 
 
 def source_options(cfg, source: str, reconnect_timeout_s: float | None = None) -> dict:
-    """The keyword arguments of `open_source` a configuration asks for: the video backend for a file
-    (`stream.backend`, unless auto) and a live source's reconnect timeout.
-
-    Args:
-        cfg: the resolved `HermesConfig`.
-        source: the source spec as given.
-        reconnect_timeout_s: how long a live source tries to reconnect; None for the source's default.
-
-    Returns:
-        Keyword arguments for `open_source`.
-    """
+    """The keyword arguments of `open_source` that `cfg` asks for: a file's video backend
+    (`stream.backend`, unless auto) and a live source's `reconnect_timeout_s` (None: its default)."""
     options = {}
     if reconnect_timeout_s is not None:
         options["reconnect_timeout_s"] = reconnect_timeout_s
@@ -339,18 +322,14 @@ def execute_run(plan: RunPlan, *, progress: bool,
         return None
 
 
-
 def stdin_lines() -> Iterable[bytes | str]:
-    """Lines typed on standard input, read from its file descriptor rather than `sys.stdin.buffer`.
-
-    The reader is a daemon thread that is still blocked reading when the run ends (at the end of a
-    file, say). Blocked in `BufferedReader.readline` it holds the reader's lock, and interpreter
-    shutdown, which flushes standard input, then aborts the process ("Fatal Python error:
-    _enter_buffered_busy", exit 134). `os.read` takes no lock. A stdin without a descriptor (a test's
-    StringIO) is iterated as it is.
+    """Lines typed on standard input, read with `os.read` on its descriptor, not `sys.stdin.buffer`:
+    a daemon reader blocked in `BufferedReader.readline` holds its lock when the run ends, and the
+    interpreter's shutdown flush then aborts ("_enter_buffered_busy", exit 134).
 
     Returns:
-        An iterable of lines, bytes (each ending in a newline but maybe the last) or str.
+        Lines as bytes (each ending in a newline but maybe the last), or stdin itself where it has
+        no descriptor (a test's StringIO).
     """
     try:
         fd = sys.stdin.fileno()

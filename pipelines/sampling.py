@@ -1,18 +1,8 @@
-"""Sampling frames by timestamp: which frames a stream at a target fps keeps.
+"""Sampling frames by timestamp: which frames a file read at a target fps keeps.
 
-The rule, shared by every file backend: target times t_k = start + k / fps; for each, the frame on
-screen at t_k (the last with PTS <= t_k) is kept, each frame at most once. `StreamingPicker` applies it one frame
-at a time (when timestamps are only known while decoding); `sample_indices` runs it over a whole list
-of timestamps (when they are known up front), so both readers pick by one implementation of the rule.
-
-Two other rules pick frames by timestamp, on purpose not this one:
-- live input (`pipelines.live._Sampler`) must decide when a frame arrives: "on screen at t_k" needs
-  the next frame's timestamp, and a camera that stalls would hold its last frame back for the whole
-  stall. It keeps a frame once its slot is due, allowing a quarter interval of capture-clock jitter;
-- the `recent-frames` baseline (`hermes.baselines.recent_frames.pick_recent`) thins backwards from the
-  newest frame, each taken frame at least 1/fps before the previous one, so it returns the last N
-  frames SimpleStream asks for (targets counted back from the newest would pick one frame twice when
-  the stream is sampled more slowly than the baseline's rate).
+docs/ARCHITECTURE.md, Sources. One rule for every file backend, applied to all timestamps at once
+(`sample_indices`, decord) or one frame at a time (`StreamingPicker`, OpenCV) by the same vectorised
+code (`StreamingPicker._picks`).
 """
 
 from __future__ import annotations
@@ -31,10 +21,16 @@ PTS_TOLERANCE_S = 5e-4
 
 
 def every_frame(fps: float | None, native_fps: float) -> bool:
+    """Whether sampling at `fps` keeps every frame of a file at `native_fps` (None: every frame)."""
     return fps is None or fps >= native_fps * (1.0 - 1e-9)
 
 
 def check_fps(fps: float | None) -> None:
+    """Refuse an fps that is not a positive finite number (None, every frame, is accepted).
+
+    Raises:
+        UsageError: `fps` is zero, negative, NaN or infinite.
+    """
     if fps is not None and not (math.isfinite(fps) and fps > 0):
         raise UsageError(f"fps must be a positive number, got {fps!r} (pass e.g. fps=1.0)")
 
@@ -49,20 +45,16 @@ def sample_indices(
 ) -> list[int]:
     """Choose which frames to keep when sampling at `fps`, by timestamp.
 
-    Rule: target times are ``t_k = start_s + k / fps`` for k = 0, 1, 2, ... while ``t_k < end``.
-    For each target the frame on screen at ``t_k`` is picked, i.e. the last frame with
-    ``pts <= t_k`` (the first frame if there is none). A frame is picked at most once, so when
-    `fps` exceeds the local frame rate duplicates are skipped and fewer frames come back.
-    When `fps` is None or >= the native rate, every frame on screen during ``[start_s, end)`` is
-    picked: the one showing at `start_s` and every later one with ``pts < end``.
-    Comparisons allow `PTS_TOLERANCE_S` of rounding in the timestamps.
+    Rule: target times are ``t_k = start_s + k / fps`` while ``t_k < end``; for each, the frame on
+    screen at ``t_k`` (the last with ``pts <= t_k``, else the first) is picked, each frame at most
+    once. When `fps` is None or >= the native rate, every frame on screen during ``[start_s, end)``
+    is picked. Comparisons allow `PTS_TOLERANCE_S` of rounding.
 
     Args:
         pts_s: presentation timestamps in seconds, in increasing order.
         fps: sampling rate in frames per second; None for every frame.
         start_s: first target time.
-        end_s: exclusive end time; None means the end of the last frame, estimated as its PTS
-            plus the median frame interval.
+        end_s: exclusive end time; None means the last PTS plus the median frame interval.
         native_fps: the file's average frame rate; None estimates it from `pts_s`.
 
     Returns:
@@ -85,14 +77,12 @@ def sample_indices(
     if native_fps is None:
         span_s = float(pts[-1] - pts[0])
         native_fps = (n - 1) / span_s if span_s > 0 else math.inf
-
-    picker, picked = StreamingPicker(fps, start_s, end_s, native_fps), []
-    for i in range(n):
-        if picker.push(float(pts[i]), float(pts[i + 1]) if i + 1 < n else None):
-            picked.append(i)
-        if picker.done:
-            break
-    return picked
+    first = np.zeros(n, dtype=bool)
+    first[0] = True
+    picked, stop = StreamingPicker(fps, start_s, end_s, native_fps)._picks(pts, np.append(pts[1:], np.inf), first)
+    if stop.any():  # the picker is done at its first stop: no later frame is picked
+        picked[int(np.argmax(stop)):] = False
+    return np.flatnonzero(picked).tolist()
 
 
 class StreamingPicker:
@@ -103,40 +93,35 @@ class StreamingPicker:
     """
 
     def __init__(self, fps: float | None, start_s: float, end_s: float, native_fps: float):
-        self._fps = fps
         self._start_s = start_s
         self._end_s = end_s
         self.every_frame = every_frame(fps, native_fps)
-        self._k = 0  # first target not yet known to lie before the current frame
+        if not self.every_frame:  # t_k + tolerance for every target t_k < end - tolerance
+            t_s = start_s + np.arange(max(0, math.ceil((end_s - start_s) * fps)) + 2, dtype=np.float64) / fps
+            # then inf: past the last target nothing is on screen
+            self._targets_s = np.append(t_s[t_s < end_s - PTS_TOLERANCE_S] + PTS_TOLERANCE_S, np.inf)
+        self._k = 0  # first target not before the last frame pushed
         self._seen_first = False
         self.done = False  # no later frame can be picked: the reader may stop
 
-    def _target_plus_tol(self, k: int) -> float | None:
-        """Target k plus the tolerance, or None when target k is at or after the end."""
-        t_s = self._start_s + float(k) / self._fps
-        return t_s + PTS_TOLERANCE_S if t_s < self._end_s - PTS_TOLERANCE_S else None
+    def _picks(self, pts_s: np.ndarray, next_pts_s: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(picked, stop) per frame, for frames following those pushed so far (next PTS inf: the last)."""
+        tol = PTS_TOLERANCE_S
+        if self.every_frame:
+            stop = (pts_s >= self._end_s - tol) & ~first & (pts_s > self._start_s + tol)
+            return (next_pts_s > self._start_s + tol) & ~stop, stop
+        # a frame's target is the first one not before it; targets before the first frame are its own
+        k = np.where(first, 0, np.searchsorted(self._targets_s[:-1], pts_s, side="left"))
+        k = np.maximum.accumulate(np.maximum(k, self._k))
+        self._k = int(k[-1])
+        stop = k >= len(self._targets_s) - 1
+        return ~stop & (self._targets_s[k] < next_pts_s), stop
 
     def push(self, pts_s: float, next_pts_s: float | None) -> bool:
         """Whether the frame at `pts_s` is picked; `next_pts_s` is the next frame's (None: last)."""
-        is_first = not self._seen_first
+        first = np.array([not self._seen_first])
         self._seen_first = True
-        if self.every_frame:
-            tol = PTS_TOLERANCE_S
-            shown_in_range = next_pts_s is None or next_pts_s > self._start_s + tol
-            if pts_s >= self._end_s - tol and not is_first and pts_s > self._start_s + tol:
-                self.done = True
-                return False
-            return shown_in_range
-        if not is_first:  # targets before the first frame belong to the first frame
-            while (t := self._target_plus_tol(self._k)) is not None and t < pts_s:
-                self._k += 1
-        t = self._target_plus_tol(self._k)
-        if t is None:
-            self.done = True
-            return False
-        return next_pts_s is None or t < next_pts_s
-
-
-# --------------------------------------------------------------------------------------------
-# Opening files
-# --------------------------------------------------------------------------------------------
+        picked, stop = self._picks(np.array([pts_s], dtype=np.float64),
+                                   np.array([math.inf if next_pts_s is None else next_pts_s]), first)
+        self.done = bool(stop[0])
+        return bool(picked[0])

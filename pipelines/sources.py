@@ -1,18 +1,8 @@
 """Frame sources: one `open_source(spec)` for files, image folders, webcams and network streams.
 
-docs/ARCHITECTURE.md, Sources. Every source yields `Frame(t_s, rgb, index)` and shares one small interface
-(`FrameSource`): `.live`, `.stats`, `.gaps`, `.close()`, `.describe()` and use as a context
-manager. What a spec means:
-
-- an int or a digit string (``0``, ``"1"``): a webcam index (live);
-- ``rtsp://``, ``rtsps://``, ``rtmp://``, ``rtmps://``, ``http(s)://`` URLs: a live network stream,
-  except an http(s) URL whose path ends in a media extension (``.mp4`` ...), which is a file
-  served over HTTP: downloaded to a temporary file, then read as a file (timestamps, every frame);
-- a directory: an image sequence at ``fps`` frames per second (default 1.0);
-- an existing file (or ``file://`` URL): the video-file reader of `hermes.pipelines.video`.
-
-URLs may carry credentials; nothing this package prints, logs or raises contains them:
-`redact_url` is applied to every message.
+docs/ARCHITECTURE.md, Sources. Every source yields `Frame(t_s, rgb, index)` through the `FrameSource`
+interface (`hermes.pipelines.frames`). No message, log line or exception of a source shows URL
+credentials: `redact_url` is applied to every one.
 """
 
 from __future__ import annotations
@@ -24,14 +14,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 from urllib.parse import unquote, urlsplit
 
-# Loaded before anything can import decord: decord's wheel bundles zlib 1.2.3, and when it loads
-# first OpenCV's libpng binds to that zlib and rejects every PNG ("bad parameters to zlib").
+# before anything imports decord: its wheel bundles zlib 1.2.3, and loaded first it makes OpenCV's
+# libpng reject every PNG ("bad parameters to zlib")
 import cv2  # noqa: F401
 
 from hermes.errors import SourceError, UsageError, closest
-from hermes.redact import redact_url  # noqa: F401 (the sources' messages use it; callers import it from here too)
-# the interface lives beside `Frame` so the readers (images, live, video) need not import this module
-from hermes.pipelines.frames import Frame, FrameSource, Gap, ReadAhead  # noqa: F401 (Gap: callers import it here)
+from hermes.redact import redact_url
+from hermes.pipelines.frames import Frame, FrameSource, ReadAhead
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +40,16 @@ class VideoFileSource(FrameSource):
 
     def __init__(self, video: Any, path: str, *, fps: float | None = None,
                  start_s: float = 0.0, end_s: float | None = None) -> None:
-        """Wrap an opened video file.
-
-        Args:
-            video: the object `open_video` returned (has ``.frames(...)`` and ``.info``).
-            path: the file path, for `describe`.
-            fps: target sampling rate; None keeps every frame.
-            start_s: first timestamp to yield.
-            end_s: stop before this timestamp; None reads to the end.
+        """Wrap what `open_video` returned; `path` is for `describe`, the rest as `VideoFile.frames`.
 
         Raises:
-            SourceError: `start_s` or `end_s` lies outside the video.
+            SourceError: `start_s` or `end_s` lies outside the video (raised here, at open time).
         """
         super().__init__()
         self._video = video
         self._path = path
         self._fps = fps
         try:
-            # Called now, not on first iteration: a bad start_s/end_s fails at open time.
-            # decoded on a reader thread, a chunk ahead of the model (`ReadAhead`)
             self._frames = ReadAhead(video.frames(fps=fps, start_s=start_s, end_s=end_s))
         except BaseException:
             self.close()
@@ -81,8 +61,7 @@ class VideoFileSource(FrameSource):
         return self._video.info
 
     def __iter__(self) -> Iterator[Frame]:
-        for frame in self._frames:
-            # The file reader samples internally, so read == sampled == taken from here.
+        for frame in self._frames:  # sampled by the reader: read == sampled == taken
             self._stats.frames_read += 1
             self._stats.frames_sampled += 1
             self._stats.frames_taken += 1
@@ -128,24 +107,39 @@ def _unsupported(spec: str, scheme: str) -> SourceError:
     )
 
 
+def _kind(spec: str | int | os.PathLike) -> tuple[str, str]:
+    """(kind, text) of a spec: kind "webcam", "stream", "http-file" or "path" (a ``file://`` URL's path).
+
+    Raises:
+        SourceError: a URL of an unsupported scheme.
+    """
+    if isinstance(spec, int) or (isinstance(spec, str) and _INDEX_RE.match(spec)):
+        return "webcam", str(spec)
+    text = os.fspath(spec)
+    match = _SCHEME_RE.match(text)
+    if not match:
+        return "path", text
+    scheme = match.group(1).lower()
+    if scheme not in SUPPORTED_SCHEMES:
+        raise _unsupported(text, scheme)
+    if scheme == "file":
+        return "path", unquote(urlsplit(text).path)
+    if scheme in ("http", "https") and PurePosixPath(urlsplit(text).path).suffix.lower() in MEDIA_EXTENSIONS:
+        return "http-file", text  # downloaded, then read as a file
+    return "stream", text
+
+
 def is_live(spec: str | int | os.PathLike) -> bool:
     """Whether `open_source(spec)` opens a live source (a webcam, a stream URL) rather than a recording.
 
-    Args:
-        spec: what `open_source` takes.
-
     Returns:
-        True for a webcam index or a URL of a supported live scheme; False for a path, a ``file://``
-        URL or an http(s) URL of a video file (downloaded, then read as a file).
+        True for a webcam index or a URL of a live scheme; False for a path, a ``file://`` URL, an
+        http(s) URL of a video file or an unsupported scheme (which `open_source` refuses).
     """
-    if isinstance(spec, int) or (isinstance(spec, str) and _INDEX_RE.match(spec)):
-        return True
-    text = os.fspath(spec)
-    match = _SCHEME_RE.match(text)
-    if not match or match.group(1).lower() not in SUPPORTED_SCHEMES or match.group(1).lower() == "file":
+    try:
+        return _kind(spec)[0] in ("webcam", "stream")
+    except SourceError:
         return False
-    return not (match.group(1).lower() in ("http", "https")
-                and PurePosixPath(urlsplit(text).path).suffix.lower() in MEDIA_EXTENSIONS)
 
 
 def open_source(spec: str | int | os.PathLike, *, fps: float | None = None,
@@ -157,11 +151,9 @@ def open_source(spec: str | int | os.PathLike, *, fps: float | None = None,
             directory of images, or a video file path / ``file://`` URL.
         fps: target frames per second. Live and file sources sample to it by timestamp (None
             keeps every frame); for an image folder it is the rate of the sequence (default 1.0).
-        **options: per kind. Live streams and webcams: ``maxsize``, ``policy`` (``latest`` or
-            ``fifo``), ``open_timeout_s``, ``read_timeout_s``, ``reconnect_timeout_s``,
-            ``backoff_initial_s``, ``backoff_max_s``, ``rtsp_transport``, ``analyze_duration_s``
-            (see `hermes.pipelines.live.LiveSource`). Video files: ``backend``, ``start_s``,
-            ``end_s``. Image folders: none.
+        **options: per kind. Live streams and webcams: the keyword arguments of
+            `hermes.pipelines.live.LiveSource`. Video files: ``backend``, ``start_s``, ``end_s``;
+            over HTTP ``backend`` and ``open_timeout_s``. Image folders: none.
 
     Returns:
         An open source; use it as a context manager or call ``close()``.
@@ -173,33 +165,19 @@ def open_source(spec: str | int | os.PathLike, *, fps: float | None = None,
     """
     if isinstance(spec, bool):
         raise UsageError(f"source must be a path, URL or webcam index, got {spec!r}")
-    if isinstance(spec, int) or (isinstance(spec, str) and _INDEX_RE.match(spec)):
+    kind, text = _kind(spec)
+    if kind in ("webcam", "stream"):
         from hermes.pipelines.live import LiveSource
 
-        _check_options(options, _LIVE_OPTIONS, "webcam")
-        return LiveSource(int(spec), fps=fps, **options)
+        _check_options(options, _LIVE_OPTIONS, "webcam" if kind == "webcam" else "live stream")
+        return LiveSource(int(text) if kind == "webcam" else text, fps=fps, **options)
+    if kind == "http-file":
+        from hermes.pipelines.video import open_http_video
 
-    text = os.fspath(spec)
-    match = _SCHEME_RE.match(text)
-    if match:
-        scheme = match.group(1).lower()
-        if scheme not in SUPPORTED_SCHEMES:
-            raise _unsupported(text, scheme)
-        if scheme == "file":
-            text = unquote(urlsplit(text).path)
-        elif scheme in ("http", "https") and \
-                PurePosixPath(urlsplit(text).path).suffix.lower() in MEDIA_EXTENSIONS:
-            from hermes.pipelines.video import open_http_video  # downloaded, then read as a file
-
-            _check_options(options, _HTTP_FILE_OPTIONS, "video-over-HTTP")
-            video = open_http_video(text, backend=options.get("backend", "auto"),
-                                    timeout_s=options.get("open_timeout_s", 30.0))
-            return VideoFileSource(video, text, fps=fps)
-        else:
-            from hermes.pipelines.live import LiveSource
-
-            _check_options(options, _LIVE_OPTIONS, "live stream")
-            return LiveSource(text, fps=fps, **options)
+        _check_options(options, _HTTP_FILE_OPTIONS, "video-over-HTTP")
+        video = open_http_video(text, backend=options.get("backend", "auto"),
+                                timeout_s=options.get("open_timeout_s", 30.0))
+        return VideoFileSource(video, text, fps=fps)
 
     path = Path(text).expanduser()
     if path.is_dir():

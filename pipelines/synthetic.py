@@ -1,13 +1,8 @@
 """Deterministic synthetic videos for the offline demo and for tests.
 
-`make_frame(t_s, size, seed)` draws the picture at time `t_s`: a dark background with a few
-coloured shapes (rectangles and discs) that move along straight lines, bounce off the borders and
-appear / disappear on a fixed schedule. Everything is a pure function of `(t_s, size, seed)`, so a
-test can recompute the expected content of any frame without decoding anything.
-
-`write_synthetic_video(path, ...)` renders those frames at a constant frame rate into an mp4 with
-OpenCV's `VideoWriter` (fourcc `mp4v`), which needs nothing beyond `opencv-python` and `numpy` —
-this module is used by `hermes-video demo`, so it must not depend on dev-only packages.
+`make_frame(t_s, size, seed)` draws coloured shapes that move, bounce off the borders and appear and
+disappear on a schedule: a pure function, so a test can recompute any frame without decoding.
+`write_synthetic_video` writes them as an mp4 with OpenCV alone (the demo uses it: no dev packages).
 """
 
 from __future__ import annotations
@@ -20,8 +15,7 @@ import numpy as np
 
 from hermes.errors import SourceError
 
-# Background grey level: dark enough that every shape colour stands out after lossy compression
-# (the synthetic benchmark's world, `hermes.datasets.synthetic_bench`, draws on it too).
+# dark enough that every shape colour stands out after lossy compression (synthetic_bench draws on it too)
 BACKGROUND_RGB = (24, 24, 32)
 
 # Saturated, well separated colours, so tests can recognise a shape by colour after mp4v coding.
@@ -120,10 +114,7 @@ def write_synthetic_video(
     size: tuple[int, int] = (160, 120),
     seed: int = 0,
 ) -> Path:
-    """Write a constant-frame-rate mp4 of `make_frame` content.
-
-    Frame `i` shows `make_frame(i / fps, size, seed)`; the file holds `round(duration_s * fps)`
-    frames.
+    """Write a constant-frame-rate mp4 whose frame `i` is `make_frame(i / fps, size, seed)`.
 
     Args:
         path: output file (parent directories are created).
@@ -164,7 +155,7 @@ def write_mp4(path: str | Path, frames: Iterable[np.ndarray], fps: float, size: 
     Raises:
         SourceError: if OpenCV cannot open a writer for `path`.
     """
-    import cv2  # local import: only writing needs OpenCV
+    import cv2
 
     out_path = Path(path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,19 +1,10 @@
-"""Reading video files: metadata, timestamp-based sampling and upright RGB frames.
+"""Reading video files: metadata, sampling by timestamp and upright RGB frames (docs/ARCHITECTURE.md, Sources).
 
-`open_video(path)` returns a `VideoFile` whose `.frames(fps, start_s, end_s)` yields
-`hermes.pipelines.frames.Frame`s: RGB uint8, rotated upright from the container's rotation
-metadata, each carrying its presentation timestamp (PTS) in seconds from the first frame. Two
-backends read files (docs/ARCHITECTURE.md, Sources):
-
-* ``decord`` (preferred): demuxes the whole packet index at open, so every frame's PTS is known up
-  front; the frames to keep are chosen by `sample_indices` and decoded in bounded batches with
-  `get_batch`. Note: decord's FFmpeg prints its own diagnostics to stderr on bad files.
-* ``opencv`` (fallback where decord is missing): decodes sequentially; the same sampling rule is
-  applied one frame at a time (`StreamingPicker`), with `CAP_PROP_POS_MSEC` as the PTS.
-
-Sampling is by timestamp, never by frame index, so variable-frame-rate files are sampled at the
-requested rate in *time*. Every failure a user can act on raises `SourceError` with one line naming
-the path, what was wrong and the fix.
+`open_video(path)` returns a `VideoFile` whose `.frames(fps, start_s, end_s)` yields `Frame`s rotated
+upright from the container's metadata, each with its PTS in seconds. decord (preferred) knows every
+PTS at open and decodes the sampled frames in bounded batches; OpenCV (where decord is missing)
+decodes sequentially with `CAP_PROP_POS_MSEC` as the PTS. A failure a user can act on is one
+`SourceError` line naming the path, what was wrong and the fix.
 """
 
 from __future__ import annotations
@@ -25,9 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# cv2 must be loaded before decord: decord's wheel bundles zlib 1.2.3, and loaded first it makes
-# OpenCV reject every PNG ("libpng error: bad parameters to zlib").
-import cv2
+import cv2  # before decord: see hermes.pipelines.sources
 import numpy as np
 
 from hermes.errors import SourceError, UsageError
@@ -37,8 +26,7 @@ from hermes.pipelines.video_checks import check_file, short_reason, unreadable_e
 from hermes.redact import redact_url
 
 
-# Upper bound on the decoded pixels held at once by the decord backend.
-_BATCH_BYTES = 64 * 2**20
+_BATCH_BYTES = 64 * 2**20  # decoded pixels held at once by the decord backend
 _MAX_BATCH_FRAMES = 32
 
 BACKENDS = ("auto", "decord", "opencv")
@@ -71,10 +59,6 @@ class VideoInfo:
     backend: str
 
 
-# --------------------------------------------------------------------------------------------
-# Sampling by timestamp
-# --------------------------------------------------------------------------------------------
-
 
 def _rotate_upright(rgb: np.ndarray, rotation_deg: int) -> np.ndarray:
     """Rotate a (..., H, W, 3) array clockwise by `rotation_deg` (np.rot90 k < 0 is clockwise)."""
@@ -85,7 +69,6 @@ def _rotate_upright(rgb: np.ndarray, rotation_deg: int) -> np.ndarray:
 
 def _open_capture(file: Path):
     """An OpenCV capture with automatic rotation off (we rotate ourselves, like for decord)."""
-
     cap = cv2.VideoCapture(str(file), cv2.CAP_FFMPEG)
     if cap.isOpened():
         cap.set(cv2.CAP_PROP_ORIENTATION_AUTO, 0)
@@ -94,7 +77,6 @@ def _open_capture(file: Path):
 
 def _cv2_rotation_deg(cap) -> int:
     """Clockwise display rotation from the container metadata, snapped to 0/90/180/270."""
-
     rotation = cap.get(cv2.CAP_PROP_ORIENTATION_META)
     if not math.isfinite(rotation):
         return 0
@@ -152,10 +134,9 @@ def open_video(path: str | os.PathLike, backend: str = "auto") -> VideoFile:
 
 
 def open_http_video(url: str, backend: str = "auto", timeout_s: float = 30.0) -> VideoFile:
-    """Open a video file served over HTTP(S): downloaded whole into a temporary folder, then read
-    like a local file, so frames are sampled by their timestamps whether or not the server supports
-    Range requests (OpenCV reading the URL itself got 0 frames without Range, shifted times with
-    it). The folder is removed when the video is closed.
+    """Open a video file served over HTTP(S): downloaded whole into a temporary folder (removed on
+    close), then read like a local file. OpenCV reading the URL itself got 0 frames from servers
+    without Range requests and shifted times from those with them.
 
     Args:
         url: an http(s) URL; `user:password@` in it becomes a Basic authorisation header.
@@ -260,7 +241,6 @@ class VideoFile(ABC):
         """Free the backend's reader."""
 
     _closed = False
-
     _download_dir: Path | None = None  # the temporary folder of a video downloaded over HTTP
 
     def close(self) -> None:
@@ -287,8 +267,7 @@ class VideoFile(ABC):
 
 
 def _decord():
-    """decord, with its FFmpeg's console messages (hundreds of lines on a damaged file) off unless
-    logging is at debug level: errors reach the user as one `SourceError` line instead."""
+    """decord, its FFmpeg's console messages (hundreds of lines on a bad file) off below debug level."""
     import logging
 
     import decord
@@ -303,7 +282,6 @@ class _DecordVideo(VideoFile):
 
     def __init__(self, file: Path):
         decord = _decord()
-
         try:
             self._reader = decord.VideoReader(str(file), ctx=decord.cpu(0))
             num_frames = len(self._reader)
@@ -396,7 +374,6 @@ class _OpenCVVideo(VideoFile):
     """OpenCV reader: sequential decoding, PTS from CAP_PROP_POS_MSEC."""
 
     def __init__(self, file: Path):
-
         self._cap = _open_capture(file)
         if not self._cap.isOpened():
             self._cap.release()
@@ -430,7 +407,6 @@ class _OpenCVVideo(VideoFile):
         self._position = 0  # frames already decoded from the capture
 
     def _iter_frames(self, fps: float | None, start_s: float, end_s: float) -> Iterator[Frame]:
-
         info = self.info
         if self._position:
             # A previous pass moved the capture. Reopen rather than seek: OpenCV's seek is

@@ -1,8 +1,7 @@
 """Checks on a video file before and after a decoder tries it, and their one-line errors.
 
-A few header reads of the MP4/MOV box layout catch what decoders report badly or not at all: a
-truncated file (OpenCV just stops early), a container with no tracks, an empty file; one open by
-OpenCV's FFmpeg (`probe_container`) catches a file that is no video at all, before the model loads.
+docs/ARCHITECTURE.md, Sources: MP4/MOV box headers catch what decoders report badly or not at all (a
+truncated file, no tracks, an empty file); one open by OpenCV's FFmpeg catches a file that is no video.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.errors import SourceError
+
 
 def short_reason(exc: BaseException) -> str:
     """First line of a backend error, without decord's "[time] file.cc:123:" prefixes."""
@@ -86,8 +86,21 @@ def scan_mp4(path: Path) -> _Mp4Layout | None:
         return None
 
 
-def check_file(path: str | os.PathLike) -> Path:
-    """Resolve `path` and raise `SourceError` unless it is a non-empty readable file."""
+def check_file(path: str | os.PathLike, *, probe: bool = False) -> Path:
+    """Resolve `path` and refuse it unless it is a non-empty, readable, complete file.
+
+    Args:
+        path: the video file.
+        probe: also refuse a file no demuxer recognises (a text file named `.mp4`) before any decoder
+            or model loads: one open by OpenCV's FFmpeg (milliseconds, no torch) unless its MP4
+            header lists tracks, where decord would only fail after the model had loaded.
+
+    Returns:
+        The resolved path.
+
+    Raises:
+        SourceError: one line saying what is wrong with the file and the fix.
+    """
     file = Path(path).expanduser()
     if not file.exists():
         raise SourceError(f"video file not found: {file} (check the path)")
@@ -105,36 +118,18 @@ def check_file(path: str | os.PathLike) -> Path:
             f"video file is truncated: {file} (its '{layout.cut_box}' box runs past the end of the "
             "file, e.g. an interrupted download or recording; re-download or re-encode it)"
         )
+    if probe and not (layout is not None and layout.tracks):
+        import cv2  # before decord, as everywhere (hermes.pipelines.sources: their bundled zlibs clash)
+
+        if cv2.videoio_registry.hasBackend(cv2.CAP_FFMPEG):  # a build without it: left to the reader
+            capture = cv2.VideoCapture(str(file), cv2.CAP_FFMPEG)
+            try:
+                opened = capture.isOpened()
+            finally:
+                capture.release()
+            if not opened:
+                raise unreadable_error(file, None)
     return file
-
-
-def probe_container(file: Path) -> None:
-    """Refuse a file no demuxer recognises (a text file named `.mp4`) before any decoder or model loads.
-
-    An MP4/MOV whose header lists tracks is left to the decoder. Anything else is opened once with
-    OpenCV's FFmpeg: milliseconds and no torch, where decord would only fail after the model had
-    loaded, and print its own log line on the way.
-
-    Args:
-        file: a file `check_file` accepted.
-
-    Raises:
-        SourceError: FFmpeg cannot open it as a video (the message of `unreadable_error`).
-    """
-    layout = scan_mp4(file)
-    if layout is not None and layout.tracks:
-        return
-    import cv2  # before decord, as everywhere (hermes.pipelines.sources: their bundled zlibs clash)
-
-    if not cv2.videoio_registry.hasBackend(cv2.CAP_FFMPEG):  # a build without FFmpeg: leave it to the reader
-        return
-    capture = cv2.VideoCapture(str(file), cv2.CAP_FFMPEG)
-    try:
-        opened = capture.isOpened()
-    finally:
-        capture.release()
-    if not opened:
-        raise unreadable_error(file, None)
 
 
 def unreadable_error(file: Path, reason: str | None) -> SourceError:

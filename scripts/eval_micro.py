@@ -5,25 +5,10 @@
     python scripts/eval_micro.py --sweep      # the suite sweep with intervals (`sweep`, over scripts/micro_suite.py)
     python scripts/eval_micro.py --quick      # its CI smoke variant
 
-This docstring describes the default page (benchmarks/MICRO.md); `--sweep` and `--quick` are
-described in `micro_suite`.
-
-Benchmarks are generated (`hermes.datasets.synthetic_bench`, OVO-Bench format):
-- short: 20 s streams (as long as the clips the model was trained on), answered with `full` memory (the
-  model's ceiling: every frame in memory), and with the bounded policies at 128 tokens (8 frames);
-- long: 180 s streams under tight budgets (64-256 visual tokens per layer = 4-16 frames of 16 tokens),
-  answered by `full`, `sliding`, `uniform`, `recall-only`, `hermes` and `hermes+recall`;
-- with `--options`: the `hermes` memory options (each alternative to the reference's choice, our
-  former combination and the `hermes-plus` preset) on the long set and on a 600 s set, at every
-  budget, with 95 % bootstrap intervals over questions and paired intervals of each difference to
-  the default; episodic questions split into "first" and "just before X" by how long ago the
-  object was on screen. `--admission` adds the share of the newest chunk that long-term layers hold
-  after 10, 30 and 100 chunks, per accumulation setting.
-Each (policy, budget) is one `run_eval("ovo-bench", ...)`: the official streaming protocol, prompts
-and scorer of `hermes-video eval ovo-bench`, with the micro model passed in. Accuracy is the
-official verdict per question family (read from each run's samples.jsonl; the family is in the qid).
-Runs are kept under `--work` per weights file; `--reuse` reads a finished run instead of repeating it
-(so several processes can fill the runs, and a last call assembles the page).
+The page's templates (end of this file) say what each table measures; `--sweep` and `--quick` are
+`micro_suite`'s. Each (policy, budget) is one `run_eval("ovo-bench", ...)` with the micro model passed
+in: the official protocol, prompts and scorer. Runs are kept under `--work` per weights file; `--reuse`
+reads a finished run instead of repeating it, so several processes can fill the runs.
 """
 
 from __future__ import annotations
@@ -51,7 +36,7 @@ from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, fil
 from hermes.pipelines.bench.memory import resolve_policies
 
 import micro_suite  # this folder's (the script's own folder is on sys.path): the sweep's sets, tables, intervals
-from micro_suite import interval, run_dir, shown_args
+from micro_suite import interval, run_dir, run_key, shown_args
 
 BOUNDED = ("sliding", "uniform", "recall-only", "hermes", "hermes+recall")
 FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family
@@ -160,11 +145,7 @@ def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
 def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chance_row: dict,
          policies: tuple[str, ...] = BOUNDED) -> bool:
     """Accuracy against budget, one panel per family; False when matplotlib is missing."""
-    plt = micro_suite.pyplot()
-    if plt is None:
-        return False
-    fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
-    for ax, family in zip(axes, sb.FAMILIES):
+    def draw(ax, family: str) -> None:
         for policy in policies:
             ys = [share(long_rows[(policy, b)]["families"].get(family, (0, 0))) for b in budgets]
             ax.plot(budgets, ys, marker="o", label=policy)
@@ -174,14 +155,8 @@ def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chanc
         ax.axhline(100 * chance_row.get(family, 0), color="grey", linestyle=":", label="chance")
         ax.set_xscale("log", base=2)
         ax.set_xticks(budgets, [str(b) for b in budgets])
-        ax.set_title(family)
-        ax.set_xlabel("budget (visual tokens / layer)")
-    axes[0].set_ylabel("accuracy (%)")
-    axes[0].set_ylim(0, 100)
-    axes[-1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+
+    return micro_suite.family_panels(path, draw, "budget (visual tokens / layer)", "accuracy (%)", 8)
 
 
 def evaluate(adapter, short: Path, long: Path, runs: Path, budgets: list[int], chunk_frames: int,
@@ -192,7 +167,7 @@ def evaluate(adapter, short: Path, long: Path, runs: Path, budgets: list[int], c
     grid += [("long", policy, budget) for budget in budgets for policy in policies]
     results = {}
     for bench, policy, budget in grid:
-        key = f"{bench}/{policy}" + ("" if policy == "full" else f"/{budget}")
+        key = run_key(bench, policy, budget)
         results[key] = run_one(adapter, short if bench == "short" else long, run_dir(runs, key), policy,
                                budget, chunk_frames, reuse=reuse)
         print(key, results[key]["families"], results[key]["wall_s"], flush=True)
@@ -265,6 +240,7 @@ def question_groups(root: Path) -> dict[str, tuple[str, float]]:
 
 def column_qids(groups: dict[str, tuple[str, float]], column: str, depth: tuple[float, float] | None = None,
                 have: set[str] | None = None) -> list[str]:
+    """The qids of one column (a family, or "all"), within `depth` and among `have` where given."""
     out = []
     for qid, (col, d) in sorted(groups.items()):
         if (column == "all" or col == column) and (depth is None or depth[0] <= d < depth[1]):
@@ -280,15 +256,10 @@ def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str
     parts = []
     for name in sets:
         for budget in budgets:
-            base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
             lines = [f"**{name}, budget {budget}**", "", "| variant | " + " | ".join(OPTION_COLUMNS) + " |",
                      "|---" * (len(OPTION_COLUMNS) + 1) + "|"]
-            for label in variants:
-                runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
-                have = set.intersection(*(set(o) for o in runs + base))
-                marked = None if label == "hermes" else base
-                cells = [interval(runs, column_qids(groups[name], col, have=have), marked, 0) for col in OPTION_COLUMNS]
-                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            lines += [variant_row(all_runs, groups[name], name, budget, label, [(c, None) for c in OPTION_COLUMNS])
+                      for label in variants]
             n = {col: len(column_qids(groups[name], col)) for col in OPTION_COLUMNS}
             lines += ["", "questions per weights file: " + ", ".join(f"{c} {k}" for c, k in n.items()), ""]
             parts.append("\n".join(lines))
@@ -304,14 +275,19 @@ def depth_table(all_runs: list[dict], groups: dict[str, tuple[str, float]], name
                       for k, (lo, hi) in cols)
     lines = [f"**{name}, budget {budget}: episodic by depth** (depth = time since the object left the screen, "
              "share of the stream)", "", f"| variant | {head} |", "|---" * (len(cols) + 1) + "|"]
-    for label in variants:
-        runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
-        base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
-        have = set.intersection(*(set(o) for o in runs + base))
-        marked = None if label == "hermes" else base
-        cells = [interval(runs, column_qids(groups, kind, bin_, have), marked, 0) for kind, bin_ in cols]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [variant_row(all_runs, groups, name, budget, label, cols) for label in variants]
     return "\n".join(lines) + "\n"
+
+
+def variant_row(all_runs: list[dict], groups: dict[str, tuple[str, float]], name: str, budget: int, label: str,
+                columns: list[tuple[str, tuple[float, float] | None]]) -> str:
+    """One row: `label`'s accuracy [95 % interval] per (column, depth), marked against `hermes` at `budget`."""
+    runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
+    base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
+    have = set.intersection(*(set(o) for o in runs + base))
+    marked = None if label == "hermes" else base
+    return f"| {label} | " + " | ".join(interval(runs, column_qids(groups, col, depth, have), marked, 0)
+                                       for col, depth in columns) + " |"
 
 
 def admission(adapter, checkpoints: list[int], budget: int, chunk_frames: int, seed: int) -> dict[str, list[float]]:
@@ -377,7 +353,7 @@ def run_grid(adapter, sets: dict[str, Path], runs: Path, policies: list[str], bu
         for policy in policies:
             spec, preset, options = micro_suite.POLICIES[policy]
             for budget in ([0] if policy == "full" else budgets):
-                key = f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
+                key = run_key(name, policy, budget)
                 out = run_dir(runs, key)
                 result = run_one(adapter, root, out, spec, budget or 1, chunk_frames, memory=preset,
                                             options=options, reuse=reuse)

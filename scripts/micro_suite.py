@@ -6,15 +6,8 @@ and loads no model; `eval_micro.sweep` runs the grid. It imports nothing from `e
     python scripts/eval_micro.py --sweep                      # the standard sweep (see README for its cost)
     python scripts/eval_micro.py --quick --md /tmp/Q.md       # a CI smoke run (seconds)
 
-Sets are `hermes.datasets.synthetic_bench`'s suite (`SUITE_S`: 20, 180, 600 and 1,800 s streams, every
-question family at every length, episodic questions one per depth). Each (set, policy, budget) is
-one `run_eval("ovo-bench", ...)` through `eval_micro.run_one`, the official protocol and scorer.
-Per cell the page shows accuracy % [95 % bootstrap interval over questions, 2000 resamples, seed 0];
-several weights files (training seeds) are pooled with each question's verdicts kept together, and
-their spread (per-seed accuracy) gets its own table. (+) / (-): the paired difference to `hermes` on
-the same questions has a 95 % interval above / below 0. Beside accuracy: device memory (the largest
-`hbm_bytes`, the KV cache on the device, over the run's questions) and time per chunk (the run's
-wall time less its answers' latency, over the chunks streamed).
+Sets are `hermes.datasets.synthetic_bench`'s suite (`SUITE_S`); what each cell shows is on the page
+(`PAGE`).
 """
 
 from __future__ import annotations
@@ -91,7 +84,13 @@ def cost(out: Path, chunk_frames: int, wall_s: float) -> dict[str, float]:
             "ms_per_chunk": 1000 * max(0.0, wall_s - answering_s) / max(1, chunks)}
 
 
+def run_key(name: str, policy: str, budget: int) -> str:
+    """A run's key in the results: "<set>/<policy>/<budget>", or "<set>/full" (it ignores the budget)."""
+    return f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
+
+
 def run_dir(runs: Path, key: str) -> Path:
+    """The folder of the run `key` under `runs` (its slashes and odd characters made safe)."""
     return runs / re.sub(r"[^A-Za-z0-9_.+-]+", "_", key.replace("/", "-")).strip("_")
 
 
@@ -112,12 +111,10 @@ def bootstrap(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str,
 
 def shown_args(argv: list[str]) -> list[str]:
     """The command line as the page shows it: `--note` and its text left out (the note is on the page)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--note":
-            skip = True
+    out, args = [], iter(argv)
+    for arg in args:
+        if arg == "--note":
+            next(args, None)
         elif not arg.startswith("--note="):
             out.append(arg)
     return out
@@ -139,8 +136,8 @@ def interval(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, 
 
 def rows_of(all_runs: list[dict], name: str, policies: list[str], budget: int) -> list[tuple[str, str]]:
     """(label, result key) of each policy at `budget` on set `name`."""
-    return [(p if p == "full" else f"{p} @{budget}", f"{name}/{p}" + ("" if p == "full" else f"/{budget}"))
-            for p in policies if (f"{name}/{p}" + ("" if p == "full" else f"/{budget}")) in all_runs[0]]
+    return [(p if p == "full" else f"{p} @{budget}", run_key(name, p, budget))
+            for p in policies if run_key(name, p, budget) in all_runs[0]]
 
 
 def tables(all_runs: list[dict], tags: dict[str, dict], policies: list[str], budgets: list[int]) -> str:
@@ -187,32 +184,41 @@ def spread_table(all_runs: list[dict], seeds: list[str]) -> str:
     return "\n".join(lines)
 
 
-def pyplot():
-    """matplotlib's pyplot on the file-only Agg backend, or None when matplotlib is not installed."""
+def family_panels(path: Path, draw, xlabel: str, ylabel: str, legend_size: int) -> bool:
+    """A PNG with one accuracy panel per question family, `draw(ax, family)` filling each (matplotlib's
+    file-only Agg backend); False (no file) when matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return None
-    return plt
+        return False
+    fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
+    for ax, family in zip(axes, sb.FAMILIES):
+        draw(ax, family)
+        ax.set_title(family)
+        ax.set_xlabel(xlabel)
+    axes[0].set_ylabel(ylabel)
+    axes[0].set_ylim(0, 100)
+    axes[-1].legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies: list[str], budget: int) -> bool:
     """Accuracy against stream length, one panel per family, one line per policy at `budget` (and `full`),
     each point with its 95 % bootstrap interval; False (no file) when matplotlib is missing."""
-    plt = pyplot()
-    if plt is None:
-        return False
     names = list(tags)
     lengths = [sb.SUITE_S[n] for n in names]
-    fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
-    for ax, family in zip(axes, sb.FAMILIES):
+
+    def draw(ax, family: str) -> None:
         for policy in policies:
             xs, ys, err = [], [], [[], []]
             for name, length in zip(names, lengths):
-                key = f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
+                key = run_key(name, policy, budget)
                 if key not in all_runs[0]:
                     continue
                 runs = [r[key]["outcomes"] for r in all_runs]
@@ -231,15 +237,8 @@ def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies
         ax.set_xscale("log")
         ax.minorticks_off()  # the log axis's own minor labels would overlap the lengths
         ax.set_xticks(lengths, [f"{n} s" for n in lengths])
-        ax.set_title(family)
-        ax.set_xlabel("stream length")
-    axes[0].set_ylabel(f"accuracy (%), budget {budget}")
-    axes[0].set_ylim(0, 100)
-    axes[-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+
+    return family_panels(path, draw, "stream length", f"accuracy (%), budget {budget}", 7)
 
 
 PAGE = """# Memory policies on the micro testbed's suite (micro model, CPU)

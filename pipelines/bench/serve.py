@@ -10,7 +10,7 @@ import time
 
 from hermes.pipelines.bench.common import collect_worker, spawn_worker
 from hermes.pipelines.frames import Frame
-from hermes.pipelines.sources import FrameSource
+from hermes.pipelines.frames import FrameSource
 
 
 class SyntheticCamera(FrameSource):

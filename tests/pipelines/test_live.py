@@ -22,7 +22,9 @@ import pytest
 from hermes.errors import EXIT_SOURCE, SourceError, UsageError
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.live import LiveSource, _Sampler
-from hermes.pipelines.sources import FrameSource, Gap, open_source, redact_url
+from hermes.pipelines.frames import FrameSource, Gap
+from hermes.pipelines.sources import open_source
+from hermes.redact import redact_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # works with or without __init__.py
 from live_fixtures import (  # noqa: E402,F401 - pytest finds fixtures imported here

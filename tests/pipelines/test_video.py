@@ -381,6 +381,21 @@ def test_bad_input_raises_source_error(tmp_path, backend, case):
     assert caught.value.exit_code == 3
 
 
+def test_the_pre_load_check_reads_the_mp4_header_once(tmp_path, cfr_video, monkeypatch):
+    """`run`'s check of a file (path, size, truncation, and FFmpeg's verdict on what the header does not
+    vouch for) reads the box headers once, and still refuses a text file named .mp4."""
+    from hermes.pipelines.run import check_source_spec
+
+    scans = []
+    scan = video_checks.scan_mp4
+    monkeypatch.setattr(video_checks, "scan_mp4", lambda path: scans.append(path) or scan(path))
+    check_source_spec(str(cfr_video))
+    assert len(scans) == 1
+    text = vf.write_text_as_mp4(tmp_path / "notes.mp4")
+    with pytest.raises(SourceError, match="not a readable video"):
+        check_source_spec(str(text))
+
+
 def test_truncated_file_never_returns_silently_short(tmp_path, backend):
     """Whatever part is readable, a truncated file ends in SourceError, not a short clean read."""
     pytest.importorskip("av")
