@@ -43,7 +43,7 @@ SKIPS = [
     (r"^hermes-video run frames/", "needs a folder of images the README does not create"),
     (r"lecture\.mp4|\bmem/", "needs an hour-long lecture recording (memory directories: tests/pipelines)"),
     (r"^hermes-video eval|^python -m hermes\.datasets", "needs a benchmark's data or writes one (minutes)"),
-    (r"^hermes-video serve|^curl |^export HERMES_API_KEY|^sleep |frame\.jpg",
+    (r"^hermes-video serve|^curl |^until curl |^export HERMES_API_KEY|^sleep |frame\.jpg",
      "the Serving section: run against a live server by tests/pipelines/test_serve_readme.py"),
     (r"^hermes-video bench", "a measurement of minutes to an hour (tested small in test_cli.py)"),
     (r"^python scripts/|^bash scripts/|^DEVICE=", "trains or measures for minutes to hours"),
