@@ -1,11 +1,8 @@
 """The queue between a record store's callers and its writer thread: bounded, taken a batch at a time.
 
-Why not `queue.Queue`: its consumer takes items one at a time and wakes a blocked producer for each,
-so a caller that runs ahead of the writer (as a stream's does when records are small) hands the
-GIL back and forth with it once per record: a thread wake-up and a GIL switch on each side, which
-cost more than encoding the record. Here the writer takes everything queued at once (one lock,
-one wake-up), and a caller blocked on a full queue runs again only when the writer has taken it,
-then fills it without waiting.
+Not `queue.Queue`, whose consumer takes items one at a time and wakes a blocked producer for each:
+a caller ahead of the writer then swaps the GIL with it once per record, which costs more than
+encoding the record. Here the writer takes everything queued in one wake-up.
 """
 
 from __future__ import annotations

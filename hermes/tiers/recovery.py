@@ -1,23 +1,7 @@
-"""Opening a disk store after a crash: what a crash can leave behind, and what is damage instead.
+"""Opening a disk store after a crash: cut what a crash can leave behind, report what is damage instead.
 
-The writer's order (record bytes, fsync; manifest line, fsync; drop line, fsync, then unlink)
-means a crash can leave only these, none of which loses a committed record:
-
-- a torn manifest tail: a last line without its newline (the append was cut);
-- bytes at the end of the *newest* segment that no line names (written, never committed), or a
-  newest segment file no line names at all (created, never committed);
-- a segment file a durable ``drop`` line names whose unlink never happened;
-- ``manifest.jsonl.tmp``: a compaction that never reached its rename (the old manifest stands).
-
-Each of these is cut on a writable open, and what is cut is moved into ``quarantine/<stamp>/``
-(reported, never deleted), except a dropped segment, which the store had already decided to delete.
-
-Anything else is damage, not a crash: a manifest missing, emptied or not starting with its header;
-a complete line that does not parse; bytes no line names in a segment older than the newest (the
-manifest is shorter than the segments it describes); a committed record whose bytes are missing.
-Damage is reported (``problems``); a writable open refuses it with `MemoryDamagedError`, whose
-message names ``hermes-video memory repair DIR`` (`hermes.tiers.repair`). With ``fix=False``
-(read-only inspection) nothing is changed and everything is only reported.
+Which leftovers are a crash's and which are damage: docs/ARCHITECTURE.md, Memory, "Level 3's files".
+With ``fix=False`` (read-only inspection) nothing is changed and everything is only reported.
 """
 
 from __future__ import annotations
@@ -128,12 +112,11 @@ def recover(directory: Path, fix: bool, min_next_id: int = 0, min_tail: tuple[st
         directory: The store's directory.
         fix: Cut crash leftovers into quarantine, and refuse damage (False: report only).
         min_next_id: How far a checkpoint saw this manifest reach: a manifest ending before it has
-            lost committed lines (damage, even where the segments alone would look like a crash).
-        min_tail: ``(segment, extent)``: how far into that segment a checkpoint saw committed records
-            (`DiskStore.committed_tail`). A manifest naming less of it while the segment still holds
-            those bytes and was not dropped has lost committed lines: damage, although its unnamed
-            bytes, in the newest segment, would look like a crash's uncommitted tail (the header's
-            ``next_id`` counts ids handed out to level 2, so `min_next_id` alone misses such a cut).
+            lost committed lines.
+        min_tail: ``(segment, extent)`` a checkpoint saw committed (`DiskStore.committed_tail`): a
+            manifest naming less of a segment that still holds those bytes has lost committed lines,
+            although its unnamed bytes would look like a crash's tail (`min_next_id` alone misses
+            this: the header's ``next_id`` counts ids handed to level 2).
 
     Returns:
         The recovered state.
