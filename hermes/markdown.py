@@ -11,7 +11,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], right: Sequen
     Args:
         header: the column titles.
         rows: the cells, one sequence per row.
-        right: per column, whether it is right-aligned (`---:`); None: every column default (`---`).
+        right: per column, whether it is right-aligned (`---:`); None: none is.
 
     Returns:
         The table's lines joined by newlines (no trailing newline).
