@@ -1,9 +1,5 @@
-"""Getting checkpoints onto the machine: `hermes-video pull MODEL` and `hermes-video models`.
-
-Both work without torch: `pull` is huggingface_hub's `snapshot_download` (resumable, with a progress
-bar, into the Hugging Face cache or `--local-dir`), `models` lists the presets and what the cache
-(`HF_HUB_CACHE`, default `~/.cache/huggingface/hub`) holds. After a pull, `HF_HUB_OFFLINE=1` runs
-load from the cache without the network.
+"""Getting checkpoints onto the machine without torch: `hermes-video pull MODEL` (huggingface_hub's
+`snapshot_download`, into the Hugging Face cache or `--local-dir`) and `hermes-video models`.
 """
 
 from __future__ import annotations
