@@ -2,41 +2,21 @@
 
     /work/ref/venv/bin/python scripts/golden_reference.py /work/ref/HERMES --out tests/hermes/golden
 
-The checkout is the authors' code (haowei-freesky/HERMES at commit 8d699b1, carried by the fork
-gdace829/HERMES); it needs the transformers it was written for (4.57.1) and logzero, so this script
-runs in a separate environment (`pip install torch==2.13.0 transformers==4.57.1 logzero safetensors`)
-and imports nothing from hermes. No reference code is copied: the script imports the checkout's
-modules and calls their functions on a stand-in object that carries only the attributes those
-functions read (no model weights are needed).
+The checkout is the authors' code (haowei-freesky/HERMES at 8d699b1, via the fork gdace829/HERMES);
+it needs transformers 4.57.1 and logzero, so this runs in an environment of its own (`pip install
+torch==2.13.0 transformers==4.57.1 logzero safetensors`) and imports nothing from hermes. No reference
+code is copied: its functions are called on stand-ins carrying only the attributes they read.
 
-What it runs, for two geometries (1-D RoPE, LLaVA-OneVision-like; M-RoPE, Qwen2.5-VL-like), on a
-cache of a system prefix plus visual tokens at the first eviction:
-
-- `prune_kv_cache_by_attention` of `qwenvl_hermes.QwenVL_Hermes` (the paper's constants) on seeded
-  pseudo-query attention maps: the per-layer scores it ranks (captured at its `torch.topk` call)
-  and the keep indices; for 1-D also `llavaov_hermes`'s version (its own working-band constants);
-- `_shrink_positions_and_rerotate_keys` (the file of the geometry) with those keep indices, on
-  seeded keys/values: streaming (positions kept, summary token after the newest kept one) and
-  offline (positions compacted: 1-D consecutive, M-RoPE ranked per axis).
-
-Everything is stored in one safetensors file per geometry (inputs and outputs, fp32 / int64) with
-the settings in its metadata.
-
-A stream (`reference_stream_1d`, `reference_stream_mrope`): a prefix, then `CHUNKS` chunks of one
-synthetic stream, each encoded by the reference's own `encode_video_chunk` (the language model a
-stand-in that appends the chunk's seeded keys and values, so the reference's per-layer position
-bookkeeping runs as written: each layer continues after its own largest position), and whenever the
-cache holds more than the budget, `prune_kv_cache_by_attention` (Qwen file, the paper's constants) on
-seeded maps of the current length, then `_shrink_positions_and_rerotate_keys` (streaming) of the
-geometry's file: 1-D the LLaVA file's, M-RoPE the Qwen file's. Stored per chunk c: the chunk's keys
-and values (`chunk<c>.keys`, taken as rotated at the positions the reference records for them, which
-are `chunk<c>.placed` per layer), the maps, scores and keep indices of an eviction, and the cache after
-it (`.cache_keys`, `.cache_values`, `.cache_positions`, and `.ids`: per layer, in cache order, the
-stream index of each entry, a summary written at chunk c as -(c + 1)).
-Under transformers 4.57.1 the reference's per-layer position hooks set `position_ids`, which the
-decoder layers do not rotate by (they take the model's one `position_embeddings`), so on a real model
-its keys sit at layer 0's positions while it records each layer's own; the stream here takes the
-recorded positions as the truth (what the hooks are for).
+Two geometries (1-D RoPE, LLaVA-OneVision-like; M-RoPE, Qwen2.5-VL-like), one safetensors file each
+(fp32 / int64, settings in the metadata): at a first eviction, `prune_kv_cache_by_attention` (the Qwen
+file's, the paper's constants; for 1-D also the LLaVA file's) on seeded pseudo-query maps, its scores
+(captured at its `torch.topk`) and keep indices, and `_shrink_positions_and_rerotate_keys` streaming
+and offline. A stream (`reference_stream_1d`, `reference_stream_mrope`): `CHUNKS` chunks encoded by
+the reference's `encode_video_chunk` (docs/ARCHITECTURE.md, Memory, "Fidelity over many chunks"),
+storing per chunk c the keys and values (`chunk<c>.keys`, rotated at the recorded positions
+`chunk<c>.placed`), an eviction's maps, scores and keep indices, and the cache after it
+(`.cache_keys`, `.cache_values`, `.cache_positions`, `.ids`: each entry's stream index, a summary
+written at chunk c as -(c + 1)).
 """
 
 from __future__ import annotations
@@ -247,7 +227,7 @@ class StandInVideo:
 
 
 def stream(mrope: bool) -> dict[str, torch.Tensor]:
-    """The reference over `CHUNKS` chunks of one synthetic stream (module docstring)."""
+    """The reference over `CHUNKS` chunks of one synthetic stream."""
     import inference.llavaov_hermes as llava_mod
     import inference.qwenvl_hermes as qwen_mod
 
