@@ -1,6 +1,5 @@
 """Levels 2 and 3 seen from level 1: what eviction keeps (`LowerLevels.capture`), what a question brings
-back (`LowerLevels.recall`) and at which positions (docs/ARCHITECTURE.md, Memory, "Recall").
-"""
+back (`LowerLevels.recall`) and at which positions (docs/ARCHITECTURE.md, Memory, "Recall")."""
 
 from __future__ import annotations
 
@@ -106,10 +105,8 @@ class LowerLevels:
             self._stored_evictions.discard(frames_seen)
             return
         counts = torch.tensor([index.shape[0] for index in evictions.index])  # (L,) evicted per layer
-        # Every layer keeps the same number of its best evicted tokens: as many as the layer with the most
-        # above the threshold. Scores are min-max normalised per layer, so a per-layer threshold alone
-        # leaves some layers empty, and recall, which must splice equally many tokens into every layer
-        # (the model's attention takes one length), would then bring back nothing.
+        # every layer keeps equally many of its best: recall splices equally many into every layer, and a
+        # per-layer threshold on min-max normalised scores would leave some layers empty
         m = max(int((scores >= self.cfg.compress_threshold).sum()) for scores in evictions.scores)
         m = min(m, int(counts.min()))
         if m == 0:

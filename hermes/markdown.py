@@ -9,8 +9,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], right: Sequen
     """A markdown table: a header row, the separator, one line per row (cells as `str()`).
 
     Args:
-        header: the column titles.
-        rows: the cells, one sequence per row.
         right: per column, whether it is right-aligned (`---:`); None: none is.
 
     Returns:

@@ -1,6 +1,5 @@
 """What the core needs of a model; it never imports `hermes.models` (docs/ARCHITECTURE.md, Layout).
-Adapters (`hermes.models.base.VLMAdapter`) satisfy these protocols structurally; tests pass stand-ins.
-"""
+Adapters (`hermes.models.base.VLMAdapter`) satisfy these protocols structurally; tests pass stand-ins."""
 
 from __future__ import annotations
 
@@ -28,9 +27,7 @@ class CoreModel(Protocol):
 
     Attributes:
         name: the model's name (for messages and the memory directory's fingerprint).
-        family: its adapter family.
         text_config: the language model's transformers config (layers, heads, rotary settings).
-        num_layers: decoder layers of the language model.
         max_position_embeddings: rotary positions the model supports.
         device: where the cache's keys and values live.
     """

@@ -1,6 +1,5 @@
-"""Whether, and how much, a question recalls: `memory.recall_gate` and `memory.recall_max_ratio`
-between the index's hits and the splice (docs/ARCHITECTURE.md, Memory, "Recall").
-"""
+"""Whether, and how much, a question recalls: `memory.recall_gate` and `memory.recall_max_ratio` between
+the index's hits and the splice (docs/ARCHITECTURE.md, Memory, "Recall")."""
 
 from __future__ import annotations
 
@@ -16,9 +15,7 @@ def level1_similarity(cache: HermesCache, question_vector: torch.Tensor, spec: R
     """Cosine similarity of the question's vector with the content of what level 1 holds (last layer).
 
     Args:
-        cache: the working cache.
         question_vector: (H * D,) the question's search vector (L2-normalised, on the host).
-        spec: the rotary scheme.
         per_frame: one content vector per frame; else one over every visual token.
 
     Returns:
@@ -48,8 +45,6 @@ def gate_hits(hits: list[tuple[int, float]], cache: HermesCache, question_vector
         hits: (record id, cosine similarity to the question) from the index, best first.
         cache: the working cache (level 1), before anything is spliced.
         question_vector: (H * D,) the question's search vector.
-        spec: the rotary scheme.
-        cfg: the memory configuration.
 
     Returns:
         The kept hits, in their order.
@@ -69,7 +64,6 @@ def recall_cap(cache: HermesCache, n_tokens: int, cfg: MemoryConfig) -> int:
     Args:
         cache: the working cache (level 1), before anything is spliced.
         n_tokens: tokens per layer the recalled records hold.
-        cfg: the memory configuration.
     """
     if cfg.recall_max_ratio <= 0:
         return n_tokens

@@ -1,7 +1,6 @@
 """The language model's attention (docs/ARCHITECTURE.md, Models): transformers' SDPA, except that on the
-CPU a masked block attends with grouped key/value heads as they are (`enable_gqa`), without
-`repeat_kv`'s per-layer copies (a seventh of a question's prefill at 8 layers x 512, 4k tokens).
-"""
+CPU a masked block attends with grouped key/value heads as they are (`enable_gqa`), without `repeat_kv`'s
+per-layer copies (a seventh of a question's prefill at 8 layers x 512, 4k tokens)."""
 
 from __future__ import annotations
 

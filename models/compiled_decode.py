@@ -1,11 +1,7 @@
-"""`model.compile_decode`: one decode step (`VLMAdapter.decode_logits`) through `torch.compile`.
-
-The cache grows a token per step, so the step is compiled with dynamic shapes: one graph for every
-length. "reduce-overhead" adds CUDA graphs, one recording per shape (`scripts/bench_device.py` says
-whether it pays). Fused kernels round differently, so greedy tokens can differ at near ties: off by
-default, adopted by no preset. Where it cannot compile (no C++ compiler on a CPU, CUDA graphs off
-CUDA) the step stays eager and one line says why.
-"""
+"""`model.compile_decode`: one decode step (`VLMAdapter.decode_logits`) through `torch.compile`, with
+dynamic shapes since the cache grows a token per step. Fused kernels round differently, so greedy tokens
+can differ at near ties: off by default. Where it cannot compile (no C++ compiler on a CPU, CUDA graphs off
+CUDA) the step stays eager and one line says why."""
 
 from __future__ import annotations
 
@@ -31,7 +27,6 @@ def compiled_decode_step(adapter, mode: str) -> Callable | None:
     """The adapter's `decode_logits` compiled for `mode`, or None (eager) for "off" or where it cannot.
 
     Args:
-        adapter: a `VLMAdapter`.
         mode: `model.compile_decode`: "off", "default" or "reduce-overhead".
     """
     if mode == "off":

@@ -1,6 +1,5 @@
-"""LLaVA-OneVision (SigLIP vision tower + Qwen2 language model): the paper's primary family.
-Prompt layout: docs/ARCHITECTURE.md, Models, "Per family".
-"""
+"""LLaVA-OneVision (SigLIP vision tower + Qwen2 language model): the paper's primary family. Prompt layout:
+docs/ARCHITECTURE.md, Models, "Per family"."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """`load_model(name | cfg)`: the one way to a ready adapter, from a builtin model, a local directory or a
-hub id resolved by `hermes.model_registry`; `make_adapter` wraps a model in hand, `build_random_model`
-a random-weight one. Every failure is a one-line `ModelError` (exit 4); `trust_remote_code` stays off
-unless the user turns it on.
-"""
+hub id resolved by `hermes.model_registry`; `make_adapter` wraps a model in hand, `build_random_model` a
+random-weight one. Every failure is a one-line `ModelError` (exit 4); `trust_remote_code` stays off unless
+the user turns it on."""
 
 from __future__ import annotations
 
@@ -76,11 +75,8 @@ def _family_of(model_dir: Path) -> str:
 
 
 def _snapshot(hub_id: str, name: str, revision: str = "") -> Path:
-    """Local directory of a hub checkpoint (downloading it unless HF_HUB_OFFLINE=1).
-
-    Raises:
-        ModelError: not in the cache while offline, or the download failed; the message names the
-            command that fixes it (`hermes-video pull NAME`, online) or a local directory.
+    """Local directory of a hub checkpoint, downloaded unless HF_HUB_OFFLINE=1; a `ModelError` naming the
+    fix (`hermes-video pull NAME`, or a local directory) when it is not there.
     """
     from huggingface_hub import snapshot_download
 
@@ -145,8 +141,6 @@ def make_adapter(family: str, name: str, model, tokenizer, cfg: ModelConfig | No
     """Wrap a transformers model already in hand (a script that trains one) in its family's adapter.
 
     Args:
-        family: the adapter family (`supported_families()`).
-        name: the adapter's name in messages and results.
         cfg: device, dtype and system prompt (None: the defaults, on the CPU in fp32 unless set).
         options: the adapter's own keyword options (frame sizes).
 

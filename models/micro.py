@@ -1,11 +1,7 @@
-"""The micro LLaVA-OneVision: the real architecture at toy size (16 visual tokens per frame, a 4-layer
-decoder of 64 dims), trained on CPU by `scripts/train_micro.py` to answer streams of
-`hermes.datasets.synthetic_bench`, so memory policies can be compared for accuracy without a GPU.
-
-Its weights file is self-contained (docs/ARCHITECTURE.md, Models) and checked against
-`WEIGHTS_SHA256` on every load. `load_micro()` gives the trained model, `build_micro(seed)` the
-untrained one training starts from.
-"""
+"""The micro LLaVA-OneVision: the real architecture at toy size, trained on CPU by `scripts/train_micro.py`
+to answer `hermes.datasets.synthetic_bench` streams, so memory policies can be compared for accuracy
+without a GPU. Its weights file is self-contained (docs/ARCHITECTURE.md, Models) and checked against
+`WEIGHTS_SHA256` on every load."""
 
 from __future__ import annotations
 
@@ -33,13 +29,8 @@ META_TRAINING = "training"
 
 
 def build_micro(seed: int = 0):
-    """The untrained micro model: `tiny_llava_onevision` at the micro sizes, seeded.
-
-    Args:
-        seed: torch seed of the initial weights.
-
-    Returns:
-        (model, tokenizer), fp32 eval mode on the CPU.
+    """The untrained micro model (`tiny_llava_onevision` at the micro sizes): (model, tokenizer), fp32 eval
+    mode on the CPU, its weights seeded by `seed`.
     """
     from hermes.models.tiny import tiny_llava_onevision
 
@@ -55,16 +46,12 @@ def file_sha256(path: str | Path) -> str:
 
 
 def save_micro(model, tokenizer, path: str | Path, training: dict | None = None) -> str:
-    """Write weights, config and tokenizer into one safetensors file.
+    """Write weights, config and tokenizer into one safetensors file; returns its sha256 (for
+    `WEIGHTS_SHA256`).
 
     Args:
-        model: the trained `LlavaOnevisionForConditionalGeneration`.
-        tokenizer: its `PreTrainedTokenizerFast`.
         path: output file (parent folders are created).
         training: what produced the weights (command, seed, steps, final loss), stored as JSON.
-
-    Returns:
-        The file's sha256 (to record in `WEIGHTS_SHA256`).
     """
     from safetensors.torch import save_file
 

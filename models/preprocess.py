@@ -1,12 +1,7 @@
-"""Frame preprocessing shared by the adapters, in torch, following transformers' processors step by
-step without their torchvision and Pillow: bicubic resize with antialiasing (8-bit rounding with
-`quantize`, as a uint8 video resize does), Qwen2-VL's smart resize (per frame: a stream has no
-length for Qwen3-VL's whole-video budget), normalisation and Qwen-VL's patchify.
-
-`model.preprocess_on` picks where the resize runs: the host, or the model's device (the uint8
-frames uploaded as decoded: ~6 MB of PCIe per 1080p frame instead of a host bicubic pass). CUDA's
-bicubic kernel rounds differently from the CPU's in the last float32 bits.
-"""
+"""Frame preprocessing shared by the adapters, in torch: transformers' processors step by step without
+torchvision or Pillow (docs/ARCHITECTURE.md, Models, "Per family"). `model.preprocess_on` picks where the
+resize runs: the host, or the model's device from uint8 frames (~6 MB of PCIe per 1080p frame instead of a
+host bicubic pass); CUDA's bicubic kernel rounds differently in the last float32 bits."""
 
 from __future__ import annotations
 
@@ -45,7 +40,6 @@ def resize_frames(frames_rgb: list[np.ndarray], height: int, width: int, *, quan
 
     Args:
         frames_rgb: N frames, each (H, W, 3) uint8 RGB (all the same size).
-        height, width: output size.
         quantize: round the resized pixels to 8-bit levels (as a uint8 resize does).
         device: where the resize runs (the uint8 frames are uploaded first); None: the host.
     """

@@ -1,7 +1,6 @@
 """Qwen3-VL: the Qwen-VL vision tower (16 px patches, DeepStack) and a Qwen3 language model with
 interleaved M-RoPE. Prompt layout (one timestamped block per grid step), positions and DeepStack:
-docs/ARCHITECTURE.md, Models, "Per family".
-"""
+docs/ARCHITECTURE.md, Models, "Per family"."""
 
 from __future__ import annotations
 

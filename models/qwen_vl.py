@@ -93,12 +93,9 @@ class QwenVLAdapter(VLMAdapter):
 
     @torch.inference_mode()
     def vision(self, frames_rgb: list[np.ndarray], as_images: bool = False):
-        """The model's own video features for one chunk (as images: its image features, one per frame).
-
-        Returns:
-            (embeds (T * h * w, hidden) merged visual tokens, step-major then row-major,
-             (T, h, w) grid in merged patches (T: grid steps, or images),
-             the vision output (Qwen3-VL reads DeepStack from it)).
+        """The model's own video features for one chunk (as images: its image features, one per frame):
+        (embeds (T * h * w, hidden), step-major then row-major; (T, h, w) grid in merged patches; the
+        vision output, which Qwen3-VL reads DeepStack from).
         """
         pixels, grid_thw = self.preprocess(frames_rgb, as_images)
         features = self.model.model.get_image_features if as_images else self.model.model.get_video_features

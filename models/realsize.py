@@ -1,12 +1,9 @@
 """Random-weight models at the published sizes, built on the device in seconds, for performance work.
 
-Speed and memory depend on a model's shapes, not its weights: `build_random` allocates on the
-`meta` device, materialises once on the target (`to_empty`) and initialises there, so a 7B model
-costs one allocation and one device-side fill. The configs below are the hub ``config.json`` values
-(LLaVA-OV-7B's vocabulary 152128 is Qwen2-7B's 152064 plus `<image>` and `<video>`, padded to a
-multiple of 64 by transformers' conversion script); `cpu-small` is `bench memory`'s CPU model (8
-layers, 512 wide, 16 tokens per frame). The tokenizer is the builtin tiny one: its ids are all below
-the vocabulary size, which only sizes the embedding table and the LM head.
+Allocated on the `meta` device, materialised once on the target (`to_empty`) and initialised there,
+so a 7B model costs one allocation and one device-side fill. The configs are the hub ``config.json``
+values; `cpu-small` is `bench memory`'s CPU model. The tokenizer is the builtin tiny one, whose ids
+are all below every vocabulary size.
 """
 
 from __future__ import annotations
@@ -73,7 +70,8 @@ def _qwen2_5_vl_7b_config(num_layers: int | None, vision_layers: int | None):
 
 
 # architecture -> config(num_layers, vision_layers) (None keeps the published depth). Which model each
-# one mirrors (its family and hub id) is the registry's `random_arch:` (configs/models/*.yaml).
+# one mirrors (its family and hub id) is the registry's `random_arch:` (configs/models/*.yaml). 152128:
+# Qwen2-7B's 152064 plus `<image>` and `<video>`, padded to a multiple of 64 by the conversion script.
 ARCH_CONFIGS: dict[str, Callable] = {
     "llava-ov-7b": _llava_config(QWEN2_7B_TEXT, vocab_size=152128, max_positions=32768),
     "llava-ov-0.5b": _llava_config(QWEN2_0_5B_TEXT, vocab_size=152000, max_positions=32768),
@@ -134,8 +132,6 @@ def build_random(arch: str, device: str | torch.device = "cuda", dtype: torch.dt
         dtype: weight dtype (None: bf16, as the models are served).
         num_layers: language-model depth override (None: the published depth); widths never change.
         vision_layers: vision-tower depth override (None: the published depth).
-        seed: seed of the random weights.
-        system_prompt: the prompt prefix's system turn.
 
     Returns:
         The family's `VLMAdapter`, named like "random llava-ov-7b", in eval mode on `device`.

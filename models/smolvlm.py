@@ -1,6 +1,5 @@
 """SmolVLM2 (Idefics3: SigLIP tower, pixel-shuffle connector, SmolLM2/Llama language model, 1-D RoPE).
-Prompt layout and frame preparation: docs/ARCHITECTURE.md, Models, "Per family".
-"""
+Prompt layout and frame preparation: docs/ARCHITECTURE.md, Models, "Per family"."""
 
 from __future__ import annotations
 

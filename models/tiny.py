@@ -1,11 +1,6 @@
-"""Builtin tiny random models: the real architectures at toy sizes, built offline and seeded.
-
-They run every code path of an adapter in well under a second on a CPU and say nothing about
-answer quality. Each keeps its family's structure (LLaVA-OneVision's 196 tokens per frame, Qwen-VL's
-merged patches over two-frame steps with the real M-RoPE section ratios, SmolVLM2's 64 tokens per
-frame) and is registered as ``tiny-<family>`` in `configs/models/`. One tokenizer, a byte-level BPE
-trained in code, serves them all and knows every family's special tokens.
-"""
+"""Builtin tiny random models (``tiny-<family>`` in `configs/models/`): the real architectures at toy
+sizes, built offline and seeded, running every code path of an adapter in well under a second on a CPU; one
+byte-level BPE tokenizer trained in code serves them all."""
 
 from __future__ import annotations
 
@@ -19,9 +14,8 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<vi
                   # SmolVLM2
                   "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"]
 
-# Text the tiny tokenizer learns its merges from: the chat template, pseudo-queries and the words of
-# the demo and synthetic questions, so that prompts take about as many tokens as with a real BPE
-# vocabulary (a byte-per-token vocabulary would make every prompt several times longer).
+# What the tiny tokenizer learns its merges from (prompts' words and templates), so that prompts take about
+# as many tokens as with a real BPE vocabulary rather than one per byte.
 TOKENIZER_CORPUS = """<|im_start|>system
 You are a helpful assistant.<|im_end|>
 <|im_start|>user
@@ -62,7 +56,6 @@ def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int 
         seed: torch seed for the random weights; the same seed gives the same model.
         image_size: vision input side in pixels (a multiple of 4); 28 gives 16 tokens per frame.
         hidden_size: language model width (heads of 16 dims, half as many KV heads).
-        num_layers: language model depth.
 
     Returns:
         (model, tokenizer), the model in fp32 eval mode on the CPU.

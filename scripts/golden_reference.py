@@ -2,21 +2,15 @@
 
     /work/ref/venv/bin/python scripts/golden_reference.py /work/ref/HERMES --out tests/hermes/golden
 
-The checkout is the authors' code (haowei-freesky/HERMES at 8d699b1, via the fork gdace829/HERMES);
-it needs transformers 4.57.1 and logzero, so this runs in an environment of its own (`pip install
-torch==2.13.0 transformers==4.57.1 logzero safetensors`) and imports nothing from hermes. No reference
-code is copied: its functions are called on stand-ins carrying only the attributes they read.
-
-Two geometries (1-D RoPE, LLaVA-OneVision-like; M-RoPE, Qwen2.5-VL-like), one safetensors file each
-(fp32 / int64, settings in the metadata): at a first eviction, `prune_kv_cache_by_attention` (the Qwen
-file's, the paper's constants; for 1-D also the LLaVA file's) on seeded pseudo-query maps, its scores
-(captured at its `torch.topk`) and keep indices, and `_shrink_positions_and_rerotate_keys` streaming
-and offline. A stream (`reference_stream_1d`, `reference_stream_mrope`): `CHUNKS` chunks encoded by
-the reference's `encode_video_chunk` (docs/ARCHITECTURE.md, Memory, "Fidelity over many chunks"),
-storing per chunk c the keys and values (`chunk<c>.keys`, rotated at the recorded positions
-`chunk<c>.placed`), an eviction's maps, scores and keep indices, and the cache after it
-(`.cache_keys`, `.cache_values`, `.cache_positions`, `.ids`: each entry's stream index, a summary
-written at chunk c as -(c + 1)).
+The checkout is the authors' code (haowei-freesky/HERMES at 8d699b1, via the fork gdace829/HERMES); it
+runs in its own environment (`pip install torch==2.13.0 transformers==4.57.1 logzero safetensors`),
+imports nothing from hermes and has none of its code copied: its functions run on stand-ins carrying
+only the attributes they read. One safetensors file per geometry (1-D RoPE, LLaVA-OneVision-like;
+M-RoPE, Qwen2.5-VL-like) holds a first eviction's maps, scores (captured at `torch.topk`), keep indices
+and shrinks, and a stream (docs/ARCHITECTURE.md, Memory, "Fidelity over many chunks") of `CHUNKS`
+chunks: per chunk c its keys and values (`chunk<c>.keys`, rotated at the recorded positions
+`chunk<c>.placed`), an eviction's maps, scores and keep indices, and the cache after it (`.cache_keys`,
+`.cache_values`, `.cache_positions`, `.ids`: each entry's stream index, a summary of chunk c as -(c + 1)).
 """
 
 from __future__ import annotations
@@ -147,8 +141,8 @@ def one_d() -> dict[str, torch.Tensor]:
 
 def mrope_positions(chunks: int, steps: int, height: int, width: int) -> torch.Tensor:
     """(3, PREFIX + visual) positions: the prefix as text, then `chunks` video chunks as the Qwen reference
-    places them (each chunk a block at one past the largest position so far, `get_qwen2_5_vl_position_ids`
-    with tokens_per_second 2 and 1 fps, i.e. 4 temporal positions per grid step)."""
+    places them (each a block one past the largest position so far, 4 temporal positions per step).
+    """
     import inference.qwenvl_hermes as qwen_mod
 
     vision = types.SimpleNamespace(spatial_merge_size=2, tokens_per_second=2)
@@ -195,9 +189,9 @@ def mrope() -> dict[str, torch.Tensor]:
 
 
 class StandInLM:
-    """The language model `encode_video_chunk` calls: appends the chunk's keys/values (set in `chunk`) to
-    every layer and returns the cache as (keys, values) per layer; carries the rotary module and config
-    the shrink reads."""
+    """The language model `encode_video_chunk` calls: appends the chunk's keys/values to every layer;
+    carries the rotary module and config the shrink reads.
+    """
 
     def __init__(self, rotary_emb, config) -> None:
         self.rotary_emb, self.config = rotary_emb, config

@@ -3,14 +3,11 @@
     python scripts/train_micro.py --out models/weights/micro-llava-ov.safetensors   # ~25 min, 1 thread
     python scripts/train_micro.py --out /tmp/short.safetensors --stage-steps 200,300,300  # a shortened run
 
-Each example is one question about one `hermes.datasets.synthetic_bench` stream, laid out as
-`StreamingSession.ask` feeds the model: prefix, the visual tokens memory holds at the positions they
-were streamed at, the prompt (`format_prompt`, the bare question or OVO-Bench's official prompt), then
-the answer and <|im_end|>, which alone carry the loss. Memory is simulated by which frames and tokens
-stay (all, a recent window, evenly spaced, a scattered partial subset), and the answer is about what
-the kept frames show. Training runs in stages (`STAGES`) from widened random weights (`widen_init`)
-with tied embeddings. Before training the forward is checked against `StreamingSession`'s first-token
-logits, so the layout cannot drift. With the same seed and thread count a rerun gives the same weights.
+An example is one question about one `hermes.datasets.synthetic_bench` stream, laid out as
+`StreamingSession.ask` feeds it (checked against its logits before training): prefix, the visual tokens
+a simulated memory keeps at their streamed positions, the prompt as hermes sends it, and the answer,
+which alone carries the loss. Training runs in stages from widened random weights (`widen_init`), tied
+embeddings; with the same seed and thread count a rerun gives the same weights.
 """
 
 from __future__ import annotations
@@ -59,31 +56,24 @@ class Stage:
     layouts: tuple[str, ...] = ("full", "window", "uniform", "sparse")  # what `layout_weights` weighs
 
 
-# A curriculum: each stage is cheaper per step than the next, and teaches what the next builds on.
-# 1. Real-time questions on short full-memory clips with short prompts: what a frame shows.
-# 2. Every kind, mostly full memory, clips up to 12 frames: remembering, ordering and counting.
-# 3. Every kind, memory layout and prompt style (the official OVO prompts are long, so fewer of them).
+# A curriculum, each stage cheaper per step than the next and teaching what it builds on: what a frame
+# shows; remembering, ordering and counting; every layout and prompt style (fewer long OVO prompts).
 STAGES = {
     "bootstrap": Stage(("realtime_colour",), (1.0, 0.0, 0.0, 0.0), (0.2, 0.5, 0.3), 6, 32),
     "broaden": Stage(KINDS, (0.7, 0.1, 0.1, 0.1), (0.3, 0.4, 0.3), 12, 16),
     "main": Stage(KINDS, (0.4, 0.2, 0.2, 0.2), (0.35, 0.4, 0.25), 20, 16),
 }
 MAIN = STAGES["main"]
-# The long recipe (`--recipe long`) adds a fourth stage: memories of up to 128 frames drawn as every
-# policy selects them (all frames, a recent window, evenly spaced, hermes's scattered partial frames,
-# a window plus recalled records spliced in time order), with counting and ordering drawn twice as
-# often: they need moments minutes apart, which 20-frame memories never showed the model.
+# `--recipe long`: memories of up to 128 frames as every policy selects them, counting and ordering drawn
+# twice as often: they need moments minutes apart, which 20-frame memories never showed the model.
 LONG = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "counting", "counting"),
              (0.3, 0.15, 0.1, 0.25, 0.2), (0.35, 0.4, 0.25), 128, 8,
              ("full", "window", "uniform", "sparse", "recall"))
-# The curriculum recipe (`--recipe curriculum`): LONG's draw on memories that grow 16 -> 32 -> 64 -> 128 frames,
-# so each longer stage starts from a model that already counts and orders on shorter memories (a
-# 128-frame step costs about 20 times a 16-frame one, and from scratch it learns nothing in a CPU budget).
+# `--recipe curriculum`: LONG on memories growing 16 -> 128 frames: a 128-frame step costs ~20 times a
+# 16-frame one, and from scratch it learns nothing in a CPU budget.
 CURRICULUM = {f"long{n}": Stage(LONG.kinds, LONG.layout_weights, LONG.style_weights, n, LONG.batch_size, LONG.layouts)
               for n in (16, 32, 64, 128)}
-# The focus recipe (`--recipe focus`, a pilot from the shipped weights): ordering and counting drawn three
-# times as often as each other kind, on memories of 4-64 frames (`--last-stage-frames` to change), 60 % of
-# them holding every frame; run with the auxiliary targets (`--aux-weight 0.5 --aux-layer 2`) it taught
+# `--recipe focus` (a pilot from the shipped weights): with `--aux-weight 0.5 --aux-layer 2` it taught
 # ordering that holds to 180 frames, not counting (README, "Up to which memory length the weights answer").
 FOCUS = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "ordering",
                "counting", "counting", "counting"), (0.6, 0.1, 0.1, 0.1, 0.1), (0.35, 0.4, 0.25), 64, 8,
@@ -155,10 +145,8 @@ def widen_init(model, std: float) -> None:
 
 
 def choose_memory(rng: np.random.Generator, layout: str, streamed: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Frames (indices) and per-frame token masks that a memory of `k` frames' worth holds.
-
-    Returns:
-        (frame indices (n,), keep (n, 16) bool), frames ascending; the newest frame always whole.
+    """(frame indices (n,) ascending, keep (n, 16) bool token masks) that a memory of `k` frames' worth
+    holds under `layout`; the newest frame is always whole.
     """
     per = GRID * GRID
     if layout == "full":
@@ -266,7 +254,6 @@ class Batcher:
         """Logits at every answer position and their targets (with `aux_layer`, the visual tokens' states).
 
         Args:
-            examples: one padded batch.
             aux_layer: also return the hidden state after this many decoder layers at every kept visual
                 token, with its frame's `Example.labels` row.
 
@@ -316,10 +303,8 @@ class Batcher:
 
 
 def check_against_session(batcher: Batcher, rng: np.random.Generator) -> float:
-    """Largest first-token logit difference between this forward and `StreamingSession` (full memory).
-
-    Raises:
-        AssertionError: they differ by more than float noise: the training layout drifted from hermes's.
+    """Largest first-token logit difference between this forward and `StreamingSession` (full memory);
+    AssertionError beyond float noise (the training layout drifted from hermes's).
     """
     worst = 0.0
     for _ in range(3):
@@ -366,10 +351,8 @@ def first_token_accuracy(batcher: Batcher, examples: list[Example], batch_size: 
 
 
 def parse_bins(text: str) -> list[tuple[int, int]]:
-    """``"8-20,21-40"`` -> [(8, 20), (21, 40)]: memory lengths in frames, both ends included.
-
-    Raises:
-        ValueError: a bin that is not ``lo-hi`` with 4 <= lo <= hi.
+    """``"8-20,21-40"`` -> [(8, 20), (21, 40)]: memory lengths in frames, both ends included; ValueError
+    for a bin that is not ``lo-hi`` with 4 <= lo <= hi.
     """
     bins = []
     for part in text.split(","):

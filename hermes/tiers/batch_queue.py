@@ -1,9 +1,5 @@
-"""The queue between a record store's callers and its writer thread: bounded, taken a batch at a time.
-
-Not `queue.Queue`, whose consumer takes items one at a time and wakes a blocked producer for each:
-a caller ahead of the writer then swaps the GIL with it once per record, which costs more than
-encoding the record. Here the writer takes everything queued in one wake-up.
-"""
+"""The queue between a record store's callers and its writer: bounded, taken a batch at a time, since
+`queue.Queue`'s one-item wake-ups swap the GIL per record, which costs more than encoding it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Named, atomic checkpoints of tensors plus JSON metadata inside a memory directory.
-
-A crash at any moment leaves the previous checkpoint of a name or the new one, whole; layout and
-the save order: docs/ARCHITECTURE.md, Memory, "Checkpoints".
-"""
+"""Named, atomic checkpoints of tensors plus JSON metadata inside a memory directory: a crash leaves the
+previous checkpoint of a name or the new one, whole (docs/ARCHITECTURE.md, Memory, "Checkpoints")."""
 
 from __future__ import annotations
 
@@ -36,10 +33,9 @@ def check_name(name: str) -> None:
 
 
 def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    """Save tensors and metadata under `name`, replacing any previous checkpoint of that name atomically.
+    """Save tensors and metadata under `name`, atomically replacing any previous checkpoint of that name.
 
     Args:
-        directory: The memory directory.
         name: Letters, digits, '_' and '-'.
         tensors: Tensors by name (any device; copied to the host).
         meta: JSON-able metadata.
@@ -88,10 +84,7 @@ def meta_digest(name: str, file: str, digest: str, meta: dict[str, Any]) -> str:
 
 
 def load_checkpoint(directory: Path, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Load a checkpoint after checking its checksum.
-
-    Returns:
-        ``(tensors on the host, meta)``.
+    """``(tensors on the host, meta)`` of a checkpoint, after checking its checksum.
 
     Raises:
         KeyError: No checkpoint of that name.

@@ -1,8 +1,5 @@
-"""A record's bytes: one complete safetensors file per record, encoded as buffers without copies.
-
-The tensors, their order and the metadata: docs/ARCHITECTURE.md, Memory, "Record files".
-Reading goes through ``safetensors.torch.load``, which validates the header and the offsets.
-"""
+"""A record's bytes: one complete safetensors file per record, encoded as buffers without copies
+(docs/ARCHITECTURE.md, Memory, "Record files"); ``safetensors.torch.load`` validates what it reads."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``hermes-video memory inspect | verify | repair DIR``: the bodies of the three subcommands.
-
-Each returns the exit code (inspect 0; verify and repair 0 when the directory verifies, else 1);
-errors raise a `hermes.errors.HermesError` the CLI prints on one line.
-"""
+"""``hermes-video memory inspect | verify | repair DIR``: each returns the exit code (verify and repair 0
+when the directory verifies, else 1); errors are a `hermes.errors.HermesError` printed on one line."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A persistent memory directory: levels 2 and 3, the index and checkpoints behind one object.
-
-Design, bounds and durability (the write-ahead log, checkpoint claims): docs/ARCHITECTURE.md, Memory,
-"Persistence and durability" and "Exactly once".
-"""
+"""A persistent memory directory: levels 2 and 3, the index and checkpoints behind one object
+(docs/ARCHITECTURE.md, Memory: "Persistence and durability", "Exactly once")."""
 
 from __future__ import annotations
 
@@ -85,8 +82,7 @@ class MemoryDirectory:
             only with ``readonly=True``.
         dram_bytes: DRAM budget for stored records.
         disk_bytes: Disk budget for records, manifest and index.
-        dram_dtype: DRAM storage form ("int8" or "fp16").
-        disk_dtype: Disk storage form ("int8" or "fp16").
+        dram_dtype, disk_dtype: Storage form on each level ("int8" or "fp16").
         summarise_fn: Applied to each record leaving DRAM before it is written; None keeps it whole.
         pin_memory: Page-lock DRAM copies when CUDA is available.
         segment_bytes: Disk segment size (default: see `DiskStore`).
@@ -358,7 +354,7 @@ class MemoryDirectory:
         return None
 
     def duplicates(self) -> list[list[int]]:
-        """Groups of held ids stored for one eviction (`identity`), each sorted: the first is kept, the rest are
+        """Groups of held ids stored for one eviction (`identity`), sorted: the first is kept, the rest are
         what `memory repair` quarantines. One id in both level 3 and the log is one record.
         """
         spans: dict[tuple[int, int], set[int]] = {}

@@ -1,9 +1,5 @@
-"""Memory level 3 on a local disk: records in append-only segment files, crash-safe, bounded in bytes.
-
-Layout, commit and drop protocols, and the writer/syncer threads: docs/ARCHITECTURE.md, Memory,
-"Level 3's files" and "Persistence and durability". OS errors become a one-line
-`hermes.errors.StorageError` (exit code 3) naming the directory and the fix.
-"""
+"""Memory level 3 on a local disk: append-only segment files, crash-safe, bounded in bytes
+(docs/ARCHITECTURE.md, Memory, "Level 3's files"); OS errors become a one-line `StorageError` (exit 3)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ class DramStore:
     Args:
         capacity_bytes: Most bytes of stored records (`Record.nbytes` of the compressed form).
         dtype: Storage form of K/V: "int8" (default) or "fp16" ("fp32" is accepted, lossless).
-        pin_memory: Page-lock the host copies when CUDA is available (ignored otherwise).
+        pin_memory: Page-lock the host copies when CUDA is available.
         spill: Optional callback receiving each record that leaves; then `add` returns [].
 
     Raises:
@@ -123,12 +123,9 @@ class DramStore:
 
     def get(self, record_id: int, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
             non_blocking: bool = True) -> Record | None:
-        """A dequantised copy of a record with K/V on `device`, or None if it is not here.
+        """A dequantised copy of a record, K/V on `device` (dtype: default the record's original), or None.
 
         Args:
-            record_id: Which record.
-            device: Target device of K/V.
-            dtype: Their dtype; default the record's original dtype.
             non_blocking: Asynchronous host-to-device copies (effective from pinned memory).
         """
         with self._lock:

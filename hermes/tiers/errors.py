@@ -1,8 +1,5 @@
-"""Errors of a persistent memory directory, each one line that names the directory and the fix.
-
-`MemoryDirError` and its kinds are usage errors (exit 2: choose another ``--memory-dir``, free it or
-repair it); what the operating system refuses is a `StorageError` (exit 3, `storage_error`).
-"""
+"""Errors of a persistent memory directory, each one line naming the directory and the fix: usage errors
+(exit 2), or a `StorageError` (exit 3, `storage_error`) for what the operating system refuses."""
 
 from __future__ import annotations
 

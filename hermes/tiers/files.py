@@ -1,8 +1,5 @@
-"""Durable file primitives: whole writes, atomic replacement, directory fsync, exact reads, the lock.
-
-Crash safety rests on three POSIX facts: data is durable only after ``fsync`` of its file; a new
-name (creation, rename, unlink) only after ``fsync`` of its directory; ``rename`` over a name is atomic.
-"""
+"""Durable file primitives: whole writes, atomic replacement, directory fsync, exact reads, the lock. Crash
+safety rests on fsync of a file (its data), fsync of its folder (a new name) and an atomic ``rename``."""
 
 from __future__ import annotations
 

@@ -28,11 +28,6 @@ def make_fingerprint(model: str, family: str, num_layers: int, num_kv_heads: int
     """The fingerprint of a model and memory configuration, as JSON-able plain values.
 
     Args:
-        model: Model name or hub id.
-        family: Adapter family.
-        num_layers: Decoder layers.
-        num_kv_heads: Key/value heads per layer.
-        head_dim: Head size.
         rope: Rotary scheme ("1d", "mrope", ...; include the sections if they matter).
         memory: The memory settings records depend on (e.g. storage dtype, summary anchors).
         weights: `weights_digest` of the model (None: left out, for tests without a model).
@@ -56,12 +51,11 @@ def kv_layout(spec: RotarySpec, num_kv_heads: int, dtype: str) -> dict[str, Any]
 
     Args:
         spec: The rotary scheme (kind, base, M-RoPE sections and layout, the attention scaling).
-        num_kv_heads: Key/value heads per layer.
         dtype: The cache's dtype name (``"float32"``, ``"bfloat16"``, ...).
 
     Returns:
         ``{"dtype", "num_kv_heads", "head_dim", "positions", "rope": {...}}``; ``positions`` names the
-        scheme: keys cached already rotated, at explicit positions of 1 or 3 axes.
+        scheme (keys cached rotated, at explicit positions of 1 or 3 axes).
     """
     return {"dtype": dtype, "num_kv_heads": int(num_kv_heads), "head_dim": int(spec.head_dim),
             "positions": f"rotated-keys/{spec.num_axes}-axis",
@@ -133,7 +127,7 @@ def tensors_digest(module: torch.nn.Module) -> str:
 
 
 def weights_digest(adapter) -> str:
-    """``"sha256:<hex>"`` of the adapter's weights (its ``weights_dir`` files, else its tensors), once per load.
+    """``"sha256:<hex>"`` of the adapter's weights (``weights_dir`` files, else its tensors), once per load.
     """
     cached = getattr(adapter, "_weights_sha256", None)
     if cached is None:

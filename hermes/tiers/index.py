@@ -1,8 +1,5 @@
-"""Finding records for a question: an exact FAISS cosine index over record embeddings.
-
-The index is derived from the records; its files, its check on open and the exact fp16 prefilter:
-docs/ARCHITECTURE.md, Memory, "The index".
-"""
+"""Finding records for a question: an exact FAISS cosine index over record embeddings, derived from the
+records (docs/ARCHITECTURE.md, Memory, "The index")."""
 
 from __future__ import annotations
 
@@ -112,15 +109,12 @@ class RecordIndex:
 
     def search(self, query: np.ndarray | torch.Tensor, top_k: int, exhaustive: bool = False
                ) -> list[tuple[int, float]]:
-        """The `top_k` records most similar to `query` (exact either way).
+        """The `top_k` records most similar to `query`, ``[(record_id, cosine similarity)]`` best first.
 
         Args:
             query: (E,) vector (any scale).
             top_k: How many results at most.
             exhaustive: One full fp32 scan, never the fp16 prefilter (the reference it is tested against).
-
-        Returns:
-            ``[(record_id, cosine similarity)]``, best first.
         """
         with self._lock:
             if self._index is None or self._index.ntotal == 0 or top_k <= 0:
@@ -193,7 +187,6 @@ class RecordIndex:
         """Write ``index.faiss`` and ``index.json`` atomically (each: temp, fsync, rename).
 
         Args:
-            directory: The memory directory.
             binding: Maps the held ids to the digest of their records' content (checked on open).
             exclude: Ids left out of the saved copy (records not yet committed: a saved index naming
                 records a crash then loses would be rebuilt whole on open).
@@ -240,7 +233,6 @@ def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[
     """Load the saved index and bring it in line with the manifest's live records.
 
     Args:
-        directory: The memory directory.
         live_ids: Ids the manifest says are on disk.
         embedding_of: Reads a record's embedding (None if the record cannot be read).
         persist: Save the index again if it had to be rebuilt or repaired.

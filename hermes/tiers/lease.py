@@ -1,8 +1,5 @@
-"""The writer's lease on a stream in an object store: one holder at a time, a stale one fenced.
-
-The protocol (compare-and-swap on ``lease.json``, epochs, renewal): docs/ARCHITECTURE.md, Memory,
-"Level 3 in an object store".
-"""
+"""The writer's lease on a stream in an object store: one holder at a time, a stale one fenced
+(docs/ARCHITECTURE.md, Memory, "Level 3 in an object store")."""
 
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ class Lease:
     """This process's claim on a stream.
 
     Args:
-        objects: The stream's objects.
         ttl_s: How long a lease lasts without renewal.
     """
 

@@ -1,6 +1,5 @@
-"""What a record store keeps about its records, whatever holds their bytes: `RecordLedger`, the shared
-half of `hermes.tiers.disk.DiskStore` and `hermes.tiers.remote.RemoteStore`.
-"""
+"""What a record store keeps about its records, whatever holds their bytes: `RecordLedger`, the shared half
+of `hermes.tiers.disk.DiskStore` and `hermes.tiers.remote.RemoteStore`."""
 
 from __future__ import annotations
 
@@ -67,7 +66,6 @@ class RecordLedger:
         The record must not be modified afterwards. Until committed, `load` returns it as given.
 
         Args:
-            record: The record.
             prepare: Pass it through the store's `prepare` function (False: write it as given).
 
         Raises:

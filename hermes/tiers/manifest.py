@@ -1,8 +1,5 @@
-"""The manifest of a disk store: one JSON line per event, the truth of what is on disk.
-
-The line format and what counts as a torn tail or as damage: docs/ARCHITECTURE.md, Memory,
-"Level 3's files".
-"""
+"""The manifest of a disk store: one JSON line per event, the truth of what is on disk (its format, torn
+tails and damage: docs/ARCHITECTURE.md, Memory, "Level 3's files")."""
 
 from __future__ import annotations
 
@@ -137,23 +134,14 @@ def del_line(ids: list[int]) -> bytes:
 
 @dataclass
 class Replay:
-    """What a manifest says, after replaying it.
+    """What a manifest says, after replaying it."""
 
-    Attributes:
-        entries: Live records by id, in the order they were added.
-        next_id: One more than the largest record id ever recorded.
-        good_end: Byte offset just after the last good line (where a torn tail starts).
-        size: The manifest's size in bytes as read.
-        problems: Damage found in the middle of the manifest (unreadable lines, skipped).
-        segments_named: Every segment name any line mentions (to never reuse a number).
-    """
-
-    entries: dict[int, Entry] = field(default_factory=dict)
-    next_id: int = 0
-    good_end: int = 0
-    size: int = 0
-    problems: list[str] = field(default_factory=list)
-    segments_named: set[str] = field(default_factory=set)
+    entries: dict[int, Entry] = field(default_factory=dict)  # live records by id, in the order added
+    next_id: int = 0  # one more than the largest record id ever recorded
+    good_end: int = 0  # byte offset just after the last good line (where a torn tail starts)
+    size: int = 0  # the manifest's size in bytes as read
+    problems: list[str] = field(default_factory=list)  # unreadable lines before the tail (skipped)
+    segments_named: set[str] = field(default_factory=set)  # every segment any line names (never reused)
     by_segment: dict[str, set[int]] = field(default_factory=dict)  # live ids per segment
     line_bytes: dict[int, int] = field(default_factory=dict)  # manifest line length of each live entry
     extents: dict[str, int] = field(default_factory=dict)  # per segment: end of the furthest record ever added
@@ -169,7 +157,6 @@ def replay(data: bytes, name: str = "manifest") -> Replay:
     """Replay manifest bytes into the live records.
 
     Args:
-        data: The whole manifest file.
         name: How to name the file in problem messages.
 
     Returns:

@@ -1,7 +1,6 @@
-"""Restored records checked for meaning, not only bytes: their shapes and dtype against the
-directory's KV layout, and their search embedding recomputed from their own last-layer keys
-(docs/ARCHITECTURE.md, Memory, "Meaning, not only bytes").
-"""
+"""Restored records checked for meaning, not only bytes: their shapes and dtype against the directory's KV
+layout, and their search embedding recomputed from their own last-layer keys (docs/ARCHITECTURE.md, Memory,
+"Meaning, not only bytes")."""
 
 from __future__ import annotations
 
@@ -13,11 +12,8 @@ from hermes.rope import RotarySpec, rotate_between
 from hermes.tiers.fingerprint import rotary_spec
 from hermes.tiers.records import Record
 
-# Cosine between a record's stored embedding and the one recomputed from its stored tokens, below which
-# the record is taken to mean something else. Measured on the 21 level-3 records (summarised, int8) of a
-# tiny-llava-onevision run (README "Host memory, disk and recall"): 0.994 to 0.9998 as written; the same
-# records read with another rotary base (1e4 for 1e6) 0.49 at most, with their key heads swapped -0.007
-# at most.
+# Cosine of a record's stored embedding with the recomputed one below which it means something else: 0.994
+# and up as written, 0.49 at most under another rotary base, -0.007 with key heads swapped (ARCHITECTURE.md).
 EMBEDDING_MIN_COSINE = 0.9
 
 
@@ -27,7 +23,6 @@ def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotaryS
     Args:
         vectors: (H, n, D) keys or queries as the model rotated them.
         positions: (A, n) the positions they were rotated at.
-        spec: the rotary scheme.
         groups: query heads per key head (queries are averaged within their group).
 
     Returns:

@@ -1,7 +1,6 @@
-"""Objects by key: the small interface level 3 needs from a store of immutable blobs, with
-`LocalObjects` (a folder: the bounded read-through cache, and a store for tests); the other
-implementation is `hermes.tiers.s3.S3Objects`.
-"""
+"""Objects by key: the small interface level 3 needs from a store of immutable blobs, with `LocalObjects`
+(a folder: the bounded read-through cache, and a store for tests); the other implementation is
+`hermes.tiers.s3.S3Objects`."""
 
 from __future__ import annotations
 

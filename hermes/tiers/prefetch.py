@@ -1,9 +1,6 @@
-"""Reading records before they are asked for, so that a recall does not wait on the disk.
-
-A worker loads candidate ids (e.g. the previous question's records) into a small LRU cache bounded
-in bytes, in stored form; a newer candidate list cancels the loads not yet started for ids no
-longer wanted, so a burst of questions queues no backlog of stale reads.
-"""
+"""Reading records before they are asked for, so that a recall does not wait on the disk: a worker fills a
+small LRU cache, and a newer candidate list cancels loads not yet started for ids no longer wanted, so a
+burst of questions queues no backlog of stale reads."""
 
 from __future__ import annotations
 
@@ -37,10 +34,8 @@ class Prefetcher:
         self.hits = self.waited = self.misses = self.loaded = self.errors = self.cancelled = 0
 
     def prefetch(self, ids: Iterable[int]) -> int:
-        """Schedule loads of the given ids (in that order); stale queued loads are cancelled.
-
-        Returns:
-            How many new loads were scheduled (ids already cached or in flight are skipped).
+        """Schedule loads of these ids (in that order), cancelling stale queued loads; returns how many new
+        loads were scheduled (ids already cached or in flight are skipped).
         """
         wanted = list(dict.fromkeys(ids))
         scheduled = 0
@@ -97,7 +92,6 @@ class Prefetcher:
         """The cached record (stored form), or None on a miss (not prefetched, evicted, or its load failed).
 
         Args:
-            record_id: Which record.
             wait: If its load is in flight, wait for it (counted as a hit that waited).
         """
         with self._lock:

@@ -1,8 +1,5 @@
-"""Opening a disk store after a crash: cut what a crash can leave behind, report what is damage instead.
-
-Which leftovers are a crash's and which are damage: docs/ARCHITECTURE.md, Memory, "Level 3's files".
-With ``fix=False`` (read-only inspection) nothing is changed and everything is only reported.
-"""
+"""Opening a disk store after a crash: cut what a crash can leave, report damage (docs/ARCHITECTURE.md,
+Memory, "Level 3's files"); with ``fix=False`` nothing is changed, everything only reported."""
 
 from __future__ import annotations
 
@@ -21,29 +18,17 @@ QUARANTINE = "quarantine"
 
 @dataclass
 class Recovered:
-    """The state of a store as its files describe it, after cutting crash leftovers.
+    """The state of a store as its files describe it, after cutting crash leftovers."""
 
-    Attributes:
-        entries: Live records by id, oldest first.
-        by_segment: Live ids per segment name, oldest segment first (only segments with records).
-        seg_lines: Manifest-line bytes of the live records, per segment.
-        seg_sizes: Bytes of each segment file holding live records (after any cut).
-        next_id: One more than the largest record id the manifest has ever named.
-        next_segment: Number for the next segment file (never reusing one the manifest named).
-        manifest_size: Manifest bytes (after any cut).
-        problems: Damage found (a writable open refuses it).
-        notes: Crash leftovers found (and, with ``fix``, cut into quarantine).
-    """
-
-    entries: dict[int, Entry]
-    by_segment: dict[str, set[int]]
-    seg_lines: dict[str, int]
-    seg_sizes: dict[str, int]
-    next_id: int
-    next_segment: int
-    manifest_size: int
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    entries: dict[int, Entry]  # live records by id, oldest first
+    by_segment: dict[str, set[int]]  # live ids per segment holding any, oldest segment first
+    seg_lines: dict[str, int]  # manifest-line bytes of the live records, per segment
+    seg_sizes: dict[str, int]  # bytes of each segment file holding live records (after any cut)
+    next_id: int  # one more than the largest record id the manifest has ever named
+    next_segment: int  # number of the next segment file (never one the manifest named)
+    manifest_size: int  # manifest bytes (after any cut)
+    problems: list[str] = field(default_factory=list)  # damage found (a writable open refuses it)
+    notes: list[str] = field(default_factory=list)  # crash leftovers (with ``fix``, cut into quarantine)
 
 
 class Quarantine:
@@ -109,7 +94,6 @@ def recover(directory: Path, fix: bool, min_next_id: int = 0, min_tail: tuple[st
     """Replay the manifest, check it against the segment files, cut crash leftovers, find damage.
 
     Args:
-        directory: The store's directory.
         fix: Cut crash leftovers into quarantine, and refuse damage (False: report only).
         min_next_id: How far a checkpoint saw this manifest reach: a manifest ending before it has
             lost committed lines.

@@ -1,8 +1,5 @@
-"""Level 3 in an object store: `RemoteStore`, the record store of an ``s3://`` memory directory.
-
-Object layout, the commit protocol, fencing by lease and epoch, and the manifest objects' format:
-docs/ARCHITECTURE.md, Memory, "Level 3 in an object store".
-"""
+"""Level 3 in an object store: `RemoteStore`, the record store of an ``s3://`` memory directory
+(docs/ARCHITECTURE.md, Memory, "Level 3 in an object store")."""
 
 from __future__ import annotations
 
@@ -74,9 +71,8 @@ class RemoteStore(RecordLedger):
         objects: The store's objects (the stream's prefix, or its ``dram/`` child).
         cache: Bounded local copies of segment objects.
         capacity_bytes: Bound on the live segment objects' bytes plus `record_overhead_bytes` each.
-        fingerprint: As for `DiskStore`; None accepts any (read-only tools).
         lease: The writer's lease (taken by the caller); None opens read-only.
-        queue_size, prepare, on_drop, on_commit, record_overhead_bytes: as for `DiskStore`.
+        fingerprint, queue_size, prepare, on_drop, on_commit, record_overhead_bytes: as for `DiskStore`.
 
     Raises:
         MemoryDirError: Another model's stream, or (read-only) no stream there.

@@ -1,7 +1,6 @@
 """One ``s3://`` stream as `hermes.tiers.directory.MemoryDirectory` holds it: connection, lease, stream
 marker, local folder (cache, index, checkpoint copies) and the checkpoints kept in the store
-(docs/ARCHITECTURE.md, Memory, "Level 3 in an object store").
-"""
+(docs/ARCHITECTURE.md, Memory, "Level 3 in an object store")."""
 
 from __future__ import annotations
 

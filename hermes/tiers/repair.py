@@ -1,8 +1,5 @@
-"""``hermes-video memory repair DIR``: rebuild what a damaged memory directory's files still hold.
-
-Nothing is deleted: what is replaced or cut is moved (or copied) into ``quarantine/<stamp>/``
-first, and every step is reported. The steps: docs/ARCHITECTURE.md, Memory, "Repair".
-"""
+"""``hermes-video memory repair DIR``: rebuild what a damaged memory directory's files still hold, deleting
+nothing, reporting every step (docs/ARCHITECTURE.md, Memory, "Repair")."""
 
 from __future__ import annotations
 
@@ -36,15 +33,12 @@ class RepairReport:
 
 
 def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list[tuple[int, int, object]], int]:
-    """The records a segment's bytes hold, from its start, and where the readable part ends.
+    """The records a segment's bytes hold from its start, ``([(offset, length, record or None)], end)``,
+    `end` the byte after the last record read.
 
     Args:
-        data: The segment file.
-        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are
-            stepped over (reported as a record None) instead of ending the scan.
-
-    Returns:
-        ``([(offset, length, record or None)], end)``: `end` is the byte after the last record read.
+        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are stepped
+            over (as a record None) instead of ending the scan.
     """
     found, pos = [], 0
     known = known or {}

@@ -1,10 +1,6 @@
-"""An S3-compatible object store (AWS, MinIO, Ceph, SeaweedFS; boto3) as level 3's truth.
-
-`parse_location` reads a ``--memory-dir`` once (``s3://bucket/prefix`` or a local folder);
-`S3Objects` is the `ObjectStore` over one bucket and prefix. Credentials come only from boto3's
-chain and never enter a message; an endpoint that does not answer is retried with timeouts
-(``memory.s3_timeout_s``, ``memory.s3_retries``), then a one-line `StorageError` (exit 3).
-"""
+"""An S3-compatible object store (AWS, MinIO, Ceph, SeaweedFS; boto3) as level 3's truth: `parse_location`
+and `S3Objects`. Credentials come only from boto3's chain and never enter a message; an endpoint that does
+not answer is retried with timeouts, then a one-line `StorageError` (exit 3)."""
 
 from __future__ import annotations
 
@@ -72,7 +68,6 @@ class S3Objects(ObjectStore):
     """`ObjectStore` over the keys under one `S3Location`.
 
     Args:
-        location: Bucket and prefix.
         settings: Endpoint, region, timeouts and retries.
         client: A boto3 S3 client to use instead of building one (tests).
 

@@ -1,6 +1,5 @@
 """Shrinking a record before it goes to disk: a few anchor tokens per layer plus one mean token
-(docs/ARCHITECTURE.md, Memory, "Level 2, host memory, and level 3, disk").
-"""
+(docs/ARCHITECTURE.md, Memory, "Level 2, host memory, and level 3, disk")."""
 
 from __future__ import annotations
 
