@@ -77,13 +77,9 @@ def _judge_config(args):
 
     if args.judge is None:
         return None
-    config = JudgeConfig(kind=args.judge, model=args.judge_model or "")
-    if args.judge == "local" and not config.model:
-        config.model = DEFAULT_LOCAL_JUDGE
-    if args.judge_revision:
-        config.revision = args.judge_revision
-    if args.judge_url:
-        config.base_url = args.judge_url
+    default_model = DEFAULT_LOCAL_JUDGE if args.judge == "local" else ""
+    config = JudgeConfig(kind=args.judge, model=args.judge_model or default_model,
+                         revision=args.judge_revision or "", base_url=args.judge_url or "")
     if args.judge_api_key_env is not None:
         config.api_key_env = args.judge_api_key_env
     return config
@@ -154,8 +150,8 @@ def cmd_eval(args) -> int:
     """
     from hermes.errors import UsageError
 
-    from .runner import default_output_dir, run_eval
-    from .shards import merge_shards, parse_shard
+    from .runner import default_output_dir, merge_shards, run_eval
+    from .shards import parse_shard
 
     if not args.data_root:
         raise UsageError("eval needs --data-root DIR (the benchmark's annotations and videos)")

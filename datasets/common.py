@@ -78,6 +78,14 @@ class DataIssues:
             self.exclude(where, str(exc))
             return None
 
+    def metadata(self, where: str, field_name: str, value: Any, parse: Callable[[Any], T]) -> T | None:
+        """`parse(value)` for a field scoring does not need; a UsageError flags it and gives None."""
+        try:
+            return parse(value)
+        except UsageError as exc:
+            self.flag(where, field_name, value, str(exc))
+            return None
+
     def to_json(self) -> dict:
         """Counts by reason and the first LISTED_ISSUES items of each kind, for summary.json."""
         def by_reason(items):
@@ -143,28 +151,6 @@ def clean_options(raw: Sequence[Any], where: str, issues: DataIssues, expected: 
     return options
 
 
-def check_root(data_root: str | os.PathLike, benchmark: str) -> Path:
-    """Check that the data root is an existing directory.
-
-    Args:
-        data_root: The `--data-root` directory.
-        benchmark: Benchmark name, for the message.
-
-    Returns:
-        The root as a Path.
-
-    Raises:
-        UsageError: If it does not exist or is not a directory.
-    """
-    root = Path(data_root).expanduser()
-    if not root.is_dir():
-        raise UsageError(
-            f"{benchmark}: --data-root {root} is not a directory; point it at the folder "
-            "holding the benchmark's annotation files"
-        )
-    return root
-
-
 def first_file(root: Path, candidates: Iterable[str]) -> Path | None:
     """The first of `candidates` (paths relative to `root`) that is a file, or None."""
     return next((root / rel for rel in candidates if (root / rel).is_file()), None)
@@ -190,6 +176,16 @@ def find_file(root: Path, candidates: Sequence[str], what: str) -> Path:
     return path
 
 
+def _read_text(path: Path) -> str:
+    """The file's text; an unreadable or non-UTF-8 file is a UsageError."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
+
+
 def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any:
     """Read a JSON file whose top level must be of type `expect`.
 
@@ -197,14 +193,9 @@ def read_json(path: Path, expect: type | tuple[type, ...] = (list, dict)) -> Any
         UsageError: If the file cannot be read, is not valid JSON, or has the wrong shape.
     """
     try:
-        with path.open(encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        data = json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
     if not isinstance(data, expect):
         raise UsageError(f"expected {path} to hold a JSON {_names(expect)}, found a {type(data).__name__}")
     return data
@@ -217,22 +208,16 @@ def read_jsonl(path: Path) -> list[dict]:
         UsageError: If the file cannot be read or a line is not a JSON object.
     """
     rows = []
-    try:
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise UsageError(f"expected a JSON object on {path}:{number}, found {type(row).__name__}")
-                rows.append(row)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text; is it the annotation file?") from None
+    for number, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"expected a JSON object on {path}:{number}, found {type(row).__name__}")
+        rows.append(row)
     return rows
 
 
@@ -334,14 +319,6 @@ def normalize_tasks(tasks: str | Iterable[str] | None) -> list[str] | None:
     return names or None
 
 
-def unknown_name_error(kind: str, name: str, known: Iterable[str]) -> UsageError:
-    """A UsageError for an unknown name, with a did-you-mean suggestion (difflib)."""
-    known = sorted(set(known))
-    close = closest(name, known)
-    hint = f"; did you mean {close!r}?" if close is not None else f"; known: {', '.join(known)}"
-    return UsageError(f"unknown {kind} {name!r}{hint}")
-
-
 def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "task") -> list[str] | None:
     """Validate requested task names against the known ones.
 
@@ -350,10 +327,12 @@ def check_names(requested: list[str] | None, known: Iterable[str], kind: str = "
     """
     if requested is None:
         return None
-    known = set(known)
+    known = sorted(set(known))
     for name in requested:
         if name not in known:
-            raise unknown_name_error(kind, name, known)
+            close = closest(name, known)  # difflib
+            hint = f"; did you mean {close!r}?" if close is not None else f"; known: {', '.join(known)}"
+            raise UsageError(f"unknown {kind} {name!r}{hint}")
     return requested
 
 
@@ -389,19 +368,16 @@ def task_files(
     """
     wanted = check_names(normalize_tasks(tasks), [*files, *aliases])
     names = list(default) if wanted is None else list(dict.fromkeys(aliases.get(w, w) for w in wanted))
-    return _existing_files(root, benchmark, names, files, required=wanted is not None)
 
+    def existing() -> Iterator[tuple[str, Path]]:  # a generator: each file looked for when it is read
+        for name in names:
+            path = first_file(root, files[name])
+            if path is not None:
+                yield name, path
+            elif wanted is not None:
+                raise UsageError(f"{benchmark}: expected {root / files[name][0]} for task {name!r}, found nothing")
 
-def _existing_files(
-    root: Path, benchmark: str, names: list[str], files: Mapping[str, Sequence[str]], required: bool
-) -> Iterator[tuple[str, Path]]:
-    """Yield (name, file) for each task whose file exists; fail on a missing one if `required`."""
-    for name in names:
-        path = first_file(root, files[name])
-        if path is not None:
-            yield name, path
-        elif required:
-            raise UsageError(f"{benchmark}: expected {root / files[name][0]} for task {name!r}, found nothing")
+    return existing()
 
 
 def check_limit(limit: int | None, flag: str) -> None:
@@ -414,60 +390,70 @@ def check_limit(limit: int | None, flag: str) -> None:
         raise UsageError(f"expected {flag} to be a positive integer, found {limit!r}")
 
 
-def finish(
-    records: list[VideoRecord],
-    benchmark: str,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-    known: Iterable[str] | None = None,
-    issues: DataIssues | None = None,
-) -> Loaded:
-    """Apply the `tasks` filter and `limit`, and check the result is usable.
+def make_loader(benchmark: str, read: Callable[[Path, str | Iterable[str] | None, DataIssues], list[VideoRecord]],
+                known: Iterable[str] | None = None, select: bool = True) -> Callable[..., Loaded]:
+    """A benchmark's `load(data_root, tasks=None, limit=None)`: the frame every loader shares.
 
-    A question is kept when its task or one of its group labels (`Question.labels`) was
-    requested. Videos left without questions are dropped. `limit` keeps the first N videos
-    (streams) in file order.
+    The loader checks the data root, reads, then selects: a question is kept when its task or one of
+    its group labels (`BenchmarkQuestion.labels`) was requested, videos left without questions are
+    dropped, and `limit` keeps the first N videos (streams) in file order.
 
     Args:
-        records: Everything the loader read, in file order.
         benchmark: Benchmark name, for messages.
-        tasks: Task or group names to keep; None keeps all.
-        limit: Keep at most this many videos; None keeps all.
-        known: Every valid task/group name when the benchmark defines them up front;
-            otherwise the names found in the data are the valid ones.
-        issues: What the loader flagged and excluded (attached to the result).
+        read: `read(root, tasks, issues)`: the records of the checked data root, in file order;
+            what it flags or excludes goes to `issues`.
+        known: Every valid task/group name when the benchmark defines them up front; otherwise the
+            names found in the data are the valid ones.
+        select: False when `read` applies `tasks` itself (by choosing files).
 
     Returns:
-        The selected records (a list) with `.issues`.
-
-    Raises:
-        UsageError: On an unknown task name, a bad limit, or an empty selection.
-        SourceError: When not one selected video is on disk (the data root is probably wrong).
+        The loader.
     """
-    check_limit(limit, "--limit")
-    wanted = normalize_tasks(tasks)
-    if wanted is not None:
-        found = {label for r in records for q in r.questions for label in q.labels}
-        check_names(wanted, found if known is None else found.union(known))
-        keep = set(wanted)
-        for record in records:
-            record.questions = [q for q in record.questions if keep.intersection(q.labels)]
-        records = [r for r in records if r.questions]
-    if limit is not None:
-        records = records[:limit]
-    if not records and issues is not None and issues.excluded:
-        first = issues.excluded[0]
-        raise UsageError(f"{benchmark}: all {len(issues.excluded)} malformed questions were excluded and none is "
-                         f"left; first: {first['where']}: {first['reason']}")
-    if not records:
-        raise UsageError(f"{benchmark}: no questions selected; check --data-root and the task names")
-    if _REQUIRE_VIDEOS.get() and not any(r.available for r in records):
-        raise SourceError(
-            f"{benchmark}: none of the {len(records)} videos was found under the data root "
-            f"(first: {records[0].video_id}); "
-            "download the videos or fix --data-root"
-        )
-    return Loaded(records, issues)
+
+    def load(data_root: str | os.PathLike, tasks: str | Iterable[str] | None = None,
+             limit: int | None = None) -> Loaded:
+        """Load the benchmark: one VideoRecord per video (stream), questions sorted by time.
+
+        Args:
+            data_root: The benchmark's folder (annotations and videos; its module names the files).
+            tasks: Task or group names to keep (its module lists them); None keeps the default.
+            limit: Keep at most this many videos.
+
+        Returns:
+            The records in file order, with `.issues`.
+
+        Raises:
+            UsageError: The data root is not a directory; missing or malformed annotations, unknown task
+                names, a bad limit, nothing selected.
+            SourceError: Not one selected video is on disk (the data root is probably wrong).
+        """
+        root = Path(data_root).expanduser()
+        if not root.is_dir():
+            raise UsageError(f"{benchmark}: --data-root {root} is not a directory; point it at the folder "
+                             "holding the benchmark's annotation files")
+        issues = DataIssues()
+        records = read(root, tasks, issues)
+        check_limit(limit, "--limit")
+        wanted = normalize_tasks(tasks) if select else None
+        if wanted is not None:
+            found = {label for r in records for q in r.questions for label in q.labels}
+            check_names(wanted, found if known is None else found.union(known))
+            for record in records:
+                record.questions = [q for q in record.questions if set(wanted).intersection(q.labels)]
+            records = [r for r in records if r.questions]
+        records = records if limit is None else records[:limit]
+        if not records and issues.excluded:
+            first = issues.excluded[0]
+            raise UsageError(f"{benchmark}: all {len(issues.excluded)} malformed questions were excluded and none "
+                             f"is left; first: {first['where']}: {first['reason']}")
+        if not records:
+            raise UsageError(f"{benchmark}: no questions selected; check --data-root and the task names")
+        if _REQUIRE_VIDEOS.get() and not any(r.available for r in records):
+            raise SourceError(f"{benchmark}: none of the {len(records)} videos was found under the data root "
+                              f"(first: {records[0].video_id}); download the videos or fix --data-root")
+        return Loaded(records, issues)
+
+    return load
 
 
 def first_questions(records: list[VideoRecord], limit: int | None) -> list[VideoRecord]:
@@ -490,7 +476,7 @@ def first_questions(records: list[VideoRecord], limit: int | None) -> list[Video
     for record in records:
         if limit <= 0:
             break
-        record.questions = record.questions[:limit]  # as `finish` does: the loader's records are this run's own
+        record.questions = record.questions[:limit]  # as the loader selects: its records are this run's own
         limit -= len(record.questions)
         kept.append(record)
     return kept

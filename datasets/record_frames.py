@@ -106,16 +106,6 @@ def _video_frames(path: Path, fps: float, backend: str, start_s: float, end_s: f
     return RecordFrames(frames, "video", path, closer=video.close)
 
 
-def _require_rate(record: VideoRecord, path: Path, default: float | None) -> float:
-    """The frame rate of an array or folder: the record's, else `default`."""
-    rate = record.frame_fps or default
-    if not rate or rate <= 0:
-        raise SourceError(
-            f"{record.video_id}: {path} holds frames without timestamps and the benchmark states no frame rate"
-        )
-    return float(rate)
-
-
 def _picked(num_frames: int, rate_fps: float, fps: float, start_s: float, end_s: float | None) -> list[int]:
     """Indices of frames (at `rate_fps`) kept when sampling at `fps` in [start_s, end_s)."""
     from hermes.pipelines.sampling import sample_indices
@@ -130,34 +120,33 @@ def _picked(num_frames: int, rate_fps: float, fps: float, start_s: float, end_s:
 
 def _npy_frames(record: VideoRecord, path: Path, fps: float, start_s: float) -> RecordFrames:
     """An RVS `.npy` frame array (memory-mapped; only sampled frames are read)."""
-    from . import rvs
+    from .benchmarks import rvs
 
     array = rvs.load_npy_frames(path)
-    rate = _require_rate(record, path, rvs.NPY_FPS)
     if len(array) == 0:
         raise SourceError(f"frame array {path} holds no frames; re-download it")
-    picked = _picked(len(array), rate, fps, start_s, record.end_s)
-
-    def frames() -> Iterator[Frame]:
-        for i in picked:
-            # A copy: the memory map is read-only and the model may normalise in place.
-            yield Frame(t_s=i / rate, rgb=np.ascontiguousarray(array[i]), index=i)
-
-    return RecordFrames(frames(), "npy", path)
+    # A copy: the memory map is read-only and the model may normalise in place.
+    return _indexed(record, path, len(array), lambda i: np.ascontiguousarray(array[i]), rvs.NPY_FPS, fps, start_s,
+                    "npy")
 
 
 def _folder_frames(record: VideoRecord, folder: Path, fps: float, start_s: float) -> RecordFrames:
-    """A folder of extracted frames, frame i at i / frame_fps."""
+    """A folder of extracted frames."""
     from hermes.pipelines.images import IMAGE_EXTENSIONS, list_images, read_image  # an image decoder, for folders only
 
     files = list_images(folder)
     if not files:
         raise SourceError(f"frame folder {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}); re-extract it")
-    rate = _require_rate(record, folder, None)
-    picked = _picked(len(files), rate, fps, start_s, record.end_s)
+    return _indexed(record, folder, len(files), lambda i: read_image(files[i]), None, fps, start_s, "folder")
 
-    def frames() -> Iterator[Frame]:
-        for i in picked:
-            yield Frame(t_s=i / rate, rgb=read_image(files[i]), index=i)
 
-    return RecordFrames(frames(), "folder", folder)
+def _indexed(record: VideoRecord, path: Path, count: int, read, default_rate: float | None, fps: float,
+             start_s: float, kind: str) -> RecordFrames:
+    """Frames without timestamps of their own, frame i at i / frame_fps, `read(i)` for each sampled one."""
+    rate = record.frame_fps or default_rate
+    if not rate or rate <= 0:
+        raise SourceError(
+            f"{record.video_id}: {path} holds frames without timestamps and the benchmark states no frame rate"
+        )
+    picked = _picked(count, float(rate), fps, start_s, record.end_s)
+    return RecordFrames((Frame(t_s=i / rate, rgb=read(i), index=i) for i in picked), kind, path)

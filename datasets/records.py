@@ -23,7 +23,7 @@ from hermes.errors import UsageError
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-# Question kinds: how a reply is prompted and scored (see prompts.py and parsing.py).
+# Question kinds: how a reply is prompted and scored (see the benchmark modules and parsing.py).
 KIND_MC = "mc"  # multiple choice, answered with an option letter
 KIND_YESNO = "yesno"  # OVO-Bench SSR/CRR probes, answered "Yes" / "No"
 KIND_COUNT = "count"  # OVO-Bench REC probes, answered with a number
@@ -104,26 +104,13 @@ class VideoRecord:
     end_s: float | None = None
 
     def __post_init__(self) -> None:
-        self.questions = sort_questions(self.questions)
+        # by the time they are asked, offline (None) ones last; stable, so ties keep file order
+        self.questions = sorted(self.questions, key=lambda q: (q.t_s is None, q.t_s or 0.0))
 
     @property
     def available(self) -> bool:
         """Whether the video's pixels are on disk (a file or a frame folder)."""
         return self.video_path is not None or self.frames_dir is not None
-
-
-def sort_questions(questions: Sequence[BenchmarkQuestion]) -> list[BenchmarkQuestion]:
-    """Order questions by the time they are asked; offline (None) ones go last.
-
-    The sort is stable, so questions asked at the same moment keep their file order.
-
-    Args:
-        questions: Questions of one video.
-
-    Returns:
-        A new, sorted list.
-    """
-    return sorted(questions, key=lambda q: (q.t_s is None, q.t_s or 0.0))
 
 
 _SPAN_SEPARATOR = re.compile(r"\s*,\s*|\s+-\s+|(?<=\d)-(?=\d)")
@@ -253,40 +240,6 @@ def letter_options(options: Sequence[str], style: str = "{letter}. {text}") -> l
         The lettered options.
     """
     return [style.format(letter=LETTERS[i], text=text) for i, text in enumerate(options)]
-
-
-_INLINE_OPTION = re.compile(r"^\s*\(([A-Z])\)\s*(.*)$")
-
-
-def split_inline_options(text: str) -> tuple[str, list[str]]:
-    """Split a question that lists its options inline, one per line ("(A) ...\\n(B) ...").
-
-    LVBench writes its options into the question text this way.
-
-    Args:
-        text: Question text with options on the following lines.
-
-    Returns:
-        (question, options): the lines before the first option, and the option texts.
-
-    Raises:
-        UsageError: If no "(A)" line is found or the letters are out of order.
-    """
-    lines = str(text).split("\n")
-    first = next((i for i, line in enumerate(lines) if _INLINE_OPTION.match(line)), None)
-    if first is None:
-        raise UsageError(f"expected options as '(A) ...' lines in the question, found {text!r}")
-    options: list[str] = []
-    for line in lines[first:]:
-        match = _INLINE_OPTION.match(line)
-        if match:
-            if match.group(1) != LETTERS[len(options)]:
-                raise UsageError(f"expected option ({LETTERS[len(options)]}) in {text!r}")
-            options.append(match.group(2).strip())
-        elif line.strip() and options:
-            # A wrapped option: the continuation belongs to the previous option.
-            options[-1] = f"{options[-1]} {line.strip()}"
-    return "\n".join(lines[:first]).strip(), options
 
 
 def is_option_index(value: Any, count: int) -> bool:

@@ -15,17 +15,12 @@ Protocols (docs/ARCHITECTURE.md, Evaluation; the registry says which a benchmark
 
 Protocol variants (`protocol=`, recorded in the summary): "official" (the default: what
 published numbers used) and "strict" (only frames before the question, one continuing stream).
-They differ where the official pipelines differ from the streaming rule:
+They differ where the benchmark says its official pipeline does: `inclusive_ceil` (OVO-Bench: a
+question at t is answered from the frames up to and including ceil(t); the stream still continues)
+and `context_s` (StreamingBench: each question on a fresh session over [t - 60 s, t); a proactive
+question on a fresh session fed from the question time on, polled there).
 
-* OVO-Bench official feeds the clip [0, ceil(t)]: a question at t is answered from the frames
-  up to and including ceil(t) (the stream still continues; frames never go back).
-* StreamingBench official ("main" setting) answers each question from a fresh session over
-  the last CONTEXT_S seconds, [t - 60, t); a proactive question gets a fresh session fed from
-  the question time onwards and is polled on it.
-
-Elsewhere both variants are the same.
-
-Prompts come from `prompts.build_prompt` and are sent verbatim (options included in the text,
+Prompts come from `registry.build_prompt` and are sent verbatim (options included in the text,
 none passed to the session). Replies are scored by `parsing.score_reply` (official and strict),
 open-ended replies by a `judge.Judge` when one is configured. Results go to `results.SampleLog`
 as they are produced; `summary.json` and `report.md` are written at the end.
@@ -47,34 +42,33 @@ import json
 import math
 import re
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hermes.config import HermesConfig
+from hermes.config import HermesConfig, build_config
 from hermes.errors import SourceError, UsageError
 
 from . import registry
+from .benchmark import STREAMING, Benchmark, Prompt
 from .common import first_questions
 from .judge import Judge, JudgeConfig, build_judge
 from .metrics import questions_of
 from .parsing import score_reply
-from .prompts import Prompt, build_prompt
 from .record_frames import open_record_frames
 from .records import KIND_OPEN, KIND_PROACTIVE, BenchmarkQuestion, VideoRecord
 from .report import write_report
-from .results import SUMMARY_FILE, SampleLog, write_atomic
-from .shards import Shard, select_shard
+from .results import MANIFEST_FILE, SUMMARY_FILE, SampleLog, _read_samples, write_atomic
+from .shards import Shard, parse_shard, select_shard
 from .summary import accuracy, cost_figures, coverage, environment, input_settings
 
 # StreamingBench proactive polling (StreamingBenchProactive.py): first poll one second after the
 # question, then every second, until this long after the ground-truth time.
 POLL_INTERVAL_S = 1.0
 POLL_AFTER_GT_S = 4.0
-# StreamingBench's official main setting: seconds of video before the question each answer sees.
-CONTEXT_S = 60.0
 PROTOCOL_VARIANTS = ("official", "strict")
 # OVO-Bench official: frames up to and including ceil(t); this much past it stays out.
 _INCLUSIVE_S = 1e-6
@@ -122,7 +116,7 @@ class _VideoRun:
             self._windowed()
             return
         with self._open(0.0):
-            if self.ctx.protocol == registry.STREAMING:
+            if self.ctx.protocol == STREAMING:
                 self._streaming()
             else:
                 self.session.advance()
@@ -146,7 +140,7 @@ class _VideoRun:
                 self.session.close()
 
     def _windowed(self) -> None:
-        """StreamingBench official: each question on a fresh session over [t - CONTEXT_S, t);
+        """StreamingBench official: each question on a fresh session over [t - context_s, t);
         proactive ones from their question time on; untimed ones over the whole video."""
         questions = self.record.questions
         for i, q in enumerate(questions):
@@ -158,12 +152,12 @@ class _VideoRun:
                 with self._open(q.t_s):
                     self._poll(i, q)
             else:
-                with self._open(max(0.0, q.t_s - CONTEXT_S)):
+                with self._open(max(0.0, q.t_s - self.ctx.context_s)):
                     self._finish(i, self._ask(self._prompt(i), q.t_s))
 
     def _prompt(self, index: int, stage: str = "answer") -> Prompt:
         questions = self.record.questions
-        prompt = build_prompt(self.ctx.name, questions[index], previous=questions[:index], stage=stage)
+        prompt = registry.build_prompt(self.ctx.name, questions[index], previous=questions[:index], stage=stage)
         return dataclasses.replace(prompt, query=questions[index].question)  # rekv retrieves with the bare question
 
     def _ask(self, prompt: Prompt, at_s: float | None):
@@ -266,15 +260,16 @@ class _VideoRun:
 class _Run:
     """State shared by the videos of one run."""
 
-    def __init__(self, name: str, protocol: str, cfg: HermesConfig, model, judge: Judge | None, log: SampleLog,
+    def __init__(self, name: str, spec: Benchmark, cfg: HermesConfig, model, judge: Judge | None, log: SampleLog,
                  bar, variant: str = "official", parser_variant: str | None = None) -> None:
-        self.name, self.protocol, self.cfg = name, protocol, cfg
+        self.name, self.protocol, self.cfg = name, spec.protocol, cfg
         self.model, self.judge, self.log, self.bar = model, judge, log, bar
         self.replay_mismatches = 0
         self.variant, self.parser_variant = variant, parser_variant
-        official = variant == "official" and protocol == registry.STREAMING
-        self.inclusive_ceil = official and name == "ovo-bench"  # the clip [0, ceil(t)]
-        self.windowed = official and name == "streamingbench"  # [t - 60 s, t), proactive from t
+        official = variant == "official" and spec.protocol == STREAMING
+        self.inclusive_ceil = official and spec.inclusive_ceil  # the clip [0, ceil(t)]
+        self.context_s = spec.context_s if official else None  # [t - context_s, t), proactive from t
+        self.windowed = self.context_s is not None
 
     def judge_sample(self, q: BenchmarkQuestion, sample: dict) -> None:
         """Add the judge's verdict to an open-ended sample (when a judge is configured)."""
@@ -329,7 +324,7 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
             unscored (replies are still recorded; rerun with `resume` and a judge to score).
         protocol: "official" (what published numbers used; see the module docstring) or
             "strict" (only frames before the question).
-        parser_variant: An older official parser where one exists (parsing.PARSER_VARIANTS).
+        parser_variant: An older official parser where one exists (the benchmark's `parser_variants`).
         shard: Run only this shard's videos (`--shard i/n`); merge shards with `eval merge`.
         answer_missing: Off: answer nothing, only summarise the samples already in
             `output_dir` (what `eval merge` does; unanswered questions count as missing).
@@ -343,15 +338,14 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
         ModelError: The model or judge cannot be loaded or reached.
         FutureFrameError: An answer saw frames after its question (a bug).
     """
-    from .parsing import PARSER_VARIANTS
-
     started = time.perf_counter()
     name = registry.canonical_name(benchmark)
     spec = registry.get_benchmark(name)
     if protocol not in PROTOCOL_VARIANTS:
         raise UsageError(f"expected --protocol official or strict, found {protocol!r}")
-    if parser_variant is not None and parser_variant not in PARSER_VARIANTS.get(registry.family(name), ()):
-        known = ", ".join(f"{b}: {'/'.join(v)}" for b, v in PARSER_VARIANTS.items())
+    if parser_variant is not None and parser_variant not in spec.parser_variants:
+        known = ", ".join(f"{b}: {'/'.join(s.parser_variants)}" for b, s in registry.BENCHMARKS.items()
+                          if s.parser_variants)
         raise UsageError(f"{name} has no parser variant {parser_variant!r} (variants: {known})")
     loaded = spec.loader(data_root, tasks=tasks, limit=limit)
     issues = getattr(loaded, "issues", None)
@@ -370,9 +364,6 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
     with SampleLog.open(output_dir, manifest, resume) as log:
         todo = [q for r in records if r.available for q in r.questions if q.qid not in log.samples]
         todo = todo if answer_missing else []
-        rejudge = judge is not None and any(
-            "judge_raw" not in log.samples[q.qid] for r in records for q in r.questions
-            if q.qid in log.samples and q.kind == KIND_OPEN and q.answer is not None)
         if model is None and todo:  # nothing left to answer: no model to load (a finished --resume)
             from hermes.models.loading import load_model
 
@@ -382,12 +373,11 @@ def run_eval(benchmark: str, data_root, cfg: HermesConfig, *, limit: int | None 
             from tqdm import tqdm
 
             bar = tqdm(total=len(todo), unit="question", desc=name)
-        ctx = _Run(name, spec.protocol, cfg, model, judge, log, bar, protocol, parser_variant)
+        ctx = _Run(name, spec, cfg, model, judge, log, bar, protocol, parser_variant)
         ctx.model_name = model.name if model is not None else model_name
         unreadable = []
         try:
-            if rejudge:
-                _rejudge(ctx, records)
+            _rejudge(ctx, records)
             for record in records:
                 if not todo or not record.available or all(q.qid in log.samples for q in record.questions):
                     continue
@@ -461,3 +451,58 @@ def _summary(ctx: _Run, spec, records: Sequence[VideoRecord], videos: dict, wall
         "wall_time_s": round(wall_s, 3),  # this invocation (a resumed run counts only its own part)
         "notes": notes,
     }
+
+
+def merge_shards(parts: Sequence[str], output: str, data_root: str) -> dict:
+    """Merge the results folders of the shards of one run into `output`.
+
+    The parts' samples are copied into `output` under the run's manifest (without a shard),
+    then the summary is computed over every selected question by the same code as a single
+    run (`run_eval` with nothing left to answer: no model is loaded).
+
+    Args:
+        parts: The shards' results folders (each with run.json and samples.jsonl).
+        output: The merged results folder (created; must not hold results yet).
+        data_root: The benchmark's folder, to read the questions (the denominator).
+
+    Returns:
+        The merged summary.
+
+    Raises:
+        UsageError: A part is not a results folder, parts of different runs, a shard missing
+            or given twice, or `output` already holds results.
+    """
+    manifests, samples = [], {}
+    for part in parts:
+        folder = Path(part).expanduser()
+        try:
+            manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"eval merge: {folder} is not a results folder ({MANIFEST_FILE}: {exc})") from None
+        manifests.append(manifest)
+        if (folder / "samples.jsonl").is_file():
+            samples.update(_read_samples(folder / "samples.jsonl")[0])
+    shards = [m.get("shard") for m in manifests]
+    if any(s is None for s in shards):
+        raise UsageError("eval merge: every part must be a --shard run; "
+                         f"{parts[shards.index(None)]} is a whole run")
+    parsed = [parse_shard(s) for s in shards]
+    count = parsed[0].count
+    if sorted(p.index for p in parsed) != list(range(1, count + 1)) or any(p.count != count for p in parsed):
+        found = ", ".join(shards)
+        raise UsageError(f"eval merge: expected shards 1/{count} .. {count}/{count} once each, found {found}")
+    base = {k: v for k, v in manifests[0].items() if k != "shard"}
+    for part, manifest in zip(parts, manifests):
+        if {k: v for k, v in manifest.items() if k != "shard"} != base:
+            raise UsageError(f"eval merge: {part} is a shard of a different run (benchmark, config or protocol differ)")
+    with SampleLog.open(output, {**base, "shard": None}, resume=False) as log:
+        for sample in samples.values():
+            log.append(sample)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        json.dump({k: base["config"][k] for k in ("model", "memory", "stream")}, handle)  # JSON is YAML
+    cfg = build_config(model=base["config"]["model"]["name"], config_file=handle.name)
+    Path(handle.name).unlink()
+    return run_eval(base["benchmark"], data_root, cfg, output_dir=output, resume=True, progress=False,
+                    protocol=base.get("protocol", "official"), parser_variant=base.get("parser_variant"),
+                    answer_missing=False, tasks=base.get("tasks"), limit=base.get("limit"),
+                    limit_questions=base.get("limit_questions"))

@@ -1,33 +1,16 @@
 """A seeded synthetic streaming benchmark in the OVO-Bench format, and training clips from the same world.
 
-The world: a dark background on which one object at a time (a red/green/blue/yellow/purple/white
-circle, square or triangle) appears, drifts across the frame and disappears, with empty seconds in
-between, for as long as the stream lasts. Time is in whole seconds: frame `i` is the picture at
-`t = i` s, and a video is written at 1 fps, so a stream sampled at 1 fps sees exactly those frames.
-
-Question families mirror OVO-Bench's categories and use its task codes, so the official loader,
-prompts and scorer apply unchanged:
-
-=========  ====  ===========================================================  ===============
-family     task  question                                                      answer
-=========  ====  ===========================================================  ===============
-realtime   ATR   What colour is the object on screen now?                      colour (6 opts)
-episodic   EPM   What colour was the first object? / ... just before the X?    colour (6 opts)
-ordering   ASI   What colour was the second / third object?                    colour (6 opts)
-counting   REC   How many times did they show a <colour> object?               a number
-=========  ====  ===========================================================  ===============
-
-Options are always every colour in one fixed order (see `_choice_question`). Shapes name objects
-("the object just before the red triangle") but are never asked about: the micro model, trained on a
-CPU, stays at chance on "what shape is on screen" (it learns colours at once), so such questions
-would measure the model's eyesight, not its memory.
-A question at `t_s` is about the frames with index `< t_s` (what a streaming session has encoded
-when it is asked); an object counts as seen once one of its frames is among them.
+The world and the question families (real-time ATR, episodic EPM, ordering ASI, counting REC: OVO-Bench's
+task codes, so its loader, prompts and scorer apply unchanged) are described in README.md, "The micro
+model and the synthetic benchmark". Time is in whole seconds: frame `i` is the picture at `t = i` s,
+written at 1 fps. A question at `t_s` is about the frames with index `< t_s` (what a streaming session
+has encoded when it is asked); an object counts as seen once one of its frames is among them.
 
 `write_benchmark` renders the videos (mp4) and `ovo_bench_new.json`, for
 `hermes-video eval ovo-bench --data-root DIR --model micro-llava-onevision` (another model: add
 `--set stream.fps=1`); training draws streams with `random_timeline`, renders them as uint8 arrays
-with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything is a pure function of the seed.
+with `render_frames` (no video coding) and asks `make_question` about any subset of frames. Everything
+is a pure function of the seed.
 
 `write_suite_set` writes one set of the suite (`SUITE_S`: 20, 180, 600 and 1,800 s streams, seed
 `SUITE_SEED` unless given): the same families at every length, with the episodic questions balanced
@@ -211,8 +194,8 @@ class SynthQuestion:
     answer: str
     t_s: float
     activity: str = ""
-    depth: str = ""  # suite episodic questions: "first", or the nominal depth "10" ... "90" (% of `t_s`)
-    subject_s: int | None = None  # suite episodic questions: start of the object named ("first": the first one)
+    depth: str = ""
+    subject_s: int | None = None
 
     @property
     def family(self) -> str:
@@ -349,7 +332,7 @@ def plan_questions(rng: np.random.Generator, timeline: Timeline, per_family: int
 
 
 def ovo_entries(video: str, questions: list[SynthQuestion]) -> list[dict]:
-    """OVO-Bench annotation entries for one video (what `hermes.datasets.ovo_bench.load` reads).
+    """OVO-Bench annotation entries for one video (what `hermes.datasets.benchmarks.ovo_bench.load` reads).
 
     Multiple-choice questions become one entry each (`gt` indexes `options`); counting questions on
     the same activity become one REC entry whose `test_info` probes carry each time and count. Ids
@@ -392,19 +375,27 @@ def write_benchmark(root: str | Path, *, seed: int = 0, num_videos: int = 8, dur
     Returns:
         The root folder.
     """
+    def stream(v: int) -> tuple[str, Timeline, list[SynthQuestion]]:
+        rng = np.random.default_rng([seed, v])
+        timeline = random_timeline(rng, duration_s, rare_count=4)  # counts 1-4 all possible (streams long enough)
+        return f"synth_{v:03d}.mp4", timeline, plan_questions(rng, timeline, per_family)
+
+    return _write_set(root, map(stream, range(num_videos)), size_px,
+                      {"seed": seed, "num_videos": num_videos, "duration_s": duration_s, "per_family": per_family})
+
+
+def _write_set(root: str | Path, streams, size_px: int, info: dict) -> Path:
+    """Write (video name, timeline, questions) streams as an OVO-Bench folder with the meta file (`info` and
+    every timeline)."""
     root = Path(root)
     (root / "src_videos").mkdir(parents=True, exist_ok=True)
     entries, meta = [], {}
-    for v in range(num_videos):
-        rng = np.random.default_rng([seed, v])
-        timeline = random_timeline(rng, duration_s, rare_count=4)  # counts 1-4 all possible (streams long enough)
-        video = f"synth_{v:03d}.mp4"
+    for video, timeline, questions in streams:
         write_mp4(root / "src_videos" / video, render_frames(timeline, size_px=size_px), 1.0, (size_px, size_px))
-        entries += ovo_entries(video, plan_questions(rng, timeline, per_family))
+        entries += ovo_entries(video, questions)
         meta[video] = [asdict(a) for a in timeline.appearances]
     (root / ANNOTATION_FILE).write_text(json.dumps(entries, indent=1) + "\n")
-    info = {"generator": __name__, "seed": seed, "num_videos": num_videos, "duration_s": duration_s,
-            "per_family": per_family, "size_px": size_px, "fps": 1.0, "timelines": meta}
+    info = {"generator": __name__, **info, "size_px": size_px, "fps": 1.0, "timelines": meta}
     (root / META_FILE).write_text(json.dumps(info) + "\n")
     return root
 
@@ -501,21 +492,14 @@ def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_
     if name not in SUITE_S:
         raise ValueError(f"unknown suite set {name!r}; expected one of {', '.join(SUITE_S)}")
     duration_s = SUITE_S[name]
-    root = Path(root)
-    (root / "src_videos").mkdir(parents=True, exist_ok=True)
-    entries, meta = [], {}
-    for v in range(num_videos):
+
+    def stream(v: int) -> tuple[str, Timeline, list[SynthQuestion]]:
         rng = np.random.default_rng([seed, list(SUITE_S).index(name), v])
         timeline, questions = plan_suite_questions(rng, random_timeline(rng, duration_s, rare_count=4), per_family)
-        video = f"{name}_{v:03d}.mp4"
-        write_mp4(root / "src_videos" / video, render_frames(timeline, size_px=size_px), 1.0, (size_px, size_px))
-        entries += ovo_entries(video, questions)
-        meta[video] = [asdict(a) for a in timeline.appearances]
-    (root / ANNOTATION_FILE).write_text(json.dumps(entries, indent=1) + "\n")
-    info = {"generator": __name__, "suite": name, "seed": seed, "num_videos": num_videos, "duration_s": duration_s,
-            "per_family": per_family, "size_px": size_px, "fps": 1.0, "timelines": meta}
-    (root / META_FILE).write_text(json.dumps(info) + "\n")
-    return root
+        return f"{name}_{v:03d}.mp4", timeline, questions
+
+    return _write_set(root, map(stream, range(num_videos)), size_px, {"suite": name, "seed": seed,
+                      "num_videos": num_videos, "duration_s": duration_s, "per_family": per_family})
 
 
 def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tuple[Path, list[SynthQuestion]]:

@@ -1,15 +1,9 @@
 """`hermes-video` (also `python -m hermes`): the command line, a thin layer over the Python API.
 
-This module only assembles the parser and maps errors to exit codes. Each package registers its own
-subcommands (`hermes.pipelines.cli`: run; `hermes.pipelines.serve.cli`: serve; `hermes.pipelines.bench_cli`:
-bench; `hermes.datasets.demo`: demo; `hermes.datasets.cli`: eval; `hermes.cli_memory`: memory; `hermes.models.cli`: pull, models), with
-the shared options of `hermes.cli_args` (where the table of config flags lives).
-
-Nothing heavy is imported before the input is checked: arguments, files and configuration are
-validated first (usage, file and config errors are one line, raised before torch or transformers
-loads), then the command imports what it needs. Every `HermesError` becomes one line on stderr and
-the exit code of docs/ARCHITECTURE.md, Interfaces; anything else is a bug: one line too, and a traceback with `--debug`
-(accepted before or after the subcommand).
+This module assembles the parser (each package registers its own subcommands with the shared options
+of `hermes.cli_args`) and maps errors to exit codes. Input is checked before anything heavy is
+imported; every `HermesError` becomes one line on stderr and the exit code of docs/ARCHITECTURE.md,
+Interfaces; anything else is a bug: one line too, and a traceback with `--debug`.
 """
 
 from __future__ import annotations
@@ -28,7 +22,11 @@ def cmd_info(args) -> int:
     """`info`: versions, device, video backends, families and presets."""
     import platform
 
-    from hermes.config import preset_names
+    import torch
+
+    from hermes.models.loading import supported_families
+    from hermes.pipelines.video import available_backends
+    from hermes.presets import preset_names
 
     lines = [f"hermes-video {__version__}", f"python       {platform.python_version()} ({sys.platform})"]
     for module in ("torch", "transformers", "decord", "cv2", "faiss", "numpy"):
@@ -37,21 +35,12 @@ def cmd_info(args) -> int:
         except Exception as exc:  # a broken optional backend is reported, not fatal
             version = f"not available ({type(exc).__name__})"
         lines.append(f"{module:<12} {version}")
-    import torch
-
-    if torch.cuda.is_available():
-        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        lines.append(f"device       cuda ({names})")
-    else:
-        lines.append("device       cpu (no CUDA device)")
-    from hermes.pipelines.video import available_backends
-
-    lines.append(f"video        {', '.join(available_backends()) or 'none'}")
-    from hermes.models.loading import supported_families
-
-    lines.append(f"families     {', '.join(supported_families())}")
-    lines.append(f"models       {', '.join(preset_names('models'))}")
-    lines.append(f"memory       {', '.join(preset_names('memory'))}")
+    cuda = torch.cuda.is_available()
+    names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count() if cuda else 0))
+    lines += [f"device       {f'cuda ({names})' if names else 'cpu (no CUDA device)'}",
+              f"video        {', '.join(available_backends()) or 'none'}",
+              f"families     {', '.join(supported_families())}",
+              f"models       {', '.join(preset_names('models'))}", f"memory       {', '.join(preset_names('memory'))}"]
     print("\n".join(lines))
     return 0
 
@@ -61,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     from hermes.datasets.cli import add_eval_parser
     from hermes.datasets.demo import add_demo_parser
     from hermes.models.cli import add_model_parsers
-    from hermes.pipelines.bench_cli import add_bench_parser
+    from hermes.pipelines.bench.cli import add_bench_parser
     from hermes.pipelines.cli import add_run_parser
     from hermes.pipelines.serve.cli import add_serve_parser
     from hermes.cli_memory import add_memory_parser

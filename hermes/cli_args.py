@@ -1,16 +1,11 @@
 """What every subcommand's parser shares: one-line argparse errors, the configuration flags and the
-table that maps each flag to the one config key it is sugar for.
+table that maps each flag to the one config key it is sugar for. Only argparse (and the YAML presets,
+for help lines) is imported here, so `--help` stays instant.
 
-Each package registers its own subcommands (`hermes.pipelines.cli`: run, demo, bench;
-`hermes.datasets.cli`: eval; `hermes.cli_memory`: memory; `hermes.models.cli`: pull, models) with
-these helpers; `hermes/cli.py` only assembles the parser and maps errors to exit codes. Only argparse
-and the YAML preset layer are imported here, so `--help` stays instant.
-
-Configuration has one surface, `HermesConfig` (`hermes/config.py`): `--model`, `--memory`,
-`--config` and `--set` build it, and every other flag that configures is sugar for exactly one key
-(`CONFIG_FLAGS`). A sugar flag is applied after every `--set`, so the flag wins when both name the
-same key. Flags not in the table (`--ask`, `--lengths`, `--output`, ...) are not configuration:
-they say what to do, not how the model, memory or stream behave.
+`--model`, `--memory`, `--config` and `--set` build the `HermesConfig`; every other flag that
+configures is sugar for exactly one key (`CONFIG_FLAGS`), applied after every `--set`, so the flag
+wins. Flags not in the table (`--ask`, `--output`, ...) say what to do, not how the model, memory or
+stream behave.
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.errors import UsageError
+from hermes.presets import preset_names  # YAML only: --help stays instant
 
 PROG = "hermes-video"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -37,9 +33,14 @@ class ConfigFlag:
     metavar: str | None = None
     type: type | None = None  # None: the text, read by the config layer as a YAML scalar and type-checked there
 
+    @property
+    def dest(self) -> str:
+        """The argparse attribute ("--max-new-tokens" -> "max_new_tokens")."""
+        return self.flag.lstrip("-").replace("-", "_")
+
 
 # flag -> key: the whole list of flags that configure. A command adds the ones it takes
-# (`add_config_options(p, flags=...)`); `config_overrides` turns them into `--set` items.
+# (`add_config_options(p, flags=...)`); `config_from_args` turns them into `--set` items.
 CONFIG_FLAGS: dict[str, ConfigFlag] = {f.flag: f for f in (
     ConfigFlag("--device", "model.device", "auto, cpu, cuda or cuda:N"),
     ConfigFlag("--dtype", "model.dtype", "weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32"),
@@ -48,11 +49,6 @@ CONFIG_FLAGS: dict[str, ConfigFlag] = {f.flag: f for f in (
     ConfigFlag("--chunk-frames", "stream.chunk_frames", "frames encoded per forward", "N"),
     ConfigFlag("--budget", "memory.budget", "visual tokens per layer for bounded policies", "N", int),
 )}
-
-
-def flag_dest(flag: str) -> str:
-    """The argparse attribute of a config flag ("--max-new-tokens" -> "max_new_tokens")."""
-    return flag.lstrip("-").replace("-", "_")
 
 
 class Parser(argparse.ArgumentParser):
@@ -67,7 +63,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, found {text!r}") from None
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, found {text!r}")
     return value
@@ -109,8 +105,6 @@ def add_config_options(p: argparse.ArgumentParser, *, flags: tuple[str, ...] = (
         memory_help: a whole help line for --memory instead of the generated one.
         flag_help: per-flag help lines that replace the table's (the key is still named).
     """
-    from hermes.config import preset_names  # YAML only: --help stays instant
-
     if model:
         p.add_argument("--model", help="auto (the default: smolvlm2-500m without CUDA, llava-onevision-7b with it), "
                                        f"a preset ({', '.join(preset_names('models'))}), a hub id like org/name, "
@@ -126,17 +120,7 @@ def add_config_options(p: argparse.ArgumentParser, *, flags: tuple[str, ...] = (
     for flag in flags:
         spec = CONFIG_FLAGS[flag]
         text = (flag_help or {}).get(flag, spec.help)
-        p.add_argument(flag, dest=flag_dest(flag), metavar=spec.metavar, type=spec.type, help=f"{text} (sets {spec.key})")
-
-
-def config_overrides(args: argparse.Namespace, base: list[str] | None = None) -> list[str]:
-    """`--set` items, then one `KEY=VALUE` per config flag given (so the flag wins over a --set)."""
-    overrides = list(base if base is not None else getattr(args, "set", None) or [])
-    for spec in CONFIG_FLAGS.values():
-        value = getattr(args, flag_dest(spec.flag), None)
-        if value is not None:
-            overrides.append(f"{spec.key}={value}")
-    return overrides
+        p.add_argument(flag, dest=spec.dest, metavar=spec.metavar, type=spec.type, help=f"{text} (sets {spec.key})")
 
 
 def config_from_args(args: argparse.Namespace, *, default_memory: bool = False, model: str | None = None,
@@ -155,14 +139,13 @@ def config_from_args(args: argparse.Namespace, *, default_memory: bool = False, 
     Raises:
         ConfigError: any configuration error, in one line.
     """
-    from hermes.config import build_config, build_config_default_memory
+    from hermes.config import build_config
 
-    model = getattr(args, "model", None) or model
-    memory = getattr(args, "memory", None) or memory
-    config_file = getattr(args, "config", None)
-    overrides = config_overrides(args, list(extra or []) + list(getattr(args, "set", None) or []))
-    build = build_config_default_memory if default_memory else build_config
-    return build(model=model, memory=memory, config_file=config_file, overrides=overrides, base=base)
+    overrides = [*(extra or []), *(getattr(args, "set", None) or [])]
+    overrides += [f"{spec.key}={getattr(args, spec.dest)}" for spec in CONFIG_FLAGS.values()
+                  if getattr(args, spec.dest, None) is not None]  # after every --set: the flag wins
+    return build_config(getattr(args, "model", None) or model, getattr(args, "memory", None) or memory,
+                        getattr(args, "config", None), overrides, base, default_memory=default_memory)
 
 
 def memory_chosen(args: argparse.Namespace) -> bool:
@@ -186,8 +169,7 @@ def check_output_path(path: str | None, flag: str, *, directory: bool = False) -
             raise UsageError(f"{flag} expects a directory, found a file: {path}")
     elif target.is_dir():
         raise UsageError(f"{flag} expects a file, found a directory: {path}")
-    parent = target.parent if not target.exists() else target if directory else target.parent
-    parent = parent if str(parent) else Path(".")
+    parent = target if directory and target.exists() else target.parent
     while not parent.exists() and directory and parent != parent.parent:
         parent = parent.parent  # a directory output is created with its parents
     if not parent.is_dir():

@@ -1,8 +1,5 @@
-"""The `memory` subcommand of `hermes-video`: inspect, verify or repair a memory directory.
-
-Registered by `hermes/cli.py` with `add_memory_parser(subparsers)`; the work is in
-`hermes.tiers.commands`.
-"""
+"""The `memory` subcommand of `hermes-video`: inspect, verify or repair a memory directory (the work is
+in `hermes.tiers.commands`)."""
 
 from __future__ import annotations
 
@@ -11,22 +8,13 @@ import argparse
 from hermes.cli_args import add_common_options, positive_int
 
 
-def cmd_memory_inspect(args) -> int:
-    from hermes.tiers.commands import inspect_command
+def _command(name: str, *options: str):
+    """`hermes.tiers.commands.<name>(args.directory, *options)`, imported when the action runs."""
+    def run(args) -> int:
+        from hermes.tiers import commands
 
-    return inspect_command(args.directory, args.records, args.json)
-
-
-def cmd_memory_verify(args) -> int:
-    from hermes.tiers.commands import verify_command
-
-    return verify_command(args.directory, args.json)
-
-
-def cmd_memory_repair(args) -> int:
-    from hermes.tiers.commands import repair_command
-
-    return repair_command(args.directory)
+        return getattr(commands, name)(args.directory, *(getattr(args, option) for option in options))
+    return run
 
 
 def add_memory_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,16 +27,16 @@ def add_memory_parser(subparsers) -> argparse.ArgumentParser:
     inspect.add_argument("--records", type=positive_int, default=20, help="records to list (default 20)")
     inspect.add_argument("--json", action="store_true", help="the report as JSON")
     add_common_options(inspect)
-    inspect.set_defaults(func=cmd_memory_inspect)
+    inspect.set_defaults(func=_command("inspect_command", "records", "json"))
     verify = memory_sub.add_parser("verify", help="check every checksum and source of truth; exit 0 only when all hold")
     verify.add_argument("directory", metavar="DIR")
     verify.add_argument("--json", action="store_true", help="the checks as one JSON object (ok, problems, duplicates, "
                         "disagreements, counts, notes, repair)")
     add_common_options(verify)
-    verify.set_defaults(func=cmd_memory_verify)
+    verify.set_defaults(func=_command("verify_command", "json"))
     repair = memory_sub.add_parser("repair", help="rebuild the manifest and index from the segments; move what "
                                    "cannot be kept to DIR/quarantine (nothing is deleted)")
     repair.add_argument("directory", metavar="DIR")
     add_common_options(repair)
-    repair.set_defaults(func=cmd_memory_repair)
+    repair.set_defaults(func=_command("repair_command"))
     return memory_cmd

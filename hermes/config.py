@@ -11,29 +11,35 @@ It is built in this order, each step overriding the one before:
 5. `--set section.key=value` overrides (values parsed as YAML scalars); the CLI's config flags
    (`hermes.cli_args.CONFIG_FLAGS`) are sugar for such overrides, applied last.
 
-Unknown keys are errors with a did-you-mean suggestion, and values are checked against the field
-types, so a typo never silently falls back to a default.
+Unknown keys are errors with a did-you-mean suggestion. Each section checks its values on
+construction (`__post_init__`: types, ranges, what spans fields), however it is built, so a typo
+never silently falls back to a default and readers of a config need not check it again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import numbers
 import re
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from hermes.errors import ConfigError, did_you_mean
+from hermes.model_registry import (AUTO_MODEL, DEFAULT_MEMORY, ENTRY_KEYS, auto_model_name, entry_from_mapping,
+                                   model_entry)
+from hermes.presets import load_preset, preset_names, read_mapping
 
 
-# model names resolve in one place, the registry (configs/models/*.yaml): `auto`, the default memory preset
-from hermes.model_registry import (AUTO_MODEL, DEFAULT_MEMORY, ENTRY_KEYS, auto_model_name,  # noqa: F401
-                                   entry_from_mapping, model_entry)
+def ranged(default: Any, low: float | None, high: float | None = None, *, below: bool = False) -> Any:
+    """A numeric field's default and its allowed range [low, high] (None: no bound; `below`: high excluded),
+    checked on construction. Every int and float field has one (tests/hermes/test_config.py checks)."""
+    return field(default=default, metadata={"range": (low, high, below)})
 
 
 @dataclass
@@ -47,49 +53,51 @@ class ModelConfig:
     revision: str = ""  # hub commit, branch or tag to load (as `hermes-video pull --revision` fetched); "" = main
     device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
     dtype: Literal["auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on cuda, fp32 on cpu
-    max_new_tokens: int = 64  # answer length cap, in tokens
+    max_new_tokens: int = ranged(64, 1)  # answer length cap, in tokens
     system_prompt: str = "You are a helpful assistant."
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     trust_remote_code: bool = False  # never on by default: it runs code from the checkpoint
-    seed: int = 0  # seed of builtin tiny random models
-    # Greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
-    # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy.
-    repetition_penalty: float = 1.0
-    # Where frames are resized and normalised: "host" (the CPU, before upload); "device" (the uint8 frames
-    # are uploaded and resized on the model's device); "auto": the device on CUDA when its resize agrees
-    # with the host's (hermes.models.preprocess), else the host. Host by default: on CUDA the kernel rounds
-    # float32 differently (an 8-bit rounding can land one level apart), and no GPU measurement exists yet.
+    seed: int = ranged(0, 0)  # seed of builtin tiny random models
+    # greedy decoding divides a positive logit (multiplies a negative one) of every token already in the
+    # answer by this, as HERMES' reference code does (1.1 there); 1.0 = plain greedy
+    repetition_penalty: float = ranged(1.0, 1e-6)
+    # where frames are resized and normalised: "host" (the CPU), "device" (uint8 frames uploaded), "auto"
+    # (the device on CUDA when its resize agrees with the host's, hermes.models.preprocess). Host by default:
+    # CUDA rounds float32 differently (one 8-bit level apart at times), and no GPU measurement exists yet
     preprocess_on: Literal["host", "device", "auto"] = "host"
-    # Decode steps through torch.compile with dynamic shapes (the KV cache grows every step): "default"
-    # (inductor kernels) or "reduce-overhead" (plus CUDA graphs, CUDA only). Off by default: the first
-    # answer pays the compile (~50 s on a CPU), and fused kernels round differently, so the tokens may
-    # differ from eager's (hermes.models.compiled_decode).
+    # decode steps through torch.compile, dynamic shapes: "default" (inductor) or "reduce-overhead" (plus CUDA
+    # graphs). Off by default: the first answer pays the compile (~50 s on a CPU), and fused kernels round
+    # differently, so the tokens may differ from eager's (hermes.models.compiled_decode)
     compile_decode: Literal["off", "default", "reduce-overhead"] = "off"
+
+    def __post_init__(self) -> None:
+        _validate_section(self, "model")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, found {self.device!r}")
 
 
 @dataclass
 class MemoryConfig:
     """How the KV cache is kept (docs/ARCHITECTURE.md, Memory, level 1). Defaults are the paper's."""
 
-    # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames). `run` does not use this
-    # default: without --memory it takes the model's bounded preset (`default_memory_preset`).
+    # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames), two baselines;
+    # `run` without --memory takes the model's bounded preset instead (`default_memory_preset`)
     policy: Literal["full", "hermes", "sliding", "uniform", "recent-frames", "rekv"] = "full"
-    budget: int = 4096  # visual tokens kept per layer in device memory (all but `full`)
-    bands: tuple[float, ...] = (0.1, 0.6, 0.3)  # sensory / working / long-term fractions of the layers
-    recency_k: float = 20.0  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
-    recency_k_fall: float = 12.0  # fall of the forgetting rate across the working band, k = recency_k - fall * p (0: one k)
+    budget: int = ranged(4096, 1)  # visual tokens kept per layer in device memory (all but `full`)
+    bands: tuple[float, ...] = ranged((0.1, 0.6, 0.3), 0.0, 1.0)  # sensory / working / long-term shares of layers
+    recency_k: float = ranged(20.0, 0.0)  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
+    recency_k_fall: float = ranged(12.0, 0.0)  # k = recency_k - fall * p across the working band (0: one k)
     recency_unit: Literal["token", "frame"] = "token"  # d counts cache entries ("frame": a frame's tokens tie)
-    w0: float = 0.75  # recency weight of the first working layer
-    gamma: float = 0.6  # fall of the recency weight across the working band
-    smoothing: tuple[float, ...] = (0.1, 0.3, 0.4)  # deep-to-shallow lambda for sensory / working / long-term
+    w0: float = ranged(0.75, 0.0, 1.0)  # recency weight of the first working layer
+    gamma: float = ranged(0.6, 0.0, 1.0)  # fall of the recency weight across the working band
+    smoothing: tuple[float, ...] = ranged((0.1, 0.3, 0.4), 0.0, 1.0)  # deep-to-shallow lambda per band, as `bands`
     # how smoothing pairs a layer's tokens with the deeper layer's: by token identity (ours, a fix: after an
-    # eviction the layers hold different tokens, so equal cache indices are different tokens) or by cache
-    # index (the reference's convention; for the differential against it, docs/ARCHITECTURE.md)
+    # eviction equal cache indices are different tokens) or by cache index (the reference's, for the differential)
     smoothing_match: Literal["token", "index"] = "token"
-    # Attention that selection reads: "none" = this probe's alone (the reference), "sum" = a running
-    # sum over probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe.
+    # attention that selection reads: "none" = this probe's (the reference), "sum" = a running sum over
+    # probes, "ema" = decay * previous + (1 - decay) * new, a token starting at its first probe
     accumulation: Literal["none", "sum", "ema"] = "none"
-    accumulate_decay: float = 0.5  # `ema` only: weight of the previous value, in [0, 1)
+    accumulate_decay: float = ranged(0.5, 0.0, 1.0)  # `ema` only: weight of the previous value, in [0, 1)
     local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
     global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
     condition_on_question: bool = False  # use the last question asked as the global pseudo-query
@@ -97,70 +105,84 @@ class MemoryConfig:
     # where the summary token sits: right after the newest kept token (the reference; M-RoPE: max over
     # the axes + 1 on every axis) or at the count-weighted mean position of what it folds, per axis
     summary_position: Literal["after_kept", "mean_evicted"] = "after_kept"
-    # a long-term layer's previous summary: "candidate" (the reference) competes for the budget like any
-    # token, so a layer may keep several; the new summary is the plain mean of what is evicted, appended
-    # after the kept tokens. "fold" (ours) always folds it, count-weighted, into the one new summary,
-    # written in the first visual slot: one summary per layer, weighted by the tokens it stands for
+    # a long-term layer's previous summary: "candidate" (the reference) competes for the budget like any token
+    # (a layer may keep several; the new one, the plain mean of the evicted, goes after the kept tokens);
+    # "fold" (ours) folds it, count-weighted, into the one new summary in the first visual slot
     previous_summary: Literal["candidate", "fold"] = "candidate"
     # positions of a new chunk: "per_layer" (the reference) continues every layer after its own largest
     # position, each chunk a block of its own (M-RoPE); "shared" (ours) places it once for the whole
     # cache after the largest position of any layer, continuing the open M-RoPE block
     chunk_positions: Literal["per_layer", "shared"] = "per_layer"
-    reindex: Literal["lazy", "eager"] = "lazy"  # "lazy": compact positions only near max_position_embeddings; "eager": after every eviction
-    position_reserve: int = 1024  # positions kept free for a question and its answer
+    reindex: Literal["lazy", "eager"] = "lazy"  # compact positions near the model's limit ("lazy") or at every eviction
+    position_reserve: int = ranged(1024, 1)  # positions kept free for a question and its answer
     # M-RoPE compaction: rank each axis separately among the kept coordinates (the reference), or pack
     # every frame as its own block keeping its layout (1-D RoPE: both give consecutive positions)
     mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
-    # Ours (off = the reference, which evicts to exactly `budget` whenever a chunk takes the cache past it):
-    # evict to budget * (1 - headroom) instead, so the next chunks fit without a probe. The cache never
-    # holds more than before (budget + one chunk); maintenance runs about once per
-    # 1 + headroom * budget / chunk tokens chunks; between evictions it holds fewer tokens.
-    evict_headroom: float = 0.0  # fraction of `budget` freed below it at each eviction, in [0, 1)
-    sink_tokens: int = 4  # `sliding`: earliest visual tokens always kept (attention sinks)
-    recent_frames: int = 4  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
-    recent_fps: float = 1.0  # `recent-frames`: their rate, frames per second, counted back from the newest
-    # Levels 2 (host memory) and 3 (disk + FAISS): active with a memory directory or with recall on.
-    # Evicted tokens scoring at least this (0..1) are kept compressed, the rest dropped. 0 keeps them all
-    # (the byte budgets below bound them): scores are min-max normalised over every cached token, so
-    # the tokens a policy evicts score near 0, and at 0.3 a 4K budget kept nearly nothing to recall.
-    compress_threshold: float = 0.0
-    dram_bytes: int = 2 * 2**30  # level-2 budget (host memory)
+    # ours (0 = the reference, evicting to exactly `budget`): evict to budget * (1 - headroom), so the next
+    # chunks fit without a probe; maintenance runs about once per 1 + headroom * budget / chunk tokens chunks,
+    # and the cache never holds more than before (budget + one chunk)
+    evict_headroom: float = ranged(0.0, 0.0, 1.0, below=True)  # fraction of `budget` freed below it at each eviction
+    sink_tokens: int = ranged(4, 0)  # `sliding`: earliest visual tokens always kept (attention sinks; 0: none)
+    recent_frames: int = ranged(4, 1)  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
+    recent_fps: float = ranged(1.0, 1e-6)  # `recent-frames`: their rate (frames/s), counted back from the newest
+    # Levels 2 (host memory) and 3 (disk + FAISS), active with a memory directory or recall on: evicted
+    # tokens scoring at least this are kept compressed. 0 keeps all (the byte budgets bound them): scores are
+    # min-max normalised over the cache, so evicted tokens score near 0 (at 0.3 a 4K budget kept nearly none)
+    compress_threshold: float = ranged(0.0, 0.0, 1.0)
+    dram_bytes: int = ranged(2 * 2**30, 0)  # level-2 budget (host memory; 0: records go straight to disk)
     dram_dtype: Literal["int8", "fp16"] = "int8"  # level-2 storage: "int8" (per-channel) or "fp16"
-    disk_bytes: int = 20 * 2**30  # level-3 budget (disk)
-    summary_anchors: int = 4  # tokens per layer a record keeps when it moves to disk (plus one mean token)
+    disk_bytes: int = ranged(20 * 2**30, 1)  # level-3 budget (disk)
+    summary_anchors: int = ranged(4, 1)  # tokens per layer a record keeps on disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
-    recall_top_k: int = 4  # records recalled per question
-    # Per-question gate (hermes.recall_gate; ours, off = the ungated recall): keep a hit only if it is more
-    # similar to the question than level 1's content (+ margin), so a question the working cache answers
-    # (the current frame) recalls nothing; compared with each frame ("above_frames") or with the mean of
-    # every level-1 visual token ("above_level1", a mean over frames as a record's embedding is)
+    recall_top_k: int = ranged(4, 1)  # records recalled per question
+    # per-question gate (hermes.recall_gate; ours): keep a hit only if it is more similar to the question than
+    # level 1 (+ margin), so a question the working cache answers recalls nothing; level 1 as each frame
+    # ("above_frames") or the mean of its visual tokens ("above_level1", as a record's embedding is)
     recall_gate: Literal["off", "above_frames", "above_level1"] = "off"
-    recall_gate_margin: float = 0.0  # similarity a hit must exceed level 1's by (the gate on)
-    recall_max_ratio: float = 0.0  # recalled tokens per layer at most this x level-1 visual tokens (0: no cap)
-    checkpoint_every: int = 8  # chunks between checkpoints of level 1 in a memory directory (a file: the
+    recall_gate_margin: float = ranged(0.0, -2.0, 2.0)  # similarity a hit must exceed level 1's by (the gate on)
+    recall_max_ratio: float = ranged(0.0, 0.0)  # recalled tokens per layer <= this x level-1 visual tokens (0: no cap)
+    checkpoint_every: int = ranged(8, 1)  # chunks between checkpoints of level 1 in a memory directory (a file: the
     # frames after the last checkpoint are re-encoded on --resume)
-    live_checkpoint_every: int = 1  # the same for a live source, whose frames cannot be read again: 1 loses
+    live_checkpoint_every: int = ranged(1, 1)  # the same for a live source, whose frames cannot be read again: 1 loses
     # at most the chunk in flight on a crash; more trades level-1 durability for fewer checkpoint writes
     # Level 3 in an S3-compatible object store (--memory-dir s3://bucket/prefix). "" takes the usual AWS
     # environment variables (AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION); credentials come only
     # from the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and are never logged.
     s3_endpoint: str = ""  # e.g. http://127.0.0.1:8333 for a local SeaweedFS or MinIO
     s3_region: str = ""  # "" : the environment's, else us-east-1
-    s3_timeout_s: float = 10.0  # connect and read timeout of one request to the store
-    s3_retries: int = 3  # attempts per request before a one-line storage error (exit 3)
-    s3_lease_s: float = 60.0  # a writer's lease: another machine may take the stream over this long after it stops
+    s3_timeout_s: float = ranged(10.0, 0.01)  # connect and read timeout of one request to the store
+    s3_retries: int = ranged(3, 1, 20)  # attempts per request before a one-line storage error (exit 3)
+    s3_lease_s: float = ranged(60.0, 0.5)  # a writer's lease: another machine may take over this long after it stops
     s3_cache_dir: str = ""  # local read-through cache, index and checkpoint copies ("": ~/.cache/hermes-video/s3/...)
-    s3_cache_bytes: int = 2**30  # bound on the cached copies of segment objects
+    s3_cache_bytes: int = ranged(2**30, 0)  # bound on the cached copies of segment objects
+
+    def __post_init__(self) -> None:
+        policies = typing.get_args(_hints(MemoryConfig)["policy"])
+        if self.policy not in policies and self.policy in preset_names("memory"):  # `--set memory.policy=hermes-4k`
+            raise ConfigError(f"memory.policy: expected one of {', '.join(policies)}, found {self.policy!r} "
+                              f"({self.policy} is a memory preset, not a policy: use --memory {self.policy})")
+        _validate_section(self, "memory")
+        if abs(sum(self.bands) - 1.0) > 1e-6 or len(self.bands) != 3:
+            raise ConfigError(f"memory.bands: expected three fractions summing to 1, found {list(self.bands)}")
+        if len(self.smoothing) != 3:
+            raise ConfigError(f"memory.smoothing: expected three values (sensory, working, long-term), found "
+                              f"{list(self.smoothing)}")
+        if self.accumulation == "ema" and not self.accumulate_decay < 1:  # 1 would never admit anything
+            raise ConfigError(f"memory.accumulate_decay: expected below 1 with memory.accumulation=ema, found "
+                              f"{self.accumulate_decay!r}")
 
 
 @dataclass
 class StreamConfig:
     """How frames are sampled and grouped into chunks."""
 
-    fps: float = 0.5  # frames sampled per second of video (by timestamp)
-    chunk_frames: int = 16  # frames encoded in one forward (files)
-    live_chunk_frames: int = 4  # frames per forward for live input: smaller, so memory stays current
+    fps: float = ranged(0.5, 1e-6)  # frames sampled per second of video (by timestamp)
+    chunk_frames: int = ranged(16, 1)  # frames encoded in one forward (files)
+    live_chunk_frames: int = ranged(4, 1)  # frames per forward for live input: smaller, so memory stays current
     backend: Literal["auto", "decord", "opencv"] = "auto"  # video file decoder
+
+    def __post_init__(self) -> None:
+        _validate_section(self, "stream")
 
 
 @dataclass
@@ -171,47 +193,20 @@ class HermesConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
 
+    def __post_init__(self) -> None:
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(f"{name}: expected a {cls.__name__}, found {getattr(self, name)!r}")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-# --------------------------------------------------------------------------------------------
-# Presets
-
-
-def preset_names(kind: str) -> list[str]:
-    """Names of the YAML presets of one kind ("models", "memory" or "paper"), sorted."""
-    folder = resources.files("hermes.configs").joinpath(kind)
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def load_preset(kind: str, name: str) -> dict[str, Any]:
-    """Read `configs/<kind>/<name>.yaml` as a dict.
-
-    Raises:
-        ConfigError: no such preset (with a did-you-mean), or the file is not a mapping.
-    """
-    names = preset_names(kind)
-    if name not in names:
-        raise ConfigError(f"unknown {kind} preset {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}")
-    text = resources.files("hermes.configs").joinpath(kind, f"{name}.yaml").read_text()
-    return _read_mapping(text, f"configs/{kind}/{name}.yaml")
-
-
-def _read_mapping(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of keys to values, found {type(data).__name__}")
-    return data
+SECTIONS = {"model": ModelConfig, "memory": MemoryConfig, "stream": StreamConfig}
 
 
 # --------------------------------------------------------------------------------------------
-# Applying nested dicts and dotted overrides to the dataclasses, with type checks
+# Checking a section's values (its __post_init__), merging layers, reading `--set` and `--config`
 
 
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -263,100 +258,68 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     if target in (int, float) and isinstance(value, str) and _NUMBER_RE.match(value.strip()):
         number = float(value)
         value = int(number) if target is int and number.is_integer() and "." not in value else number
-    if target is float and isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, bool) and target is not bool:
+        raise ConfigError(f"{where}: expected {target.__name__}, found {value!r}")
+    if target is int and isinstance(value, numbers.Integral):  # a NumPy integer too
+        return int(value)
+    if target is float and isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, found {value!r}")
         return float(value)
-    if target is float and isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{where}: expected a finite number, found {value!r}")
-    if target is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if target is str and isinstance(value, (int, float)):
         return str(value)
-    if isinstance(value, target) and not (target is int and isinstance(value, bool)):
+    if isinstance(value, target):
         return value
     raise ConfigError(f"{where}: expected {target.__name__}, found {value!r}")
 
 
-# Allowed ranges of numeric keys: (lowest, highest), None for no bound; checked once the whole tree is
-# built. Enumerations need no entry: their `Literal` annotation lists what is allowed.
-RANGES: dict[str, tuple[float | None, float | None]] = {
-    "model.max_new_tokens": (1, None),
-    "model.seed": (0, None),
-    "model.repetition_penalty": (1e-6, None),
-    "memory.budget": (1, None),
-    "memory.bands": (0.0, 1.0),
-    "memory.recency_k": (0.0, None),
-    "memory.recency_k_fall": (0.0, None),
-    "memory.w0": (0.0, 1.0),
-    "memory.gamma": (0.0, 1.0),
-    "memory.smoothing": (0.0, 1.0),
-    "memory.accumulate_decay": (0.0, 1.0),
-    "memory.position_reserve": (1, None),
-    "memory.sink_tokens": (0, None),  # 0: a plain recent window (StreamingLLM without sinks)
-    "memory.compress_threshold": (0.0, 1.0),
-    "memory.dram_bytes": (0, None),  # 0: every evicted record goes straight to disk
-    "memory.disk_bytes": (1, None),
-    "memory.s3_timeout_s": (0.01, None),
-    "memory.s3_retries": (1, 20),
-    "memory.s3_lease_s": (0.5, None),
-    "memory.s3_cache_bytes": (0, None),
-    "memory.summary_anchors": (1, None),
-    "memory.recall_top_k": (1, None),
-    "memory.recall_gate_margin": (-2.0, 2.0),
-    "memory.recall_max_ratio": (0.0, None),
-    "memory.checkpoint_every": (1, None),
-    "memory.live_checkpoint_every": (1, None),
-    "memory.recent_frames": (1, None),
-    "memory.recent_fps": (1e-6, None),
-    "stream.fps": (1e-6, None),
-    "stream.chunk_frames": (1, None),
-    "stream.live_chunk_frames": (1, None),
-}
-
-
-def _check_range(key: str, value: Any) -> None:
-    low, high = RANGES[key]
+def _check_range(key: str, value: Any, low: float | None, high: float | None, below: bool) -> None:
     for item in value if isinstance(value, tuple) else (value,):
-        if (low is not None and item < low) or (high is not None and item > high):
+        if (low is not None and item < low) or (high is not None and (item >= high if below else item > high)):
             want = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
-            if low == 1 and high is None and isinstance(item, int):
+            if below:
+                want = f"at least {low:g} and below {high:g}"
+            elif low == 1 and high is None and isinstance(item, int):
                 want = "a positive whole number"
             elif low == 1e-6:
                 want = "a positive number"
             raise ConfigError(f"{key}: expected {want}, found {item!r}")
 
 
-def validate(cfg: HermesConfig) -> None:
-    """Check the numeric ranges of `RANGES` over the built tree (types were checked on the way in).
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _validate_section(section: Any, name: str) -> None:
+    """Coerce every field of a config section to its annotation (`_coerce`) and check its range (`ranged`):
+    what each section's `__post_init__` does, so a section built directly is as checked as one from YAML.
 
     Raises:
-        ConfigError: the first key out of range, naming the key, what is allowed and what was found.
+        ConfigError: the first bad field, as `name.field: expected ..., found ...`.
     """
-    for key in RANGES:
-        section, name = key.split(".")
-        _check_range(key, getattr(getattr(cfg, section), name))
-    if abs(sum(cfg.memory.bands) - 1.0) > 1e-6 or len(cfg.memory.bands) != 3:
-        raise ConfigError(f"memory.bands: expected three fractions summing to 1, found {list(cfg.memory.bands)}")
-    if cfg.memory.accumulation == "ema" and not cfg.memory.accumulate_decay < 1:  # 1 would never admit anything
-        raise ConfigError(f"memory.accumulate_decay: expected below 1 with memory.accumulation=ema, found "
-                          f"{cfg.memory.accumulate_decay!r}")
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.model.device):
-        raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, found {cfg.model.device!r}")
+    hints = _hints(type(section))
+    for f in dataclasses.fields(section):
+        key = f"{name}.{f.name}"
+        value = _coerce(getattr(section, f.name), hints[f.name], key)
+        if "range" in f.metadata:
+            _check_range(key, value, *f.metadata["range"])
+        setattr(section, f.name, value)
 
 
-def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
-    hints = typing.get_type_hints(type(obj))
-    names = [f.name for f in dataclasses.fields(obj)]
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else str(key)
-        if key not in names:
-            # the whole key suggested, as it is typed after --set
-            hint = did_you_mean(str(key), names, prefix=f"{where}." if where else "")
-            raise ConfigError(f"unknown config key {path!r}{hint}")
-        current = getattr(obj, key)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{path}: expected a mapping, found {value!r}")
-            _apply(current, value, path)
-        else:
-            setattr(obj, key, _coerce(value, hints[key], path))
+def _merge(tree: dict[str, dict[str, Any]], layer: dict[str, Any]) -> None:
+    """Add a layer's values to `tree` (section -> key -> value), refusing keys no section has."""
+    for section, values in layer.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config key {str(section)!r}{did_you_mean(str(section), list(SECTIONS))}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section}: expected a mapping, found {values!r}")
+        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        for key, value in values.items():
+            if key not in names:  # the whole key suggested, as it is typed after --set
+                hint = did_you_mean(str(key), names, prefix=f"{section}.")
+                raise ConfigError(f"unknown config key {f'{section}.{key}'!r}{hint}")
+            tree[section][key] = value
 
 
 def parse_set(item: str) -> dict[str, Any]:
@@ -372,21 +335,15 @@ def parse_set(item: str) -> dict[str, Any]:
         value = yaml.load(raw, Loader=_SetValueLoader) if raw.strip() else ""  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError:
         value = raw
-    nested: dict[str, Any] = {}
-    node = nested
-    parts = key.strip().split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return nested
+    section, dot, name = key.strip().partition(".")  # sections are flat: one dot at most
+    return {section: {name: value}} if dot else {section: value}
 
 
 def default_memory_preset(model_name: str) -> str:
-    """The memory preset `run` (and a future `serve`) uses when none is given: bounded, never `full`.
+    """The memory preset `run` and `serve` use when none is given: bounded, never `full`.
 
-    A model preset names its own (`memory:` in `configs/models/<name>.yaml`: a HERMES budget the
-    model's positions hold with room for questions); hub ids and local directories get `hermes-4k`,
-    the budget the paper calibrates on LLaVA-OneVision-7B.
+    A model preset names its own (`memory:` in its YAML: a budget its positions hold with room for
+    questions); hub ids and directories get `hermes-4k`, the budget the paper calibrates on.
 
     Args:
         model_name: a model preset name, hub id, local directory or builtin id.
@@ -398,85 +355,56 @@ def default_memory_preset(model_name: str) -> str:
     return entry.memory if entry is not None else DEFAULT_MEMORY
 
 
-def build_config(
-    model: str | None = None,
-    memory: str | None = None,
-    config_file: str | Path | None = None,
-    overrides: list[str] | None = None,
-    base: dict[str, Any] | None = None,
-) -> HermesConfig:
+def build_config(model: str | None = None, memory: str | None = None, config_file: str | Path | None = None,
+                 overrides: list[str] | None = None, base: dict[str, Any] | None = None,
+                 default_memory: bool = False) -> HermesConfig:
     """Resolve the configuration from presets, a YAML file and `key=value` overrides.
 
-    A model preset may carry a `stream:` section (the frame rate its paper or model card uses) and a
-    `memory:` default preset; both apply before the file and the overrides. The model is named by,
-    last one winning: the `model.name` default, the file's `model.name`, `model` (`--model`), a
-    `model.name=` override; its preset applies beneath the file and the overrides. `model.name: auto`
-    (the default) becomes the preset `auto_model_name` picks for the configured device, and the
-    configuration is resolved again with it, so the result names the model actually loaded.
-
-    Every value is checked: types (a `Literal` field takes only its listed values), then the ranges
-    of `RANGES`, so a bad value fails here, before anything heavy is imported or loaded.
+    The model is named by, last one winning: the default, the file's `model.name`, `model`, a
+    `model.name=` override; its preset (with its `stream:` defaults) applies beneath the file and the
+    overrides. `auto` becomes the preset `auto_model_name` picks for the configured device, so the
+    result names the model actually loaded. The sections validate on construction, before anything
+    heavy is imported.
 
     Args:
         model: model preset name, hub id, local directory, builtin `tiny-*` id or "auto"; None keeps
             the default.
-        memory: memory preset name (`configs/memory/`); None keeps the dataclass default (`full`);
-            `run` passes `default_memory_preset(...)` instead.
+        memory: memory preset name (`configs/memory/`); None keeps the dataclass default (`full`), or
+            with `default_memory` takes the resolved model's bounded preset (`default_memory_preset`).
         config_file: a YAML file with `model:`, `memory:`, `stream:` sections; or a preset name
             (`smolvlm2-500m`, `hermes-6k`), or a model preset's own YAML file (top-level model keys).
         overrides: `section.key=value` strings, applied last.
         base: a command's own defaults as nested sections (the bench's `{"memory": {"budget": 512}}`),
             applied over the dataclass defaults and beneath everything else: a preset, the file or an
             override that sets the same key wins.
+        default_memory: what `run`, `serve` and `hermes.open` ask for (see `memory`).
 
     Returns:
-        The resolved, type-checked `HermesConfig`.
+        The resolved, validated `HermesConfig`.
 
     Raises:
         ConfigError: unknown preset or key (with a suggestion), ill-typed or out-of-range value,
             unreadable file.
     """
-    layers = ([("config", _read_config_file(config_file))] if config_file is not None else []) + \
-        [("override", parse_set(item)) for item in overrides or []]
-    def named(layer: dict[str, Any]) -> str | None:
-        section = layer.get("model")
-        return section.get("name") if isinstance(section, dict) else None
-
-    # the file may name a model, --model overrides it, a `model.name=` override wins over both
-    name = next((named(layer) for kind, layer in layers if kind == "config" and named(layer)), ModelConfig.name)
-    name = model if model is not None else name
-    for kind, layer in layers:
-        if kind == "override" and named(layer) is not None:
-            name = named(layer)
+    if memory is None and default_memory:
+        memory = default_memory_preset(build_config(model, None, config_file, overrides, base).model.name)
+    file = _read_config_file(config_file) if config_file is not None else {}
+    sets = [parse_set(item) for item in overrides or []]
+    # the model is named by, last one winning: the default, the file, --model, a `model.name=` override
+    names = [ModelConfig.name, _model_name(file) or None, model] + [_model_name(layer) for layer in sets]
+    name = [n for n in names if n is not None][-1]
     if not isinstance(name, str) or not name:
         raise ConfigError(f"model.name: expected a model name, found {name!r}")
-    layers = ([("base", base)] if base else []) + layers
-    cfg = _build_config(name, memory, layers)
+    layers = [file, *sets]
+    cfg = _build_config(name, memory, base or {}, layers)
     if cfg.model.name == AUTO_MODEL:  # resolved after the file and overrides: they may set the device
-        concrete = auto_model_name(cfg.model.device)
-        cfg = _build_config(concrete, memory, layers)
-        cfg.model.name = concrete
+        cfg = _build_config(auto_model_name(cfg.model.device), memory, base or {}, layers)
     return cfg
 
 
-def build_config_default_memory(model: str | None = None, memory: str | None = None,
-                                 **layers: Any) -> HermesConfig:
-    """`build_config`, with the model's own bounded preset (`default_memory_preset`) where `memory` is None:
-    what `run`, `serve` and `hermes.open` use.
-
-    Args:
-        model, memory: as for `build_config`; memory None picks the resolved model's default preset.
-        **layers: `config_file`, `overrides`, `base`, as for `build_config`.
-
-    Returns:
-        The validated configuration.
-
-    Raises:
-        ConfigError: any configuration error, in one line.
-    """
-    if memory is None:
-        memory = default_memory_preset(build_config(model=model, **layers).model.name)
-    return build_config(model=model, memory=memory, **layers)
+def _model_name(layer: dict[str, Any]) -> Any:
+    section = layer.get("model")
+    return section.get("name") if isinstance(section, dict) else None
 
 
 def _read_config_file(config_file: str | Path) -> dict[str, Any]:
@@ -502,7 +430,7 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text; expected a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    data = _read_mapping(raw, str(path))
+    data = read_mapping(raw, str(path))
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     if "model" not in data and set(data) & model_fields and set(data) <= model_fields | set(ENTRY_KEYS):
         # a model preset's own file (configs/models/*.yaml)
@@ -513,20 +441,11 @@ def _read_config_file(config_file: str | Path) -> dict[str, Any]:
     return data
 
 
-def _build_config(name: str, memory: str | None, layers: list[tuple[str, dict[str, Any]]]) -> HermesConfig:
-    cfg = HermesConfig()
-    for kind, layer in layers:
-        if kind == "base":
-            _apply(cfg, layer, "")
-    if memory is not None:
-        _apply(cfg.memory, load_preset("memory", memory), "memory")
-    entry = model_entry(name)
-    if entry is not None:
-        _apply(cfg, entry.config_layer(), "")
-    # anything else is a hub id, a local directory or a builtin tiny model: the loader resolves it
-    for kind, layer in layers:
-        if kind != "base":
-            _apply(cfg, layer, "")
-    cfg.model.name = name
-    validate(cfg)
-    return cfg
+def _build_config(name: str, memory: str | None, base: dict[str, Any], layers: list[dict[str, Any]]) -> HermesConfig:
+    tree: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    entry = model_entry(name)  # None: a hub id, a local directory or a builtin tiny model (the loader resolves it)
+    for layer in [base, {"memory": load_preset("memory", memory)} if memory is not None else {},
+                  entry.config_layer() if entry is not None else {}, *layers]:
+        _merge(tree, layer)
+    tree["model"]["name"] = name
+    return HermesConfig(**{section: cls(**tree[section]) for section, cls in SECTIONS.items()})

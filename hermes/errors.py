@@ -7,7 +7,6 @@ Messages say what was expected, what was found, and the fix.
 
 from __future__ import annotations
 
-EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_SOURCE = 3

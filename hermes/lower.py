@@ -34,7 +34,6 @@ class RecallStats:
     recall_ms: float = 0.0
     records: int = 0
     tokens: int = 0  # per layer
-    record_ids: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
         return {"recall_ms": round(self.recall_ms, 3), "records": self.records, "tokens": self.tokens}
@@ -86,8 +85,7 @@ class LowerLevels:
         """The stream resumed from a checkpoint at `frames` frames and re-encodes the frames after it: the
         same tokens are evicted again, so an eviction whose record the directory holds is not stored twice.
         """
-        self._stored_evictions = {int(extra["frames_seen"]) for extra in self.store.extras_since_checkpoints()
-                                  if int(extra.get("frames_seen", 0)) > frames}
+        self._stored_evictions = {seen for seen in self.store.evictions_since_checkpoints() if seen > frames}
 
     # ---- eviction ------------------------------------------------------------------------------------
 
@@ -132,8 +130,7 @@ class LowerLevels:
         record = Record.build(self.store.new_record_id(), **per_layer, t_start_s=frame_times_s[first],
                               t_end_s=frame_times_s[last], frame_start=first, frame_end=last + 1,
                               embedding=embedding)
-        record.extra["epoch"] = evictions.position_epoch
-        record.extra["frames_seen"] = frames_seen
+        record.epoch, record.frames_seen = evictions.position_epoch, frames_seen
         self.store.add(record)
         if self.last_vector is not None:  # warm the prefetch cache for a follow-up on the same topic
             self.store.prefetch(rid for rid, _ in self.store.search(self.last_vector, self.cfg.recall_top_k))
@@ -171,7 +168,7 @@ class LowerLevels:
         shift_to = oldest  # records shifted after a compaction end just before this position
         shifted = []
         for record in reversed(records):  # newest first, each placed before the previous one
-            if record.extra.get("epoch", 0) != cache.compactions:
+            if record.epoch != cache.compactions:
                 last = max(int(layer.positions[0].max()) for layer in record.layers if layer.num_tokens)
                 delta = shift_to - 1 - last
                 first = min(int(layer.positions[0].min()) for layer in record.layers if layer.num_tokens)
@@ -196,8 +193,7 @@ class LowerLevels:
             spliced["values"].append(values.index_select(1, top))
         cache.append(spliced["keys"], spliced["values"], spliced["positions"], KIND_RECALLED, spliced["frame_index"])
         elapsed = (time.perf_counter() - start) * 1e3
-        return RecallStats(recall_ms=elapsed, records=len(records), tokens=n,
-                           record_ids=tuple(r.record_id for r in records))
+        return RecallStats(recall_ms=elapsed, records=len(records), tokens=n)
 
     def _layer_tokens(self, tokens, delta: int):
         keys = tokens.keys

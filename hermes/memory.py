@@ -112,11 +112,6 @@ class MemoryPolicy:
     name = "full"
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
-        if cfg.reindex not in ("lazy", "eager"):
-            raise ConfigError(f"memory.reindex must be 'lazy' or 'eager', found {cfg.reindex!r}")
-        if cfg.mrope_compaction not in ("per_axis", "frame_blocks"):
-            raise ConfigError(f"memory.mrope_compaction must be 'per_axis' or 'frame_blocks', "
-                              f"found {cfg.mrope_compaction!r}")
         self.cfg = cfg
         self.model = model
         self.spec = RotarySpec.from_text_config(model.text_config)
@@ -281,10 +276,6 @@ class BudgetPolicy(MemoryPolicy):
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
-        if cfg.budget < 1:
-            raise ConfigError(f"memory.budget must be at least 1 visual token, found {cfg.budget}")
-        if not 0.0 <= cfg.evict_headroom < 1.0:
-            raise ConfigError(f"memory.evict_headroom must be in [0, 1), found {cfg.evict_headroom}")
         # visual entries an eviction keeps: the budget, less the headroom (`memory.evict_headroom`)
         self.keep_tokens = max(1, cfg.budget - int(round(cfg.evict_headroom * cfg.budget)))
         self.last_scores: torch.Tensor | None = None  # (L, V) of the last eviction, for inspection only
@@ -380,16 +371,6 @@ class HermesPolicy(BudgetPolicy):
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
-        if len(cfg.bands) != 3 or len(cfg.smoothing) != 3:
-            raise ConfigError("memory.bands and memory.smoothing need three values: sensory, working, long-term")
-        for name, choices in (("recency_unit", ("token", "frame")), ("accumulation", ("none", "sum", "ema")),
-                              ("summary_position", ("after_kept", "mean_evicted")),
-                              ("smoothing_match", ("token", "index")), ("previous_summary", ("candidate", "fold")),
-                              ("chunk_positions", ("per_layer", "shared"))):
-            if getattr(cfg, name) not in choices:
-                raise ConfigError(f"memory.{name} must be one of {', '.join(choices)}, found {getattr(cfg, name)!r}")
-        if cfg.accumulation == "ema" and not 0.0 <= cfg.accumulate_decay < 1.0:
-            raise ConfigError(f"memory.accumulate_decay must be in [0, 1) for ema, found {cfg.accumulate_decay}")
         self.bands = layer_bands(model.num_layers, cfg.bands)
         self.rates = recency_rates(self.bands, cfg.recency_k, cfg.recency_k_fall).unsqueeze(1)  # (L, 1)
         self.longterm_band = torch.tensor([b == "longterm" for b in self.bands])[:, None]  # (L, 1)

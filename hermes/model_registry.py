@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hermes.errors import ModelError, did_you_mean
+from hermes.errors import ConfigError, ModelError, did_you_mean
+from hermes.presets import load_preset, preset_names
 
 AUTO_MODEL = "auto"  # `model.name` that picks an entry for the device (`auto_model_name`)
 DEFAULT_MEMORY = "hermes-4k"  # the memory preset of a hub id or directory no entry names
@@ -67,8 +68,6 @@ def entry_from_mapping(name: str, data: dict[str, Any], where: str) -> ModelEntr
     Raises:
         ConfigError: a registry key of the wrong type.
     """
-    from hermes.errors import ConfigError
-
     data = dict(data)
     values = {key: data.pop(key) for key in ENTRY_KEYS if key in data}
     for key, kind in (("builder", str), ("random_arch", str), ("auto", str), ("memory", str),
@@ -81,25 +80,16 @@ def entry_from_mapping(name: str, data: dict[str, Any], where: str) -> ModelEntr
                       settings=data, **values)
 
 
-def model_names() -> list[str]:
-    """Every registered name, sorted."""
-    from hermes.config import preset_names
-
-    return preset_names("models")
-
-
 def model_entry(name: str) -> ModelEntry | None:
     """The entry registered as `name`, or None (a hub id or a directory)."""
-    from hermes.config import load_preset
-
-    if name not in model_names():
+    if name not in preset_names("models"):
         return None
     return entry_from_mapping(name, load_preset("models", name), f"configs/models/{name}.yaml")
 
 
 def entries() -> list[ModelEntry]:
     """Every entry, in name order."""
-    return [model_entry(name) for name in model_names()]
+    return [model_entry(name) for name in preset_names("models")]
 
 
 def entry_by_arch(arch: str) -> ModelEntry | None:
@@ -108,14 +98,12 @@ def entry_by_arch(arch: str) -> ModelEntry | None:
 
 
 def auto_model_name(device: str = "auto") -> str:
-    """The entry that `model.name: auto` stands for on `device` (the entry marked `auto: cuda` or
-    `auto: cpu`).
+    """The entry that `model.name: auto` stands for on `device` (the one marked `auto: cuda` or `auto: cpu`).
 
-    With CUDA (device "auto" on a machine that has it, or "cuda[:N]"), LLaVA-OneVision-7B: the paper's
-    main model, whose results the memory presets are calibrated on. Otherwise SmolVLM2-500M: the
-    smallest preset whose video answers are sensible (Video-MME 42.2, MLVU 47.3), at 64 tokens per
-    frame from a 93M-parameter vision tower, against LLaVA-OneVision-0.5B's 196 tokens from a 400M
-    one (44.0 / 50.3): about a third of the compute and memory per frame on a CPU.
+    With CUDA, LLaVA-OneVision-7B: the paper's main model, which the memory presets are calibrated on.
+    Otherwise SmolVLM2-500M: the smallest preset with sensible video answers (Video-MME 42.2, MLVU
+    47.3), 64 tokens per frame from a 93M-parameter vision tower: about a third of the compute and
+    memory per frame of LLaVA-OneVision-0.5B (196 tokens from 400M; 44.0 / 50.3) on a CPU.
     """
     if device == "auto":
         import torch  # only here: the rest of the config layer must stay light
@@ -155,7 +143,7 @@ def resolve_source(name: str, hub_id: str = "") -> tuple[Literal["entry", "dir",
         return "dir", str(Path(source).expanduser())
     if is_hub_id(source):
         return "hub", source
-    known = model_names()
+    known = preset_names("models")
     where = "local directory not found" if source.startswith((".", "/", "~")) else "unknown model"
     raise ModelError(f"{where} {source!r}{did_you_mean(source, known)}: use a preset ({', '.join(known)}), a hub "
                      f"id like org/name, or a local checkpoint directory")
@@ -173,6 +161,6 @@ def hub_id_of(model: str) -> str:
             raise ModelError(f"{model!r} is builtin (shipped with the package): there is nothing to pull")
         return entry.hub_id
     if not is_hub_id(model):
-        raise ModelError(f"unknown model {model!r}{did_you_mean(model, model_names())}: pull takes a preset "
+        raise ModelError(f"unknown model {model!r}{did_you_mean(model, preset_names('models'))}: pull takes a preset "
                          f"(see `hermes-video models`) or a hub id like org/name")
     return model

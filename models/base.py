@@ -63,27 +63,14 @@ class Generation:
     latency_ms: float  # question prefill until the last answer token
 
 
-def penalize_repeats(logits: torch.Tensor, ids: list[int], penalty: float) -> torch.Tensor:
-    """Logits with every token of `ids` made less likely: positive logits divided by `penalty`, negative
+def penalize_seen_no_sync(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Logits with every answered token made less likely: positive logits divided by `penalty`, negative
     ones multiplied (CTRL's rule, as HERMES' reference decoder and transformers apply it).
 
     Args:
         logits: (V,) float32 logits of the next token.
-        ids: the answer's tokens so far.
-        penalty: 1.0 leaves the logits as they are.
-
-    Returns:
-        (V,) logits (a new tensor when anything changed).
-    """
-    if penalty == 1.0 or not ids:
-        return logits
-    seen = torch.zeros_like(logits, dtype=torch.bool)
-    seen[torch.tensor(ids, device=logits.device)] = True
-    return penalize_seen_no_sync(logits, seen, penalty)
-
-
-def penalize_seen_no_sync(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """`penalize_repeats` with the answered tokens as a (V,) bool mask on the logits' device (no host read).
+        seen: (V,) bool mask of the answer's tokens so far, on the logits' device (no host read).
+        penalty: 1.0 leaves the values as they are.
 
     Returns:
         (V,) logits, a new tensor.

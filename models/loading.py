@@ -15,13 +15,14 @@ from typing import Any
 import torch
 
 from hermes.config import ModelConfig, build_config
-from hermes.errors import ConfigError, ModelError
+from hermes.errors import ModelError
 from hermes.model_registry import AUTO_MODEL, auto_model_name, model_entry, resolve_source
 from hermes.models.base import VLMAdapter
 from hermes.models.llava_onevision import LlavaOnevisionAdapter
 from hermes.models.preprocess import read_normalisation
 from hermes.models.qwen3_vl import Qwen3VLAdapter
 from hermes.models.qwen_vl import Qwen25VLAdapter, QwenVLAdapter
+from hermes.models.realsize import random_model
 from hermes.models.smolvlm import SmolVLMAdapter
 
 # transformers `model_type` -> adapter class.
@@ -56,8 +57,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise ModelError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
     return table[dtype]
 
 
@@ -119,8 +118,6 @@ def load_model(model: str | ModelConfig, *, builder_options: dict[str, Any] | No
         ModelError: unknown id, unsupported architecture, unavailable device, or a failed load.
     """
     cfg = build_config(model=model).model if isinstance(model, str) else model
-    if cfg.repetition_penalty <= 0:
-        raise ConfigError(f"model.repetition_penalty must be positive, found {cfg.repetition_penalty}")
     adapter = _load(resolve_auto(cfg), builder_options or {})
     apply_model_options(adapter, cfg)
     return adapter
@@ -175,13 +172,10 @@ def build_random_model(arch: str, cfg: ModelConfig, *, num_layers: int | None = 
     Raises:
         ModelError: unknown architecture, bad layer count, or an unavailable device.
     """
-    from hermes.models.realsize import build_random
-
     device = resolve_device(cfg.device)
-    adapter = build_random(arch, device, resolve_dtype(cfg.dtype, device), num_layers=num_layers,
-                           vision_layers=vision_layers, seed=cfg.seed, system_prompt=cfg.system_prompt)
-    apply_model_options(adapter, cfg)
-    return adapter
+    family, name, model, tokenizer = random_model(arch, device, resolve_dtype(cfg.dtype, device), seed=cfg.seed,
+                                                  num_layers=num_layers, vision_layers=vision_layers)
+    return make_adapter(family, name, model, tokenizer, cfg)
 
 
 def _load(cfg: ModelConfig, builder_options: dict[str, Any]) -> VLMAdapter:

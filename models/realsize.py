@@ -16,8 +16,6 @@ from hermes.errors import ModelError
 if TYPE_CHECKING:  # torch is imported where models are built: the CLI lists `arch_names()` before any command
     import torch
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
-
 # SigLIP-so400m/14 at 384 px as LLaVA-OneVision ships it (26 of its 27 layers, no pooling head).
 SIGLIP_SO400M = dict(model_type="siglip_vision_model", hidden_size=1152, intermediate_size=4304, num_hidden_layers=26,
                      num_attention_heads=16, image_size=384, patch_size=14, vision_use_head=False)
@@ -82,7 +80,7 @@ CPU_SMALL = "cpu-small"
 
 
 def arch_names() -> list[str]:
-    """Every name `build_random` takes: the registered models' `random_arch`, then `cpu-small` (no torch)."""
+    """Every name `random_model` takes: the registered models' `random_arch`, then `cpu-small` (no torch)."""
     from hermes.model_registry import entries
 
     return [e.random_arch for e in entries() if e.random_arch] + [CPU_SMALL]
@@ -121,46 +119,37 @@ def materialise_random(model_class, config, device: torch.device, dtype: torch.d
     return model.eval()
 
 
-def build_random(arch: str, device: str | torch.device = "cuda", dtype: torch.dtype | None = None, *,
-                 num_layers: int | None = None, vision_layers: int | None = None, seed: int = 0,
-                 system_prompt: str = DEFAULT_SYSTEM_PROMPT):
-    """A ready adapter around a random-weight model of `arch`, built on `device` without downloads.
+def random_model(arch: str, device: torch.device, dtype: torch.dtype, *, num_layers: int | None = None,
+                 vision_layers: int | None = None, seed: int = 0):
+    """A random-weight model of `arch` built on `device` without downloads; `hermes.models.loading.
+    build_random_model` wraps it in its family's adapter.
 
     Args:
         arch: "llava-ov-7b", "llava-ov-0.5b", "qwen2.5-vl-7b" (published sizes) or "cpu-small".
-        device: where the weights live ("cuda", "cuda:1", "cpu").
-        dtype: weight dtype (None: bf16, as the models are served).
+        device: where the weights live.
+        dtype: weight dtype.
         num_layers: language-model depth override (None: the published depth); widths never change.
         vision_layers: vision-tower depth override (None: the published depth).
 
     Returns:
-        The family's `VLMAdapter`, named like "random llava-ov-7b", in eval mode on `device`.
+        (family, name, model, tokenizer): the adapter family, a name like "random llava-ov-7b", the model
+        in eval mode on `device`, and the builtin tiny tokenizer.
 
     Raises:
-        ModelError: unknown architecture, invalid override, or no adapter for the family in this build.
+        ModelError: unknown architecture or invalid override.
     """
-    import torch
-
     from hermes.model_registry import entry_by_arch
-    from hermes.models.loading import ADAPTERS
     from hermes.models.tiny import tiny_llava_onevision, tiny_tokenizer
 
-    device, dtype = torch.device(device), dtype or torch.bfloat16
     if arch == CPU_SMALL:
         # 28 px frames in 4 px patches: a 7 x 7 grid pooled to 4 x 4 = 16 tokens per frame
         model, tokenizer = tiny_llava_onevision(seed=seed, image_size=28, hidden_size=512, num_layers=num_layers or 8)
-        return ADAPTERS["llava_onevision"]("random cpu-small (512 wide)", model.to(device, dtype), tokenizer,
-                                           device=device, dtype=dtype, system_prompt=system_prompt)
+        return "llava_onevision", "random cpu-small (512 wide)", model.to(device, dtype), tokenizer
     config = random_config(arch, num_layers=num_layers, vision_layers=vision_layers)
-    family = entry_by_arch(arch).family
-    if family not in ADAPTERS:
-        raise ModelError(f"{arch} needs the {family} adapter, which this build does not have; "
-                         f"available families: {', '.join(sorted(ADAPTERS))}")
     from transformers import AutoModelForImageTextToText
 
     model_class = AutoModelForImageTextToText._model_mapping[type(config)]
     model = materialise_random(model_class, config, device, dtype, seed)
     depth = "" if num_layers is None and vision_layers is None else \
         f" ({config.text_config.num_hidden_layers} text layers)"
-    return ADAPTERS[family](f"random {arch}{depth}", model, tiny_tokenizer(), device=device, dtype=dtype,
-                            system_prompt=system_prompt)
+    return entry_by_arch(arch).family, f"random {arch}{depth}", model, tiny_tokenizer()

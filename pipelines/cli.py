@@ -1,7 +1,7 @@
 """The `run` and `bench` subcommands of `hermes-video`: their parsers and handlers.
 
 `hermes/cli.py` registers them with `add_run_parser(subparsers)` and `add_bench_parser(subparsers)`
-(`hermes.pipelines.bench_cli`). A handler turns flags into the typed calls of `hermes.pipelines.run`;
+(`hermes.pipelines.bench.cli`). A handler turns flags into the typed calls of `hermes.pipelines.run`;
 the configuration comes from `hermes.cli_args.config_from_args` (each config flag is sugar for one
 key, `CONFIG_FLAGS`). Only argparse and the preset layer are imported here, so `--help` stays instant.
 """

@@ -33,11 +33,9 @@ def override_items(overrides: dict[str, Any]) -> list[str]:
     Raises:
         ConfigError: an unknown keyword (with a did-you-mean), or a value that is not JSON-like.
     """
-    from hermes.config import MemoryConfig, ModelConfig, StreamConfig
+    from hermes.config import SECTIONS
 
-    sections = {f.name: section for section, cls in (("model", ModelConfig), ("memory", MemoryConfig),
-                                                      ("stream", StreamConfig))
-                for f in dataclasses.fields(cls) if f.name != "name"}
+    sections = {f.name: section for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if f.name != "name"}
     items = []
     for key, value in overrides.items():
         if key not in sections:
@@ -77,7 +75,7 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
         SourceError: a missing or unreadable video.
         UsageError: a live source, or a memory that cannot hold the video.
     """
-    from hermes.config import build_config_default_memory
+    from hermes.config import build_config
     from hermes.model_registry import resolve_source
     from hermes.pipelines.run import check_capacity, check_source_spec, source_options
     from hermes.pipelines.sources import is_live, open_source  # OpenCV, not torch
@@ -93,7 +91,7 @@ def open_session(source: str | os.PathLike, model: str = "auto", memory: str | N
         spec = str(spec)  # a webcam index: refused below as live, with the others
     if not isinstance(spec, str):
         raise UsageError(f"source: expected a path or URL of a recording, found {source!r}")
-    cfg = build_config_default_memory(model=model, memory=memory, overrides=items)
+    cfg = build_config(model=model, memory=memory, overrides=items, default_memory=True)
     resolve_source(cfg.model.name, cfg.model.hub_id)
     check_source_spec(spec)
     if is_live(spec):  # refused before a camera or stream is opened

@@ -1,12 +1,14 @@
-"""The unit every source yields: one decoded RGB frame with its timestamp; and `ReadAhead`, which decodes
+"""The unit every source yields: one decoded RGB frame with its timestamp; `FrameSource`, the interface
+every source offers (`hermes.pipelines.sources.open_source` picks one); and `ReadAhead`, which decodes
 them on a reader thread ahead of the model."""
 
 from __future__ import annotations
 
 import queue
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -89,3 +91,89 @@ class ReadAhead:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A span of a live source without frames (the stream was lost, then came back).
+
+    Attributes:
+        start_t_s: timestamp of the last frame before the loss.
+        end_t_s: timestamp of the first frame after the reconnect.
+    """
+
+    start_t_s: float
+    end_t_s: float
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the gap in seconds."""
+        return self.end_t_s - self.start_t_s
+
+
+@dataclass
+class SourceStats:
+    """Counters of one source; `FrameSource.stats` hands out a consistent copy.
+
+    Attributes:
+        frames_read: frames decoded from the source (sampled or not).
+        frames_sampled: frames kept by the target-fps sampler and queued for the consumer.
+        frames_dropped: sampled frames discarded because the consumer was too slow.
+        frames_taken: frames handed to the consumer.
+        gaps: spans without frames (one per successful reconnect or detected stall).
+        reconnects: successful reconnects.
+        lag_s: capture-to-consumer delay of the last frame taken.
+        max_lag_s: the largest such delay so far.
+    """
+
+    frames_read: int = 0
+    frames_sampled: int = 0
+    frames_dropped: int = 0
+    frames_taken: int = 0
+    gaps: int = 0
+    reconnects: int = 0
+    lag_s: float = 0.0
+    max_lag_s: float = 0.0
+
+
+class FrameSource(ABC):
+    """What every source offers; iterate it to get `Frame`s in time order."""
+
+    #: True for webcams and network streams (capture-clock timestamps, frames may be dropped).
+    live: bool = False
+
+    def __init__(self) -> None:
+        self._stats = SourceStats()
+        self.gaps: list[Gap] = []
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[Frame]:
+        """Yield frames in time order until the source ends or is closed."""
+
+    @property
+    def stats(self) -> SourceStats:
+        """A snapshot of the counters (a copy: it does not change under the caller)."""
+        return replace(self._stats)
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the source; safe to call twice."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line saying what this source is, without credentials."""
+
+    def now_s(self) -> float | None:
+        """The current time on this source's clock (live sources), or None when frames carry
+        their own media time (files, image folders) and the consumer sets the pace."""
+        return None
+
+    def __enter__(self) -> "FrameSource":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        # repr() ends up in tracebacks and debug logs: it must not show credentials either.
+        return f"<{type(self).__name__} {self.describe()}>"

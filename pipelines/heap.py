@@ -2,7 +2,7 @@
 
 Why: CPython's collection of its oldest generation walks every tracked object, and once torch,
 transformers and a model are loaded that is about 400,000 of them. On the micro model one such pass
-took 123 ms, in the middle of a 3,000-frame stream (`scripts/bench_gc_pauses.py`), and while it runs
+took 123 ms, in the middle of a 3,000-frame stream (`hermes-video bench gc`), and while it runs
 it holds the GIL: ingest, the disk writer and answers all stop. The objects alive when the first
 stream opens (libraries, the model, the memory directory's index) live as long as the process, and
 what the hot loop allocates is freed by reference counting, so such a pass finds nothing to free.

@@ -20,8 +20,8 @@ from typing import Iterator
 import cv2
 
 from hermes.errors import SourceError, UsageError
-from hermes.pipelines.frames import Frame
-from hermes.pipelines.sources import FrameSource, redact_url
+from hermes.pipelines.frames import Frame, FrameSource
+from hermes.redact import redact_url
 
 log = logging.getLogger(__name__)
 

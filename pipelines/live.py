@@ -33,8 +33,9 @@ from typing import Iterator
 import cv2
 
 from hermes.errors import SourceError, UsageError
-from hermes.pipelines.frames import Frame
-from hermes.pipelines.sources import FrameSource, Gap, redact_url
+from hermes.pipelines.frames import Frame, FrameSource, Gap
+from hermes.pipelines.sampling import check_fps
+from hermes.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,7 @@ class LiveSource(FrameSource):
         maxsize = maxsize if maxsize is not None else (2 if live else 8)
         if maxsize < 1:
             raise UsageError(f"maxsize must be at least 1, got {maxsize}")
-        if fps is not None and fps <= 0:
-            raise UsageError(f"fps must be positive, got {fps}")
+        check_fps(fps)
         for name, value in (("open_timeout_s", open_timeout_s), ("read_timeout_s", read_timeout_s),
                             ("reconnect_timeout_s", reconnect_timeout_s),
                             ("backoff_initial_s", backoff_initial_s)):

@@ -1,9 +1,9 @@
 """Sampling frames by timestamp: which frames a stream at a target fps keeps.
 
 The rule, shared by every file backend: target times t_k = start + k / fps; for each, the frame on
-screen at t_k (the last with PTS <= t_k) is kept, each frame at most once. `sample_indices` applies it
-to a whole list of timestamps (when they are known up front); `StreamingPicker` applies it one frame
-at a time (when they are only known while decoding).
+screen at t_k (the last with PTS <= t_k) is kept, each frame at most once. `StreamingPicker` applies it one frame
+at a time (when timestamps are only known while decoding); `sample_indices` runs it over a whole list
+of timestamps (when they are known up front), so both readers pick by one implementation of the rule.
 
 Two other rules pick frames by timestamp, on purpose not this one:
 - live input (`pipelines.live._Sampler`) must decide when a frame arrives: "on screen at t_k" needs
@@ -86,25 +86,20 @@ def sample_indices(
         span_s = float(pts[-1] - pts[0])
         native_fps = (n - 1) / span_s if span_s > 0 else math.inf
 
-    if every_frame(fps, native_fps):
-        first = max(int(np.searchsorted(pts, start_s + PTS_TOLERANCE_S, side="right")) - 1, 0)
-        stop = int(np.searchsorted(pts, end_s - PTS_TOLERANCE_S, side="left"))
-        return list(range(first, max(stop, first + 1)))
-
-    # Targets as start + k / fps (not a running sum) so no rounding accumulates over long files.
-    num_targets = int(math.ceil((end_s - start_s) * fps)) + 1
-    targets_s = start_s + np.arange(num_targets, dtype=np.float64) / fps
-    targets_s = targets_s[targets_s < end_s - PTS_TOLERANCE_S]
-    picked = np.searchsorted(pts, targets_s + PTS_TOLERANCE_S, side="right") - 1
-    return np.unique(np.maximum(picked, 0)).tolist()
+    picker, picked = StreamingPicker(fps, start_s, end_s, native_fps), []
+    for i in range(n):
+        if picker.push(float(pts[i]), float(pts[i + 1]) if i + 1 < n else None):
+            picked.append(i)
+        if picker.done:
+            break
+    return picked
 
 
 class StreamingPicker:
-    """`sample_indices` for readers that learn timestamps one frame at a time.
+    """The sampling rule (see `sample_indices`) for readers that learn timestamps one frame at a time.
 
     Frame i is picked iff some target maps to it, which is decided as soon as the PTS of frame
-    i + 1 is known (or the stream ended). The float operations match `sample_indices` exactly, so
-    both give the same frames.
+    i + 1 is known (or the stream ended).
     """
 
     def __init__(self, fps: float | None, start_s: float, end_s: float, native_fps: float):

@@ -60,6 +60,8 @@ class Answer:
     options: tuple[str, ...] = ()
     first_token_logits: torch.Tensor | None = field(default=None, repr=False)
     recall: dict | None = None  # {"recall_ms", "records", "tokens"} when recall is on
+    prompt_tokens: int = 0  # tokens the answer attended to: memory (with recall) and the question
+    completion_tokens: int = 0  # tokens generated
 
     def to_json(self) -> dict[str, Any]:
         out = {"question": self.question, "answer": self.answer, "at_s": self.at_s,
@@ -371,6 +373,7 @@ class StreamingSession:
         try:
             if self.recall and self.lower is not None:
                 recall = self.lower.recall(cache, prompt)  # an answer-time view: rewound below
+            prompt_tokens = cache.num_tokens + prompt.shape[0]
             if options:  # the answer is one of the offered letters, never free text
                 letters = self.model.letter_token_ids(OPTION_LETTERS[:len(options)])
                 generation = self.model.generate_greedy(prompt, cache, 1, on_text=on_text,
@@ -386,7 +389,8 @@ class StreamingSession:
                       ttft_ms=generation.ttft_ms, latency_ms=generation.latency_ms,
                       memory=self.memory_stats(), options=options,
                       first_token_logits=generation.first_token_logits,
-                      recall=recall.to_json() if recall is not None else None)
+                      recall=recall.to_json() if recall is not None else None,
+                      prompt_tokens=prompt_tokens, completion_tokens=len(generation.token_ids))
 
     def run(self, questions: Iterable[Question] = (), *, to_end: bool = False) -> Iterator[Answer]:
         """Stream the source, answering each question when the stream reaches its time.

@@ -20,8 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 from urllib.parse import unquote, urlsplit
@@ -32,7 +30,8 @@ import cv2  # noqa: F401
 
 from hermes.errors import SourceError, UsageError, closest
 from hermes.redact import redact_url  # noqa: F401 (the sources' messages use it; callers import it from here too)
-from hermes.pipelines.frames import Frame, ReadAhead
+# the interface lives beside `Frame` so the readers (images, live, video) need not import this module
+from hermes.pipelines.frames import Frame, FrameSource, Gap, ReadAhead  # noqa: F401 (Gap: callers import it here)
 
 log = logging.getLogger(__name__)
 
@@ -43,90 +42,6 @@ MEDIA_EXTENSIONS = (".mp4", ".mkv", ".avi", ".mov", ".webm")
 
 _INDEX_RE = re.compile(r"^\s*[0-9]+\s*$")  # ASCII digits only: int("²") would fail
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-@dataclass(frozen=True)
-class Gap:
-    """A span of a live source without frames (the stream was lost, then came back).
-
-    Attributes:
-        start_t_s: timestamp of the last frame before the loss.
-        end_t_s: timestamp of the first frame after the reconnect.
-    """
-
-    start_t_s: float
-    end_t_s: float
-
-    @property
-    def duration_s(self) -> float:
-        """Length of the gap in seconds."""
-        return self.end_t_s - self.start_t_s
-
-
-@dataclass
-class SourceStats:
-    """Counters of one source; `FrameSource.stats` hands out a consistent copy.
-
-    Attributes:
-        frames_read: frames decoded from the source (sampled or not).
-        frames_sampled: frames kept by the target-fps sampler and queued for the consumer.
-        frames_dropped: sampled frames discarded because the consumer was too slow.
-        frames_taken: frames handed to the consumer.
-        gaps: spans without frames (one per successful reconnect or detected stall).
-        reconnects: successful reconnects.
-        lag_s: capture-to-consumer delay of the last frame taken.
-        max_lag_s: the largest such delay so far.
-    """
-
-    frames_read: int = 0
-    frames_sampled: int = 0
-    frames_dropped: int = 0
-    frames_taken: int = 0
-    gaps: int = 0
-    reconnects: int = 0
-    lag_s: float = 0.0
-    max_lag_s: float = 0.0
-
-
-class FrameSource(ABC):
-    """What every source offers; iterate it to get `Frame`s in time order."""
-
-    #: True for webcams and network streams (capture-clock timestamps, frames may be dropped).
-    live: bool = False
-
-    def __init__(self) -> None:
-        self._stats = SourceStats()
-        self.gaps: list[Gap] = []
-
-    @abstractmethod
-    def __iter__(self) -> Iterator[Frame]:
-        """Yield frames in time order until the source ends or is closed."""
-
-    @property
-    def stats(self) -> SourceStats:
-        """A snapshot of the counters (a copy: it does not change under the caller)."""
-        return replace(self._stats)
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the source; safe to call twice."""
-
-    @abstractmethod
-    def describe(self) -> str:
-        """One line saying what this source is, without credentials."""
-
-    def now_s(self) -> float | None:
-        """The current time on this source's clock (live sources), or None when frames carry
-        their own media time (files, image folders) and the consumer sets the pace."""
-        return None
-
-    def __enter__(self) -> "FrameSource":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        # repr() ends up in tracebacks and debug logs: it must not show credentials either.
-        return f"<{type(self).__name__} {self.describe()}>"
 
 
 class VideoFileSource(FrameSource):

@@ -34,6 +34,7 @@ from hermes.errors import SourceError, UsageError
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.sampling import PTS_TOLERANCE_S, StreamingPicker, check_fps, sample_indices
 from hermes.pipelines.video_checks import check_file, short_reason, unreadable_error
+from hermes.redact import redact_url
 
 
 # Upper bound on the decoded pixels held at once by the decord backend.
@@ -172,8 +173,6 @@ def open_http_video(url: str, backend: str = "auto", timeout_s: float = 30.0) ->
     import urllib.request
     from pathlib import PurePosixPath
     from urllib.parse import unquote, urlsplit, urlunsplit
-
-    from hermes.pipelines.sources import redact_url
 
     parts = urlsplit(url)
     headers = {"User-Agent": "hermes-video"}

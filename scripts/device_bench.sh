@@ -13,10 +13,10 @@
 #      then Qwen2.5-VL-7B the same way if the qwen2_5_vl adapter exists and time is left;
 #   5. the issue-21 extras, into extras.md (each under its own time limit, in the EXTRAS_S kept back from
 #      the sweeps): the probe's transient memory against the KV cache at the first model's geometry
-#      (scripts/bench_probe_memory.py), preprocessing on the host vs the device and decode eager vs
-#      `torch.compile`d (scripts/bench_device.py; the CPU dry run skips compiling), recall and FAISS search over 10^4 / 10^5 records (`bench tiers`),
-#      the ingest rate of a 1080p file (scripts/bench_ingest_1080p.py), and `bench reference` when
-#      REF_DIR and REF_PYTHON name a reference checkout and its environment on the machine;
+#      (`bench device --sections probe`), preprocessing on the host vs the device and decode eager vs
+#      `torch.compile`d (`bench device --sections preprocess,decode`; the CPU dry run skips compiling), recall
+#      and FAISS search over 10^4 / 10^5 records (`bench tiers`), the ingest rate of a 1080p file (`bench
+#      ingest`), and `bench reference` when REF_DIR and REF_PYTHON name a reference checkout and its environment;
 #   6. writes <arch>.json and <arch>.md per model, targets.md (scripts/check_targets.py on LLaVA-OV-7B),
 #      extras.md, env.txt and log.txt under $OUT (8 files, the tool's limit), and prints the tables.
 # Each sweep rewrites its JSON and markdown after every stream, so a run cut short by its time limit
@@ -168,15 +168,16 @@ first_arch=${MODELS[0]#*--arch }; first_arch=${first_arch%% *}
 if [ "$DEVICE" = cpu ]; then probe_tokens=256; records=200; write_mib=4; video_s=4
   device_args=(--sections preprocess --chunk-frames 2 --repeats 1)  # compiling decode takes minutes on a CPU
 else probe_tokens=7232; records=10000; write_mib=16; video_s=12
-  device_args=(--tokens 4096 --chunk-frames 16 --decode-tokens 32 --repeats 3); fi
+  device_args=(--sections preprocess,decode --tokens 4096 --chunk-frames 16 --decode-tokens 32 --repeats 3); fi
 extra 60 "probe transient memory vs KV cache ($first_arch)" \
-  "$PY" scripts/bench_probe_memory.py --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" --tokens "$probe_tokens"
+  "$PY" -m hermes bench device --sections probe --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" \
+  --tokens "$probe_tokens"
 extra 150 "preprocess on host vs device, decode eager vs compiled ($first_arch)" \
-  "$PY" scripts/bench_device.py --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" "${device_args[@]}"
+  "$PY" -m hermes bench device --arch "$first_arch" --device "$DEVICE" --dtype "$DTYPE" "${device_args[@]}"
 extra 120 "recall and search ($records records)" \
   "$PY" -m hermes bench tiers --records "$records" --write-mib "$write_mib"
 extra 120 "ingest of a 1080p file (cpu-small, decode on a reader thread)" \
-  "$PY" scripts/bench_ingest_1080p.py --seconds "$video_s"
+  "$PY" -m hermes bench ingest --seconds "$video_s"
 if [ -n "${REF_DIR:-}" ] && [ -n "${REF_PYTHON:-}" ]; then
   extra 240 "ours vs the reference (bench reference)" \
     "$PY" -m hermes bench reference --ref-dir "$REF_DIR" --ref-python "$REF_PYTHON" --geometries 4x64,8x512

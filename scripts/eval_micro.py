@@ -2,7 +2,7 @@
 
     python scripts/eval_micro.py                                   # writes benchmarks/MICRO.md + PNG
     python scripts/eval_micro.py --weights /tmp/other.safetensors --videos 4 --md /tmp/M.md   # quick
-    python scripts/eval_micro.py --sweep      # the suite sweep with intervals (scripts/micro_suite.py)
+    python scripts/eval_micro.py --sweep      # the suite sweep with intervals (`sweep`, over scripts/micro_suite.py)
     python scripts/eval_micro.py --quick      # its CI smoke variant
 
 This docstring describes the default page (benchmarks/MICRO.md); `--sweep` and `--quick` are
@@ -48,7 +48,10 @@ from hermes.models.base import VLMAdapter
 from hermes.models.loading import load_model
 from hermes.models.micro import (MICRO_NAME, MICRO_STREAM_FPS, WEIGHTS_FILE, file_sha256,
                                  read_training_info)
-from hermes.pipelines.bench import resolve_policies
+from hermes.pipelines.bench.memory import resolve_policies
+
+import micro_suite  # this folder's (the script's own folder is on sys.path): the sweep's sets, tables, intervals
+from micro_suite import interval, run_dir, shown_args
 
 BOUNDED = ("sliding", "uniform", "recall-only", "hermes", "hermes+recall")
 FAMILY_OF_TASK = {task: kind.split("_")[0] for kind, task in sb.TASK_OF.items()}  # each task code is one family
@@ -157,12 +160,8 @@ def table(rows: list[tuple[str, dict]], chance_row: dict[str, float]) -> str:
 def plot(path: Path, budgets: list[int], long_rows: dict, full_long: dict, chance_row: dict,
          policies: tuple[str, ...] = BOUNDED) -> bool:
     """Accuracy against budget, one panel per family; False when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = micro_suite.pyplot()
+    if plt is None:
         return False
     fig, axes = plt.subplots(1, len(sb.FAMILIES), figsize=(4 * len(sb.FAMILIES), 3.4), sharey=True)
     for ax, family in zip(axes, sb.FAMILIES):
@@ -221,10 +220,6 @@ OPTION_COLUMNS = ("realtime", "episodic_first", "episodic_before", "counting", "
 DEPTH_BINS = ((0.0, 1 / 3), (1 / 3, 2 / 3), (2 / 3, 1.01))  # how long ago, as a share of the stream
 
 
-def run_dir(runs: Path, key: str) -> Path:
-    return runs / re.sub(r"[^A-Za-z0-9_.+-]+", "_", key.replace("/", "-")).strip("_")
-
-
 def evaluate_options(adapter, sets: dict[str, Path], runs: Path, budgets: list[int], chunk_frames: int,
                      variants: list[str], reuse: bool, done: dict | None = None) -> dict:
     """{"<set>/<variant>/<budget>": result} for every memory variant of `hermes` on every set and budget
@@ -268,21 +263,6 @@ def question_groups(root: Path) -> dict[str, tuple[str, float]]:
     return groups
 
 
-def bootstrap(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None = None,
-              n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """(accuracy %, 2.5 %, 97.5 % percentiles) over questions resampled with replacement, the seeds' verdicts
-    on a question kept together; with `base`, the same for the paired difference (runs - base)."""
-    if not qids:
-        return float("nan"), float("nan"), float("nan")
-    m = np.array([[r[q] for q in qids] for r in runs], dtype=float)  # (seeds, Q)
-    if base is not None:
-        m = m - np.array([[r[q] for q in qids] for r in base], dtype=float)
-    idx = np.random.default_rng(seed).integers(0, len(qids), (n, len(qids)))
-    draws = m[:, idx].mean(axis=(0, 2))  # (n,)
-    lo, hi = np.percentile(draws, [2.5, 97.5])
-    return 100 * m.mean(), 100 * lo, 100 * hi
-
-
 def column_qids(groups: dict[str, tuple[str, float]], column: str, depth: tuple[float, float] | None = None,
                 have: set[str] | None = None) -> list[str]:
     out = []
@@ -291,16 +271,6 @@ def column_qids(groups: dict[str, tuple[str, float]], column: str, depth: tuple[
             if have is None or qid in have:
                 out.append(qid)
     return out
-
-
-def cell(runs: list[dict[str, bool]], base: list[dict[str, bool]], qids: list[str], label: str) -> str:
-    """"acc [lo, hi]" with (+) / (-) when the paired difference to `hermes` (`base`) excludes 0."""
-    acc, lo, hi = bootstrap(runs, qids)
-    mark = ""
-    if label != "hermes":
-        _, dlo, dhi = bootstrap(runs, qids, base)
-        mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
-    return f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}"
 
 
 def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str], budgets: list[int],
@@ -316,7 +286,8 @@ def options_tables(all_runs: list[dict], groups: dict[str, dict], sets: list[str
             for label in variants:
                 runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
                 have = set.intersection(*(set(o) for o in runs + base))
-                cells = [cell(runs, base, column_qids(groups[name], col, have=have), label) for col in OPTION_COLUMNS]
+                marked = None if label == "hermes" else base
+                cells = [interval(runs, column_qids(groups[name], col, have=have), marked, 0) for col in OPTION_COLUMNS]
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
             n = {col: len(column_qids(groups[name], col)) for col in OPTION_COLUMNS}
             lines += ["", "questions per weights file: " + ", ".join(f"{c} {k}" for c, k in n.items()), ""]
@@ -337,7 +308,8 @@ def depth_table(all_runs: list[dict], groups: dict[str, tuple[str, float]], name
         runs = [r[f"{name}/{label}/{budget}"]["outcomes"] for r in all_runs]
         base = [r[f"{name}/hermes/{budget}"]["outcomes"] for r in all_runs]
         have = set.intersection(*(set(o) for o in runs + base))
-        cells = [cell(runs, base, column_qids(groups, kind, bin_, have), label) for kind, bin_ in cols]
+        marked = None if label == "hermes" else base
+        cells = [interval(runs, column_qids(groups, kind, bin_, have), marked, 0) for kind, bin_ in cols]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -388,28 +360,75 @@ def plus_settings() -> str:
         "nothing (it equals the reference's defaults)"
 
 
-def shown_args(argv: list[str]) -> list[str]:
-    """The command line as the page shows it: `--note` and its text left out (the note is on the page)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--note":
-            skip = True
-        elif not arg.startswith("--note="):
-            out.append(arg)
-    return out
-
-
 def benchmark(root: Path, **kwargs) -> Path:
-    """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark
-    (its meta file records the same arguments): parallel processes then read it without rewriting it."""
-    meta = root / sb.META_FILE
-    if meta.is_file() and (root / sb.ANNOTATION_FILE).is_file():
-        info = json.loads(meta.read_text())
-        if all(info.get(key) == value for key, value in kwargs.items()):
-            return root
-    return sb.write_benchmark(root, **kwargs)
+    """`synthetic_bench.write_benchmark(root, **kwargs)`, unless `root` already holds that very benchmark."""
+    return micro_suite.written(root, kwargs, lambda: sb.write_benchmark(root, **kwargs))
+
+
+def run_grid(adapter, sets: dict[str, Path], runs: Path, policies: list[str], budgets: list[int], chunk_frames: int,
+             reuse: bool) -> dict[str, dict]:
+    """{"<set>/<policy>/<budget>": run_one's result + cost} ("<set>/full" once: it ignores the budget)."""
+    # one throw-away run first: the first run_eval of a process pays one-off costs (imports, allocator
+    # warm-up) that would otherwise land on the first policy's time per chunk
+    first_set = next(iter(sets.values()))
+    run_one(adapter, first_set, runs / "warm-up", "sliding", 64, chunk_frames, reuse=reuse)
+    results = {}
+    for name, root in sets.items():
+        for policy in policies:
+            spec, preset, options = micro_suite.POLICIES[policy]
+            for budget in ([0] if policy == "full" else budgets):
+                key = f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
+                out = run_dir(runs, key)
+                result = run_one(adapter, root, out, spec, budget or 1, chunk_frames, memory=preset,
+                                            options=options, reuse=reuse)
+                result.update(micro_suite.cost(out, chunk_frames, float(result["wall_s"] or 0)))
+                results[key] = result
+                print(key, result["families"], result["wall_s"], flush=True)
+    return results
+
+
+def sweep(args, weights: list[Path]) -> int:
+    """Run the suite sweep (`--sweep`, or `--quick`) for every weights file and write its page to `--md`."""
+    started = time.perf_counter()
+    videos = dict(micro_suite.QUICK_VIDEOS if args.quick else micro_suite.STANDARD_VIDEOS)
+    for spec in filter(None, (args.set_videos or "").split(",")):
+        name, _, count = spec.partition("=")
+        videos[name] = int(count)
+    unknown = sorted(set(videos) - set(sb.SUITE_S)) + sorted(set(args.sweep_policies) - set(micro_suite.POLICIES))
+    if unknown:
+        raise SystemExit(f"error: unknown set or policy {', '.join(unknown)}; sets: {', '.join(sb.SUITE_S)}, "
+                         f"policies: {', '.join(micro_suite.POLICIES)}")
+    budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else \
+        list(micro_suite.QUICK_BUDGETS if args.quick else micro_suite.STANDARD_BUDGETS)
+    sets = {name: micro_suite.suite_set(args.work, name, args.suite_seed, n) for name, n in videos.items() if n > 0}
+    tags = {name: micro_suite.question_tags(root) for name, root in sets.items()}
+    all_runs = []
+    for path in weights:
+        adapter = micro_adapter(path)
+        runs = args.work / f"suite-runs-{file_sha256(path)[:12]}"
+        all_runs.append(run_grid(adapter, sets, runs, args.sweep_policies, budgets, args.chunk_frames, args.reuse))
+    seeds = [str(read_training_info(p).get("seed", "?")) for p in weights]
+    text = micro_suite.PAGE.format(weights=", ".join(f"`{Path(p).name}` (seed {s}, sha256 `{file_sha256(p)[:12]}...`)"
+                                         for p, s in zip(weights, seeds)),
+                       seed=args.suite_seed, sets=", ".join(f"{n} = {sb.SUITE_S[n]} s x {k} streams"
+                                                            for n, k in videos.items() if k > 0),
+                       n_weights=len(weights), tables=micro_suite.tables(all_runs, tags, args.sweep_policies, budgets),
+                       wall=round(time.perf_counter() - started), min_marked=micro_suite.MIN_MARKED,
+                       run_s=" / ".join(str(round(sum(float(r["wall_s"] or 0) for r in runs.values())))
+                                        for runs in all_runs),
+                       command=" ".join(shown_args(sys.argv[1:])))
+    png = args.png or args.md.with_suffix(".png")
+    if micro_suite.suite_plot(png, all_runs, tags, args.sweep_policies, max(budgets)):
+        text += (f"\n## Accuracy against stream length (budget {max(budgets)})\n\n![accuracy against stream length]"
+                 f"({png.name})\n\nEach point pools the weights files; bars are the 95 % bootstrap intervals.\n")
+    if len(weights) > 1:
+        text += "\n## Spread over training seeds\n\nOverall accuracy (%) of each run per weights file:\n\n"
+        text += micro_suite.spread_table(all_runs, seeds) + "\n"
+    args.md.parent.mkdir(parents=True, exist_ok=True)
+    args.md.write_text(text)
+    (args.md.with_suffix(".json")).write_text(json.dumps(all_runs, indent=1))
+    print(f"wrote {args.md}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -453,12 +472,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.sweep or args.quick:
-        import micro_suite
-
         chosen = args.sweep_policies or ",".join(micro_suite.STANDARD_POLICIES)
         args.sweep_policies = [q for q in chosen.split(",") if q]
         args.md = args.md or args.work / ("QUICK.md" if args.quick else "SUITE.md")
-        return micro_suite.sweep(args, [args.weights or WEIGHTS_FILE, *args.compare_weights])
+        return sweep(args, [args.weights or WEIGHTS_FILE, *args.compare_weights])
     budgets = [int(b) for b in (args.budgets or "64,128,256").split(",")]
     args.md = args.md or Path("benchmarks/MICRO.md")
     variants = [v for v in args.variants.split(",") if v]

@@ -1,5 +1,8 @@
 """The micro testbed's sweep: every policy on the suite's sets, each number with a 95 % bootstrap interval.
 
+This module holds the sweep's sets, tables and statistics (`bootstrap`, also the other pages' interval)
+and loads no model; `eval_micro.sweep` runs the grid. It imports nothing from `eval_micro`.
+
     python scripts/eval_micro.py --sweep                      # the standard sweep (see README for its cost)
     python scripts/eval_micro.py --quick --md /tmp/Q.md       # a CI smoke run (seconds)
 
@@ -18,8 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-import time
+import re
 from pathlib import Path
 
 import numpy as np
@@ -48,15 +50,22 @@ QUICK_VIDEOS = {"short": 1, "long": 1}
 QUICK_BUDGETS = (128,)
 
 
-def suite_set(work: Path, name: str, seed: int, num_videos: int) -> Path:
-    """The set `name` under `work`, written unless a finished copy with the same arguments is there."""
-    root = work / f"suite-{seed}" / f"{name}-{num_videos}"
+def written(root: Path, recorded: dict, write) -> Path:
+    """`root` when it holds a finished set whose meta file records `recorded`, else what `write()` makes
+    there: parallel processes then read a set without rewriting it."""
     meta = root / sb.META_FILE
     if meta.is_file() and (root / sb.ANNOTATION_FILE).is_file():
         info = json.loads(meta.read_text())
-        if (info.get("suite"), info.get("seed"), info.get("num_videos")) == (name, seed, num_videos):
+        if all(info.get(key) == value for key, value in recorded.items()):
             return root
-    return sb.write_suite_set(root, name, seed=seed, num_videos=num_videos)
+    return write()
+
+
+def suite_set(work: Path, name: str, seed: int, num_videos: int) -> Path:
+    """The set `name` under `work`, written unless a finished copy with the same arguments is there."""
+    root = work / f"suite-{seed}" / f"{name}-{num_videos}"
+    return written(root, {"suite": name, "seed": seed, "num_videos": num_videos},
+                   lambda: sb.write_suite_set(root, name, seed=seed, num_videos=num_videos))
 
 
 def question_tags(root: Path) -> dict[str, tuple[str, str]]:
@@ -82,40 +91,48 @@ def cost(out: Path, chunk_frames: int, wall_s: float) -> dict[str, float]:
             "ms_per_chunk": 1000 * max(0.0, wall_s - answering_s) / max(1, chunks)}
 
 
-def run_grid(adapter, sets: dict[str, Path], runs: Path, policies: list[str], budgets: list[int], chunk_frames: int,
-             reuse: bool) -> dict[str, dict]:
-    """{"<set>/<policy>/<budget>": run_one's result + cost} ("<set>/full" once: it ignores the budget)."""
-    import eval_micro
-
-    # one throw-away run first: the first run_eval of a process pays one-off costs (imports, allocator
-    # warm-up) that would otherwise land on the first policy's time per chunk
-    first_set = next(iter(sets.values()))
-    eval_micro.run_one(adapter, first_set, runs / "warm-up", "sliding", 64, chunk_frames, reuse=reuse)
-    results = {}
-    for name, root in sets.items():
-        for policy in policies:
-            spec, preset, options = POLICIES[policy]
-            for budget in ([0] if policy == "full" else budgets):
-                key = f"{name}/{policy}" + ("" if policy == "full" else f"/{budget}")
-                out = eval_micro.run_dir(runs, key)
-                result = eval_micro.run_one(adapter, root, out, spec, budget or 1, chunk_frames, memory=preset,
-                                            options=options, reuse=reuse)
-                result.update(cost(out, chunk_frames, float(result["wall_s"] or 0)))
-                results[key] = result
-                print(key, result["families"], result["wall_s"], flush=True)
-    return results
+def run_dir(runs: Path, key: str) -> Path:
+    return runs / re.sub(r"[^A-Za-z0-9_.+-]+", "_", key.replace("/", "-")).strip("_")
 
 
-def interval(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None) -> str:
-    """"acc [lo, hi]", marked (+) / (-) when the paired difference to `base` excludes 0."""
-    import eval_micro
+def bootstrap(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None = None,
+              n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """(accuracy %, 2.5 %, 97.5 % percentiles) over questions resampled with replacement, the seeds' verdicts
+    on a question kept together; with `base`, the same for the paired difference (runs - base)."""
+    if not qids:
+        return float("nan"), float("nan"), float("nan")
+    m = np.array([[r[q] for q in qids] for r in runs], dtype=float)  # (seeds, Q)
+    if base is not None:
+        m = m - np.array([[r[q] for q in qids] for r in base], dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(qids), (n, len(qids)))
+    draws = m[:, idx].mean(axis=(0, 2))  # (n,)
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return 100 * m.mean(), 100 * lo, 100 * hi
 
+
+def shown_args(argv: list[str]) -> list[str]:
+    """The command line as the page shows it: `--note` and its text left out (the note is on the page)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            out.append(arg)
+    return out
+
+
+def interval(runs: list[dict[str, bool]], qids: list[str], base: list[dict[str, bool]] | None,
+             min_marked: int = MIN_MARKED) -> str:
+    """"acc [lo, hi]", marked (+) / (-) when the paired difference to `base` excludes 0 (never under
+    `min_marked` questions); "-" without questions."""
     if not qids:
         return "-"
-    acc, lo, hi = eval_micro.bootstrap(runs, qids)
+    acc, lo, hi = bootstrap(runs, qids)
     mark = ""
-    if base is not None and len(qids) >= MIN_MARKED:
-        _, dlo, dhi = eval_micro.bootstrap(runs, qids, base)
+    if base is not None and len(qids) >= min_marked:
+        _, dlo, dhi = bootstrap(runs, qids, base)
         mark = " (+)" if dlo > 0 else " (-)" if dhi < 0 else ""
     return f"{acc:.0f} [{lo:.0f}, {hi:.0f}]{mark}"
 
@@ -170,17 +187,23 @@ def spread_table(all_runs: list[dict], seeds: list[str]) -> str:
     return "\n".join(lines)
 
 
-def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies: list[str], budget: int) -> bool:
-    """Accuracy against stream length, one panel per family, one line per policy at `budget` (and `full`),
-    each point with its 95 % bootstrap interval; False (no file) when matplotlib is missing."""
-    import eval_micro
-
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or None when matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies: list[str], budget: int) -> bool:
+    """Accuracy against stream length, one panel per family, one line per policy at `budget` (and `full`),
+    each point with its 95 % bootstrap interval; False (no file) when matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
         return False
     names = list(tags)
     lengths = [sb.SUITE_S[n] for n in names]
@@ -197,7 +220,7 @@ def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies
                 qids = sorted(q for q, (f, _) in tags[name].items() if f == family and q in have)
                 if not qids:
                     continue
-                acc, lo, hi = eval_micro.bootstrap(runs, qids)
+                acc, lo, hi = bootstrap(runs, qids)
                 xs.append(length)
                 ys.append(acc)
                 err[0].append(acc - lo)
@@ -217,53 +240,6 @@ def suite_plot(path: Path, all_runs: list[dict], tags: dict[str, dict], policies
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
-
-
-def sweep(args, weights: list[Path]) -> int:
-    """Run the suite sweep (`--sweep`, or `--quick`) for every weights file and write its page to `--md`."""
-    import eval_micro
-    from hermes.models.micro import file_sha256, read_training_info
-
-    started = time.perf_counter()
-    videos = dict(QUICK_VIDEOS if args.quick else STANDARD_VIDEOS)
-    for spec in filter(None, (args.set_videos or "").split(",")):
-        name, _, count = spec.partition("=")
-        videos[name] = int(count)
-    unknown = sorted(set(videos) - set(sb.SUITE_S)) + sorted(set(args.sweep_policies) - set(POLICIES))
-    if unknown:
-        raise SystemExit(f"error: unknown set or policy {', '.join(unknown)}; sets: {', '.join(sb.SUITE_S)}, "
-                         f"policies: {', '.join(POLICIES)}")
-    budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else list(QUICK_BUDGETS if args.quick
-                                                                                    else STANDARD_BUDGETS)
-    sets = {name: suite_set(args.work, name, args.suite_seed, n) for name, n in videos.items() if n > 0}
-    tags = {name: question_tags(root) for name, root in sets.items()}
-    all_runs = []
-    for path in weights:
-        adapter = eval_micro.micro_adapter(path)
-        runs = args.work / f"suite-runs-{file_sha256(path)[:12]}"
-        all_runs.append(run_grid(adapter, sets, runs, args.sweep_policies, budgets, args.chunk_frames, args.reuse))
-    seeds = [str(read_training_info(p).get("seed", "?")) for p in weights]
-    text = PAGE.format(weights=", ".join(f"`{Path(p).name}` (seed {s}, sha256 `{file_sha256(p)[:12]}...`)"
-                                         for p, s in zip(weights, seeds)),
-                       seed=args.suite_seed, sets=", ".join(f"{n} = {sb.SUITE_S[n]} s x {k} streams"
-                                                            for n, k in videos.items() if k > 0),
-                       n_weights=len(weights), tables=tables(all_runs, tags, args.sweep_policies, budgets),
-                       wall=round(time.perf_counter() - started), min_marked=MIN_MARKED,
-                       run_s=" / ".join(str(round(sum(float(r["wall_s"] or 0) for r in runs.values())))
-                                        for runs in all_runs),
-                       command=" ".join(eval_micro.shown_args(sys.argv[1:])))
-    png = args.png or args.md.with_suffix(".png")
-    if suite_plot(png, all_runs, tags, args.sweep_policies, max(budgets)):
-        text += (f"\n## Accuracy against stream length (budget {max(budgets)})\n\n![accuracy against stream length]"
-                 f"({png.name})\n\nEach point pools the weights files; bars are the 95 % bootstrap intervals.\n")
-    if len(weights) > 1:
-        text += "\n## Spread over training seeds\n\nOverall accuracy (%) of each run per weights file:\n\n"
-        text += spread_table(all_runs, seeds) + "\n"
-    args.md.parent.mkdir(parents=True, exist_ok=True)
-    args.md.write_text(text)
-    (args.md.with_suffix(".json")).write_text(json.dumps(all_runs, indent=1))
-    print(f"wrote {args.md}")
-    return 0
 
 
 PAGE = """# Memory policies on the micro testbed's suite (micro model, CPU)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from hermes.config import ModelConfig
 from hermes.datasets import synthetic_bench as sb
-from hermes.datasets.prompts import build_prompt
+from hermes.datasets.registry import build_prompt
 from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
@@ -369,7 +369,7 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
     length in frames (95 % bootstrap intervals), a row as soon as it is done: up to which length each
     kind of answer holds, apart from which frames a policy keeps.
     """
-    import eval_micro  # this folder's: its bootstrap is the testbed's interval
+    import micro_suite  # this folder's: its bootstrap is the testbed's interval
 
     print("| frames in memory | " + " | ".join(KINDS) + " |\n|---|" + "---|" * len(KINDS), flush=True)
     for lo, hi in bins:
@@ -382,7 +382,7 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
                 if ex.streamed >= lo:
                     examples.append(ex)
             hits = first_token_hits(batcher, examples, MAIN.batch_size)
-            acc, low, high = eval_micro.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
+            acc, low, high = micro_suite.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
             cells.append(f"{acc:.0f} [{low:.0f}, {high:.0f}]")
         print(f"| {lo}-{hi} | " + " | ".join(cells) + " |", flush=True)
 

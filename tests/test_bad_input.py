@@ -157,8 +157,8 @@ CASES = [
     (["bench", "memory", "--arch", "cpu-small", "--model", "tiny-llava-onevision"], 2, "not both"),
     (["bench", "memory", "--num-layers", "0"], 2, "--num-layers expects a positive whole number"),
     (["bench", "memory", "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of"),
-    (["bench", "sweep", "--decode-tokens", "0"], 2, "must be at least 1"),
-    (["bench", "sweep", "--repeats", "0"], 2, "must be at least 1"),
+    (["bench", "sweep", "--decode-tokens", "0"], 2, "--decode-tokens expects a positive whole number"),
+    (["bench", "sweep", "--repeats", "0"], 2, "--repeats expects a positive whole number"),
     (["bench", "sweep", "--chunk-frames", "8,x"], 2, "--chunk-frames expects comma-separated integers"),
     (["bench", "sweep", "--markdown", "{dir}"], 2, "--markdown expects a file, found a directory"),
     (["bench", "sweep", "--dtype", "int4"], 2, "model.dtype: expected one of"),
@@ -274,6 +274,9 @@ EARLY = [
     (["serve", "--allow-source", "ftp://host/*"], 2),
     (["serve", "--model", "llava-onevison-7b"], 4),
     (["bench", "reference", "--ref-dir", "{dir}"], 2),
+    (["bench", "device", "--sections", "gpu"], 2),
+    (["bench", "gc", "--frames", "1"], 2),
+    (["bench", "ingest", "--fps", "0"], 2),
 ]
 
 

@@ -6,7 +6,7 @@ import pytest
 from hermes.cli import build_parser
 from hermes.cli_args import CONFIG_FLAGS, config_from_args
 from hermes.config import build_config
-from hermes.pipelines.bench_cli import MEMORY_SUITE_BUDGET, SWEEP_SUITE_BUDGET, bench_config
+from hermes.pipelines.bench.cli import MEMORY_SUITE_BUDGET, SWEEP_SUITE_BUDGET, bench_config
 
 # a value for each flag that differs from every default, and the value the config then holds
 FLAG_VALUES = {"--device": ("cpu", "cpu"), "--dtype": ("bfloat16", "bfloat16"), "--max-new-tokens": ("7", 7),

@@ -29,7 +29,7 @@ import torch
 
 from hermes.cache import KIND_VISUAL, HermesCache
 from hermes.config import MemoryConfig
-from hermes.errors import ConfigError, UsageError
+from hermes.errors import UsageError
 from hermes.baselines import NoLowerLevels
 from hermes.model_protocol import CoreModel
 
@@ -67,9 +67,6 @@ class RecentFramesPolicy(NoLowerLevels):
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
-        if cfg.recent_frames < 1 or cfg.recent_fps <= 0:
-            raise ConfigError(f"memory.recent_frames must be at least 1 and memory.recent_fps positive, found "
-                              f"{cfg.recent_frames} and {cfg.recent_fps}")
         # enough frames to thin to `recent_frames` at `recent_fps` from any sampling rate up to 64x it
         self.frames: deque = deque(maxlen=64 * cfg.recent_frames)
 

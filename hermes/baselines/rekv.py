@@ -147,9 +147,6 @@ class ReKVPolicy(NoLowerLevels):
         if self.spec.kind != "1d":
             raise ConfigError("memory.policy=rekv needs a 1-D RoPE model (ReKV's retrieval is defined for those); "
                               f"{getattr(model, 'name', 'this model')} uses M-RoPE")
-        if cfg.budget < 1 or cfg.recall_top_k < 1:
-            raise ConfigError(f"rekv needs memory.budget (window tokens) and memory.recall_top_k (blocks) of at least "
-                              f"1, found {cfg.budget} and {cfg.recall_top_k}")
         self.blocks: list[Block] = []
         self.groups = model.text_config.num_attention_heads // model.text_config.num_key_value_heads
         self.last_retrieved: list[list[int]] = []  # per layer: the frames the last question retrieved

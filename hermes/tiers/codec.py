@@ -49,11 +49,12 @@ def _meta_json(record: Record, num_layers: int, heads: int, head_dim: int, value
     """
     j = json_scalar
     extra = json.dumps(record.extra) if record.extra else "{}"
+    seen = record.frames_seen
     return (f'{{"format": {RECORD_FORMAT}, "record_id": {j(record.record_id)}, "t_start_s": {j(record.t_start_s)}, '
             f'"t_end_s": {j(record.t_end_s)}, "frame_start": {j(record.frame_start)}, '
             f'"frame_end": {j(record.frame_end)}, "value": {j(record.value)}, '
             f'{_meta_shape(record.source_dtype, record.kind, num_layers, heads, head_dim, value_dim)}, '
-            f'"extra": {extra}}}')
+            f'"epoch": {j(record.epoch)}, "frames_seen": {"null" if seen is None else j(seen)}, "extra": {extra}}}')
 
 
 @lru_cache(maxsize=256)
@@ -182,7 +183,17 @@ def from_safetensors(data: bytes) -> Record:
                   t_end_s=float(meta["t_end_s"]), frame_start=int(meta["frame_start"]),
                   frame_end=int(meta["frame_end"]), layers=layers, value=float(meta["value"]),
                   embedding=tensors.get("embedding"), source_dtype=str(meta["source_dtype"]),
-                  kind=str(meta["kind"]), extra=dict(meta.get("extra") or {}))
+                  kind=str(meta["kind"]), **_eviction_fields(meta))
+
+
+def _eviction_fields(meta: dict) -> dict:
+    """``epoch``, ``frames_seen`` and ``extra`` of a record's metadata. Records written before the two were
+    fields kept them in ``extra``: read from there (and taken out of it) when the metadata lacks them."""
+    extra = dict(meta.get("extra") or {})
+    old = {name: extra.pop(name) for name in ("epoch", "frames_seen") if name in extra}
+    epoch, seen = meta.get("epoch", old.get("epoch", 0)), meta.get("frames_seen", old.get("frames_seen"))
+    return {"epoch": epoch if type(epoch) is int else 0, "frames_seen": seen if type(seen) is int else None,
+            "extra": extra}
 
 
 def safe_metadata(data: bytes) -> dict[str, str]:
@@ -193,3 +204,33 @@ def safe_metadata(data: bytes) -> dict[str, str]:
     if n > len(data) - 8:
         raise ValueError("safetensors header runs past the end")
     return json.loads(data[8:8 + n]).get("__metadata__") or {}
+
+
+def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list[tuple[int, int, object]], int]:
+    """The records a segment's bytes hold from its start, ``([(offset, length, record or None)], end)``,
+    `end` the byte after the last record read.
+
+    Args:
+        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are stepped
+            over (as a record None) instead of ending the scan.
+    """
+    found, pos = [], 0
+    known = known or {}
+    while pos + 8 <= len(data):
+        n = int.from_bytes(data[pos:pos + 8], "little")
+        try:
+            header = json.loads(data[pos + 8:pos + 8 + n])
+            length = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                                 default=0)
+            if pos + length > len(data):
+                raise ValueError("runs past the end")
+            record = from_safetensors(data[pos:pos + length])
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            if pos in known and pos + known[pos] <= len(data):
+                found.append((pos, known[pos], None))
+                pos += known[pos]
+                continue
+            break
+        found.append((pos, length, record))
+        pos += length
+    return found, pos

@@ -21,10 +21,9 @@ from hermes.tiers.dram import DramStore
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.index import INDEX_META, normalise, open_index
 from hermes.tiers.files import read_exact, read_pid, write_bytes_atomic
-from hermes.tiers.manifest import SEGMENTS, SUFFIX
+from hermes.tiers.manifest import SEGMENTS, SUFFIX, WAL
 from hermes.tiers.meaning import meaning_problem
 from hermes.tiers.recovery import Quarantine, quarantined_files
-from hermes.tiers.repair import WAL
 from hermes.tiers.prefetch import Prefetcher
 from hermes.tiers.remote import RemoteStore
 from hermes.tiers.remote_level import RemoteLevel, RemoteOptions
@@ -606,9 +605,10 @@ class MemoryDirectory:
         meta.pop("store", None)  # ours (see save_checkpoint), not the caller's
         return tensors, meta
 
-    def extras_since_checkpoints(self) -> list[dict[str, Any]]:
-        """The `Record.extra` of every record perhaps stored after the checkpoints were saved: ids at or past
-        the checkpoints' furthest manifest reach (ids are reserved in order). Damaged records are left out.
+    def evictions_since_checkpoints(self) -> list[int]:
+        """The `Record.frames_seen` of every eviction's record perhaps stored after the checkpoints were
+        saved: ids at or past the checkpoints' furthest manifest reach (ids are reserved in order). Damaged
+        records are left out.
         """
         claims = checkpoint_claims(self.path)
         first = max(claims.get("disk_next_id", 0), claims.get("dram_next_id", 0))
@@ -618,8 +618,8 @@ class MemoryDirectory:
         for rid in held:
             stored = self.dram.peek(rid)
             stored = stored if stored is not None else self._load_or_error(rid)
-            if isinstance(stored, Record):
-                out.append(dict(stored.extra))
+            if isinstance(stored, Record) and stored.frames_seen is not None:
+                out.append(stored.frames_seen)
         return out
 
     def checkpoints(self) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes.tiers.batch_queue import BatchQueue
-from hermes.tiers.codec import encode_record
+from hermes.tiers.codec import encode_record, scan_segment
 from hermes.errors import StorageError
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError, storage_error
 from hermes.tiers.files import (
@@ -269,8 +269,6 @@ class DiskStore(RecordLedger):
 
     def scanned_records(self) -> int:
         """Records the segment files hold, read from the files themselves (for `verify`'s counts)."""
-        from hermes.tiers.repair import scan_segment
-
         return sum(len(scan_segment(p.read_bytes())[0]) for p in sorted((self.directory / SEGMENTS).glob("*")))
 
     @property

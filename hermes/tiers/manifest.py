@@ -11,6 +11,7 @@ from functools import cached_property, lru_cache
 from hermes.tiers.fingerprint import FORMAT
 
 MANIFEST, SEGMENTS, SUFFIX = "manifest.jsonl", "segments", ".safetensors"
+WAL = "dram"  # the host-memory log's folder inside a memory directory
 
 
 def json_scalar(x: int | float | str) -> str:

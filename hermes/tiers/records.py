@@ -96,6 +96,11 @@ class Record:
         source_dtype: Name of the float dtype the keys had when built ("float32", "bfloat16", ...);
             `dequantize` returns that dtype by default.
         kind: "full" (every evicted token) or "summary" (anchors plus a mean, see `summarise`).
+        epoch: Level 1's position epoch (its compaction count) when the eviction ran: a record of an
+            older epoch is shifted when recalled.
+        frames_seen: Frames encoded when the eviction ran, which names the eviction in its stream (see
+            `identity`); None for a record no eviction made (a tool's, a benchmark's).
+        extra: Small JSON-able notes the caller wants kept.
     """
 
     record_id: int
@@ -108,7 +113,9 @@ class Record:
     embedding: torch.Tensor | None = None
     source_dtype: str = "float32"
     kind: str = "full"
-    extra: dict = field(default_factory=dict)  # small JSON-able notes the caller wants kept
+    epoch: int = 0
+    frames_seen: int | None = None
+    extra: dict = field(default_factory=dict)
 
     # ---- construction ------------------------------------------------------------------------
 
@@ -268,8 +275,8 @@ def identity(record: Record) -> tuple[int, int, int, int] | None:
     """What makes a record the same eviction as another in one stream, whatever id it was given.
 
     A stream evicts at most once per chunk, and a chunk is named by how many frames were encoded
-    when its eviction ran (``extra["frames_seen"]``); re-encoding the same frames after a resume
-    evicts the same tokens again, under the same position epoch (``extra["epoch"]``, level 1's
+    when its eviction ran (`Record.frames_seen`); re-encoding the same frames after a resume
+    evicts the same tokens again, under the same position epoch (`Record.epoch`, level 1's
     compaction count), over the same frame span. A record stored twice (a commit replayed after a
     crash) has the same identity under two ids.
 
@@ -277,11 +284,9 @@ def identity(record: Record) -> tuple[int, int, int, int] | None:
         ``(frame_start, frame_end, epoch, frames_seen)``, or None for a record that does not say which
         eviction made it (no ``frames_seen``: written by a tool, a benchmark or an older version).
     """
-    seen = record.extra.get("frames_seen")
-    if not isinstance(seen, int):
+    if record.frames_seen is None:
         return None
-    epoch = record.extra.get("epoch", 0)
-    return (int(record.frame_start), int(record.frame_end), int(epoch) if isinstance(epoch, int) else 0, seen)
+    return int(record.frame_start), int(record.frame_end), record.epoch, record.frames_seen
 
 
 def compress(record: Record, storage: str) -> Record:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from hermes.tiers.batch_queue import BatchQueue
-from hermes.tiers.codec import encode_record
+from hermes.tiers.codec import encode_record, scan_segment
 from hermes.tiers.disk import VerifyReport
 from hermes.tiers.errors import MemoryDirError, RecordCorruptError
 from hermes.tiers.files import sha256
@@ -276,8 +276,6 @@ class RemoteStore(RecordLedger):
 
     def scanned_records(self) -> int:
         """Records the segment objects hold, read from the objects themselves (for `verify`'s counts)."""
-        from hermes.tiers.repair import scan_segment
-
         total = 0
         for name in self.segments():
             got = self.objects.get(name)

@@ -9,19 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes.tiers import checkpoint
-from hermes.tiers.codec import from_safetensors
+from hermes.tiers.codec import scan_segment
+from hermes.tiers.directory import MemoryDirectory
+from hermes.tiers.disk import LOCK
 from hermes.tiers.errors import MemoryDirError, storage_error
 from hermes.tiers.files import lock_directory, read_exact, sha256, write_bytes_atomic
 from hermes.tiers.fingerprint import FINGERPRINT
 from hermes.tiers.index import INDEX, INDEX_META
 from hermes.tiers.meaning import meaning_problem
-from hermes.tiers.manifest import MANIFEST, SEGMENTS, SUFFIX, Entry, del_line, header_line, replay
+from hermes.tiers.manifest import MANIFEST, SEGMENTS, SUFFIX, WAL, Entry, del_line, header_line, replay
 from hermes.tiers.recovery import Quarantine
 from hermes.tiers.records import identity
-
-WAL = "dram"  # the host-memory log's folder inside a memory directory
-LOCK = "lock"
-
 
 @dataclass
 class RepairReport:
@@ -30,36 +28,6 @@ class RepairReport:
     actions: list[str] = field(default_factory=list)
     records: dict[str, int] = field(default_factory=dict)  # kept per store: {"disk": n, "dram": m}
     unfixable: list[str] = field(default_factory=list)
-
-
-def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list[tuple[int, int, object]], int]:
-    """The records a segment's bytes hold from its start, ``([(offset, length, record or None)], end)``,
-    `end` the byte after the last record read.
-
-    Args:
-        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are stepped
-            over (as a record None) instead of ending the scan.
-    """
-    found, pos = [], 0
-    known = known or {}
-    while pos + 8 <= len(data):
-        n = int.from_bytes(data[pos:pos + 8], "little")
-        try:
-            header = json.loads(data[pos + 8:pos + 8 + n])
-            length = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-                                 default=0)
-            if pos + length > len(data):
-                raise ValueError("runs past the end")
-            record = from_safetensors(data[pos:pos + length])
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-            if pos in known and pos + known[pos] <= len(data):
-                found.append((pos, known[pos], None))
-                pos += known[pos]
-                continue
-            break
-        found.append((pos, length, record))
-        pos += length
-    return found, pos
 
 
 @dataclass
@@ -91,6 +59,13 @@ def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport,
     corrupt: set[int] = set()
     identities: dict[int, tuple] = {}
     next_id = old.next_id
+
+    def leave_out(rid: int, data: bytes, why: str) -> None:
+        corrupt.add(rid)
+        bad = directory / f"record-{rid}{SUFFIX}"
+        write_bytes_atomic(bad, data)
+        report.actions.append(f"{label}{why}; left out, its bytes copied to {quarantine.move(bad, prefix)}")
+
     for seg in sorted(segdir.glob(f"*{SUFFIX}")) if segdir.exists() else []:
         if seg.name in dropped:
             report.actions.append(f"{label}{SEGMENTS}/{seg.name}: dropped by the manifest; moved to "
@@ -103,22 +78,15 @@ def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport,
             digest = sha256(data[offset:offset + length])
             if record is None:  # unparseable where the old manifest names a record: keep the line, delete it
                 entry = named[offset]
-                corrupt.add(entry.record_id)
-                bad = directory / f"record-{entry.record_id}{SUFFIX}"
-                write_bytes_atomic(bad, data[offset:offset + length])
-                report.actions.append(f"{label}record {entry.record_id}: unreadable; left out, its bytes copied to "
-                                      f"{quarantine.move(bad, prefix)}")
+                leave_out(entry.record_id, data[offset:offset + length], f"record {entry.record_id}: unreadable")
                 entries.append(entry)
                 seen.add(entry.record_id)
                 continue
             known = old.entries.get(record.record_id)
             next_id = max(next_id, record.record_id + 1)
             if known is not None and (known.segment, known.offset) == (seg.name, offset) and known.sha256 != digest:
-                corrupt.add(record.record_id)
-                bad = directory / f"record-{record.record_id}{SUFFIX}"
-                write_bytes_atomic(bad, data[offset:offset + length])
-                report.actions.append(f"{label}record {record.record_id}: fails its checksum; left out, its bytes "
-                                      f"copied to {quarantine.move(bad, prefix)}")
+                leave_out(record.record_id, data[offset:offset + length],
+                          f"record {record.record_id}: fails its checksum")
                 # named and then deleted, so the segment stays fully described; its bytes are in quarantine
                 entries.append(Entry.of(record, seg.name, offset, length, digest))
                 seen.add(record.record_id)
@@ -129,10 +97,7 @@ def rebuild_store(directory: Path, quarantine: Quarantine, report: RepairReport,
             entries.append(Entry.of(record, seg.name, offset, length, digest))
             problem = meaning_problem(record, fingerprint)
             if problem is not None:  # sound bytes that mean something else: named, deleted, kept in quarantine
-                corrupt.add(record.record_id)
-                bad = directory / f"record-{record.record_id}{SUFFIX}"
-                write_bytes_atomic(bad, data[offset:offset + length])
-                report.actions.append(f"{label}{problem}; left out, its bytes copied to {quarantine.move(bad, prefix)}")
+                leave_out(record.record_id, data[offset:offset + length], problem)
                 continue
             if identity(record) is not None:
                 identities[record.record_id] = identity(record)
@@ -250,8 +215,6 @@ def repair(directory: str | Path) -> RepairReport:
 
 def rebuild_index(directory: Path, report: RepairReport) -> None:
     """Build and save the FAISS index from the repaired records (a read-only open derives it)."""
-    from hermes.tiers.directory import MemoryDirectory  # the directory module imports this one
-
     md = MemoryDirectory(directory, None, 0, 0, readonly=True)
     try:
         md._save_index()

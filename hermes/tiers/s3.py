@@ -39,10 +39,6 @@ class S3Settings:
     retries: int = 3  # attempts per request before a StorageError
 
 
-def is_s3(location: str | os.PathLike) -> bool:
-    return isinstance(location, (str, S3Location)) and str(location).startswith(SCHEME)
-
-
 def parse_location(text: str | os.PathLike) -> S3Location | Path:
     """A ``--memory-dir`` value: an `S3Location` for ``s3://bucket[/prefix]``, else a local `Path`.
 

@@ -11,7 +11,7 @@ One concept per module:
 - `scheduler`: the single model worker thread that owns the model and every session;
 - `events`: per-stream event logs (watch answers, gaps, reconnects, drops) read by SSE;
 - `metrics`: the Prometheus text of `/metrics`;
-- `app`: the FastAPI routes; `static/`: the web page at `/`;
+- `app`: the FastAPI routes; `openai_api`: the OpenAI chat protocol over them; `static/`: the web page at `/`;
 - `cli`: the `serve` subcommand.
 
 FastAPI and uvicorn are the optional extra `[serve]`; nothing here imports them before `serve` runs.

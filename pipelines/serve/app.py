@@ -1,12 +1,14 @@
 """The HTTP API of `hermes-video serve` (FastAPI) and the `Server` it fronts.
 
-Every route but the page (`/`, `/static/*`) and the API's description (`/docs`, `/openapi.json`),
-which hold no data, needs ``Authorization: Bearer KEY`` when the server has a key (401 otherwise).
+Every route but the page (`/`, `/static/*`), the API's description (`/docs`, `/openapi.json`) and the
+probes (`/healthz`, `/readyz`), which hold no data, needs ``Authorization: Bearer KEY`` when the
+server has a key (401 otherwise). Until the model is loaded, everything but the probes and the
+description answers 503 "loading".
 Errors are JSON ``{"error": "one line"}``: 422 bad input or a source that cannot be opened, 403 a
 source outside the allowlist, 404 no such stream, 409 a name already open, frames pushed to a
 stream that is not a push stream or a watch added to a stream whose source has ended, 413 a request
 over the size limit, 429 over the push rate, 503 (with ``Retry-After``) no room for another stream,
-or a push stream whose model is behind.
+or a push stream whose model is behind. The OpenAI routes answer in OpenAI's error shape (`openai_api`).
 """
 
 from __future__ import annotations
@@ -14,26 +16,29 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from hermes.errors import HermesError, SourceError, UsageError
 from hermes.pipelines.asked import Question
-from hermes.pipelines.serve import metrics
+from hermes.pipelines.serve import metrics, openai_api
 from hermes.pipelines.serve.events import Watch, check_watch
 from hermes.pipelines.serve.registry import Conflict, Full, Registry
 from hermes.pipelines.serve.scheduler import Scheduler
 from hermes.pipelines.serve.security import Forbidden, bearer_ok
-from hermes.pipelines.serve.settings import ServeSettings
+from hermes.pipelines.serve.settings import ServeSettings, memory_root_problem
 from hermes.pipelines.serve.stream import Behind, Stream, TooManyFrames
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-PUBLIC_PATHS = ("/", "/docs", "/openapi.json")
-QUESTION_KEYS = ("question", "options", "recall", "max_new_tokens")
+PUBLIC_PATHS = ("/", "/docs", "/openapi.json")  # no data: no key needed
+HEALTH_PATHS = ("/healthz", "/readyz")  # for load balancers and orchestrators: no key, nothing about streams
+QUESTION_KEYS = ("question", "options", "recall", "max_new_tokens", "at")
 MAX_NEW_TOKENS = 256
 EVENTS_POLL_S = 0.2
 KEEPALIVE_S = 15.0
@@ -52,17 +57,50 @@ class Server:
 
     Args:
         settings: the checked `ServeSettings`.
-        model: a loaded adapter.
+        model: a loaded adapter, or a function that loads one: `load_in_background` then runs it on a
+            thread while the server already listens (/readyz and the API answer 503 "loading" meanwhile).
         resolve_config: the configuration for a stream's memory preset (None: the server's default).
-        capacity_bytes: device memory admission may hand out (None: measured now).
+        capacity_bytes: device memory admission may hand out (None: measured once the model is loaded).
     """
 
     def __init__(self, settings: ServeSettings, model, resolve_config: Callable[[str | None], Any], *,
                  capacity_bytes: int | None = None) -> None:
         self.settings = settings
-        self.model = model
+        self.resolve_config = resolve_config
+        self.capacity_bytes = capacity_bytes
+        self.model = self.scheduler = self.registry = None
+        self.load_error: str | None = None
+        self._loader = model if callable(model) else None
+        if self._loader is None:
+            self._attach(model)
+
+    def _attach(self, model) -> None:
         self.scheduler = Scheduler(model)
-        self.registry = Registry(settings, self.scheduler, resolve_config, capacity_bytes)
+        self.registry = Registry(self.settings, self.scheduler, self.resolve_config, self.capacity_bytes)
+        self.model = model  # last: `model` set means ready to serve
+
+    def load_in_background(self) -> None:
+        """Start loading the model on a thread when it was given as a function (else nothing to do)."""
+        def load():
+            try:
+                self._attach(self._loader())
+            except BaseException as exc:  # noqa: BLE001 - reported by /readyz (and by `serve`, which exits)
+                self.load_error = " ".join(str(exc).split()) or type(exc).__name__
+
+        if self._loader is not None and self.model is None:
+            threading.Thread(target=load, daemon=True, name="hermes-serve-load").start()
+
+    def not_ready(self) -> str | None:
+        """Why the server cannot answer questions now (None: ready); says nothing about streams."""
+        if self.load_error is not None:
+            return "the model failed to load"
+        if self.model is None:
+            return "loading: the model is not loaded yet"
+        if not self.scheduler.alive:
+            return "the model worker stopped"
+        if self.settings.memory_root is not None and memory_root_problem(self.settings.memory_root):
+            return "the memory root is not writable"
+        return None
 
     def stream(self, stream_id: str) -> Stream:
         stream = self.registry.get(stream_id)
@@ -72,6 +110,8 @@ class Server:
 
     def close(self) -> None:
         """Close every stream (each memory directory checkpointed), then the worker."""
+        if self.registry is None:
+            return
         for stream in self.registry.all():
             try:
                 self.registry.delete(stream.id)
@@ -84,14 +124,21 @@ STATUS = ((NotFound, 404), (TooLarge, 413), (Forbidden, 403), (Conflict, 409), (
           (UsageError, 422), (SourceError, 422))
 
 
-def error_response(exc: HermesError, settings: ServeSettings) -> JSONResponse:
-    code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
-    headers = {"Retry-After": str(settings.retry_after_s)} if code == 503 else None
-    return JSONResponse({"error": " ".join(str(exc).split())}, status_code=code, headers=headers)
+def error_json(path: str, code: int, message: str, settings: ServeSettings,
+               headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error response: ``{"error": message}``, or OpenAI's error shape on the OpenAI routes."""
+    if code == 503:
+        headers = {**(headers or {}), "Retry-After": str(settings.retry_after_s)}
+    if openai_api.is_openai_path(path):
+        code, body = openai_api.error_body(code, message)
+    else:
+        body = {"error": message}
+    return JSONResponse(body, status_code=code, headers=headers)
 
 
-def check_question(body: Any) -> tuple[Question, int | None, bool | None]:
-    """The question, answer length and recall choice of a `POST .../questions` body.
+def check_question(body: Any) -> tuple[Question, dict[str, Any]]:
+    """The question of a `POST .../questions` body, and its answer length, recall choice and moment (stream
+    seconds) as `Scheduler.ask`'s keyword arguments.
 
     Raises:
         UsageError: a body that is not such an object.
@@ -114,7 +161,11 @@ def check_question(body: Any) -> tuple[Question, int | None, bool | None]:
     recall = body.get("recall")
     if recall is not None and not isinstance(recall, bool):
         raise UsageError('"recall" must be true or false')
-    return Question(body["question"], options=tuple(options)), tokens, recall
+    at_s = body.get("at")
+    if at_s is not None and (isinstance(at_s, bool) or not isinstance(at_s, (int, float)) or not 0 <= at_s < math.inf):
+        raise UsageError('"at" must be a number of stream seconds >= 0')
+    ask = {"max_new_tokens": tokens, "recall": recall, "at_s": at_s}
+    return Question(body["question"], options=tuple(options)), ask
 
 
 def answer_json(stream: Stream, answer) -> dict[str, Any]:
@@ -122,6 +173,45 @@ def answer_json(stream: Stream, answer) -> dict[str, Any]:
     out = answer.to_json()
     out.update(stream=stream.id, last_frame_t_s=answer.last_frame_t_s)
     return out
+
+
+async def answer_pieces(server: Server, stream: Stream, question: Question, ask: dict[str, Any]) -> AsyncIterator:
+    """Ask `question` on `stream` (`ask`: `check_question`'s keyword arguments) and wait for the answer to begin.
+
+    Returns:
+        An iterator of the answer's text pieces as they are generated, then the `Answer`.
+
+    Raises:
+        HermesError: the question failed before its answer began (so the response gets its own status).
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    future = server.scheduler.ask(stream, question, **ask,
+                                  on_text=lambda text: loop.call_soon_threadsafe(queue.put_nowait, text))
+    future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f))
+    first = await queue.get()
+    if not isinstance(first, str):
+        first.result()
+
+    async def pieces():
+        item = first
+        while isinstance(item, str):
+            yield item
+            item = await queue.get()
+        yield item.result()
+
+    return pieces()
+
+
+async def push_image(stream: Stream, data: bytes, t_s: float | None) -> float:
+    """Decode a JPEG or PNG and push it to `stream` (waiting for room while the model catches up); its time."""
+    rgb = await asyncio.to_thread(decode_image, data)
+    return await asyncio.to_thread(stream.push_frame, rgb, t_s)
+
+
+def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    """A server-sent events response (never cached)."""
+    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> str:
@@ -154,6 +244,7 @@ def create_app(server: Server) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app):
+        server.load_in_background()
         yield
         await asyncio.to_thread(server.close)
 
@@ -164,23 +255,32 @@ def create_app(server: Server) -> FastAPI:
     @app.middleware("http")
     async def guard(request: Request, call_next):
         path = request.url.path
+        if path in HEALTH_PATHS:
+            return await call_next(request)
         if not (path in PUBLIC_PATHS or path.startswith("/static/")) and \
                 not bearer_ok(request.headers.get("authorization"), settings.api_key):
-            return JSONResponse({"error": "missing or wrong API key: send Authorization: Bearer KEY"},
-                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            return error_json(path, 401, "missing or wrong API key: send Authorization: Bearer KEY", settings,
+                              {"WWW-Authenticate": "Bearer"})
+        if server.model is None and path not in ("/docs", "/openapi.json"):
+            return error_json(path, 503, server.not_ready(), settings)
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_request_bytes:
-            return JSONResponse({"error": f"request body over {settings.max_request_bytes} bytes"}, status_code=413)
+            return error_json(path, 413, f"request body over {settings.max_request_bytes} bytes", settings)
         return await call_next(request)
 
     @app.exception_handler(HermesError)
     async def hermes_error(request: Request, exc: HermesError):
-        return error_response(exc, settings)
+        code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
+        return error_json(request.url.path, code, " ".join(str(exc).split()), settings)
 
-    async def json_body(request: Request) -> Any:
+    async def body_bytes(request: Request) -> bytes:
         raw = await request.body()
         if len(raw) > settings.max_request_bytes:
             raise TooLarge(f"request body over {settings.max_request_bytes} bytes")
+        return raw
+
+    async def json_body(request: Request) -> Any:
+        raw = await body_bytes(request)
         try:
             return json.loads(raw or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -197,11 +297,18 @@ def create_app(server: Server) -> FastAPI:
             raise NotFound(f"no static file {name!r}")
         return FileResponse(path)
 
-    @app.get("/healthz", summary="Liveness: the model worker runs")
+    @app.get("/healthz", summary="Liveness: the process answers (no key needed)")
     def healthz():
-        alive = server.scheduler.alive
-        return JSONResponse({"status": "ok" if alive else "down", "model": server.model.name,
-                             "streams": len(server.registry.all())}, status_code=200 if alive else 503)
+        down = server.scheduler is not None and not server.scheduler.alive
+        return JSONResponse({"status": "down" if down else "ok"}, status_code=503 if down else 200)
+
+    @app.get("/readyz", summary="Readiness: model loaded, worker running, memory root writable (no key needed)")
+    def readyz():
+        reason = server.not_ready()
+        if reason is None:
+            return {"status": "ready"}
+        return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503,
+                            headers={"Retry-After": str(settings.retry_after_s)})
 
     @app.get("/metrics", summary="Prometheus text format")
     def prometheus():
@@ -233,13 +340,10 @@ def create_app(server: Server) -> FastAPI:
         stream = server.stream(stream_id)
         if not stream.push:
             raise Conflict(f"stream {stream_id!r} reads its own source; frames are pushed only to a \"push\" stream")
-        body = await request.body()
-        if len(body) > settings.max_request_bytes:
-            raise TooLarge(f"request body over {settings.max_request_bytes} bytes")
+        body = await body_bytes(request)
         if t_s is not None and not (t_s >= 0 and t_s < float("inf")):
             raise UsageError("t_s must be a number of seconds >= 0")
-        rgb = await asyncio.to_thread(decode_image, body)
-        stamped = await asyncio.to_thread(stream.push_frame, rgb, t_s)  # may wait for the model to catch up
+        stamped = await push_image(stream, body, t_s)
         return JSONResponse({"t_s": stamped, "frames_received": stream.counters.frames_received}, status_code=202)
 
     @app.get("/v1/streams/{stream_id}/frame.jpg", summary="The latest frame received, as JPEG")
@@ -257,32 +361,44 @@ def create_app(server: Server) -> FastAPI:
               summary="Ask about the frames before now: the answer JSON of `run --json` (or SSE tokens)")
     async def ask(stream_id: str, request: Request):
         stream = server.stream(stream_id)
-        question, tokens, recall = check_question(await json_body(request))
+        question, ask = check_question(await json_body(request))
         if "text/event-stream" not in request.headers.get("accept", ""):
-            future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall)
-            answer = await asyncio.wrap_future(future)
-            return answer_json(stream, answer)
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        future = server.scheduler.ask(stream, question, max_new_tokens=tokens, recall=recall,
-                                      on_text=lambda text: loop.call_soon_threadsafe(queue.put_nowait, text))
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, f))
+            return answer_json(stream, await asyncio.wrap_future(server.scheduler.ask(stream, question, **ask)))
+        pieces = await answer_pieces(server, stream, question, ask)
 
         async def tokens_then_answer():
-            while True:
-                item = await queue.get()
-                if isinstance(item, str):
-                    yield sse("token", {"text": item})
-                    continue
-                exc = item.exception()
-                if exc is None:
-                    yield sse("answer", answer_json(stream, item.result()))
-                else:
-                    yield sse("error", {"error": " ".join(str(exc).split())})
-                return
+            try:
+                async for item in pieces:
+                    yield sse("token", {"text": item}) if isinstance(item, str) else \
+                        sse("answer", answer_json(stream, item))
+            except Exception as exc:  # noqa: BLE001 - the status line is sent: the error is an event
+                yield sse("error", {"error": " ".join(str(exc).split())})
 
-        return StreamingResponse(tokens_then_answer(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})
+        return event_stream(tokens_then_answer())
+
+    @app.get("/v1/models", summary="OpenAI: the streams, as models")
+    def list_models():
+        return {"object": "list", "data": [openai_api.model_json(s) for s in server.registry.all()]}
+
+    @app.get("/v1/models/{model}", summary="OpenAI: one stream, as a model")
+    def get_model(model: str):
+        return openai_api.model_json(server.stream(model))
+
+    @app.post("/v1/chat/completions", summary="OpenAI chat: the last user message asks the stream named by model")
+    async def chat_completions(request: Request):
+        chat = openai_api.parse_chat(await json_body(request), MAX_NEW_TOKENS)
+        stream = server.stream(chat.model)
+        question, ask = check_question(chat.question)
+        if chat.images and not stream.push:
+            raise UsageError(f"stream {stream.id!r} reads its own source; image parts go only to a \"push\" stream")
+        for image in chat.images:
+            await push_image(stream, image, None)
+        limit = ask["max_new_tokens"] or stream.cfg.model.max_new_tokens
+        if not chat.stream:
+            answer = await asyncio.wrap_future(server.scheduler.ask(stream, question, **ask))
+            return openai_api.completion(chat, answer, limit)
+        pieces = await answer_pieces(server, stream, question, ask)
+        return event_stream(openai_api.chunks(chat, pieces, limit))
 
     @app.post("/v1/streams/{stream_id}/watches", status_code=201,
               summary="A standing question: {question, every_s}; an event each time its answer changes")
@@ -323,7 +439,7 @@ def create_app(server: Server) -> FastAPI:
                     idle_s = 0.0
                     yield ": keepalive\n\n"
 
-        return StreamingResponse(feed(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        return event_stream(feed())
 
     @app.get("/v1/streams/{stream_id}/memory", summary="Memory per level; evictions and recall")
     def memory(stream_id: str):

@@ -2,7 +2,9 @@
 
 Order: flags and settings (bind, port, key, memory root, allowlist), the configuration (model and
 memory presets), the model's name in the registry, the `[serve]` extra, and that the port can be
-bound — each a one-line error with its exit code — and only then the model loads.
+bound — each a one-line error with its exit code. Then the server listens and the model loads in the
+background (`/readyz` answers 503 until it is loaded); a model that fails to load stops the server
+with that error's one line and exit code.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def cmd_serve(args) -> int:
-    """`serve`: check everything, load the model once, serve until Ctrl-C or SIGTERM."""
+    """`serve`: check everything, listen, load the model once in the background, serve until Ctrl-C or SIGTERM."""
     from hermes.model_registry import resolve_source
 
     settings = settings_from_args(args)
@@ -81,14 +83,26 @@ def cmd_serve(args) -> int:
     from hermes.models.loading import load_model
     from hermes.pipelines.serve.app import Server, create_app
 
-    model = load_model(cfg.model)
-    server = Server(settings, model, resolve_config)
-    app = create_app(server)
+    failed: list[BaseException] = []
+
+    def load():
+        try:
+            return load_model(cfg.model)
+        except BaseException as exc:
+            failed.append(exc)  # raised again below once uvicorn has stopped: the usual one-line error
+            web.should_exit = True
+            raise
+
+    server = Server(settings, load, resolve_config)  # listens at once; /readyz says 200 once loaded
+    web = uvicorn.Server(uvicorn.Config(create_app(server), host=settings.host.strip("[]"), port=settings.port,
+                                        log_level=args.log_level or "warning", access_log=False))
     auth = "bearer key required" if settings.api_key else "no key (loopback only)"
-    print(f"serving {model.name} on http://{settings.host}:{settings.port}/ ({auth}; up to {settings.max_streams} "
-          f"streams); Ctrl-C stops", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=settings.host.strip("[]"), port=settings.port, log_level=args.log_level or "warning",
-                access_log=False)
+    print(f"serving {cfg.model.name} on http://{settings.host}:{settings.port}/ ({auth}; up to "
+          f"{settings.max_streams} streams; /readyz answers 200 once the model is loaded); Ctrl-C stops",
+          file=sys.stderr, flush=True)
+    web.run()
+    if failed:
+        raise failed[0]
     return 0
 
 

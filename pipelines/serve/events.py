@@ -86,7 +86,3 @@ class EventLog:
         """Events numbered after `seq`, oldest first."""
         with self._lock:
             return [e for e in self._events if e["seq"] > seq]
-
-    @property
-    def last_seq(self) -> int:
-        return self._seq

@@ -25,7 +25,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from hermes.errors import HermesError
+from hermes.errors import HermesError, UsageError
 from hermes.pipelines.asked import Question
 from hermes.pipelines.serve.stream import Stream
 
@@ -102,14 +102,24 @@ class Scheduler:
         return self.call(close)
 
     def ask(self, stream: Stream, question: Question, *, max_new_tokens: int | None = None,
-            recall: bool | None = None, on_text: Callable[[str], None] | None = None) -> Future:
-        """Stamp `question` with the stream's clock now and queue it; the Future gives the `Answer`."""
+            recall: bool | None = None, on_text: Callable[[str], None] | None = None,
+            at_s: float | None = None) -> Future:
+        """Stamp `question` with the stream's clock now (or `at_s`, no later) and queue it; the Future gives
+        the `Answer` (or the `UsageError` of an `at_s` before frames already encoded).
+
+        Raises:
+            UsageError: `at_s` after the stream's clock (frames not received yet).
+        """
         started = time.monotonic()
         with self._cond:  # stamped and queued at once: no chunk of frames after the stamp slips in first
-            at_s = stream.clock_s()
-            stream.mark_question(at_s)
-            return self.call(lambda: self._answer(stream, question, at_s, max_new_tokens, recall, on_text,
-                                                  started))
+            now_s = stream.clock_s()
+            if at_s is not None and at_s > now_s:
+                raise UsageError(f'"at" {at_s:g}s is after stream {stream.id}\'s clock ({now_s:g}s): ask about '
+                                 f"frames already received")
+            at = now_s if at_s is None else at_s
+            stream.mark_question(at)
+            return self.call(lambda: self._answer(stream, question, at, max_new_tokens, recall, on_text,
+                                                  started, exact=at_s is not None))
 
     def add_watch(self, stream: Stream, watch) -> None:
         """Start asking `watch` on `stream` (its first moment is `watch.due_s`)."""
@@ -218,7 +228,7 @@ class Scheduler:
             self._encode(stream, frames)
 
     def _answer(self, stream: Stream, question: Question, at_s: float, max_new_tokens: int | None,
-                recall: bool | None, on_text, started: float):
+                recall: bool | None, on_text, started: float, exact: bool = False):
         from hermes.pipelines.run import check_prompts
 
         session = stream.session
@@ -227,7 +237,7 @@ class Scheduler:
         cfg = stream.cfg
         check_prompts(self.model, cfg, [question])
         self._catch_up(stream, at_s)
-        if session.encoded_t_s and at_s <= session.encoded_t_s[-1]:
+        if not exact and session.encoded_t_s and at_s <= session.encoded_t_s[-1]:
             at_s = session.encoded_t_s[-1] + 1e-6  # a watch that fell due while a question was answered
         session.max_new_tokens = max_new_tokens or cfg.model.max_new_tokens
         session.recall = cfg.memory.recall if recall is None else recall

@@ -43,6 +43,15 @@ def is_loopback(host: str) -> bool:
         return False  # a host name other than localhost may resolve to anything
 
 
+def memory_root_problem(memory_root: str) -> str | None:
+    """Why streams cannot keep memory under `memory_root` (None: they can); `/readyz` asks again."""
+    root = Path(memory_root)
+    if root.exists() and not root.is_dir():
+        return f"expects a directory, found a file: {memory_root}"
+    parent = root if root.exists() else next((p for p in root.parents if p.exists()), Path("."))
+    return None if os.access(parent, os.W_OK) else f"needs a writable folder: {parent} is not writable"
+
+
 def check_settings(settings: ServeSettings) -> ServeSettings:
     """Refuse settings the server cannot or must not start with.
 
@@ -75,12 +84,7 @@ def check_settings(settings: ServeSettings) -> ServeSettings:
         raise UsageError(f"--max-request-bytes expects at least 1024, found {settings.max_request_bytes}")
     if not settings.max_push_fps > 0:
         raise UsageError(f"--max-push-fps expects a positive number, found {settings.max_push_fps}")
-    if settings.memory_root is not None:
-        root = Path(settings.memory_root)
-        if root.exists() and not root.is_dir():
-            raise UsageError(f"--memory-root expects a directory, found a file: {settings.memory_root}")
-        parent = root if root.exists() else next((p for p in root.parents if p.exists()), Path("."))
-        if not os.access(parent, os.W_OK):
-            raise UsageError(f"--memory-root: folder {parent} is not writable")
+    if settings.memory_root is not None and (problem := memory_root_problem(settings.memory_root)):
+        raise UsageError(f"--memory-root {problem}")
     Allowlist(settings.allow_source)  # raises on a bad pattern
     return settings

@@ -32,7 +32,6 @@ from hermes.pipelines.frames import Frame
 from hermes.pipelines.serve.events import EventLog, Watch
 from hermes.redact import redact_url
 
-STATUSES = ("starting", "running", "ended", "error", "closed")
 PUSH_WAIT_S = 30.0  # how long a pushed frame waits for room before the client is told to retry
 
 
@@ -82,7 +81,7 @@ class Stream:
         self.events = EventLog()
         self.counters = StreamCounters()
         self.watches: list[Watch] = []
-        self.status = "starting"
+        self.status = "starting"  # then running, ended, error or closed
         self.error: str | None = None
         self.session = None  # the scheduler's worker thread owns it
         self.memory: dict[str, int] = {}  # the worker's snapshot of session.memory_stats()
@@ -174,9 +173,9 @@ class Stream:
             if len(self._push_times) >= self._max_push_fps:
                 raise TooManyFrames(f"more than {self._max_push_fps:g} frames in one second on stream {self.id}")
             self._push_times.append(now)
-            if t_s is None:
-                t_s = max(now - self._started + self._offset_s, self._min_next_t_s)
             floor = max(self._min_next_t_s, self._last_t_s + 1e-6 if self._last_t_s is not None else 0.0)
+            if t_s is None:  # the arrival clock, but never before a frame the client stamped itself
+                t_s = max(now - self._started + self._offset_s, floor)
             if t_s < floor:
                 raise UsageError(f"frame time {t_s:g}s does not come after this stream's last frame or "
                                  f"question ({floor:g}s); frames must arrive in time order")

@@ -10,7 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hermes.datasets import egoschema, longvideobench, lvbench, mlvu, mvbench, ovo_bench, rvs, streamingbench, videomme
+from hermes.datasets.benchmarks import (
+    egoschema,
+    longvideobench,
+    lvbench,
+    mlvu,
+    mvbench,
+    ovo_bench,
+    rvs,
+    streamingbench,
+    videomme,
+)
 from hermes.datasets.common import missing_videos
 from hermes.datasets.registry import get_benchmark
 from hermes.errors import SourceError, UsageError

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes.datasets import lvbench, mlvu, ovo_bench, rvs, streamingbench, videomme
+from hermes.datasets.benchmarks import lvbench, mlvu, ovo_bench, rvs, streamingbench, videomme
 from hermes.datasets.metrics import questions_of, summarize
 from hermes.datasets.records import BenchmarkQuestion
 from hermes.errors import UsageError

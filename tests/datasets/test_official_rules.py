@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from hermes.datasets import lvbench, mlvu, streamingbench
+from hermes.datasets.benchmarks import lvbench, mlvu, streamingbench
 from hermes.datasets.cli import add_eval_parser
 from hermes.datasets.common import annotations_only
 from hermes.datasets.metrics import summarize
@@ -148,7 +148,7 @@ def test_rvs_reports_rekv_accuracy_and_mean_score_beside_ours():
 
 
 def test_longvideobench_out_of_range_choice_excludes_only_that_question(tmp_path):
-    from hermes.datasets import longvideobench
+    from hermes.datasets.benchmarks import longvideobench
 
     def item(i, choice):
         return {"id": f"q{i}", "video_id": "v", "video_path": "v.mp4", "duration": 30, "question": "Which?",
@@ -164,7 +164,7 @@ def test_longvideobench_out_of_range_choice_excludes_only_that_question(tmp_path
 
 
 def test_streamingbench_prompt_shows_the_first_four_items_as_the_official_template_does():
-    from hermes.datasets.prompts import build_prompt
+    from hermes.datasets.registry import build_prompt
 
     raw = ["A. cat", "B. dog", "the rest of the dog option", "C. cow", "D. owl"]
     q = BenchmarkQuestion("What is it?", ["cat", "dog", "the rest of the dog option", "cow", "owl"], "owl", 4, 3.0, "t",

@@ -6,8 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from hermes.datasets import egoschema, longvideobench, lvbench, mvbench, ovo_bench, rvs, streamingbench, videomme
-from hermes.datasets.prompts import Prompt, build_prompt
+from hermes.datasets.benchmarks import (
+    egoschema,
+    longvideobench,
+    lvbench,
+    mvbench,
+    ovo_bench,
+    rvs,
+    streamingbench,
+    videomme,
+)
+from hermes.datasets.benchmark import Prompt
+from hermes.datasets.registry import build_prompt
 from hermes.errors import UsageError
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -12,8 +12,8 @@ from hermes.datasets.records import (
     parse_span,
     parse_timestamp,
     resolve_gt_index,
-    split_inline_options,
 )
+from hermes.datasets.benchmarks.lvbench import split_inline_options
 from hermes.errors import UsageError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes.datasets import ovo_bench
+from hermes.datasets.benchmarks import ovo_bench
 from hermes.datasets.registry import BENCHMARKS, canonical_name, family, get_benchmark
 from hermes.errors import UsageError
 

@@ -385,7 +385,8 @@ def test_streamingbench_official_protocol_answers_from_the_last_60_s(cfg, tiny_m
 
 @pytest.mark.slow
 def test_shards_merge_to_the_single_run(reference, ovo_root, cfg, tiny_model, tmp_path, monkeypatch):
-    from hermes.datasets.shards import Shard, merge_shards
+    from hermes.datasets.runner import merge_shards
+    from hermes.datasets.shards import Shard
 
     parts = []
     for i in (1, 2):
@@ -410,7 +411,8 @@ def test_shards_merge_to_the_single_run(reference, ovo_root, cfg, tiny_model, tm
 @pytest.mark.slow
 def test_shards_of_a_limited_run_merge_to_that_limited_run(ovo_root, cfg, tiny_model, tmp_path):
     """`--limit` is part of the run the shards split: the merge scores the same first videos, not all."""
-    from hermes.datasets.shards import Shard, merge_shards
+    from hermes.datasets.runner import merge_shards
+    from hermes.datasets.shards import Shard
 
     whole = run_eval("ovo-bench", ovo_root, cfg, output_dir=tmp_path / "whole", model=tiny_model, protocol="strict",
                      progress=False, limit=1)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from hermes.datasets import ovo_bench
+from hermes.datasets.benchmarks import ovo_bench
 from hermes.datasets import synthetic_bench as sb
 from hermes.datasets.record_frames import open_record_frames
 

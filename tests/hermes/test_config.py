@@ -1,8 +1,12 @@
 """Configuration: presets, files and overrides resolve in order; mistakes are errors, never defaults."""
 
+import dataclasses
+import re
+import typing
+
 import pytest
 
-from hermes.config import build_config, parse_set, preset_names
+from hermes.config import SECTIONS, HermesConfig, MemoryConfig, ModelConfig, build_config, parse_set, preset_names
 from hermes.errors import ConfigError
 
 
@@ -121,3 +125,82 @@ def test_memory_options_default_to_the_reference_and_take_only_their_choices():
     gated = build_config(memory="hermes-recall").memory  # hermes-4k, recall on, gated (measured better)
     assert (gated.policy, gated.budget, gated.recall, gated.recall_gate) == ("hermes", 4096, True, "above_frames")
     assert (gated.recency_unit, gated.accumulation) == ("token", "none")  # the reference's scoring
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("budget", -1, "memory.budget: expected a positive whole number, found -1"),
+    ("evict_headroom", -0.1, "memory.evict_headroom: expected at least 0 and below 1, found -0.1"),
+    ("evict_headroom", 1.0, "memory.evict_headroom: expected at least 0 and below 1, found 1.0"),
+    ("reindex", "sometimes", "memory.reindex: expected one of lazy, eager, found 'sometimes'"),
+    ("policy", "lru", "memory.policy: expected one of full, hermes, sliding, uniform, recent-frames, rekv, "
+                      "found 'lru'"),
+    ("policy", "recall-only", "(recall-only is a memory preset, not a policy: use --memory recall-only)"),
+    ("smoothing", [0.1, 0.3], "memory.smoothing: expected three values (sensory, working, long-term), found [0.1, 0.3]"),
+])
+def test_a_memory_section_built_directly_fails_as_set_does(key, value, message):
+    """`MemoryConfig(budget=-1)` is refused on construction with the one line `--set memory.budget=-1` gives."""
+    with pytest.raises(ConfigError) as built:
+        MemoryConfig(**{key: value})
+    with pytest.raises(ConfigError) as overridden:
+        build_config(model="tiny-llava-onevision", overrides=[f"memory.{key}={value}"])
+    assert message in str(built.value)
+    assert str(built.value) == str(overridden.value)
+
+
+def _fields_by_kind():
+    """(key, annotation, field) of every field of every section, found by introspection (a new one included)."""
+    return [(f"{section}.{f.name}", typing.get_type_hints(cls)[f.name], f) for section, cls in SECTIONS.items()
+            for f in dataclasses.fields(cls)]
+
+
+def _numeric(hint) -> bool:
+    item = typing.get_args(hint)[0] if typing.get_origin(hint) is tuple else hint
+    return item in (int, float)
+
+
+def test_every_numeric_field_has_a_range():
+    numeric = [key for key, hint, _ in _fields_by_kind() if _numeric(hint)]
+    assert {"memory.budget", "memory.evict_headroom", "memory.bands", "stream.fps"} <= set(numeric)
+    assert [key for key, hint, f in _fields_by_kind() if _numeric(hint) and "range" not in f.metadata] == []
+    assert [key for key, hint, f in _fields_by_kind() if not _numeric(hint) and "range" in f.metadata] == []
+
+
+def _build(key: str, value):
+    section, name = key.split(".")
+    return SECTIONS[section](**{name: value})
+
+
+@pytest.mark.parametrize("key, hint, f", [pytest.param(*row, id=row[0]) for row in _fields_by_kind()
+                                           if "range" in row[2].metadata])
+def test_direct_construction_refuses_every_out_of_range_value(key, hint, f):
+    low, high, _ = f.metadata["range"]
+    for bad in [low - 1 if low is not None else None, high + 1 if high is not None else None]:
+        if bad is None:
+            continue
+        value = (bad, 0.5, 0.5) if typing.get_origin(hint) is tuple else bad
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: expected .*, found {re.escape(repr(bad))}$"):
+            _build(key, value)
+
+
+@pytest.mark.parametrize("key, hint", [row[:2] for row in _fields_by_kind()])
+def test_direct_construction_refuses_a_wrong_type_in_every_field(key, hint):
+    value = "x" if typing.get_origin(hint) is tuple else [1]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: expected "):
+        _build(key, value)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: MemoryConfig(bands=(0.2, 0.2, 0.2)), "memory.bands: expected three fractions summing to 1"),
+    (lambda: MemoryConfig(accumulation="ema", accumulate_decay=1.0), "memory.accumulate_decay: expected below 1"),
+    (lambda: ModelConfig(device="gpu"), "model.device: expected auto, cpu, cuda or cuda:N, found 'gpu'"),
+    (lambda: ModelConfig(max_new_tokens=True), "model.max_new_tokens: expected int, found True"),
+    (lambda: HermesConfig(memory="hermes"), "memory: expected a MemoryConfig, found 'hermes'"),
+])
+def test_direct_construction_checks_what_spans_fields(build, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build()
+
+
+def test_direct_construction_coerces_as_yaml_does():
+    memory = MemoryConfig(bands=[0.1, 0.6, 0.3], recency_k=20, budget="64")
+    assert memory.bands == (0.1, 0.6, 0.3) and isinstance(memory.recency_k, float) and memory.budget == 64

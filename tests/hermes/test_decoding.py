@@ -5,7 +5,7 @@ import torch
 
 from hermes.config import ModelConfig
 from hermes.errors import ConfigError
-from hermes.models.base import penalize_repeats
+from hermes.models.base import penalize_seen_no_sync
 from hermes.models.loading import load_model
 from hermes.pipelines.session import StreamingSession
 from tests.conftest import random_frames
@@ -13,10 +13,11 @@ from tests.conftest import random_frames
 
 def test_penalty_divides_positive_and_multiplies_negative_logits_of_answered_tokens():
     logits = torch.tensor([2.0, -1.0, 0.5, 3.0])
-    out = penalize_repeats(logits, [0, 1, 1], 1.1)
+    seen = torch.tensor([True, True, False, False])  # tokens 0 and 1 answered
+    out = penalize_seen_no_sync(logits, seen, 1.1)
     assert out.tolist() == pytest.approx([2.0 / 1.1, -1.1, 0.5, 3.0])
     assert logits.tolist() == [2.0, -1.0, 0.5, 3.0]  # the input is not changed
-    assert penalize_repeats(logits, [0, 1], 1.0) is logits
+    assert penalize_seen_no_sync(logits, seen, 1.0).tolist() == logits.tolist()
 
 
 def test_a_repeating_greedy_answer_changes_under_the_penalty():
@@ -39,5 +40,5 @@ def test_a_repeating_greedy_answer_changes_under_the_penalty():
 
 
 def test_a_non_positive_penalty_is_a_config_error():
-    with pytest.raises(ConfigError, match="repetition_penalty must be positive"):
+    with pytest.raises(ConfigError, match=r"model.repetition_penalty: expected a positive number, found 0.0"):
         load_model(ModelConfig(name="tiny-llava-onevision", repetition_penalty=0.0))

@@ -157,7 +157,7 @@ def _stored_spans(directory: Path) -> list[tuple[int, int, int]]:
         logged = set(md.wal.ids()) if md.wal is not None else set()
         records = [md.disk.load(rid) for rid in md.disk.ids()] + \
             [md.wal.load(rid) for rid in sorted(logged - set(md.disk.ids()))]
-        return sorted((r.frame_start, r.frame_end, r.extra["frames_seen"]) for r in records)
+        return sorted((r.frame_start, r.frame_end, r.frames_seen) for r in records)
     finally:
         md.close(spill_dram=False)
 

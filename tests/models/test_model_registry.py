@@ -76,3 +76,18 @@ def test_a_model_preset_file_given_to_config_reads_through_the_registry(tmp_path
     (tmp_path / "my-tiny.yaml").write_text(text)
     cfg = build_config(config_file=tmp_path / "my-tiny.yaml")
     assert cfg.model.name == "my-tiny" and cfg.model.family == "qwen2_vl" and cfg.model.max_new_tokens == 8
+
+
+def test_the_registry_and_the_presets_import_no_configuration_at_any_level():
+    """config.py imports the registry; the registry reads presets from hermes.presets, not back from config.py
+    (an import circle, even inside a function)."""
+    import ast
+    from pathlib import Path
+
+    import hermes
+
+    for module in ("model_registry.py", "presets.py"):
+        tree = ast.parse((Path(hermes.__file__).parent / module).read_text(encoding="utf-8"))
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert "hermes.config" not in imported, module

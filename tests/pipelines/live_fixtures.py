@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes.pipelines.chaos import free_port  # noqa: F401  (the fixtures' servers and tests use it)
+from hermes.pipelines.bench.chaos import free_port  # noqa: F401  (the fixtures' servers and tests use it)
 
 SERVERS = Path(__file__).resolve().parents[1] / "servers"
 SYSTEM_PYTHON = "/usr/bin/python3"

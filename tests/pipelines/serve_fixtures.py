@@ -2,7 +2,7 @@
 
 The in-process server shares the session's tiny model (`tiny_model`, never mutated: the scheduler only
 reads it). `ServeProcess` runs `python -m hermes serve` on a free loopback port as a subprocess (the
-real uvicorn), waits until `/healthz` answers and stops it by its pid.
+real uvicorn), waits until `/readyz` answers 200 and stops it by its pid.
 """
 
 from __future__ import annotations
@@ -104,13 +104,13 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited {self.proc.returncode}: {self.proc.stdout.read().decode()}")
             try:
-                if httpx.get(f"{self.url}/healthz", headers=AUTH, timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:  # the model is loaded
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.kill()
-        raise RuntimeError("serve did not answer /healthz in time")
+        raise RuntimeError("serve was not ready (/readyz) in time")
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=AUTH, timeout=120.0)

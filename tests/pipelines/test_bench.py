@@ -8,26 +8,26 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from hermes.config import MemoryConfig
 from hermes.models.base import Generation
-from hermes.pipelines import bench
-from hermes.pipelines.bench import (
-    PolicySpec, StreamRow, checkpointed_stream, forced_length_decoding, ingest_fps, measure_stream, resolve_policies,
-    run_sweep, synthetic_frames, time_per_output_token_ms,
-)
-from hermes.pipelines.bench_report import (
-    MEMORY_COLUMNS, SWEEP_COLUMNS, markdown_table, report_markdown, rows_as_dicts, rows_from_dicts,
+from hermes.pipelines.bench import memory as bench
+from hermes.pipelines.bench.common import synthetic_frames
+from hermes.pipelines.bench.memory import (
+    MEMORY_COLUMNS, SWEEP_COLUMNS, PolicySpec, StreamRow, checkpointed_stream, forced_length_decoding, ingest_fps,
+    markdown_table, measure_stream, report_markdown, resolve_policies, rows_as_dicts, rows_from_dicts, run_sweep,
+    time_per_output_token_ms,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"policy", "chunk_frames", "frames", "budget", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
               "recall_ms", "tpot_ms", "decode_tokens", "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio",
               "ingest_fps", "ttft_vs_full", "peak_kv_vs_full", "peak_device_vs_full", "ingest_fps_vs_full",
-              "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk", "stream_repeats", "ttft_vs_full_min",
+              "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk", "answer_ms", "stream_repeats", "ttft_vs_full_min",
               "ttft_vs_full_max", "ingest_fps_vs_full_min", "ingest_fps_vs_full_max"}
 HAS_RECALL = "recall" in {f.name for f in dataclasses.fields(MemoryConfig)}
 
@@ -62,6 +62,7 @@ def test_sweep_rows_have_the_documented_fields(sweep):
         assert r.peak_device_mb is None  # CPU: no device memory counter
         assert r.ttft_vs_full is not None and r.ingest_fps_vs_full is not None
         assert (r.recall_ms is not None) == r.policy.endswith("+recall")
+        assert r.answer_ms >= r.ttft_ms  # the whole answer holds its first token (and recall, when on)
     full = [r for r in rows if r.policy == "full"]
     assert all(r.budget is None and r.ttft_vs_full == 1.0 and r.ingest_ms_per_evicting_chunk is None for r in full)
     assert [r.cache_tokens for r in full[:3]] == [full[0].cache_tokens + 196 * k for k in (0, 2, 4)]
@@ -85,6 +86,30 @@ def test_with_headroom_the_amortised_maintenance_counts_the_chunks_that_fit(tiny
     rows, _ = measure_stream(tiny_model, policy, [8], chunk_frames=1, decode_tokens=1, repeats=1, frame_px=32)
     row = rows[0]
     assert row.maintain_ratio > 0 and 0 < row.amortised_maintain_ratio < row.maintain_ratio
+
+
+def test_answer_time_counts_a_policys_retrieval_before_the_prefill(tiny_model, monkeypatch):
+    """rekv retrieves its blocks before the question's prefill: TTFT leaves that out, the answer's time does not
+    (a bench clock that moves 1 ms per reading, and one second per retrieval)."""
+    from hermes.baselines.rekv import ReKVPolicy
+
+    clock = [0.0]
+
+    def perf_counter():
+        clock[0] += 1e-3
+        return clock[0]
+
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=perf_counter))
+    retrieve = ReKVPolicy.answer_cache
+
+    def slow_retrieval(self, *args, **kwargs):
+        clock[0] += 1.0
+        return retrieve(self, *args, **kwargs)
+
+    monkeypatch.setattr(ReKVPolicy, "answer_cache", slow_retrieval)
+    policy = resolve_policies("rekv", MemoryConfig(), budget=2 * 196)[0]
+    rows, note = measure_stream(tiny_model, policy, [4], chunk_frames=2, decode_tokens=2, repeats=2, frame_px=32)
+    assert note is None and rows[0].answer_ms == pytest.approx(1001.0) and rows[0].ttft_ms < 1000.0
 
 
 def made_up_row(policy: str, frames: int, ttft_ms: float) -> StreamRow:
@@ -306,10 +331,12 @@ def test_published_sizes_on_the_meta_device():
 
 
 def test_build_random_llava_0_5b_reduced_runs_a_chunk():
-    from hermes.models.realsize import build_random
+    from hermes.config import ModelConfig
+    from hermes.models.loading import build_random_model
     from hermes.pipelines.session import StreamingSession
 
-    model = build_random("llava-ov-0.5b", "cpu", torch.float32, num_layers=2, vision_layers=1)
+    model = build_random_model("llava-ov-0.5b", ModelConfig(device="cpu", dtype="float32"), num_layers=2,
+                               vision_layers=1)
     text, vision = model.text_config, model.model.config.vision_config
     attention = model.language_model.layers[0].self_attn
     assert (text.hidden_size, text.num_attention_heads, text.num_key_value_heads, attention.head_dim) == \
@@ -348,12 +375,12 @@ def test_a_failed_results_rewrite_keeps_the_previous_file(tmp_path, monkeypatch)
     import os
     from types import SimpleNamespace
 
-    from hermes.pipelines import bench_cli
+    from hermes.pipelines.bench import cli as bench_cli
 
     out, md = tmp_path / "s.json", tmp_path / "s.md"
     args = SimpleNamespace(output=str(out), markdown=str(md))
     monkeypatch.setattr(bench_cli, "bench_record", lambda meta, result: {"rows": result})
-    monkeypatch.setattr("hermes.pipelines.bench_report.report_markdown", lambda meta, result, columns: f"{result}\n")
+    monkeypatch.setattr("hermes.pipelines.bench.memory.report_markdown", lambda meta, result, columns: f"{result}\n")
     bench_cli.write_bench_files(args, {}, [1, 2], None)
     assert json.loads(out.read_text()) == {"rows": [1, 2]} and md.read_text() == "[1, 2]\n"
 
@@ -413,10 +440,10 @@ def test_device_script_cpu_dry_run(tmp_path):
         assert [r["policy"] for r in rows] == ["full", "hermes"]
     assert (tmp_path / "env.txt").is_file() and "done;" in (tmp_path / "log.txt").read_text()
     extras = (tmp_path / "extras.md").read_text()
-    assert "| cpu-small |" in extras  # the probe-memory row
-    assert "| recall | 200 |" in extras and "1080p ingest at 2 fps sampling" in extras
+    assert "| random cpu-small (512 wide) | 2" in extras  # bench device's probe row
+    assert "| recall | 200 |" in extras and "| best_frames_per_s |" in extras  # bench tiers, bench ingest
     assert "bench reference: skipped" in extras
-    assert '"host_cpu_s_device_over_host"' in extras  # bench_device's preprocess section ran
+    assert "device / host: host CPU" in extras  # bench device's preprocess section ran
 
 
 @pytest.mark.slow
@@ -429,3 +456,21 @@ def test_device_script_extras_stay_inside_the_total_time_budget(tmp_path):
     log, extras = (tmp_path / "log.txt").read_text(), (tmp_path / "extras.md").read_text()
     assert log.count("skipped, only") == 2 and "sweep (limit" not in log
     assert extras.count("skipped (time budget spent)") == 4 and "extra:" not in log
+
+
+def test_only_the_command_line_imports_the_bench_package():
+    """Measurement code has one home (`pipelines/bench/`) beside the runtime: no runtime module imports it."""
+    import ast
+
+    importers = []
+    for folder in ("hermes", "models", "pipelines", "datasets"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if (REPO / "pipelines" / "bench") in path.parents or path == REPO / "hermes" / "cli.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                importers += [f"{path.relative_to(REPO)}: {n}" for n in names
+                              if n == "hermes.pipelines.bench" or n.startswith("hermes.pipelines.bench.")]
+    assert importers == []
+    assert not (REPO / "hermes" / "tiers" / "bench.py").exists()

@@ -14,8 +14,8 @@ import pytest
 
 from hermes.config import MemoryConfig
 from hermes.errors import HermesError
-from hermes.pipelines.bench import synthetic_frames
-from hermes.pipelines.reference_bench import Geometry, compare
+from hermes.pipelines.bench.common import synthetic_frames
+from hermes.pipelines.bench.reference import Geometry, compare
 
 STAND_IN = '''
 import json, os, torch
@@ -128,8 +128,8 @@ def test_a_failing_reference_is_one_line_naming_its_error(checkout, monkeypatch)
 def test_rounds_alternate_which_side_goes_first_and_the_ratio_is_taken_within_each(checkout, monkeypatch):
     """Made-up values per side and round: the order flips every round, ours is warmed up once, and the
     ratio is the median of the per-round ratios (with their min and max), not a ratio of medians."""
-    import hermes.pipelines.bench as bench
-    import hermes.pipelines.reference_bench as reference_bench
+    import hermes.pipelines.bench.memory as bench
+    import hermes.pipelines.bench.reference as reference_bench
 
     root, _ = checkout
     calls = []

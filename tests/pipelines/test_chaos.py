@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hermes.errors import UsageError
-from hermes.pipelines import chaos
-from hermes.pipelines.chaos import Campaign, ChaosOptions, KindTally, RecordKey, snapshot
+from hermes.pipelines.bench import chaos
+from hermes.pipelines.bench.chaos import Campaign, ChaosOptions, KindTally, RecordKey, snapshot
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.records import Record
 
@@ -22,7 +22,7 @@ def _record(rid: int, frame_start: int, frames_seen: int, fill: float = 1.0) -> 
                           scores=[torch.ones(3)], counts=[torch.ones(3, dtype=torch.int64)],
                           t_start_s=frame_start / 2, t_end_s=frame_start / 2, frame_start=frame_start,
                           frame_end=frame_start + 1, embedding=torch.ones(8))
-    record.extra["frames_seen"] = frames_seen
+    record.frames_seen = frames_seen
     return record
 
 

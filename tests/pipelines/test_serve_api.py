@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from serve_fixtures import AUTH, jpeg, make_server, sse_events  # noqa: E402
+from serve_fixtures import AUTH, jpeg, make_server, sse_events, wait_for  # noqa: E402
 
 from hermes.pipelines.session import StreamingSession  # noqa: E402
 
@@ -63,10 +65,13 @@ def test_sse_tokens_join_to_the_json_answer(client):
     assert plain["frames_seen"] == answer["frames_seen"] == 5
 
 
-def test_the_api_key_is_asked_on_every_endpoint_but_the_page(tiny_model):
+def test_the_api_key_is_asked_on_every_endpoint_but_the_page_and_the_probes(tiny_model):
     _, app = make_server(tiny_model)
     with TestClient(app) as c:
-        for method, path in (("get", "/healthz"), ("get", "/metrics"), ("get", "/v1/streams"),
+        for path in ("/healthz", "/readyz"):  # for orchestrators: no key, and nothing about the streams
+            r = c.get(path)
+            assert r.status_code == 200 and set(r.json()) == {"status"}, path
+        for method, path in (("get", "/metrics"), ("get", "/v1/streams"),
                              ("post", "/v1/streams"), ("get", "/v1/streams/x/events")):
             r = getattr(c, method)(path)
             assert r.status_code == 401, path
@@ -212,7 +217,51 @@ def test_memory_and_metrics_report_the_stream(client, tiny_model):
     assert 'hermes_stream_frames_encoded_total{stream="m"} 4' in text
     assert 'hermes_stream_questions_total{stream="m"} 1' in text
     assert 'hermes_stream_question_latency_ms_count{stream="m"} 1' in text
-    assert client.get("/healthz").json()["streams"] == 1
+    assert "hermes_streams 1" in text
+
+
+def test_the_server_listens_while_the_model_loads(tiny_model, tmp_path):
+    """A model given as a loader loads on a thread: meanwhile the probes answer without a key (alive, not
+    ready), every other route still asks for the key, and with it answers 503 "loading"."""
+    release = threading.Event()
+
+    def slow_load():
+        release.wait(60)
+        return tiny_model
+
+    _, app = make_server(slow_load, memory_root=str(tmp_path / "mem"))
+    with TestClient(app) as c:
+        assert c.get("/healthz").status_code == 200
+        ready = c.get("/readyz")
+        assert ready.status_code == 503 and "loading" in ready.json()["reason"] and ready.headers["retry-after"]
+        assert c.get("/v1/streams").status_code == 401
+        loading = c.get("/v1/streams", headers=AUTH)
+        assert loading.status_code == 503 and "loading" in loading.json()["error"]
+        assert c.get("/", headers=AUTH).status_code == 503
+        release.set()
+        wait_for(lambda: c.get("/readyz").status_code == 200, 60, "the model to load")
+        assert c.get("/readyz").json() == {"status": "ready"}
+        assert c.post("/v1/streams", json={"source": "push"}, headers=AUTH).status_code == 201
+
+
+def test_readyz_reports_a_failed_load_and_an_unwritable_memory_root(tiny_model, tmp_path):
+    def broken():
+        raise RuntimeError("weights missing")
+
+    _, app = make_server(broken)
+    with TestClient(app) as c:
+        wait_for(lambda: "failed" in c.get("/readyz").json()["reason"], 30, "the load to fail")
+        assert c.get("/readyz").status_code == 503
+    root = tmp_path / "mem"
+    root.mkdir()
+    _, app = make_server(tiny_model, memory_root=str(root))
+    with TestClient(app) as c:
+        assert c.get("/readyz").status_code == 200
+        root.rmdir()
+        root.write_text("a file where the memory root was")  # unusable even by root, who writes anywhere
+        gone = c.get("/readyz")
+        assert gone.status_code == 503 and gone.json() == {"status": "unavailable",
+                                                           "reason": "the memory root is not writable"}
 
 
 def test_allowlist_patterns_match_scheme_host_port_and_path(tmp_path):
@@ -263,3 +312,18 @@ def test_the_pages_fps_box_allows_every_rate_the_api_takes():
     fps = parser.attrs
     assert fps["type"] == "number" and fps["step"] == "any"
     assert 0 < float(fps["min"]) <= 0.1 and float(fps["max"]) == MAX_FPS
+
+
+def test_serve_stops_with_the_models_load_error_and_its_exit_code(capsys, monkeypatch):
+    """The model loads after the server listens: a load that fails still ends `serve` with its one line."""
+    import torch
+    from live_fixtures import free_port
+
+    from hermes.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: --device cuda loads")
+    monkeypatch.delenv("HERMES_API_KEY", raising=False)
+    assert main(["serve", "--model", "tiny-llava-onevision", "--device", "cuda", "--port", str(free_port())]) == 4
+    err = capsys.readouterr().err
+    assert "error: device 'cuda' requested but CUDA is not available" in err and "Traceback" not in err

@@ -59,8 +59,7 @@ def test_several_streams_one_model_answers_see_only_earlier_frames(servers):
             assert before <= answer["at_s"] <= after + 1e-3, name  # stamped when it arrived
             assert answer["last_frame_t_s"] < answer["at_s"], name  # and answered from earlier frames only
             assert answer["frames_seen"] >= 8, name
-        health = c.get("/healthz").json()
-        assert health == {"status": "ok", "model": "tiny-llava-onevision", "streams": 4}
+        assert c.get("/healthz").json() == {"status": "ok"} and c.get("/readyz").json() == {"status": "ready"}
         metrics = c.get("/metrics").text
         assert "hermes_streams 4" in metrics
 

@@ -97,7 +97,7 @@ def test_going_back_in_time_is_refused(tiny_model):
 
 
 def test_unknown_memory_policy_is_a_config_error(tiny_model):
-    with pytest.raises(ConfigError, match="unknown memory policy 'fulll'"):
+    with pytest.raises(ConfigError, match=r"memory.policy: expected one of full, .*found 'fulll' \(did you mean 'full'\?\)"):
         StreamingSession(tiny_model, "fulll", [])
 
 

@@ -123,24 +123,29 @@ def test_sample_indices_matches_the_rule_on_random_timestamps():
         assert got == reference_picks(pts_ms, fps, start_ms, end_ms), (pts_ms, fps, start_ms)
 
 
-@pytest.mark.parametrize("fps", [None, 0.7, 3.0, 9.9, 30.0])
-def test_streaming_picker_agrees_with_sample_indices(fps):
-    """The OpenCV path decides frame by frame; it must pick exactly what sample_indices picks."""
-    rng = np.random.default_rng(7)
+@pytest.mark.parametrize("fps", [None, 0.8, 4.0, 8.0, 30.0])  # targets on a whole-ms grid, as above
+def test_streaming_picker_frame_by_frame_follows_the_rule(fps):
+    """The OpenCV path decides frame by frame, one frame of lookahead: it picks what the rule says, and
+    every frame on screen in [start, end) when `fps` is None or at least the native rate."""
+    rng = random.Random(7)
     for _ in range(100):
-        pts_s = np.round(np.cumsum(rng.exponential(0.08, size=rng.integers(1, 40))), 6).tolist()
-        start_s = float(rng.uniform(0, pts_s[-1]))
-        end_s = start_s + float(rng.uniform(0.01, 3.0))
-        native_fps = float(rng.uniform(5, 20))
-        expected = sample_indices(pts_s, fps, start_s, end_s, native_fps=native_fps)
-        picker = StreamingPicker(fps, start_s, end_s, native_fps)
+        pts_ms = sorted(rng.sample(range(0, 4000, 10), rng.randint(1, 40)))
+        start_ms = rng.randint(0, pts_ms[-1])
+        end_ms = start_ms + rng.randint(10, 3000)
+        native_fps = rng.uniform(5, 20)
+        picker = StreamingPicker(fps, start_ms / 1000, end_ms / 1000, native_fps)
         got = []
-        for i, t_s in enumerate(pts_s):
-            if picker.push(t_s, pts_s[i + 1] if i + 1 < len(pts_s) else None):
+        for i, p in enumerate(pts_ms):
+            if picker.push(p / 1000, pts_ms[i + 1] / 1000 if i + 1 < len(pts_ms) else None):
                 got.append(i)
             if picker.done:
                 break
-        assert got == expected, (pts_s, start_s, end_s)
+        if fps is None or fps >= native_fps:
+            first = max((i for i, p in enumerate(pts_ms) if p <= start_ms), default=0)
+            expected = [first] + [i for i, p in enumerate(pts_ms) if i > first and p < end_ms]
+        else:
+            expected = reference_picks(pts_ms, Fraction(str(fps)), start_ms, end_ms)
+        assert got == expected, (pts_ms, start_ms, end_ms)
 
 
 # --------------------------------------------------------------------------------------------

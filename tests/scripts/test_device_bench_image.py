@@ -73,14 +73,14 @@ def test_device_script_without_faiss_skips_recall_and_keeps_every_other_row(tmp_
             "hermes+recall: skipped, it needs faiss (not installed here)"]
     assert log.count("hermes+recall: skipped, it needs faiss") >= 2  # said when it happens, once per model
     extras = (out / "extras.md").read_text()
-    assert "| cpu-small |" in extras  # the probe-memory row
-    assert '"host_cpu_s_device_over_host"' in extras  # bench_device's JSON
-    assert "1080p ingest at 2 fps sampling" in extras  # read without decord
+    assert "| random cpu-small (512 wide) | 2" in extras  # bench device's probe row
+    assert "device / host: host CPU" in extras  # bench device's preprocess section
+    assert "| best_frames_per_s |" in extras  # bench ingest: the file read without decord
 
 
 def fake_measure(missing: str):
     """A measure_stream stand-in: rows for every policy but hermes+recall, which needs `missing`."""
-    from hermes.pipelines.bench import StreamRow
+    from hermes.pipelines.bench.memory import StreamRow
 
     calls = []
 
@@ -99,7 +99,7 @@ def fake_measure(missing: str):
 
 def test_run_sweep_skips_a_policy_whose_optional_dependency_is_missing(monkeypatch, capsys):
     from hermes.config import MemoryConfig
-    from hermes.pipelines import bench
+    from hermes.pipelines.bench import memory as bench
 
     measure, calls = fake_measure("faiss")
     monkeypatch.setattr(bench, "measure_stream", measure)
@@ -116,7 +116,7 @@ def test_run_sweep_skips_a_policy_whose_optional_dependency_is_missing(monkeypat
 
 def test_run_sweep_does_not_hide_a_missing_module_of_our_own(monkeypatch):
     from hermes.config import MemoryConfig
-    from hermes.pipelines import bench
+    from hermes.pipelines.bench import memory as bench
 
     measure, _ = fake_measure("hermes.tiers.gone")
     monkeypatch.setattr(bench, "measure_stream", measure)

@@ -65,7 +65,6 @@ def test_quick_sweep_reports_every_policy_with_intervals_and_cost(quick):
     assert (quick / "QUICK.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow  # imports eval_micro (torch, the runner): ~10 s on a shared CPU
 def test_marks_only_differences_beyond_their_intervals():
     qids = [f"q{i}" for i in range(20)]
     right = [{q: True for q in qids}]

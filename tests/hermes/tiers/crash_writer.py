@@ -16,7 +16,7 @@ regenerates to check what it reads back.
 import os
 import sys
 
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.disk import DiskStore
 
 FINGERPRINT = {"model": "crash-test", "family": "synthetic", "num_layers": 3}

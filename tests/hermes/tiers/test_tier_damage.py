@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.checkpoint import CHECKPOINTS
 from hermes.tiers.commands import verify_command
 from hermes.tiers.directory import MemoryDirectory

@@ -21,7 +21,7 @@ import torch
 
 from hermes.errors import StorageError
 from hermes.rope import RotarySpec
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.commands import verify_command
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.fingerprint import FINGERPRINT, kv_layout, make_fingerprint

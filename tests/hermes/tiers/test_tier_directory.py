@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hermes.rope import RotarySpec
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.checkpoint import CHECKPOINTS
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.disk import SEGMENTS

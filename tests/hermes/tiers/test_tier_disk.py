@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hermes.errors import UsageError
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.disk import MANIFEST, SEGMENTS, DiskStore
 from hermes.tiers.errors import MemoryDamagedError, MemoryDirError, RecordCorruptError
 from hermes.tiers.fingerprint import make_fingerprint

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.dram import DramStore
 
 

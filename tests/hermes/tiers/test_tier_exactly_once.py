@@ -13,7 +13,7 @@ import json
 import pytest
 
 from hermes.cli import main
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.fingerprint import make_fingerprint
 from hermes.tiers.records import identity
@@ -26,7 +26,7 @@ def _eviction(rid: int, frames_seen: int, epoch: int = 0, seed: int = 0):
     """The record of the eviction that ran when `frames_seen` frames were encoded (content seeded by it)."""
     rec = synthetic_record(frames_seen, layers=3, heads=2, tokens=10, head_dim=16, embed_dim=12, seed=seed)
     rec.record_id = rid
-    rec.extra.update(frames_seen=frames_seen, epoch=epoch)
+    rec.frames_seen, rec.epoch = frames_seen, epoch
     return rec
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.index import INDEX, INDEX_META, RecordIndex
 

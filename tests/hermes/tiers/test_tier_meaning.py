@@ -14,7 +14,7 @@ import warnings
 import pytest
 
 from hermes.rope import RotarySpec
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.errors import MemoryDirError
 from hermes.tiers.fingerprint import kv_layout, make_fingerprint

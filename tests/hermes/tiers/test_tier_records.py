@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.codec import encode_record, from_safetensors, safe_metadata, to_safetensors
 from hermes.tiers.dram import DramStore
-from hermes.tiers.records import Record, compress, pack, packed_base, packed_fields, quantize_int8
+from hermes.tiers.records import Record, compress, identity, pack, packed_base, packed_fields, quantize_int8
 
 
 def _ragged_record(rid=0, dtype=torch.float32, axes=1):
@@ -164,14 +164,16 @@ def test_a_packed_record_is_its_file_in_two_buffers_and_files_in_another_order_r
 
 
 @pytest.mark.parametrize("changes", [{}, {"value": float("nan"), "t_start_s": 3, "kind": "summary"},
-                                     {"extra": {"note": 'q"\\é', "n": [1, 2.5]}, "value": float("-inf")}])
+                                     {"extra": {"note": 'q"\\é', "n": [1, 2.5]}, "value": float("-inf")},
+                                     {"epoch": 3, "frames_seen": 48}])
 def test_the_record_metadata_is_the_json_of_its_fields(changes):
     # the encoder formats the metadata itself; readers json.loads it, so it must be what json.dumps writes
     record = dataclasses.replace(pack(synthetic_record(5, layers=3, heads=2, head_dim=8).compress("int8")), **changes)
     expected = {"format": 2, "record_id": 5, "t_start_s": record.t_start_s, "t_end_s": record.t_end_s,
                 "frame_start": record.frame_start, "frame_end": record.frame_end, "value": record.value,
                 "source_dtype": record.source_dtype, "kind": record.kind, "num_layers": 3, "heads": 2,
-                "head_dim": 8, "value_dim": 8, "extra": record.extra}
+                "head_dim": 8, "value_dim": 8, "epoch": record.epoch, "frames_seen": record.frames_seen,
+                "extra": record.extra}
     assert safe_metadata(to_safetensors(record))["hermes.record"] == json.dumps(expected)
 
 
@@ -207,3 +209,25 @@ def test_build_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="layer 0"):
         Record.build(0, [torch.zeros(2, 3, 4)], [torch.zeros(2, 3, 4)], [torch.arange(2)], [torch.arange(3)],
                      [torch.arange(3)], [torch.zeros(3)], t_start_s=0, t_end_s=1, frame_start=0, frame_end=1)
+
+
+def test_eviction_fields_round_trip_and_name_the_eviction():
+    record = synthetic_record(4, layers=2, heads=2, head_dim=8)
+    record.epoch, record.frames_seen, record.extra = 2, 32, {"note": "kept"}
+    back = from_safetensors(to_safetensors(pack(record)))
+    assert (back.epoch, back.frames_seen, back.extra) == (2, 32, {"note": "kept"})
+    assert identity(back) == (record.frame_start, record.frame_end, 2, 32)
+    plain = from_safetensors(to_safetensors(synthetic_record(5, layers=2, heads=2, head_dim=8)))
+    assert (plain.epoch, plain.frames_seen, identity(plain)) == (0, None, None)  # no eviction made it
+
+
+def test_a_record_written_with_the_eviction_in_extra_still_reads():
+    # before `epoch` and `frames_seen` were fields, the eviction wrote them into `extra`
+    data = to_safetensors(synthetic_record(6, layers=2, heads=2, head_dim=8))
+    meta = json.loads(safe_metadata(data)["hermes.record"])
+    del meta["epoch"], meta["frames_seen"]
+    meta["extra"] = {"epoch": 1, "frames_seen": 48, "note": "kept"}
+    old = st_save(st_load(data), metadata={"hermes.record": json.dumps(meta)})
+    back = from_safetensors(old)
+    assert (back.epoch, back.frames_seen, back.extra) == (1, 48, {"note": "kept"})
+    assert identity(back) == (back.frame_start, back.frame_end, 1, 48)

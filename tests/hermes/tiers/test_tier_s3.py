@@ -20,7 +20,7 @@ moto = pytest.importorskip("moto")
 
 from hermes.errors import StorageError, UsageError  # noqa: E402
 from hermes.rope import RotarySpec  # noqa: E402
-from hermes.tiers.bench import synthetic_record  # noqa: E402
+from hermes.pipelines.bench.tiers import synthetic_record  # noqa: E402
 from hermes.tiers.directory import MemoryDirectory  # noqa: E402
 from hermes.tiers.errors import MemoryDirError  # noqa: E402
 from hermes.tiers.lease import Lease, LeaseLost  # noqa: E402

@@ -15,7 +15,7 @@ import torch
 boto3 = pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
 
-from hermes.tiers.bench import synthetic_record  # noqa: E402
+from hermes.pipelines.bench.tiers import synthetic_record  # noqa: E402
 from hermes.tiers.directory import MemoryDirectory  # noqa: E402
 from hermes.tiers.files import cache_root  # noqa: E402
 from hermes.tiers.fingerprint import _cache_file  # noqa: E402

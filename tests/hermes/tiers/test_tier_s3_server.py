@@ -111,7 +111,7 @@ def test_real_server_faults_flipped_byte_and_server_gone(tmp_path):
     import boto3
 
     from hermes.errors import StorageError
-    from hermes.tiers.bench import synthetic_record
+    from hermes.pipelines.bench.tiers import synthetic_record
     from hermes.tiers.directory import MemoryDirectory
     from hermes.tiers.remote_level import RemoteOptions
     from hermes.tiers.s3 import S3Settings

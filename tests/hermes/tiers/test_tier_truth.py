@@ -17,7 +17,7 @@ import sys
 import torch
 
 from hermes.cli import main
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.errors import MemoryDamagedError
 from hermes.tiers.fingerprint import make_fingerprint
@@ -68,7 +68,7 @@ def test_a_manifest_cut_behind_a_header_naming_every_id_is_a_disagreement(tmp_pa
 
 CRASH = """
 import os, sys, torch
-from hermes.tiers.bench import synthetic_record
+from hermes.pipelines.bench.tiers import synthetic_record
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.fingerprint import make_fingerprint
 fp = make_fingerprint("truth-test", "synthetic", 3, 2, 16, weights="sha256:" + "c" * 64)

@@ -1,4 +1,4 @@
-"""MVBench loader (offline): 20 temporal-understanding tasks, one short clip per question.
+"""MVBench (offline): 20 temporal-understanding tasks, one short clip per question.
 
 Source format: OpenGVLab/Ask-Anything `video_chat2/mvbench.ipynb` (`data_list`) over the
 Hugging Face dataset `OpenGVLab/MVBench`: `json/<task>.json` holds an array of
@@ -9,18 +9,23 @@ about. Videos live in `video/<prefix>/<video>`, the prefix depending on the task
 instead of a video: `video/tvqa/frames_fps3_hq/<video>/00001.jpg ...`, at 3 frames per second.
 
 Each question becomes its own VideoRecord (the same clip asked with different bounds is a
-different input), with `start_s`/`end_s` set for bounded tasks.
+different input), with `start_s`/`end_s` set for bounded tasks. `tasks`: task names ("Action
+Sequence") or file stems ("action_sequence"); None keeps every task whose json file is present.
+
+Prompt: video_chat2/mvbench.ipynb (system, qa_template, question_prompt "\\nOnly give the best
+option.", answer_prompt "Best option:("). Scoring: its check_ans.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections.abc import Sequence
+from pathlib import Path
 
 from hermes.errors import UsageError
 
-from . import common
-from .records import KIND_MC, BenchmarkQuestion, VideoRecord, normalize_options, resolve_gt_index
+from .. import common
+from ..benchmark import OFFLINE, Benchmark, Prompt, best_option_prompt, option_index
+from ..records import KIND_MC, BenchmarkQuestion, VideoRecord, normalize_options, resolve_gt_index
 
 # name: (json file, folder under video/, data type, has start/end bounds) -- the official data_list.
 TASKS = {
@@ -52,32 +57,17 @@ TASK_BY_KEY = {spec[0].removesuffix(".json"): name for name, spec in TASKS.items
 # The official reader samples frame folders as 3 fps.
 FRAME_FPS = 3.0
 
+SYSTEM = (
+    "Carefully watch the video and pay attention to the cause and sequence of events, the detail and movement "
+    "of objects, and the action and pose of persons. Based on your observations, select the best option that "
+    "accurately addresses the question.\n"
+)
+ANSWER_PREFIX = "Best option:("
 
-def load(
-    data_root: str | os.PathLike,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-) -> list[VideoRecord]:
-    """Load MVBench, one VideoRecord per question.
 
-    Args:
-        data_root: The MVBench folder, holding `json/` and `video/`.
-        tasks: Task names ("Action Sequence") or file stems ("action_sequence"); None keeps
-            every task whose json file is present.
-        limit: Keep at most this many records (questions).
-
-    Returns:
-        The records, task by task in the official order.
-
-    Raises:
-        UsageError: Unknown task name, a requested task's json missing, no json at all,
-            or an answer that is none of the candidates.
-        SourceError: No selected video exists under the data root.
-    """
-    root = common.check_root(data_root, "mvbench")
+def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
     finder = common.VideoFinder(root, ("video",))
     records: list[VideoRecord] = []
-    issues = common.DataIssues()
     for name, path in common.task_files(root, "mvbench", tasks, TASK_FILES, TASK_BY_KEY, default=TASKS):
         json_name, prefix, data_type, bounded = TASKS[name]
         for number, item in enumerate(common.read_json(path, expect=list)):
@@ -87,8 +77,10 @@ def load(
                 records.append(record)
     if not records and not (root / "json").is_dir():
         raise UsageError(f"mvbench: expected {root / 'json'} with the task files, found nothing")
-    # `tasks` was applied above by choosing files; finish checks limit and the videos.
-    return common.finish(records, "mvbench", None, limit, issues=issues)
+    return records
+
+
+load = common.make_loader("mvbench", _read, select=False)  # `tasks` chooses the files
 
 
 def _record(item: dict, task: str, prefix: str, data_type: str, bounded: bool, finder, where: str) -> VideoRecord:
@@ -111,20 +103,39 @@ def _record(item: dict, task: str, prefix: str, data_type: str, bounded: bool, f
         video_path=None if is_frames else found,
         duration=None,
         questions=[
-            BenchmarkQuestion(
-                question=str(common.require(item, "question", where)),
-                options=options,
-                answer=options[gt_index],
-                gt_index=gt_index,
-                t_s=None,
-                task=task,
-                raw=item,
-                qid=f"mvbench-{key}-{number}",
-                meta={"kind": KIND_MC, "groups": (key,)},
-            )
+            BenchmarkQuestion(question=str(common.require(item, "question", where)), options=options,
+                              answer=options[gt_index], gt_index=gt_index, t_s=None, task=task, raw=item,
+                              qid=f"mvbench-{key}-{number}", meta={"kind": KIND_MC, "groups": (key,)})
         ],
         frames_dir=found if is_frames and found is not None and found.is_dir() else None,
         frame_fps=FRAME_FPS if is_frames else None,
         start_s=start,
         end_s=end,
     )
+
+
+class MvBench(Benchmark):
+    """MVBench's prompt and check_ans."""
+
+    def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
+        return best_option_prompt(question, SYSTEM, ANSWER_PREFIX)
+
+    def parse(self, reply: str, options: Sequence[str], variant: str | None = None) -> int | None:
+        """check_ans: "(" is prepended (the answer prompt ends with it) and the first word, stripped of
+        "(", ")" and ".", is the letter, any case."""
+        first = ("(" + reply.strip().split("\n")[0]).split(" ")[0]
+        return option_index(first.replace(".", "").replace("(", "").replace(")", "").upper(), options)
+
+    def correct(self, reply: str, question: BenchmarkQuestion, variant: str | None = None) -> bool | None:
+        """check_ans: the first word of "(" + reply vs "(x)", either contained in the other. The official
+        rule also credits an empty reply ("(" is in "(b)"); that one is not copied."""
+        if question.gt_index is None:
+            return None
+        if not reply.strip():
+            return False
+        pred = ("(" + reply.strip().split("\n")[0]).lower().split(" ")[0]
+        gt = f"({question.gt_letter.lower()})"
+        return pred.replace(".", "") in gt or gt in pred
+
+
+BENCHMARKS = {"mvbench": MvBench(load, OFFLINE)}

@@ -1,32 +1,14 @@
-"""`hermes-video bench memory`, `bench sweep` and `bench overhead`: speed and memory of memory policies, measured in one run.
+"""`bench memory`, `bench sweep` and `bench overhead`: speed and memory of memory policies.
 
-One measurement function serves both suites: `measure_stream` streams random frames through a
-`StreamingSession` chunk by chunk and, at each checkpoint length, asks a question and records a
-`StreamRow`: KV-cache and device memory, time to first token (TTFT), time per output token (TPOT),
-per-chunk encode and maintenance time and the sustainable ingest rate. The checkpoints share one
-stream (`checkpointed_stream`): answering leaves memory exactly as it was, so the state at frame N
-is the state a separate N-frame run would reach, and a sweep to 1024 frames costs 1024 frames per
-policy instead of the sum of all lengths.
-
-Timing rules (docs/ARCHITECTURE.md, Performance): every interval is closed by a device synchronisation,
-so on CUDA a time is the time of the kernels, not of their launches. The session's own `ChunkStats` use unsynchronised
-wall clocks, so the bench times `ingest` itself and wraps the policy's `maintain` in synchronised
-clocks (`SyncedMaintainTimer`); encode time is the chunk's time minus its maintenance. TTFT and
-decode latency come from the adapter's greedy decoder, whose clocks stop at a token id read back
-to the host (a synchronisation); the bench synchronises before each question so that they start clean.
-Answers are forced to `decode_tokens` tokens (`forced_length_decoding`) so TPOT averages the same
-number of steps under every policy. Each policy is warmed up on a short stream first.
-
-Policies are data: `full`, `sliding`, `hermes`, ... and `name+flag` for a boolean memory setting
-turned on (`hermes+recall` sets `memory.recall`); a flag that is not a known config key is skipped
-with a note instead of failing the run. Ratios are against `full` at the same chunk size and length.
-Tables, JSON and run details are formatted by `hermes.pipelines.bench_report`.
-
-`bench memory` repeats its streams, the policies' order reversed every other repeat, and reports the
-ratios against `full` as min / median / max over repeats (`merge_repeats`). `bench overhead`
-(`paired_overhead`) is what a policy's remembering costs, told whole: its ingest (encode, with the
-probe that rides in hermes's prefill, plus maintenance) over a baseline's at the same budget, the two
-streamed side by side in one process chunk by chunk (`paired_streams`, order flipped every chunk).
+`measure_stream` streams random frames through a `StreamingSession` and, at each checkpoint length of one
+stream (`checkpointed_stream`: answering leaves memory as it was, so the state at frame N is that of an
+N-frame run), asks a question and records a `StreamRow`. Every interval is closed by a device
+synchronisation (docs/ARCHITECTURE.md, Performance): `SyncedMaintainTimer` wraps the policy's `maintain`,
+encode is the chunk's time less its maintenance, and answers are forced to `decode_tokens` tokens
+(`forced_length_decoding`) so that TPOT averages the same steps under every policy. Policies are data
+(`resolve_policies`); ratios are against `full` at the same chunk size and length. `bench memory` repeats
+its streams, the order reversed every other repeat (`merge_repeats`); `bench overhead` (`paired_overhead`)
+streams a policy and a baseline side by side, chunk by chunk, and reports the whole ingest's overhead.
 """
 
 from __future__ import annotations
@@ -42,11 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
+from hermes.markdown import spread_cell, table
+from hermes.pipelines.bench.common import device_sync, synthetic_frames
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import StreamingSession
 
@@ -87,6 +70,9 @@ class StreamRow:
     # evicting chunk's prefill, so this sum, not `maintain_ratio`, compares ingest across versions and with
     # the reference (whose probe is in its maintenance). None in result files older than this field.
     ingest_ms_per_evicting_chunk: float | None = None
+    # median wall time of the whole `session.ask` (a policy's answer-time retrieval such as rekv's, recall,
+    # prefill and decode), which TTFT leaves partly out. None in result files older than this field.
+    answer_ms: float | None = None
     # `bench memory` streams every policy `stream_repeats` times (order reversed every other repeat): the
     # row's times and ratios are medians over them, and the ratios against `full` also carry their spread
     stream_repeats: int = 1
@@ -157,25 +143,6 @@ def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) ->
 
 
 # ---- what is measured and how ------------------------------------------------------------------------
-
-
-def synthetic_frames(n: int, side_px: int = 448, interval_s: float = 0.5, seed: int = 0,
-                     pool: int = 16) -> Iterator[Frame]:
-    """`n` random square frames at `interval_s` spacing.
-
-    Content matters neither for speed nor memory, so `pool` frames are drawn once and cycled
-    (`frame_pool_reuse`): drawing 1024 full-size frames would cost more than encoding them on a GPU.
-    """
-    rng = np.random.default_rng(seed)
-    frame_pool_reuse = [rng.integers(0, 256, (side_px, side_px, 3), dtype=np.uint8) for _ in range(min(n, pool))]
-    for i in range(n):
-        yield Frame(i * interval_s, frame_pool_reuse[i % len(frame_pool_reuse)], i)
-
-
-def device_sync(device: torch.device) -> None:
-    """Wait for queued kernels on `device` (nothing to wait for on a CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class SyncedMaintainTimer:
@@ -306,11 +273,14 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
 def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], frames: int, chunk_frames: int,
                     decode_tokens: int, repeats: int) -> StreamRow:
     model = session.model
-    ttfts, tpots, recalls = [], [], []
+    ttfts, tpots, recalls, answers = [], [], [], []
     with forced_length_decoding(model):
         for _ in range(repeats):
             device_sync(model.device)  # the question's clock starts on an idle device
+            start = time.perf_counter()
             answer = session.ask(BENCH_QUESTION)
+            device_sync(model.device)
+            answers.append((time.perf_counter() - start) * 1e3)
             # recall runs between the question and its prefill: the user waits for both
             recall_ms = (getattr(answer, "recall", None) or {}).get("recall_ms")
             recalls.append(recall_ms)
@@ -327,7 +297,7 @@ def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], fram
         budget=None if policy.memory.policy == "full" else policy.memory.budget,
         cache_tokens=session.cache.num_tokens, peak_kv_mb=session.peak_cache_bytes / 2**20,
         peak_device_mb=torch.cuda.max_memory_allocated(model.device) / 2**20 if cuda else None,
-        ttft_ms=statistics.median(ttfts), tpot_ms=statistics.median(tpots) if decode_tokens >= 2 else None,
+        ttft_ms=statistics.median(ttfts), answer_ms=statistics.median(answers), tpot_ms=statistics.median(tpots) if decode_tokens >= 2 else None,
         recall_ms=statistics.median(recalls) if None not in recalls else None,
         decode_tokens=decode_tokens, encode_ms_per_chunk=encode_total / len(chunks),
         maintain_ms_per_chunk=statistics.fmean(c.maintain_ms for c in evicting) if evicting else 0.0,
@@ -581,3 +551,74 @@ def paired_overhead(model, policy: PolicySpec, baseline: PolicySpec, n_frames: i
                        overhead_min=min(overheads), overhead_median=statistics.median(overheads),
                        overhead_max=max(overheads), encode_ms=encode, maintain_ms=maintain,
                        baseline_encode_ms=base_encode, baseline_maintain_ms=base_maintain)
+
+
+# ---- tables: `bench memory` and `bench sweep` print the same numbers the same way ------------------------
+
+# (header, number format) per `StreamRow` field; "-" where a value is None
+_COLUMNS = {
+    "policy": ("policy", "{}"), "chunk_frames": ("chunk", "{}"), "frames": ("frames", "{}"),
+    "cache_tokens": ("cache tokens", "{}"), "peak_kv_mb": ("peak KV MiB", "{:.1f}"),
+    "peak_device_mb": ("peak device MiB", "{:.0f}"), "ttft_ms": ("TTFT ms", "{:.1f}"),
+    "ttft_vs_full": ("TTFT vs full", "{:.2f}"), "answer_ms": ("answer ms", "{:.1f}"), "tpot_ms": ("TPOT ms", "{:.1f}"), "recall_ms": ("recall ms", "{:.1f}"),
+    "encode_ms_per_chunk": ("encode ms/chunk", "{:.1f}"), "maintain_ms_per_chunk": ("maintain ms/chunk", "{:.1f}"),
+    "maintain_ratio": ("maintain / encode", "{:.3f}"), "amortised_maintain_ratio": ("amortised", "{:.3f}"),
+    "ingest_ms_per_evicting_chunk": ("encode + maintain ms (evicting)", "{:.1f}"),
+    "ingest_fps": ("ingest fps", "{:.1f}"),
+    "ingest_fps_vs_full": ("fps vs full", "{:.2f}"), "peak_kv_vs_full": ("KV vs full", "{:.3f}"),
+}
+# a ratio with its spread over repeats: "min / median / max" from `<field>_min`, `<field>`, `<field>_max`
+_SPREAD_COLUMNS = {"ttft_vs_full_spread": ("TTFT vs full, min / median / max", "ttft_vs_full", "{:.2f}"),
+                   "ingest_fps_vs_full_spread": ("fps vs full, min / median / max", "ingest_fps_vs_full", "{:.2f}")}
+MEMORY_COLUMNS = ["policy", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms", "ttft_vs_full_spread",
+                  "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio", "amortised_maintain_ratio"]
+SWEEP_COLUMNS = ["policy", "chunk_frames", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
+                 "ttft_vs_full", "tpot_ms", "answer_ms", "recall_ms", "encode_ms_per_chunk", "maintain_ms_per_chunk",
+                 "maintain_ratio", "amortised_maintain_ratio", "ingest_ms_per_evicting_chunk", "ingest_fps",
+                 "ingest_fps_vs_full"]
+
+
+def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) -> str:
+    """The rows as a markdown table with the given columns (`SWEEP_COLUMNS` or `MEMORY_COLUMNS`)."""
+    def cell(row: StreamRow, column: str) -> str:
+        if column in _SPREAD_COLUMNS:
+            _, name, fmt = _SPREAD_COLUMNS[column]
+            return spread_cell([getattr(row, n) for n in (f"{name}_min", name, f"{name}_max")], fmt)
+        value = getattr(row, column)
+        return "-" if value is None else _COLUMNS[column][1].format(value)
+
+    headers = [_SPREAD_COLUMNS[c][0] if c in _SPREAD_COLUMNS else _COLUMNS[c][0] for c in columns]
+    return table(headers, [[cell(r, c) for c in columns] for r in rows], right=[c != "policy" for c in columns])
+
+
+def overhead_table(rows: list[OverheadRow]) -> str:
+    """`bench overhead`'s rows as markdown: the paired overhead (min / median / max over repeats) beside the
+    per-chunk encode and maintenance of both policies."""
+    cells = [[r.geometry, r.budget, r.frames, r.paired_chunks,
+              spread_cell([r.overhead_min, r.overhead_median, r.overhead_max]),
+              f"{r.encode_ms:.1f}", f"{r.maintain_ms:.1f}", f"{r.baseline_encode_ms:.1f}", f"{r.baseline_maintain_ms:.1f}"]
+             for r in rows]
+    policy, baseline = (rows[0].policy, rows[0].baseline) if rows else ("policy", "baseline")
+    header = ["geometry", "budget", "frames", "paired chunks", f"{policy} over {baseline}, min / median / max",
+              f"{policy} encode ms", f"{policy} maintain ms", f"{baseline} encode ms", f"{baseline} maintain ms"]
+    return table(header, cells, right=[False] + [True] * (len(header) - 1))
+
+
+def rows_as_dicts(rows: list[StreamRow]) -> list[dict]:
+    return [dataclasses.asdict(r) for r in rows]
+
+
+def rows_from_dicts(items: list[dict]) -> list[StreamRow]:
+    """Rows read back from `rows_as_dicts` output (a sweep JSON's "rows")."""
+    return [StreamRow(**item) for item in items]
+
+
+def report_markdown(meta: dict, result: SweepResult, columns: list[str] = SWEEP_COLUMNS) -> str:
+    """A self-describing markdown report: what ran where, the table, and the notes."""
+    keys = ("model", "device", "device_name", "cpu_threads", "load_avg_1m", "dtype", "tokens_per_frame", "budget",
+            "decode_tokens", "repeats", "frame_px", "torch", "transformers", "date", "command")
+    lines = [f"- {k}: {meta[k]}" for k in keys if meta.get(k) is not None]
+    lines += ["", markdown_table(result.rows, columns)]
+    if result.notes:
+        lines += [""] + [f"- note: {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"

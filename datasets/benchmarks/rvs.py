@@ -1,4 +1,4 @@
-"""RVS-Ego / RVS-Movie loader (streaming, open-ended), as released with ReKV.
+"""RVS-Ego / RVS-Movie (streaming, open-ended), as released with ReKV.
 
 Source format: the annotation files of the Hugging Face dataset `Becomebright/RVS` used by
 Becomebright/ReKV (`video_qa/rekv_stream_vqa.py`, `run_eval.py`): `ego/ego4d_oe.json` and
@@ -15,20 +15,27 @@ RVS-Movie ships its MovieNet videos as pre-decoded `.npy` arrays, one frame per 
 (shape (T, H, W, 3), uint8; T equals `duration`). `load_npy_frames` reads them with
 `allow_pickle=False`: a frame array never needs pickled objects, and refusing them means a
 tampered file cannot run code.
+
+The data root holds `ego/ego4d_oe.json` and/or `movie/movienet_oe.json` (also accepted directly
+in the root or under `rvs/`) and the videos they name; `tasks`: "ego" and/or "movie". The
+prompt is the question as it is (ReKV video_qa/rekv_stream_vqa.py); replies are scored by the
+judge (`metrics`, "judge").
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from hermes.errors import SourceError, UsageError
 
-from . import common
-from .records import KIND_OPEN, BenchmarkQuestion, VideoRecord, parse_timestamp
+from .. import common
+from ..benchmark import STREAMING, Benchmark, Prompt
+from ..records import KIND_OPEN, BenchmarkQuestion, VideoRecord, parse_timestamp
 
 SUBSETS = {
     "ego": ("ego/ego4d_oe.json", "ego4d_oe.json", "rvs/ego/ego4d_oe.json"),
@@ -38,32 +45,8 @@ SUBSETS = {
 NPY_FPS = 1.0
 
 
-def load(
-    data_root: str | os.PathLike,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-    subset: str | None = None,
-) -> list[VideoRecord]:
-    """Load RVS as one stream per video.
-
-    Args:
-        data_root: Folder holding `ego/ego4d_oe.json` and/or `movie/movienet_oe.json` (also
-            accepted directly in the root or under `rvs/`), and the videos they name.
-        tasks: "ego" and/or "movie" to keep; None keeps what `subset` allows.
-        limit: Keep at most this many videos.
-        subset: "ego" or "movie" to read only that file (the registry's rvs-ego and
-            rvs-movie); None reads every file present.
-
-    Returns:
-        One VideoRecord per video; `.npy` videos get `frame_fps` = 1.
-
-    Raises:
-        UsageError: Unknown subset, no annotation file, malformed entries.
-        SourceError: No selected video exists under the data root.
-    """
-    root = common.check_root(data_root, "rvs")
-    if subset is not None and subset not in SUBSETS:
-        raise common.unknown_name_error("RVS subset", subset, SUBSETS)
+def _read(root: Path, tasks, issues: common.DataIssues, subset: str | None = None) -> list[VideoRecord]:
+    """Every file present, or only `subset`'s ("ego" or "movie": the registry's rvs-ego and rvs-movie)."""
     names = [subset] if subset else list(SUBSETS)
     paths = {name: common.first_file(root, SUBSETS[name]) for name in names}
     if subset is not None and paths[subset] is None:
@@ -72,7 +55,6 @@ def load(
     if not paths:
         raise UsageError(f"rvs: expected {SUBSETS['ego'][0]} or {SUBSETS['movie'][0]} under {root}, found neither")
     records = []
-    issues = common.DataIssues()
     for name, path in paths.items():
         finder = common.VideoFinder(root, (str(path.parent.relative_to(root)), f"{name}/videos", "videos", "."))
         for number, video in enumerate(common.read_json(path, expect=list)):
@@ -80,7 +62,10 @@ def load(
             record = issues.guard(where, lambda: _record(video, name, finder, where, issues))
             if record is not None and record.questions:
                 records.append(record)
-    return common.finish(records, f"rvs-{subset}" if subset else "rvs", tasks, limit, known=SUBSETS, issues=issues)
+    return records
+
+
+load = common.make_loader("rvs", _read, known=SUBSETS)
 
 
 def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
@@ -89,11 +74,7 @@ def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
     video_id = str(common.require(video, "video_id", where))
     found = finder.find(str(common.require(video, "video_path", where)))
     duration = video.get("duration")
-    try:
-        duration = None if duration is None else parse_timestamp(duration)
-    except UsageError as exc:  # metadata only
-        issues.flag(where, "duration", duration, str(exc))
-        duration = None
+    duration = None if duration is None else issues.metadata(where, "duration", duration, parse_timestamp)
     questions = []
     for i, turn in enumerate(common.require(video, "conversations", where)):
         turn_where = f"{where} (video {video_id}) conversation {i}"
@@ -101,35 +82,20 @@ def _record(video: dict, subset: str, finder: common.VideoFinder, where: str,
         if question is not None:
             questions.append(question)
     is_npy = found is not None and found.suffix.casefold() == ".npy"
-    return VideoRecord(
-        video_id=video_id,
-        video_path=found,
-        duration=duration,
-        questions=questions,
-        frame_fps=NPY_FPS if is_npy else None,
-    )
+    return VideoRecord(video_id=video_id, video_path=found, duration=duration, questions=questions,
+                       frame_fps=NPY_FPS if is_npy else None)
 
 
 def _turn(turn: dict, subset: str, video_id: str, i: int, turn_where: str,
           issues: common.DataIssues) -> BenchmarkQuestion:
-    """One RVS conversation turn: asked at its `end_time` (needed); `start_time` is metadata."""
+    """One RVS conversation turn: asked at its `end_time` (needed), once the span it refers to has been
+    streamed; `start_time` is metadata."""
     end = parse_timestamp(common.require(turn, "end_time", turn_where))
-    try:
-        start = parse_timestamp(turn.get("start_time"))
-    except UsageError as exc:
-        start = None
-        issues.flag(turn_where, "start_time", turn.get("start_time"), str(exc))
-    return BenchmarkQuestion(
-        question=str(common.require(turn, "question", turn_where)),
-        options=[],
-        answer=str(common.require(turn, "answer", turn_where)),
-        gt_index=None,
-        t_s=end,  # asked once the span it refers to has been streamed
-        task=subset,
-        raw=turn,
-        qid=f"rvs-{subset}-{video_id}-{i}",
-        meta={"kind": KIND_OPEN, "start_s": start},
-    )
+    start = issues.metadata(turn_where, "start_time", turn.get("start_time"), parse_timestamp)
+    return BenchmarkQuestion(question=str(common.require(turn, "question", turn_where)), options=[],
+                             answer=str(common.require(turn, "answer", turn_where)), gt_index=None, t_s=end,
+                             task=subset, raw=turn, qid=f"rvs-{subset}-{video_id}-{i}",
+                             meta={"kind": KIND_OPEN, "start_s": start})
 
 
 def load_npy_frames(path: str | os.PathLike) -> np.ndarray:
@@ -159,3 +125,20 @@ def load_npy_frames(path: str | os.PathLike) -> np.ndarray:
         dtype = getattr(frames, "dtype", None)
         raise SourceError(f"expected {path} to hold (T, H, W, 3) uint8 frames, found shape {shape} dtype {dtype}")
     return frames
+
+
+class Rvs(Benchmark):
+    """RVS: ReKV sends the open-ended question as it is; a judge scores the reply."""
+
+    family = "rvs"
+
+    def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
+        return Prompt(question.question)
+
+
+BENCHMARKS = {
+    f"rvs-{subset}": Rvs(common.make_loader(f"rvs-{subset}", functools.partial(_read, subset=subset), known=SUBSETS),
+                         STREAMING, "judge")
+    for subset in SUBSETS
+}
+ALIASES = {"rvsego": "rvs-ego", "rvsmovie": "rvs-movie"}

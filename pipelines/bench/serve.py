@@ -16,13 +16,10 @@ measured in the same invocation. Both sides run with the same torch thread count
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 import time
 
+from hermes.pipelines.bench.common import collect_worker, spawn_worker
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.sources import FrameSource
 
@@ -145,20 +142,6 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(percentile(values, q), 1) if values else None
 
 
-def _spawn(kind: str, params: dict, threads: int) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
-    code = (f"import json, torch; torch.set_num_threads({threads}); from hermes.pipelines.serve import bench; "
-            f"print(json.dumps(bench.{kind}_worker(**json.loads({json.dumps(json.dumps(params))}))))")
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-
-
-def _collect(proc: subprocess.Popen) -> dict:
-    out, err = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench worker failed ({proc.returncode}): {err.decode()[-2000:]}")
-    return json.loads(out.decode().strip().splitlines()[-1])
-
-
 def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, seconds: float,
                 ask_every_s: float, max_new_tokens: int, threads: int, progress=None) -> list[dict]:
     """The rows of `bench serve`, one per stream count (see the module docstring).
@@ -179,8 +162,9 @@ def bench_serve(model_name: str, memory: str, counts: list[int], *, fps: float, 
     common = {"model_name": model_name, "memory": memory, "fps": fps, "seconds": seconds,
               "ask_every_s": ask_every_s, "max_new_tokens": max_new_tokens}
     for n in counts:
-        served = _collect(_spawn("serve", {**common, "streams": n}, threads))
-        runs = [_collect(p) for p in [_spawn("run", common, threads) for _ in range(n)]]
+        served = collect_worker(spawn_worker("serve", "serve_worker", {**common, "streams": n}, threads=threads))
+        runs = [collect_worker(p) for p in [spawn_worker("serve", "run_worker", common, threads=threads)
+                                            for _ in range(n)]]
         run_fps = sum(r["fps_per_stream"] for r in runs) / n
         run_rss = sum(r["rss_mib"] for r in runs)
         row = {"streams": n, "serve_fps": round(served["fps_per_stream"], 2), "run_fps": round(run_fps, 2),
@@ -202,12 +186,3 @@ SERVE_COLUMNS = (("streams", "N"), ("serve_fps", "serve fps/stream"), ("serve_mi
                  ("latency_p50_ms", "question p50 ms"), ("latency_p95_ms", "p95 ms"),
                  ("serve_rss_mib", "serve RSS MiB"), ("run_rss_mib", "N x run RSS MiB"),
                  ("memory_ratio", "memory serve/run"))
-
-
-def rows_table(rows: list[dict]) -> str:
-    """The rows as a markdown table."""
-    from hermes.markdown import table
-
-    return table([title for _, title in SERVE_COLUMNS],
-                 [["-" if r[key] is None else r[key] for key, _ in SERVE_COLUMNS] for r in rows],
-                 right=[True] * len(SERVE_COLUMNS))

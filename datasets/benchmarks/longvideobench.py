@@ -1,4 +1,4 @@
-"""LongVideoBench loader (offline): referring-reasoning questions over videos up to an hour.
+"""LongVideoBench (offline): referring-reasoning questions over videos up to an hour.
 
 Source format: longvideobench/LongVideoBench `lvb_val.json` (the Hugging Face dataset
 `longvideobench/LongVideoBench`; read the same way by lmms-eval `tasks/longvideobench`). A
@@ -10,50 +10,38 @@ JSON array of questions with `id`, `video_id`, `video_path` (file name under `vi
 
 Questions on the same video form one record; `task` is the question category and the
 duration group is a group label ("600"), so `tasks=["3600"]` selects the hour-long videos.
+
+Prompt: lmms-eval tasks/longvideobench/utils.py longvideobench_doc_to_text with
+longvideobench_val_v.yaml post_prompt. Parser: its parse_multi_choice_response. Metric: per
+question category and per duration group.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from hermes.errors import UsageError
 
-from . import common
-from .records import KIND_MC, BenchmarkQuestion, VideoRecord, normalize_options, resolve_gt_index
+from .. import common
+from ..benchmark import LETTER_DIRECTLY, OFFLINE, Benchmark, Prompt, letter_after_prefixes
+from ..records import KIND_MC, BenchmarkQuestion, VideoRecord, letter_options, normalize_options, resolve_gt_index
 
 ANNOTATION_CANDIDATES = ("lvb_val.json", "LongVideoBench/lvb_val.json", "lvb_test_wo_gt.json")
 VIDEO_FOLDERS = ("videos", "LongVideoBench/videos", ".")
 DURATION_GROUPS = ("15", "60", "600", "3600")
+PREFIXES = (
+    "The best answer is", "The correct answer is", "The answer is", "The answer",
+    "The best option is", "The correct option is", "Best answer:", "Best option:",
+)
 
 
-def load(
-    data_root: str | os.PathLike,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-) -> list[VideoRecord]:
-    """Load LongVideoBench (validation split), one VideoRecord per video.
-
-    Args:
-        data_root: Folder holding `lvb_val.json` and `videos/`.
-        tasks: Question categories ("S2E", ...) and/or duration groups ("15", "60", "600",
-            "3600") to keep.
-        limit: Keep at most this many videos.
-
-    Returns:
-        The records in file order.
-
-    Raises:
-        UsageError: Missing annotation file, malformed entries, unknown task names.
-        SourceError: No selected video exists under the data root.
-    """
-    root = common.check_root(data_root, "longvideobench")
+def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
     path = common.find_file(root, ANNOTATION_CANDIDATES, "LongVideoBench lvb_val.json")
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     by_video: dict[str, list[BenchmarkQuestion]] = {}
     paths: dict[str, str] = {}
     durations: dict[str, float | None] = {}
-    issues = common.DataIssues()
     for number, item in enumerate(common.read_json(path, expect=list)):
         where = f"{path.name} item {number} (id {item.get('id') if isinstance(item, dict) else None})"
         built = issues.guard(where, lambda: (str(common.require(item, "video_id", where)),
@@ -64,11 +52,11 @@ def load(
         paths.setdefault(video_id, video_path)
         durations.setdefault(video_id, common.optional_number(item.get("duration")))
         by_video.setdefault(video_id, []).append(question)
-    records = [
-        VideoRecord(video_id=v, video_path=finder.find(paths[v]), duration=durations[v], questions=qs)
-        for v, qs in by_video.items()
-    ]
-    return common.finish(records, "longvideobench", tasks, limit, known=DURATION_GROUPS, issues=issues)
+    return [VideoRecord(video_id=v, video_path=finder.find(paths[v]), duration=durations[v], questions=qs)
+            for v, qs in by_video.items()]
+
+
+load = common.make_loader("longvideobench", _read, known=DURATION_GROUPS)
 
 
 def _question(item: dict, where: str) -> BenchmarkQuestion:
@@ -85,14 +73,29 @@ def _question(item: dict, where: str) -> BenchmarkQuestion:
                 f"for {len(options)} candidates in {where}"
             )
     group = str(item.get("duration_group", ""))
-    return BenchmarkQuestion(
-        question=str(common.require(item, "question", where)),
-        options=options,
-        answer=None if gt_index is None else options[gt_index],
-        gt_index=gt_index,
-        t_s=None,
-        task=str(common.require(item, "question_category", where)),
-        raw=item,
-        qid=f"lvb-{item.get('id', where)}",
-        meta={"kind": KIND_MC, "groups": (group,) if group else (), "duration_group": group},
-    )
+    return BenchmarkQuestion(question=str(common.require(item, "question", where)), options=options,
+                             answer=None if gt_index is None else options[gt_index], gt_index=gt_index, t_s=None,
+                             task=str(common.require(item, "question_category", where)), raw=item,
+                             qid=f"lvb-{item.get('id', where)}",
+                             meta={"kind": KIND_MC, "groups": (group,) if group else (), "duration_group": group})
+
+
+class LongVideoBench(Benchmark):
+    """LongVideoBench's prompt, parser and per-duration-group accuracy."""
+
+    def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
+        """The question, "A. ..." lines, then the letter instruction and its newline."""
+        return Prompt(question.question + "\n" + "\n".join(letter_options(question.options)) + "\n"
+                      + LETTER_DIRECTLY + "\n")
+
+    def parse(self, reply: str, options: Sequence[str], variant: str | None = None) -> int | None:
+        """Answer prefixes removed, then the first capital A-E; the official code guesses at random when
+        nothing is found, here that is None (counted wrong)."""
+        return letter_after_prefixes(reply, options, PREFIXES, "ABCDE")
+
+    def categories(self, question: BenchmarkQuestion) -> Iterable[str]:
+        return (question.meta.get("duration_group", "other"),)
+
+
+BENCHMARKS = {"longvideobench": LongVideoBench(load, OFFLINE, "longvideobench")}
+ALIASES = {"lvb": "longvideobench"}

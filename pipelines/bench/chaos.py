@@ -55,7 +55,7 @@ from typing import Callable, NamedTuple
 from hermes.errors import StorageError, UsageError
 
 KINDS = ("file", "live", "serve", "s3")
-TEST_SERVERS = Path(__file__).resolve().parents[1] / "tests" / "servers"
+TEST_SERVERS = Path(__file__).resolve().parents[2] / "tests" / "servers"
 MODEL = "tiny-llava-onevision"
 BUCKET = "mem"
 S3_PREFIX = "chaos/stream"  # every s3 stream of a campaign uses it again (its objects deleted in between)
@@ -188,7 +188,8 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot | None:
                 except (RecordCorruptError, StorageError):  # refused: never served
                     out.unreadable += 1
                     continue
-                key = RecordKey(record.frame_start, record.frame_end, int(record.extra.get("frames_seen", -1)))
+                seen = -1 if record.frames_seen is None else record.frames_seen
+                key = RecordKey(record.frame_start, record.frame_end, seen)
                 out.keys[key] += 1
                 digest = record_digest(record)
                 out.all_digests[key] = digest
@@ -345,6 +346,16 @@ class Campaign:
 
     # ---- what is counted -------------------------------------------------------------------------
 
+    @staticmethod
+    def _verify(tally: KindTally, location: str, when: str) -> tuple[bool, str]:
+        """`verify(location)`, counted in `tally` (a failure noted, saying `when`)."""
+        ok, first = verify(location)
+        tally.verify_ok += ok
+        tally.verify_failed += not ok
+        if not ok:
+            tally.notes.append(f"verify failed {when}: {first}")
+        return ok, first
+
     def after_kill(self, tally: KindTally, location: str, seen: dict[RecordKey, str | None],
                    cache_dir: Path | None = None) -> str:
         """Verify and read a directory after a kill; every record read is durable from now on.
@@ -357,11 +368,7 @@ class Campaign:
         """
         if not is_memory_directory(location):
             return "nothing written yet"
-        ok, first = verify(location)
-        tally.verify_ok += ok
-        tally.verify_failed += not ok
-        if not ok:
-            tally.notes.append(f"verify failed after kill {tally.kills}: {first}")
+        ok, first = self._verify(tally, location, f"after kill {tally.kills}")
         snap = snapshot(location, cache_dir)
         if snap is None:
             return f"verify FAILED, unreadable: {first}"
@@ -373,11 +380,7 @@ class Campaign:
     def stream_end(self, tally: KindTally, location: str, seen: dict[RecordKey, str | None],
                    cache_dir: Path | None = None, reference: Snapshot | None = None) -> None:
         """Count a finished stream: lost, duplicated, corrupt served, quarantined, verify."""
-        ok, first = verify(location)
-        tally.verify_ok += ok
-        tally.verify_failed += not ok
-        if not ok:
-            tally.notes.append(f"verify failed at the end of stream {tally.streams + 1}: {first}")
+        ok, _ = self._verify(tally, location, f"at the end of stream {tally.streams + 1}")
         final = snapshot(location, cache_dir) or Snapshot()
         tally.streams += 1
         tally.unreadable += final.unreadable
@@ -750,7 +753,7 @@ class Pusher:
         with httpx.Client(base_url=self.base_url, timeout=60) as client:
             while not self._stop.is_set() and alive():
                 with contextlib.suppress(httpx.HTTPError):
-                    if client.get("/healthz").status_code == 200:
+                    if client.get("/readyz").status_code == 200:  # listening and the model loaded
                         break
                 self._stop.wait(0.2)
             for name in self.names:
@@ -859,21 +862,18 @@ def patched_environ(values: dict[str, str]):
 
 def table(tallies: list[KindTally], max_notes: int = 12) -> str:
     """The campaign as a markdown table, then each kind's first `max_notes` notes."""
-    lines = ["| kind | kills | S3 server kills | streams | records expected | lost | duplicated | corrupt served | "
-             "unreadable | quarantined | stuck streams | verify ok / failed |", "|" + "---|" * 12]
-    for t in tallies:
-        lines.append(f"| {t.kind} | {t.kills} | {t.server_kills} | {t.streams} | {t.expected} | {t.lost} | "
-                     f"{t.duplicated} | {t.corrupt_served} | {t.unreadable} | {t.quarantined} | {t.stuck} | "
-                     f"{t.verify_ok} / {t.verify_failed} |")
+    from hermes.markdown import table as markdown_table
+
+    lines = [markdown_table(
+        ["kind", "kills", "S3 server kills", "streams", "records expected", "lost", "duplicated", "corrupt served",
+         "unreadable", "quarantined", "stuck streams", "verify ok / failed"],
+        [[t.kind, t.kills, t.server_kills, t.streams, t.expected, t.lost, t.duplicated, t.corrupt_served,
+          t.unreadable, t.quarantined, t.stuck, f"{t.verify_ok} / {t.verify_failed}"] for t in tallies])]
     for t in tallies:
         lines += [f"- {t.kind}: {note}" for note in t.notes[:max_notes]]
         if len(t.notes) > max_notes:
             lines.append(f"- {t.kind}: ... {len(t.notes) - max_notes} more notes (--json has them all)")
     return "\n".join(lines)
-
-
-def as_dicts(tallies: list[KindTally]) -> list[dict]:
-    return [asdict(t) for t in tallies]
 
 
 def check_kinds(text: str) -> tuple[str, ...]:
@@ -934,6 +934,6 @@ def run_campaign(*, kills: int, kinds: str, seed: int, video_s: float, work_dir:
         folder = work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="hermes-chaos-"))
         opts = ChaosOptions(kills=kills, kinds=chosen, seed=seed, work_dir=Path(folder), video_s=video_s)
         tallies = Campaign(opts, progress).run()
-    print(json.dumps(as_dicts(tallies)) if as_json else table(tallies))
+    print(json.dumps([asdict(t) for t in tallies]) if as_json else table(tallies))
     clean = all(t.lost == t.duplicated == t.corrupt_served == t.verify_failed == t.stuck == 0 for t in tallies)
     return 0 if clean else 1

@@ -1,4 +1,4 @@
-"""MLVU dev-set loader (offline): long videos, seven multiple-choice and two generation tasks.
+"""MLVU dev set (offline): long videos, seven multiple-choice and two generation tasks.
 
 Source format: JUNJIE99/MLVU (`videochat2/choice_bench.py`, `open_bench.py`) over the
 Hugging Face dataset `MLVU/MVLU`: one JSON array per task, `json/<n>_<task>.json`, of
@@ -12,18 +12,24 @@ official template (`choice_bench.py` `qa_template`: a loop over the candidates w
 break) takes the *last* match as gold, and so does this loader, flagging the question
 (`meta["ambiguous_gold"]` and the load summary). The generation tasks (8_sub_scene, 9_summary) have no
 candidates; they load as open-ended questions only when asked for by name, since the
-standard M-Avg score covers the seven multiple-choice tasks.
+standard M-Avg score covers the seven multiple-choice tasks. `tasks`: task names ("plotQA",
+"count", ... or "summary") or file stems ("1_plotQA"); None keeps the seven multiple-choice tasks
+present.
+
+Prompt: choice_bench.py (MVBench's qa_template and "Best Option: (" answer prompt). Parser:
+check_ans. Metric: per task, overall micro, and M-Avg (the mean of the task accuracies).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections.abc import Sequence
+from pathlib import Path
 
 from hermes.errors import UsageError
 
-from . import common
-from .records import KIND_MC, KIND_OPEN, BenchmarkQuestion, VideoRecord, resolve_gt_index
+from .. import common
+from ..benchmark import OFFLINE, Benchmark, Prompt, best_option_prompt, mean, option_index
+from ..records import KIND_MC, KIND_OPEN, BenchmarkQuestion, VideoRecord, resolve_gt_index
 
 MC_TASKS = {
     "plotQA": "1_plotQA",
@@ -42,31 +48,16 @@ JSON_FOLDERS = ("json", "MLVU/json")
 TASK_FILES = {name: tuple(f"{folder}/{stem}.json" for folder in JSON_FOLDERS) for name, stem in ALL_TASKS.items()}
 VIDEO_FOLDERS = ("video", "MLVU/video")
 
+SYSTEM = (
+    "Carefully watch this video and pay attention to every detail. Based on your observations, select the best "
+    "option that accurately addresses the question.\n"
+)
+ANSWER_PREFIX = "Best Option: ("  # capital O and a space, unlike MVBench's
 
-def load(
-    data_root: str | os.PathLike,
-    tasks: str | Iterable[str] | None = None,
-    limit: int | None = None,
-) -> list[VideoRecord]:
-    """Load MLVU dev, one VideoRecord per video and task.
 
-    Args:
-        data_root: The MLVU folder, holding `json/` and `video/` (or `MLVU/json`, ...).
-        tasks: Task names ("plotQA", "count", ... or "summary") or file stems
-            ("1_plotQA"); None keeps the seven multiple-choice tasks present.
-        limit: Keep at most this many videos.
-
-    Returns:
-        The records, task by task.
-
-    Raises:
-        UsageError: Unknown task, a requested task file missing, no task file at all.
-        SourceError: No selected video exists under the data root.
-    """
-    root = common.check_root(data_root, "mlvu")
+def _read(root: Path, tasks, issues: common.DataIssues) -> list[VideoRecord]:
     finder = common.VideoFinder(root, VIDEO_FOLDERS)
     records: list[VideoRecord] = []
-    issues = common.DataIssues()
     for name, path in common.task_files(root, "mlvu", tasks, TASK_FILES, TASK_BY_STEM, default=MC_TASKS):
         stem = ALL_TASKS[name]
         folders = [root / f / stem for f in VIDEO_FOLDERS]
@@ -89,7 +80,10 @@ def load(
             )
     if not records:
         raise UsageError(f"mlvu: expected task files like {root / 'json' / '1_plotQA.json'}, found none")
-    return common.finish(records, "mlvu", None, limit, issues=issues)
+    return records
+
+
+load = common.make_loader("mlvu", _read, select=False)
 
 
 def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIssues) -> BenchmarkQuestion:
@@ -112,14 +106,25 @@ def _question(item: dict, task: str, qid: str, where: str, issues: common.DataIs
     if gt_index is None:
         # Scoring needs a reference: excluded from the denominator, with the reason.
         raise UsageError(f"mlvu: answer {answer!r} is none of the candidates in {where}")
-    return BenchmarkQuestion(
-        question=question,
-        options=options,
-        answer=None if gt_index is None else options[gt_index],
-        gt_index=gt_index,
-        t_s=None,
-        task=task,
-        raw=item,
-        qid=qid,
-        meta=meta,
-    )
+    return BenchmarkQuestion(question=question, options=options,
+                             answer=options[gt_index], gt_index=gt_index, t_s=None,
+                             task=task, raw=item, qid=qid, meta=meta)
+
+
+class Mlvu(Benchmark):
+    """MLVU's prompt, check_ans and M-Avg."""
+
+    def prompt(self, question: BenchmarkQuestion, previous: Sequence[BenchmarkQuestion], stage: str) -> Prompt:
+        return best_option_prompt(question, SYSTEM, ANSWER_PREFIX)
+
+    def parse(self, reply: str, options: Sequence[str], variant: str | None = None) -> int | None:
+        """check_ans: the character just before the reply's first ")" ("B) cat" and "(B) cat" -> B);
+        without a ")" the whole reply must be the letter (the reply is not stripped)."""
+        return option_index(reply[reply.index(")") - 1: reply.index(")")] if ")" in reply else reply, options)
+
+    def add_metrics(self, summary: dict, labelled, results, key: str) -> None:
+        summary["m_avg"] = mean(t["accuracy"] for t in summary["per_task"].values())
+
+
+BENCHMARKS = {"mlvu": Mlvu(load, OFFLINE, "mlvu")}
+ALIASES = {"mlvudev": "mlvu"}

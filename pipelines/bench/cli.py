@@ -1,15 +1,15 @@
-"""The `bench` subcommand of `hermes-video`: suites memory, sweep, tiers, serve, reference and overhead.
+"""The `bench` subcommand of `hermes-video`: one parser and one handler per suite.
 
-Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. The bench's configuration is the
-same `HermesConfig` as `run`'s: `memory.budget` is the budget of every bounded policy measured, set by
-`--budget N` (sugar for the key), --memory, --config or --set; the suite's own default (512 for
-memory, 4096 for sweep) is the lowest layer (`build_config(base=...)`), beneath every preset.
+Registered by `hermes/cli.py` with `add_bench_parser(subparsers)`. Every argument is checked before anything
+loads. The suites that build a model take the same `HermesConfig` as `run`: `memory.budget` is the budget of
+every bounded policy measured, set by `--budget N`, --memory, --config or --set; the suite's own default
+(512 for memory, 4096 for sweep) is the lowest layer (`build_config(base=...)`), beneath every preset.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -28,6 +28,17 @@ BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small
 # the budget each suite measures at unless the configuration says otherwise
 MEMORY_SUITE_BUDGET = 512
 SWEEP_SUITE_BUDGET = 4096
+DEVICE_SECTIONS = ("preprocess", "decode", "probe")
+BUDGET_HELP = {"--budget": f"visual tokens per layer for bounded policies (default: the preset's with --memory, "
+                           f"else {MEMORY_SUITE_BUDGET} for memory, {SWEEP_SUITE_BUDGET} for sweep)"}
+
+
+def check_positive(args, *names: str) -> None:
+    """Raise a one-line `UsageError` for the first of `args.<name>` below 1."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} expects a positive whole number, found {value}")
 
 
 def bench_model(args, cfg):
@@ -55,26 +66,16 @@ def bench_config(args, suite_budget: int):
     """
     if args.arch and args.model:
         raise UsageError("give --arch (random weights) or --model (a checkpoint), not both")
-    for flag in ("num_layers", "vision_layers"):
-        value = getattr(args, flag, None)
-        if value is not None and value < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {value}")
+    check_positive(args, "num_layers", "vision_layers")
     check_output_path(args.output, "--output")
     check_output_path(getattr(args, "markdown", None), "--markdown")
     return config_from_args(args, base={"memory": {"budget": suite_budget}})
 
 
-def write_json_output(path: str | None, payload) -> None:
-    """Write `payload` as indented JSON to `path` (`--output`) atomically, if a path was given."""
-    if path:
-        from hermes.tiers.files import write_bytes_atomic  # a stop mid-rewrite keeps the previous results
-
-        write_bytes_atomic(Path(path), json.dumps(payload, indent=2, default=str).encode())
-
-
 def write_bench_files(args, meta: dict, result, columns) -> None:
     """`--output` JSON and `--markdown` report, when asked (rewritten as results come in)."""
-    from hermes.pipelines.bench_report import report_markdown
+    from hermes.pipelines.bench.common import write_json_output
+    from hermes.pipelines.bench.memory import report_markdown
     from hermes.tiers.files import write_bytes_atomic
 
     write_json_output(args.output, bench_record(meta, result))
@@ -83,19 +84,18 @@ def write_bench_files(args, meta: dict, result, columns) -> None:
 
 
 def bench_record(meta: dict, result) -> dict:
-    from hermes.pipelines.bench_report import rows_as_dicts
+    from hermes.pipelines.bench.memory import rows_as_dicts
 
     return {**meta, "notes": result.notes, "rows": rows_as_dicts(result.rows)}
 
 
 def write_bench_outputs(args, meta: dict, result, columns) -> None:
     """The table on stdout (with --json: the run as one JSON object), notes on stderr, and the files."""
-    from hermes.pipelines.bench_report import markdown_table
+    import json
 
-    if args.json:
-        print(json.dumps(bench_record(meta, result)))
-    else:
-        print(markdown_table(result.rows, columns))
+    from hermes.pipelines.bench.memory import markdown_table
+
+    print(json.dumps(bench_record(meta, result)) if args.json else markdown_table(result.rows, columns))
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     write_bench_files(args, meta, result, columns)
@@ -103,11 +103,10 @@ def write_bench_outputs(args, meta: dict, result, columns) -> None:
 
 def cmd_bench_memory(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
-    if args.stream_repeats < 1:
-        raise UsageError(f"--stream-repeats expects a positive whole number, found {args.stream_repeats}")
+    check_positive(args, "stream_repeats")
     cfg = bench_config(args, MEMORY_SUITE_BUDGET)
-    from hermes.pipelines.bench import bench_memory, resolve_policies
-    from hermes.pipelines.bench_report import MEMORY_COLUMNS, run_info
+    from hermes.pipelines.bench.common import run_info
+    from hermes.pipelines.bench.memory import MEMORY_COLUMNS, bench_memory, resolve_policies
 
     chunk_frames = cfg.stream.chunk_frames
     model = bench_model(args, cfg)
@@ -122,34 +121,13 @@ def cmd_bench_memory(args) -> int:
     return 0
 
 
-def cmd_bench_tiers(args) -> int:
-    sizes = tuple(parse_int_list(args.records, "--records"))
-    if args.write_mib < 1:
-        raise UsageError(f"--write-mib expects a positive whole number, found {args.write_mib}")
-    check_output_path(args.output, "--output")
-    from hermes.tiers.bench import run
-
-    if args.store:
-        from hermes.pipelines.run import check_memory_dir
-        from hermes.tiers.s3 import S3Location, parse_location
-
-        if not isinstance(parse_location(args.store), S3Location):
-            raise UsageError(f"--store expects s3://bucket/prefix, found {args.store}")
-        check_memory_dir(args.store)
-    rows, table = run(sizes, write_bytes=args.write_mib << 20, store=args.store)
-    print(json.dumps(rows, default=str) if args.json else table)
-    write_json_output(args.output, rows)
-    return 0
-
-
 def cmd_bench_sweep(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
     chunk_sizes = parse_int_list(args.chunk_sizes, "--chunk-frames")
-    if args.decode_tokens < 1 or args.repeats < 1 or args.frame_px < 1:
-        raise UsageError("--decode-tokens, --repeats and --frame-px must be at least 1")
+    check_positive(args, "decode_tokens", "repeats", "frame_px")
     cfg = bench_config(args, SWEEP_SUITE_BUDGET)
-    from hermes.pipelines.bench import resolve_policies, run_sweep
-    from hermes.pipelines.bench_report import SWEEP_COLUMNS, run_info
+    from hermes.pipelines.bench.common import run_info
+    from hermes.pipelines.bench.memory import SWEEP_COLUMNS, resolve_policies, run_sweep
 
     model = bench_model(args, cfg)
     policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)
@@ -167,27 +145,46 @@ def cmd_bench_sweep(args) -> int:
     return 0
 
 
+def cmd_bench_tiers(args) -> int:
+    sizes = tuple(parse_int_list(args.records, "--records"))
+    check_positive(args, "write_mib")
+    check_output_path(args.output, "--output")
+    from hermes.pipelines.bench.common import print_result
+    from hermes.pipelines.bench.tiers import run
+
+    if args.store:
+        from hermes.pipelines.run import check_memory_dir
+        from hermes.tiers.s3 import S3Location, parse_location
+
+        if not isinstance(parse_location(args.store), S3Location):
+            raise UsageError(f"--store expects s3://bucket/prefix, found {args.store}")
+        check_memory_dir(args.store)
+    rows, table = run(sizes, write_bytes=args.write_mib << 20, store=args.store)
+    print_result(args, rows, table)
+    return 0
+
+
 def cmd_bench_serve(args) -> int:
-    """`bench serve`: N synthetic cameras into one served model vs N `run` processes (`hermes.pipelines.serve.bench`)."""
+    """`bench serve`: N synthetic cameras into one served model vs N `run` processes."""
     counts = parse_int_list(args.streams, "--streams")
     for flag, value in (("--stream-fps", args.stream_fps), ("--seconds", args.seconds), ("--ask-every", args.ask_every)):
         if not value > 0 or value == float("inf"):
             raise UsageError(f"{flag} expects a positive number, found {value:g}")
     check_output_path(args.output, "--output")
     cfg = config_from_args(args, memory="hermes-4k", model="tiny-llava-onevision")  # checked before any process starts
-    from hermes.pipelines.serve.bench import bench_serve, rows_table
+    from hermes.pipelines.bench.common import print_result, rows_table
+    from hermes.pipelines.bench.serve import SERVE_COLUMNS, bench_serve
 
-    print(f"bench serve: {cfg.model.name}, memory {args.memory or 'hermes-4k'}, streams {counts} at "
-          f"{args.stream_fps:g} fps for {args.seconds:g} s each side, a question per stream every "
-          f"{args.ask_every:g} s, {args.threads} torch thread(s) per process", file=sys.stderr)
-    rows = bench_serve(cfg.model.name, args.memory or "hermes-4k", counts, fps=args.stream_fps, seconds=args.seconds,
+    memory = args.memory or "hermes-4k"
+    print(f"bench serve: {cfg.model.name}, memory {memory}, streams {counts} at {args.stream_fps:g} fps for "
+          f"{args.seconds:g} s each side, a question per stream every {args.ask_every:g} s, {args.threads} torch "
+          f"thread(s) per process", file=sys.stderr)
+    rows = bench_serve(cfg.model.name, memory, counts, fps=args.stream_fps, seconds=args.seconds,
                        ask_every_s=args.ask_every, max_new_tokens=cfg.model.max_new_tokens, threads=args.threads,
                        progress=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
-    record = {"suite": "serve", "model": cfg.model.name, "memory": args.memory or "hermes-4k",
-              "stream_fps": args.stream_fps, "seconds": args.seconds, "ask_every_s": args.ask_every,
-              "threads": args.threads, "rows": rows}
-    print(json.dumps(record) if args.json else rows_table(rows))
-    write_json_output(args.output, record)
+    record = {"suite": "serve", "model": cfg.model.name, "memory": memory, "stream_fps": args.stream_fps,
+              "seconds": args.seconds, "ask_every_s": args.ask_every, "threads": args.threads, "rows": rows}
+    print_result(args, record, rows_table(rows, SERVE_COLUMNS))
     return 0
 
 
@@ -198,39 +195,36 @@ def checked_geometry_run(args, counts: tuple[str, ...]):
     Raises:
         UsageError: one line.
     """
-    from hermes.pipelines.reference_bench import parse_geometries
+    from hermes.pipelines.bench.reference import parse_geometries
 
     geometries = parse_geometries(args.geometries, args.tokens_per_frame)
-    for flag in counts:
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} expects a positive whole number, found {getattr(args, flag)}")
+    check_positive(args, *counts)
     check_output_path(args.output, "--output")
     return geometries
 
 
 def cmd_bench_reference(args) -> int:
-    from hermes.pipelines.reference_bench import check_reference, compare, ratio_table
+    from hermes.pipelines.bench.reference import check_reference, compare, ratio_table
 
     geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "rounds"))
     check_reference(args.ref_dir, args.ref_python)  # before any model is built
+    from hermes.pipelines.bench.common import print_result
+
     rows = compare(args.ref_dir, args.ref_python, geometries, frames=args.frames, chunk_frames=args.chunk_frames,
                    budget=args.budget, repeats=args.repeats, rounds=args.rounds)
-    print(json.dumps(rows) if args.json else ratio_table(rows))
-    write_json_output(args.output, rows)
+    print_result(args, rows, ratio_table(rows))
     return 0
 
 
 def cmd_bench_overhead(args) -> int:
     """`bench overhead`: a policy's whole ingest cost over a baseline's at the same budget, paired chunk by chunk."""
     geometries = checked_geometry_run(args, ("frames", "chunk_frames", "budget", "repeats", "threads"))
-    import dataclasses
-
     import torch
 
     from hermes.config import MemoryConfig
-    from hermes.pipelines.bench import paired_overhead, resolve_policies
-    from hermes.pipelines.bench_report import overhead_table
-    from hermes.pipelines.reference_bench import geometry_model
+    from hermes.pipelines.bench.common import print_result
+    from hermes.pipelines.bench.memory import overhead_table, paired_overhead, resolve_policies
+    from hermes.pipelines.bench.reference import geometry_model
 
     policy, baseline = resolve_policies([args.policy, args.baseline], MemoryConfig(), args.budget)
     for spec in (policy, baseline):
@@ -246,21 +240,95 @@ def cmd_bench_overhead(args) -> int:
         rows.append(paired_overhead(model, policy, baseline, args.frames, chunk_frames=args.chunk_frames,
                                     repeats=args.repeats, geometry=geo.label))
     record = {"suite": "overhead", "threads": args.threads, "rows": [dataclasses.asdict(r) for r in rows]}
-    print(json.dumps(record) if args.json else overhead_table(rows))
-    write_json_output(args.output, record)
+    print_result(args, record, overhead_table(rows))
     return 0
 
 
-def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...]) -> None:
-    """The configuration (with `config_flags`), --json, and --arch, --num-layers, --vision-layers: which
+def cmd_bench_device(args) -> int:
+    """`bench device`: preprocessing on the host vs the device, eager vs compiled decode, the probe's memory."""
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if not sections or set(sections) - set(DEVICE_SECTIONS):
+        raise UsageError(f"--sections expects a comma-separated subset of {','.join(DEVICE_SECTIONS)}, "
+                         f"found {args.sections!r}")
+    check_positive(args, "chunk_frames", "tokens", "repeats")
+    if args.decode_tokens < 2:
+        raise UsageError(f"--decode-tokens expects at least 2 (TPOT is over the steps after the first), "
+                         f"found {args.decode_tokens}")
+    cfg = bench_config(args, MEMORY_SUITE_BUDGET)
+    import torch
+
+    from hermes.pipelines.bench import device
+    from hermes.pipelines.bench.common import print_result, write_json_output
+
+    model = bench_model(args, cfg)
+    result = {"suite": "device", "arch": model.name, "device": str(model.device), "dtype": str(model.dtype),
+              "num_layers": model.num_layers, "torch": torch.__version__}
+    for section in sections:  # the file holds every finished section, should a later one be cut short
+        if section == "preprocess":
+            result[section] = device.bench_preprocess(model, args.chunk_frames, args.repeats)
+        elif section == "decode":
+            result[section] = device.bench_decode(model, args.tokens, args.decode_tokens, args.repeats,
+                                                  [m for m in args.compile_modes.split(",") if m])
+        else:
+            result[section] = device.bench_probe(model, args.tokens)
+        write_json_output(args.output, result)
+    print_result(args, result, device.device_tables(result))
+    return 0
+
+
+def cmd_bench_gc(args) -> int:
+    """`bench gc`: garbage-collector pauses in a long stream, the start-up heap collected vs frozen."""
+    if args.frames < 40:
+        raise UsageError(f"--frames expects at least 40 (a question every 20 frames), found {args.frames}")
+    check_output_path(args.output, "--output")
+    from hermes.pipelines.bench.common import print_result, rows_table
+    from hermes.pipelines.bench.host import GC_COLUMNS, bench_gc
+
+    rows = bench_gc(args.frames)
+    print_result(args, {"suite": "gc", "frames": args.frames, "rows": rows}, rows_table(rows, GC_COLUMNS))
+    return 0
+
+
+def cmd_bench_ingest(args) -> int:
+    """`bench ingest`: a 1080p file's ingest rate, end to end."""
+    if not 0 < args.fps < float("inf") or not 0 < args.seconds < float("inf"):
+        raise UsageError(f"--fps and --seconds expect positive numbers, found {args.fps:g} and {args.seconds:g}")
+    check_output_path(args.output, "--output")
+    if args.video and not Path(args.video).exists():
+        check_output_path(args.video, "--video")  # written there
+    import torch
+
+    from hermes.pipelines.bench.common import print_result, rows_table
+    from hermes.pipelines.bench.host import bench_ingest, write_1080p
+
+    video = Path(args.video or f"/tmp/hermes-1080p-{args.seconds:g}s.mp4")
+    if not video.exists():
+        write_1080p(video, seconds=args.seconds)
+    torch.set_num_threads(args.threads)
+    row = bench_ingest(video, args.fps)
+    print_result(args, {"suite": "ingest", "threads": args.threads, **row}, rows_table([row]))
+    return 0
+
+
+def cmd_bench_chaos(args) -> int:
+    """`bench chaos`: run the campaign, print its table (or JSON); exit 1 when anything was lost, duplicated
+    or served corrupt."""
+    from hermes.pipelines.bench.chaos import run_campaign
+
+    return run_campaign(kills=args.kills, kinds=args.kinds, seed=args.seed, video_s=args.video_s,
+                        work_dir=args.work_dir, as_json=args.json, quiet=args.quiet)
+
+
+# ---- the parser: one `suite(...)` per subcommand, then its own flags ---------------------------------------
+
+
+def add_bench_model_options(p: argparse.ArgumentParser, config_flags: tuple[str, ...],
+                            memory_default: str = "full; --policies picks the policies") -> None:
+    """The configuration (with `config_flags`), and --arch, --num-layers, --vision-layers: which
     random-weight model to build (not configuration: they choose the model measured)."""
     from hermes.models.realsize import arch_names
 
-    add_config_options(p, flags=config_flags, memory_default="full; --policies picks the policies",
-                       flag_help=BUDGET_HELP)
-    p.add_argument("--json", action="store_true", help="JSON on stdout (the run as one object)")
-    add_common_options(p)
-
+    add_config_options(p, flags=config_flags, memory_default=memory_default, flag_help=BUDGET_HELP)
     p.add_argument("--arch", choices=arch_names(),
                    help="random weights at a published size, built on the device without downloads "
                         "(default without --model: cpu-small)")
@@ -281,19 +349,27 @@ def add_geometry_options(p: argparse.ArgumentParser, *, tokens_per_frame: int, f
                    help="visual tokens kept per layer, both sides (default: %(default)s)")
 
 
-BUDGET_HELP = {"--budget": f"visual tokens per layer for bounded policies (default: the preset's with --memory, "
-                           f"else {MEMORY_SUITE_BUDGET} for memory, {SWEEP_SUITE_BUDGET} for sweep)"}
-
-
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
-    """Register `bench memory|sweep|tiers ...` on a subparsers object; returns the `bench` parser."""
+    """Register `bench SUITE ...` on a subparsers object; returns the `bench` parser."""
     bench = subparsers.add_parser("bench", help="performance measurements", description=BENCH_COSTS)
     add_common_options(bench)
     bench_sub = bench.add_subparsers(dest="bench", metavar="SUITE", required=True)
-    memory = bench_sub.add_parser("memory", help="peak KV memory, TTFT and maintenance cost over stream lengths "
-                                                 "(about an hour on a 2-core CPU with the defaults: "
-                                                 "three streams per policy)",
-                                  description=BENCH_COSTS)
+
+    def suite(name: str, help: str, func, *, output: str | None = "also write the rows as JSON",
+              json: str = "the result as JSON on stdout instead of the table", quiet: bool = True):
+        """A suite's parser with the flags every suite shares: --output FILE, --json, --quiet, --debug."""
+        p = bench_sub.add_parser(name, help=help, description=BENCH_COSTS)
+        if output:
+            p.add_argument("--output", metavar="FILE", help=output)
+        p.add_argument("--json", action="store_true", help=json)
+        if quiet:
+            p.add_argument("--quiet", action="store_true", help="no progress lines")
+        add_common_options(p)
+        p.set_defaults(func=func)
+        return p
+
+    memory = suite("memory", "peak KV memory, TTFT and maintenance cost over stream lengths (about an hour on a "
+                             "2-core CPU with the defaults: three streams per policy)", cmd_bench_memory)
     add_bench_model_options(memory, ("--device", "--budget", "--chunk-frames"))
     memory.add_argument("--policies", default="full,hermes",
                         help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
@@ -302,12 +378,9 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     memory.add_argument("--stream-repeats", type=int, default=3,
                         help="streams per policy, the policies' order reversed every other one; medians, and the "
                              "ratios' min / median / max (default: %(default)s)")
-    memory.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
-    memory.add_argument("--quiet", action="store_true", help="no progress lines")
-    memory.set_defaults(func=cmd_bench_memory)
 
-    tiers = bench_sub.add_parser("tiers", help="recall time at 10^3.. records, FAISS search, disk write throughput "
-                                               "(about a minute)", description=BENCH_COSTS)
+    tiers = suite("tiers", "recall time at 10^3.. records, FAISS search, disk write throughput (about a minute)",
+                  cmd_bench_tiers, quiet=False)
     tiers.add_argument("--records", default="1000,10000",
                        help="record counts for the recall and search rows (100000 takes minutes) "
                             "(default: %(default)s)")
@@ -316,15 +389,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                        help="measure an S3-compatible object store instead of the local disk (commit throughput vs "
                             "a plain PUT, recall with a cold and a warm local cache); endpoint and credentials from "
                             "the AWS environment variables")
-    tiers.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
-    tiers.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
-    add_common_options(tiers)
-    tiers.set_defaults(func=cmd_bench_tiers)
 
-    reference = bench_sub.add_parser(
-        "reference", help="the authors' HERMES pipeline (from a checkout you give, in its own environment) "
-                          "against ours on the same random geometry, frames and budget: TTFT, maintenance and "
-                          "peak-memory ratios", description=BENCH_COSTS)
+    reference = suite("reference", "the authors' HERMES pipeline (from a checkout you give, in its own environment) "
+                                   "against ours on the same random geometry, frames and budget: TTFT, maintenance "
+                                   "and peak-memory ratios", cmd_bench_reference, quiet=False)
     reference.add_argument("--ref-dir", required=True, metavar="DIR",
                            help="checkout of the reference code (has inference/llavaov_hermes.py)")
     reference.add_argument("--ref-python", default="python3", metavar="PY",
@@ -334,30 +402,19 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     reference.add_argument("--rounds", type=int, default=3,
                            help="runs of both sides, which goes first alternating; medians, and the ratios' "
                                 "min / median / max (default: %(default)s)")
-    reference.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
-    reference.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
-    add_common_options(reference)
-    reference.set_defaults(func=cmd_bench_reference)
 
-    overhead = bench_sub.add_parser(
-        "overhead", help="what a policy's ingest costs over a baseline's at the same budget (default hermes over "
-                         "sliding), both streamed side by side chunk by chunk, told whole: the probe in hermes's "
-                         "prefill counts; min / median / max over repeats", description=BENCH_COSTS)
+    overhead = suite("overhead", "what a policy's ingest costs over a baseline's at the same budget (default hermes "
+                                 "over sliding), both streamed side by side chunk by chunk, told whole: the probe in "
+                                 "hermes's prefill counts; min / median / max over repeats", cmd_bench_overhead)
     add_geometry_options(overhead, tokens_per_frame=16, frames=384, budget=1024)
     overhead.add_argument("--policy", default="hermes", help="the policy measured (default: %(default)s)")
     overhead.add_argument("--baseline", default="sliding", help="the policy it is paired with (default: %(default)s)")
     overhead.add_argument("--repeats", type=int, default=3, help="paired streams (default: %(default)s)")
     overhead.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
-    overhead.add_argument("--output", metavar="FILE", help="also write the rows as JSON")
-    overhead.add_argument("--json", action="store_true", help="the run as JSON on stdout instead of the table")
-    overhead.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_common_options(overhead)
-    overhead.set_defaults(func=cmd_bench_overhead)
 
-    sweep = bench_sub.add_parser(
-        "sweep", help="TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
-                      "lengths, chunk sizes and policies, with ratios against full (the longest suite)",
-        description=BENCH_COSTS)
+    sweep = suite("sweep", "TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
+                           "lengths, chunk sizes and policies, with ratios against full (the longest suite)",
+                  cmd_bench_sweep, output="also write the run and its rows as JSON")
     add_bench_model_options(sweep, ("--device", "--budget", "--dtype"))
     sweep.add_argument("--policies", default="full,sliding,hermes,hermes+recall",
                        help="comma-separated policies; `name+flag` turns a boolean memory setting on "
@@ -371,16 +428,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                        help="answer length, forced; TPOT = (latency - TTFT) / (N - 1) (default: %(default)s)")
     sweep.add_argument("--repeats", type=int, default=3, help="questions per length; medians (default: %(default)s)")
     sweep.add_argument("--frame-px", type=int, default=448, help="side of the random frames (default: %(default)s)")
-    sweep.add_argument("--output", metavar="FILE", help="also write the run and its rows as JSON")
     sweep.add_argument("--markdown", metavar="FILE", help="also write a markdown report (run details, table, notes)")
-    sweep.add_argument("--quiet", action="store_true", help="no progress lines")
-    sweep.set_defaults(func=cmd_bench_sweep)
 
-    serve = bench_sub.add_parser("serve", help="N synthetic live streams into one served model vs N `run` processes: "
-                                               "fps per stream, question latency, memory (about 3 minutes)",
-                                 description=BENCH_COSTS)
-    add_config_options(serve, flags=("--max-new-tokens",), config=False,
-                       memory_default="hermes-4k")
+    serve = suite("serve", "N synthetic live streams into one served model vs N `run` processes: fps per stream, "
+                           "question latency, memory (about 3 minutes)", cmd_bench_serve,
+                  output="also write the run and its rows as JSON")
+    add_config_options(serve, flags=("--max-new-tokens",), config=False, memory_default="hermes-4k")
     serve.add_argument("--streams", default="1,2,4,8", help="stream counts N (default: %(default)s)")
     serve.add_argument("--stream-fps", type=float, default=4.0, help="each camera's frame rate (default: %(default)s)")
     serve.add_argument("--seconds", type=float, default=10.0, help="seconds each side streams (default: %(default)s)")
@@ -388,21 +441,41 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                        help="seconds between questions to each stream (default: %(default)s)")
     serve.add_argument("--threads", type=int, default=1, choices=range(1, 65), metavar="T",
                        help="torch threads of every process, serve's and each run's (default: %(default)s)")
-    serve.add_argument("--output", metavar="FILE", help="also write the run and its rows as JSON")
-    serve.add_argument("--json", action="store_true", help="JSON on stdout (the run as one object)")
-    serve.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_common_options(serve)
-    serve.set_defaults(func=cmd_bench_serve)
-    add_chaos_parser(bench_sub)
-    return bench
 
+    device = suite("device", "at a real geometry with random weights: preprocessing on the host vs the device, "
+                             "decode eager vs torch.compile'd, the attention probe's transient memory against the KV "
+                             "cache", cmd_bench_device, output="also write the result as JSON (after each section)",
+                   quiet=False)
+    add_bench_model_options(device, ("--device", "--dtype"), memory_default="not used here")
+    device.add_argument("--sections", default="preprocess,decode,probe",
+                        help="what to measure, in this order (default: %(default)s)")
+    device.add_argument("--chunk-frames", type=int, default=16, help="preprocess: 1080p frames per chunk "
+                                                                    "(default: %(default)s)")
+    device.add_argument("--tokens", type=int, default=4096,
+                        help="decode, probe: cached visual tokens (default: %(default)s)")
+    device.add_argument("--decode-tokens", type=int, default=32, help="decode: answer length, forced "
+                                                                      "(default: %(default)s)")
+    device.add_argument("--repeats", type=int, default=3, help="alternations; medians (default: %(default)s)")
+    device.add_argument("--compile-modes", default="default,reduce-overhead",
+                        help="decode: torch.compile modes beside eager (default: %(default)s)")
 
-def add_chaos_parser(bench_sub) -> None:
-    """`bench chaos`: the fault campaign (`hermes.pipelines.chaos`), registered beside the other suites."""
-    chaos = bench_sub.add_parser("chaos", help="SIGKILL run (file, live), serve and an S3 writer at random moments, "
-                                               "verify and resume each time; records lost, duplicated, corrupt "
-                                               "served (--kills 20 of every kind: 11-13 minutes on 2 busy cores)",
-                                 description=BENCH_COSTS)
+    gc = suite("gc", "garbage-collector pauses in a long stream on the micro model, the start-up heap collected vs "
+                     "frozen, each in a process of its own", cmd_bench_gc, quiet=False)
+    gc.add_argument("--frames", type=int, default=3000, help="stream length, one frame per second "
+                                                             "(default: %(default)s)")
+
+    ingest = suite("ingest", "ingest rate of a 1080p video file end to end (decode, preprocess, encode, maintenance) "
+                             "on the cpu-small geometry", cmd_bench_ingest, quiet=False)
+    ingest.add_argument("--video", help="the 1080p file (default: /tmp/hermes-1080p-<seconds>s.mp4, written if "
+                                        "missing)")
+    ingest.add_argument("--seconds", type=float, default=12.0, help="length of the video written (default: 12)")
+    ingest.add_argument("--fps", type=float, default=2.0, help="frames sampled per second (default: %(default)s)")
+    ingest.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+
+    chaos = suite("chaos", "SIGKILL run (file, live), serve and an S3 writer at random moments, verify and resume each "
+                           "time; records lost, duplicated, corrupt served (--kills 20 of every kind: 11-13 minutes on "
+                           "2 busy cores)", cmd_bench_chaos, output=None,
+                  json="the tallies as JSON on stdout instead of the table")
     chaos.add_argument("--kills", type=int, default=20, help="SIGKILLs per kind (default: %(default)s)")
     chaos.add_argument("--kinds", default="file,live,serve,s3", help="which writers (default: %(default)s)")
     chaos.add_argument("--seed", type=int, default=0, help="seeds the kill moments (default: %(default)s)")
@@ -410,16 +483,4 @@ def add_chaos_parser(bench_sub) -> None:
                        help="length of the synthetic video of file and s3, seconds (default: %(default)s)")
     chaos.add_argument("--work-dir", metavar="DIR",
                        help="keep the memory directories and logs here (default: a temporary folder, removed)")
-    chaos.add_argument("--json", action="store_true", help="the tallies as JSON on stdout instead of the table")
-    chaos.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_common_options(chaos)
-    chaos.set_defaults(func=cmd_bench_chaos)
-
-
-def cmd_bench_chaos(args) -> int:
-    """`bench chaos`: run the campaign, print its table (or JSON); exit 1 when anything was lost, duplicated
-    or served corrupt."""
-    from hermes.pipelines.chaos import run_campaign
-
-    return run_campaign(kills=args.kills, kinds=args.kinds, seed=args.seed, video_s=args.video_s,
-                        work_dir=args.work_dir, as_json=args.json, quiet=args.quiet)
+    return bench

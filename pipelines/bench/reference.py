@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from hermes.errors import HermesError, UsageError
-from hermes.markdown import spread_cell
+from hermes.markdown import spread_cell, table
 
 DRIVER = Path(__file__).with_name("reference_driver.py")
 # Our probe rides in the chunk's prefill, so it is in our encode and in the reference's maintenance: these two
@@ -132,7 +132,7 @@ def run_reference(root: Path, python: str, spec: dict, workdir: Path, timeout_s:
 
 def _ours(model, cfg, frames: list, chunk_frames: int, repeats: int) -> dict:
     """Our side's values (`compare`'s metrics), from one stream (warmed up by the caller)."""
-    from hermes.pipelines.bench import PolicySpec, measure_stream
+    from hermes.pipelines.bench.memory import PolicySpec, measure_stream
 
     rows, note = measure_stream(model, PolicySpec("hermes", cfg), [len(frames)], chunk_frames=chunk_frames,
                                 decode_tokens=1, repeats=repeats, frame_px=frames[0].rgb.shape[0])
@@ -178,7 +178,8 @@ def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames
 
     from hermes.config import MemoryConfig
     from hermes.models.tiny import tiny_llava_onevision_config
-    from hermes.pipelines.bench import BENCH_QUESTION, PolicySpec, _warm_up, synthetic_frames
+    from hermes.pipelines.bench.common import synthetic_frames
+    from hermes.pipelines.bench.memory import BENCH_QUESTION, PolicySpec, _warm_up
     from hermes.pipelines.session import format_prompt
 
     root, python = check_reference(ref_dir, ref_python)
@@ -220,9 +221,7 @@ def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames
 
 def ratio_table(rows: list[dict]) -> str:
     """Markdown: geometry, metric, ours, reference (medians over rounds), ours / reference min / median / max."""
-    lines = ["| geometry | metric | ours | reference | ours / reference, min / median / max |",
-             "|---|---|---:|---:|---:|"]
-    for r in rows:
-        ratio = spread_cell([r.get(k) for k in ("ratio_min", "ratio", "ratio_max")])
-        lines.append(f"| {r['geometry']} | {r['metric']} | {r['ours']:.3f} | {r['reference']:.3f} | {ratio} |")
-    return "\n".join(lines)
+    return table(["geometry", "metric", "ours", "reference", "ours / reference, min / median / max"],
+                 [[r["geometry"], r["metric"], f"{r['ours']:.3f}", f"{r['reference']:.3f}",
+                   spread_cell([r.get(k) for k in ("ratio_min", "ratio", "ratio_max")])] for r in rows],
+                 right=[False, False, True, True, True])
