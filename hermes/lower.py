@@ -1,26 +1,5 @@
-"""Levels 2 and 3 seen from level 1: what eviction keeps, and what a question brings back.
-
-`LowerLevels` sits between a memory policy and a `MemoryDirectory` (hermes.tiers):
-
-- `capture` (called by the session with what `maintain()` returned, `hermes.memory.Evictions`):
-  the evicted tokens whose importance is at least `compress_threshold` go into one record per
-  maintenance step (its keys as cached, values, positions, ids, frames and scores, per layer); the
-  rest are dropped. Every layer keeps equally many, its best: as many as the layer with the most
-  above the threshold. The record gets a search embedding: the mean content of its last layer's
-  keys (keys rotated back to position 0, so the vector says *what* was seen, not *where* it sat).
-- `recall` (called by the session before a question, with `memory.recall: on`; nothing runs while
-  levels 2-3 are empty): the question's own last-layer queries (from a queries-only pass with the
-  model's SDPA kernel, `hermes.probe.question_queries`), rotated back to position 0 and grouped per
-  key head, are the search vector;
-  the top records are fetched (host memory, prefetch cache or disk), spliced in time order into the
-  working cache as an answer-time view, and removed with the question when the answer is done.
-- Prefetch: after each eviction, the records nearest the last question are loaded in the
-  background, so a follow-up question rarely waits on disk.
-- Positions: a recalled token keeps the position it was evicted at, unless level 1 has compacted
-  its positions since (the cache counts its compactions; a record keeps the count it was evicted
-  under); then the record is shifted, as a block, to end just before the oldest token level 1
-  still holds, so that time order and in-record distances are preserved.
-"""
+"""Levels 2 and 3 seen from level 1: what eviction keeps (`LowerLevels.capture`), what a question brings
+back (`LowerLevels.recall`) and at which positions (docs/ARCHITECTURE.md, Memory, "Recall")."""
 
 from __future__ import annotations
 
@@ -78,8 +57,7 @@ class LowerLevels:
     Args:
         cfg: memory configuration (thresholds, budgets, recall).
         model: the adapter (rotary scheme, probe).
-        directory: where records persist (a folder or ``s3://bucket/prefix``); None uses a temporary
-            directory removed at `close`.
+        directory: a folder or ``s3://bucket/prefix``; None uses a temporary directory removed at `close`.
         read_only: follow a stream another process writes (recall only; nothing is stored).
     """
 
@@ -104,11 +82,8 @@ class LowerLevels:
         self._stored_evictions: set[int] = set()
 
     def note_resumed(self, frames: int) -> None:
-        """The stream resumed from a checkpoint taken at `frames` frames and will encode the frames after it
-        again: the evictions whose records were committed after the checkpoint are not stored twice.
-
-        Re-encoding the same frames from the restored state evicts the same tokens, so each such
-        eviction's record is already in the directory; the copy made before the stop is the one kept.
+        """The stream resumed from a checkpoint at `frames` frames and re-encodes the frames after it: the
+        same tokens are evicted again, so an eviction whose record the directory holds is not stored twice.
         """
         self._stored_evictions = {seen for seen in self.store.evictions_since_checkpoints() if seen > frames}
 
@@ -128,10 +103,8 @@ class LowerLevels:
             self._stored_evictions.discard(frames_seen)
             return
         counts = torch.tensor([index.shape[0] for index in evictions.index])  # (L,) evicted per layer
-        # Every layer keeps the same number of its best evicted tokens: as many as the layer with the most
-        # above the threshold. Scores are min-max normalised per layer, so a per-layer threshold alone
-        # leaves some layers empty, and recall, which must splice equally many tokens into every layer
-        # (the model's attention takes one length), would then bring back nothing.
+        # every layer keeps equally many of its best: recall splices equally many into every layer, and a
+        # per-layer threshold on min-max normalised scores would leave some layers empty
         m = max(int((scores >= self.cfg.compress_threshold).sum()) for scores in evictions.scores)
         m = min(m, int(counts.min()))
         if m == 0:
@@ -171,10 +144,8 @@ class LowerLevels:
         return content_vector(queries, positions, self.spec, groups=groups)
 
     def recall(self, cache: HermesCache, question_embeds: torch.Tensor) -> RecallStats:
-        """Splice the records most relevant to a question into `cache` (the caller rewinds them).
-
-        Every layer receives the same number of tokens (the highest-scoring ones where records
-        differ per layer), so the cache stays rectangular for the model's attention mask.
+        """Splice the records most relevant to a question into `cache` (the caller rewinds them); every layer
+        gets equally many tokens, so the cache stays rectangular for the attention mask.
         """
         start = time.perf_counter()
         if len(self.store.index) == 0 and len(self.store.dram) == 0:  # nothing below level 1: no pass, no search

@@ -9,9 +9,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], right: Sequen
     """A markdown table: a header row, the separator, one line per row (cells as `str()`).
 
     Args:
-        header: the column titles.
-        rows: the cells, one sequence per row.
-        right: per column, whether it is right-aligned (`---:`); None: every column default (`---`).
+        right: per column, whether it is right-aligned (`---:`); None: none is.
 
     Returns:
         The table's lines joined by newlines (no trailing newline).

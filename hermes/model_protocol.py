@@ -1,9 +1,5 @@
-"""What the core (`hermes.memory`, `hermes.probe`, `hermes.lower`, `hermes.baselines`) needs of a model.
-
-The core is model-agnostic: it never imports `hermes.models`. Adapters (`hermes.models.base.VLMAdapter`)
-satisfy these protocols structurally; tests pass small stand-ins that have only what a function uses.
-Dependency direction (docs/ARCHITECTURE.md, Layout): core <- models <- pipelines <- datasets.
-"""
+"""What the core needs of a model; it never imports `hermes.models` (docs/ARCHITECTURE.md, Layout).
+Adapters (`hermes.models.base.VLMAdapter`) satisfy these protocols structurally; tests pass stand-ins."""
 
 from __future__ import annotations
 
@@ -31,9 +27,7 @@ class CoreModel(Protocol):
 
     Attributes:
         name: the model's name (for messages and the memory directory's fingerprint).
-        family: its adapter family.
         text_config: the language model's transformers config (layers, heads, rotary settings).
-        num_layers: decoder layers of the language model.
         max_position_embeddings: rotary positions the model supports.
         device: where the cache's keys and values live.
     """

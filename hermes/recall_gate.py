@@ -1,21 +1,5 @@
-"""Whether, and how much, a question recalls: the gate between the index's hits and the splice.
-
-`LowerLevels.recall` (hermes.lower) searches levels 2-3 with the question's vector and splices the
-top `recall_top_k` records into the working cache. Spliced records compete in attention with what
-level 1 holds, the newest frames included: on 600 s micro streams, recall cost questions about the
-current frame (realtime 17/24 with recall, 24/24 without). Two options, both off by default (the
-ungated recall is what `memory.recall` has always done):
-
-- `memory.recall_gate`: a hit is kept only if its similarity to the question is above that of what
-  level 1 already holds (plus `memory.recall_gate_margin`): a question that the working cache
-  answers best (the current frame) recalls nothing; one about something level 1 no longer holds
-  still recalls. Both sides are the same kind of vector (`hermes.lower.content_vector`: last-layer
-  keys rotated back to position 0, mean per key head, L2-normalised), a record's over its tokens,
-  level 1's per frame (`above_frames`: the best frame) or over all its visual tokens
-  (`above_level1`: like a record, a mean over many frames, so the two are on one scale).
-- `memory.recall_max_ratio`: at most this many recalled tokens per level-1 visual token (0: no cap),
-  so recalled records never outnumber the working cache by more than that.
-"""
+"""Whether, and how much, a question recalls: `memory.recall_gate` and `memory.recall_max_ratio` between
+the index's hits and the splice (docs/ARCHITECTURE.md, Memory, "Recall")."""
 
 from __future__ import annotations
 
@@ -31,11 +15,8 @@ def level1_similarity(cache: HermesCache, question_vector: torch.Tensor, spec: R
     """Cosine similarity of the question's vector with the content of what level 1 holds (last layer).
 
     Args:
-        cache: the working cache.
         question_vector: (H * D,) the question's search vector (L2-normalised, on the host).
-        spec: the rotary scheme.
-        per_frame: one content vector per frame; else one over every visual token (as a record's is
-            over its tokens).
+        per_frame: one content vector per frame; else one over every visual token.
 
     Returns:
         (F,) float32 similarity per frame level 1 holds in its last layer, or (1,) (empty if none).
@@ -64,8 +45,6 @@ def gate_hits(hits: list[tuple[int, float]], cache: HermesCache, question_vector
         hits: (record id, cosine similarity to the question) from the index, best first.
         cache: the working cache (level 1), before anything is spliced.
         question_vector: (H * D,) the question's search vector.
-        spec: the rotary scheme.
-        cfg: the memory configuration.
 
     Returns:
         The kept hits, in their order.
@@ -85,10 +64,6 @@ def recall_cap(cache: HermesCache, n_tokens: int, cfg: MemoryConfig) -> int:
     Args:
         cache: the working cache (level 1), before anything is spliced.
         n_tokens: tokens per layer the recalled records hold.
-        cfg: the memory configuration.
-
-    Returns:
-        How many of them to splice (the highest-scoring ones, in time order, as recall picks).
     """
     if cfg.recall_max_ratio <= 0:
         return n_tokens

@@ -23,8 +23,8 @@ def redact_url(url: Any) -> str:
         url: a URL, a path, a webcam index or a message; anything `str()` accepts.
 
     Returns:
-        The text with ``user:password@`` replaced by ``***@`` and the values of secret-looking
-        query parameters (``password=``, ``token=``, ``key=`` ...) replaced by ``***``.
+        The text with ``user:password@`` as ``***@`` and secret-looking query values
+        (``password=``, ``token=``, ``key=`` ...) as ``***``.
     """
     text = str(url)
     text = _USERINFO_RE.sub(r"\1***@", text)

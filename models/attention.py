@@ -1,17 +1,10 @@
-"""The language model's attention: transformers' SDPA, with grouped key/value heads kept grouped on the CPU.
-
-Every prefill hermes runs (a chunk, a question, a pseudo-query) attends from a block of new tokens to
-the whole cache, so transformers builds an explicit causal mask, and its `sdpa` then copies every
-layer's keys and values `num_key_value_groups` times (`repeat_kv`) because it hands grouped heads to
-SDPA only without a mask (CUDA's flash kernel needs that). PyTorch's CPU kernel takes a mask and
-grouped heads together, with the same arithmetic per query head: at 8 layers x 512 and a 4k-token
-cache the copies were about a seventh of a question's prefill. `hermes_sdpa` therefore passes
-`enable_gqa` on the CPU whenever a mask is given, and is transformers' `sdpa` everywhere else.
+"""The language model's attention (docs/ARCHITECTURE.md, Models): transformers' SDPA, except that on the
+CPU a masked block attends with grouped key/value heads as they are (`enable_gqa`), without `repeat_kv`'s
+per-layer copies (a seventh of a question's prefill at 8 layers x 512, 4k tokens).
 
 Both implementations an adapter selects at load (`use_hermes_attention`: `hermes_sdpa` for `sdpa`,
 `hermes_eager` for `eager`) are `hermes.probe.hooked`: a forward may pass them a pass's own attention
-(the probe's, rekv's retrieval) as a kwarg, and no config is rewritten for a pass.
-"""
+(the probe's, rekv's retrieval) as a kwarg, and no config is rewritten for a pass."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The `pull` and `models` subcommands of `hermes-video`: checkpoints onto the machine, and what is there.
-
-Registered by `hermes/cli.py` with `add_model_parsers(subparsers)`; the work is in `hermes.models.hub`
-(no torch).
-"""
+"""The `pull` and `models` subcommands of `hermes-video` (the work is in `hermes.models.hub`, no torch)."""
 
 from __future__ import annotations
 
@@ -13,8 +9,7 @@ from hermes.cli_args import add_common_options, check_output_path
 
 
 def cmd_pull(args) -> int:
-    """`pull MODEL`: download a checkpoint; a builtin model is already here (exit 0, as ollama's pull of a
-    model it has). Returns the exit code."""
+    """`pull MODEL`: download a checkpoint (a builtin model is already here: exit 0); the exit code."""
     from hermes.model_registry import model_entry
     from hermes.models.hub import hub_id_of, pull
 

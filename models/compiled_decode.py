@@ -1,19 +1,7 @@
-"""`model.compile_decode`: one decode step (`VLMAdapter.decode_logits`) through `torch.compile`.
-
-The working cache grows by one token per step (`HermesCache` appends in place into a buffer with
-room to spare, but its keys and values are views that grow by one token), so the step is compiled
-with dynamic shapes: one graph serves every cache length (on a CPU, cpu-small,
-one graph was compiled for a whole answer, no recompiles; `torch._dynamo.utils.counters` says so).
-"reduce-overhead" adds CUDA graphs, which record one graph per new shape: with a growing cache that
-is a recording per length, so whether it pays is what `hermes-video bench device` measures on a GPU.
-
-Fused kernels round differently from eager ones, so a compiled step's logits are equal only within
-float tolerance and greedy tokens can differ where two logits are nearly tied (they do on random
-weights): the option is off by default and no preset adopts it.
-
-On a CPU inductor needs a C++ compiler; without one, or on "reduce-overhead" off CUDA, the step
-stays eager and one line says why.
-"""
+"""`model.compile_decode`: one decode step (`VLMAdapter.decode_logits`) through `torch.compile`, with
+dynamic shapes since the cache grows a token per step. Fused kernels round differently, so greedy tokens
+can differ at near ties: off by default. Where it cannot compile (no C++ compiler on a CPU, CUDA graphs off
+CUDA) the step stays eager and one line says why."""
 
 from __future__ import annotations
 
@@ -36,14 +24,10 @@ def compile_unavailable_reason(mode: str, device: torch.device) -> str | None:
 
 
 def compiled_decode_step(adapter, mode: str) -> Callable | None:
-    """The adapter's `decode_logits` compiled for `mode`, or None (eager) for "off" or where it cannot compile.
+    """The adapter's `decode_logits` compiled for `mode`, or None (eager) for "off" or where it cannot.
 
     Args:
-        adapter: a `VLMAdapter`.
         mode: `model.compile_decode`: "off", "default" or "reduce-overhead".
-
-    Returns:
-        The compiled step (compiles lazily, on the first decode), or None.
     """
     if mode == "off":
         return None

@@ -1,10 +1,5 @@
-"""Getting checkpoints onto the machine: `hermes-video pull MODEL` and `hermes-video models`.
-
-Both work without torch: `pull` is huggingface_hub's `snapshot_download` (resumable, with a progress
-bar, into the Hugging Face cache or `--local-dir`), `models` lists the presets and what the cache
-(`HF_HUB_CACHE`, default `~/.cache/huggingface/hub`) holds. After a pull, `HF_HUB_OFFLINE=1` runs
-load from the cache without the network.
-"""
+"""Getting checkpoints onto the machine without torch: `hermes-video pull MODEL` (huggingface_hub's
+`snapshot_download`, into the Hugging Face cache or `--local-dir`) and `hermes-video models`."""
 
 from __future__ import annotations
 
@@ -26,7 +21,6 @@ def pull(model: str, revision: str | None = None, local_dir: str | None = None, 
         model: a model preset name or a hub id.
         revision: a commit hash, branch or tag to pin; None is the default branch.
         local_dir: a plain folder to download into (then `--model DIR` loads it); None is the cache.
-        progress: show huggingface_hub's progress bars.
 
     Raises:
         ModelError: unknown name, no network (or HF_HUB_OFFLINE set), unknown revision, or any other

@@ -1,15 +1,5 @@
-"""LLaVA-OneVision (SigLIP vision tower + Qwen2 language model): the paper's primary family.
-
-Layout of a stream, matching the model's own video prompt (`<video>` expands to every frame's 196
-tokens followed by one `image_newline` embedding):
-
-    <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n      prefix (kept forever)
-    [196 tokens of frame 0][196 tokens of frame 1] ...                   visual tokens, chunk by chunk
-    [image_newline]\\n{question}<|im_end|>\\n<|im_start|>assistant\\n      question (answer time only)
-
-Frames are resized to the vision tower's square input and normalised here rather than by
-transformers' video processor, which would pull in torchvision and Pillow for one resize.
-"""
+"""LLaVA-OneVision (SigLIP vision tower + Qwen2 language model): the paper's primary family. Prompt layout:
+docs/ARCHITECTURE.md, Models, "Per family"."""
 
 from __future__ import annotations
 
@@ -64,9 +54,9 @@ class LlavaOnevisionAdapter(VLMAdapter):
 
     @torch.inference_mode()
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
-        """Every frame an image at the tower's base resolution, unpooled, with its own `image_newline`
-        (27 x 27 + 1 = 730 tokens at 384 px): how LLaVA-OneVision encodes the images of a multi-image
-        prompt (no anyres crops; transformers' `get_image_features` with `batch_num_images`)."""
+        """Every frame an image at the tower's base resolution, unpooled, with its own `image_newline` (730
+        tokens at 384 px), as the model encodes a multi-image prompt's images (`batch_num_images`).
+        """
         pixels = self.preprocess(frames_rgb)  # (N, 3, S, S)
         images = len(frames_rgb)
         # transformers crops a prompt's only image (anyres): a lone frame goes beside a copy of itself,

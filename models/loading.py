@@ -1,13 +1,7 @@
-"""`load_model(name | cfg)`: the one way to a ready adapter — a builtin model, a local directory or a hub id.
-
-The name is resolved by the model registry (`hermes.model_registry`, over `configs/models/*.yaml`):
-a builtin entry is built by its `builder` with its `adapter` options; anything else is a checkpoint
-whose family is read from its `config.json`. `make_adapter` wraps a model already in hand (a script
-training one), `build_random_model` a random-weight model of a registered architecture (the benches).
-
-Every failure is a `ModelError` (exit code 4) naming what was asked for and how to fix it.
-`trust_remote_code` stays off unless the user turns it on: it would run code from the checkpoint.
-"""
+"""`load_model(name | cfg)`: the one way to a ready adapter, from a builtin model, a local directory or a
+hub id resolved by `hermes.model_registry`; `make_adapter` wraps a model in hand, `build_random_model` a
+random-weight one. Every failure is a one-line `ModelError` (exit 4); `trust_remote_code` stays off unless
+the user turns it on."""
 
 from __future__ import annotations
 
@@ -80,11 +74,8 @@ def _family_of(model_dir: Path) -> str:
 
 
 def _snapshot(hub_id: str, name: str, revision: str = "") -> Path:
-    """Local directory of a hub checkpoint (downloading it unless HF_HUB_OFFLINE=1).
-
-    Raises:
-        ModelError: not in the cache while offline, or the download failed; the message names the
-            command that fixes it (`hermes-video pull NAME`, online) or a local directory.
+    """Local directory of a hub checkpoint, downloaded unless HF_HUB_OFFLINE=1; a `ModelError` naming the
+    fix (`hermes-video pull NAME`, or a local directory) when it is not there.
     """
     from huggingface_hub import snapshot_download
 
@@ -104,10 +95,7 @@ def _snapshot(hub_id: str, name: str, revision: str = "") -> Path:
 
 
 def resolve_auto(cfg: ModelConfig) -> ModelConfig:
-    """`name: auto` made concrete: the preset `auto_model_name` picks for the device, its checkpoint.
-
-    `build_config` already resolves `auto`; this covers a `ModelConfig` built directly.
-    """
+    """`name: auto` made concrete for a `ModelConfig` built directly (`build_config` already resolves it)."""
     if cfg.name != AUTO_MODEL:
         return cfg
     entry = model_entry(auto_model_name(cfg.device))
@@ -115,12 +103,11 @@ def resolve_auto(cfg: ModelConfig) -> ModelConfig:
 
 
 def load_model(model: str | ModelConfig, *, builder_options: dict[str, Any] | None = None) -> VLMAdapter:
-    """Build the adapter for a model name or a resolved `ModelConfig`: the one way to load a model.
+    """Build the adapter for a model name or a resolved `ModelConfig`.
 
     Args:
         model: a registered name (`tiny-*`, `micro-*`, a preset), a hub id or a local directory, whose
-            registry defaults then apply (`build_config(model=...)`); or a `ModelConfig` as resolved
-            (`name: auto` picks the entry for the device).
+            registry defaults then apply; or a resolved `ModelConfig` (`name: auto` picks by device).
         builder_options: extra keyword arguments of a builtin entry's builder (the micro model's
             `path=` to a freshly trained weights file).
 
@@ -151,8 +138,6 @@ def make_adapter(family: str, name: str, model, tokenizer, cfg: ModelConfig | No
     """Wrap a transformers model already in hand (a script that trains one) in its family's adapter.
 
     Args:
-        family: the adapter family (`supported_families()`).
-        name: the adapter's name in messages and results.
         cfg: device, dtype and system prompt (None: the defaults, on the CPU in fp32 unless set).
         options: the adapter's own keyword options (frame sizes).
 
@@ -181,8 +166,8 @@ def _build_builtin(name: str, cfg: ModelConfig, builder_options: dict[str, Any])
 
 def build_random_model(arch: str, cfg: ModelConfig, *, num_layers: int | None = None,
                        vision_layers: int | None = None) -> VLMAdapter:
-    """A random-weight model of `arch` (`hermes.models.realsize`) on `cfg`'s device and dtype, with its
-    seed and system prompt: what the benches measure without a checkpoint.
+    """A random-weight model of `arch` (`hermes.models.realsize`) on `cfg`'s device, dtype, seed and system
+    prompt: what the benches measure without a checkpoint.
 
     Raises:
         ModelError: unknown architecture, bad layer count, or an unavailable device.

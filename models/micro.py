@@ -1,20 +1,7 @@
-"""The micro LLaVA-OneVision: a tiny model of the real architecture, trained to answer synthetic streams.
-
-`tiny-llava-onevision` is random: it exercises code paths but says nothing about answers. The
-micro model is the same architecture at toy size (SigLIP tower on 28 px frames in 4 px patches,
-pooled to 16 visual tokens per frame; a 4-layer Qwen2 decoder of 64 dims) trained on CPU by
-`scripts/train_micro.py` on the world of `hermes.datasets.synthetic_bench` (coloured shapes that
-appear, move and disappear). It answers real-time, episodic, counting and ordering questions about
-such streams, so memory policies can be compared for accuracy without a GPU.
-
-The weights ship in `weights/micro-llava-ov.safetensors` (about 1 MB; safetensors only, never a
-pickle). The file is self-contained: its header metadata holds the model config (JSON) and the
-tokenizer (the tiny byte-level BPE as trained, JSON), so later changes to `hermes.models.tiny`
-cannot silently change what the weights mean. Its sha256 is recorded here and checked on every load.
-
-    model, tokenizer = load_micro()          # trained, verified
-    model, tokenizer = build_micro(seed=0)   # untrained, same architecture (what training starts from)
-"""
+"""The micro LLaVA-OneVision: the real architecture at toy size, trained on CPU by `scripts/train_micro.py`
+to answer `hermes.datasets.synthetic_bench` streams, so memory policies can be compared for accuracy
+without a GPU. Its weights file is self-contained (docs/ARCHITECTURE.md, Models) and checked against
+`WEIGHTS_SHA256` on every load."""
 
 from __future__ import annotations
 
@@ -42,13 +29,8 @@ META_TRAINING = "training"
 
 
 def build_micro(seed: int = 0):
-    """The untrained micro model: `tiny_llava_onevision` at the micro sizes, seeded.
-
-    Args:
-        seed: torch seed of the initial weights.
-
-    Returns:
-        (model, tokenizer), fp32 eval mode on the CPU.
+    """The untrained micro model (`tiny_llava_onevision` at the micro sizes): (model, tokenizer), fp32 eval
+    mode on the CPU, its weights seeded by `seed`.
     """
     from hermes.models.tiny import tiny_llava_onevision
 
@@ -64,16 +46,12 @@ def file_sha256(path: str | Path) -> str:
 
 
 def save_micro(model, tokenizer, path: str | Path, training: dict | None = None) -> str:
-    """Write weights, config and tokenizer into one safetensors file.
+    """Write weights, config and tokenizer into one safetensors file; returns its sha256 (for
+    `WEIGHTS_SHA256`).
 
     Args:
-        model: the trained `LlavaOnevisionForConditionalGeneration`.
-        tokenizer: its `PreTrainedTokenizerFast`.
         path: output file (parent folders are created).
         training: what produced the weights (command, seed, steps, final loss), stored as JSON.
-
-    Returns:
-        The file's sha256 (to record in `WEIGHTS_SHA256`).
     """
     from safetensors.torch import save_file
 
@@ -104,15 +82,12 @@ def load_micro(seed: int = 0, path: str | Path | None = None, sha256: str | None
     """The trained micro model and its tokenizer, from the shipped (or a given) weights file.
 
     Args:
-        seed: ignored (the weights are trained); accepted so the builtin-model table can call every
-            builder as `build(seed=...)`.
+        seed: ignored (the weights are trained); accepted so every builder is called `build(seed=...)`.
         path: weights file; default the shipped `WEIGHTS_FILE`.
-        sha256: expected checksum; default `WEIGHTS_SHA256` for the shipped file, none for another
-            path (a freshly trained file is trusted as given).
+        sha256: expected checksum; default `WEIGHTS_SHA256` for the shipped file, none for another.
 
     Returns:
-        (model, tokenizer): `LlavaOnevisionForConditionalGeneration` in fp32 eval mode on the CPU
-        and a `PreTrainedTokenizerFast`.
+        (model, tokenizer), fp32 eval mode on the CPU.
 
     Raises:
         ModelError: the file is missing, its checksum differs, or it is not a micro weights file.

@@ -1,25 +1,7 @@
-"""Frame preprocessing shared by the adapters, in torch: resize, normalise, Qwen-VL's smart resize and patchify.
-
-transformers' image and video processors would need torchvision (and Pillow) for what is a resize
-and a reshape, so hermes does it itself, following the processors step by step:
-
-- `resize_frames`: bicubic with antialiasing (the kernel torchvision's tensor resize uses). With
-  `quantize`, the result is rounded to 8-bit levels as torchvision does when it resizes uint8 video
-  tensors (the Qwen-VL and SmolVLM video processors resize uint8, then rescale and normalise).
-- `smart_resize`: Qwen2-VL's rule (transformers `models/qwen2_vl/video_processing_qwen2_vl.py`): both
-  sides multiples of `factor` (patch size x merge size), pixels within [min_pixels, max_pixels],
-  aspect ratio kept as closely as possible. Applied per frame: a stream has no known length, so
-  Qwen3-VL's whole-video pixel budget cannot apply.
-- `patchify`: the Qwen-VL processors' flat patch layout, `(T * gh * gw, C * tps * ps * ps)`, merge
-  windows contiguous; a frame count that is not a multiple of the temporal patch size is padded by
-  repeating the last frame, as the processors do.
-
-Where the resize runs (`model.preprocess_on`): on the host, or on the model's device, where the
-uint8 frames are uploaded as decoded and resized and normalised there (on a GPU: ~6 MB of PCIe per
-1080p frame instead of the host's bicubic pass over it). The same torch operations run in both
-places, so on one device the two are identical; CUDA's bicubic kernel rounds differently from the
-CPU's in the last float32 bits (and a `quantize` rounding can then land one 8-bit level apart).
-"""
+"""Frame preprocessing shared by the adapters, in torch: transformers' processors step by step without
+torchvision or Pillow (docs/ARCHITECTURE.md, Models, "Per family"). `model.preprocess_on` picks where the
+resize runs: the host, or the model's device from uint8 frames (~6 MB of PCIe per 1080p frame instead of a
+host bicubic pass); CUDA's bicubic kernel rounds differently in the last float32 bits."""
 
 from __future__ import annotations
 
@@ -46,10 +28,7 @@ def read_normalisation(model_dir: str | Path | None) -> tuple[tuple[float, ...],
 
 
 def upload_frames(frames_rgb: list[np.ndarray], device: torch.device | None = None) -> torch.Tensor:
-    """Frames as one (N, H, W, 3) uint8 tensor on `device` (None: the host), stacked where they land.
-
-    On a device each frame is copied as it is (no host-side stack of the whole chunk first).
-    """
+    """Frames as one (N, H, W, 3) uint8 tensor on `device` (None: the host), each copied where it lands."""
     if device is None:
         return torch.from_numpy(np.stack(frames_rgb))
     return torch.stack([torch.from_numpy(np.ascontiguousarray(f)).to(device) for f in frames_rgb])
@@ -61,12 +40,8 @@ def resize_frames(frames_rgb: list[np.ndarray], height: int, width: int, *, quan
 
     Args:
         frames_rgb: N frames, each (H, W, 3) uint8 RGB (all the same size).
-        height, width: output size.
         quantize: round the resized pixels to 8-bit levels (as a uint8 resize does).
         device: where the resize runs (the uint8 frames are uploaded first); None: the host.
-
-    Returns:
-        (N, 3, height, width) float32 tensor on `device` (None: the CPU).
     """
     pixels = upload_frames(frames_rgb, device).permute(0, 3, 1, 2).float()  # (N, 3, H, W) in [0, 255]
     if pixels.shape[-2:] != (height, width):
@@ -83,9 +58,8 @@ DEVICE_TOLERANCE_LEVELS_QUANTIZED = 1.0
 
 
 def device_resize_error_levels(device: torch.device, *, quantize: bool, seed: int = 0) -> float:
-    """Max |host - device| of `resize_frames`, in 8-bit levels, on a random 270x480 frame resized to 224x224.
-
-    Random pixels are the worst case for a bicubic kernel (every tap matters).
+    """Max |host - device| of `resize_frames` in 8-bit levels, on a random 270x480 frame resized to
+    224x224 (random pixels are a bicubic kernel's worst case).
     """
     frame = np.random.default_rng(seed).integers(0, 256, (270, 480, 3), dtype=np.uint8)
     host = resize_frames([frame], 224, 224, quantize=quantize)
@@ -94,15 +68,9 @@ def device_resize_error_levels(device: torch.device, *, quantize: bool, seed: in
 
 
 def resolve_preprocess_device(preprocess_on: str, device: torch.device) -> torch.device | None:
-    """Where frames are resized for `model.preprocess_on` on a model on `device`.
+    """Where frames are resized for `model.preprocess_on` on a model on `device`: None for the host.
 
-    Args:
-        preprocess_on: "host", "device", or "auto": the model's device when it is a CUDA device and
-            `device_resize_error_levels` stays within the tolerances there, else the host.
-        device: the model's device.
-
-    Returns:
-        None for the host, else the device.
+    "auto" takes a CUDA device when `device_resize_error_levels` stays within the tolerances there.
     """
     if preprocess_on == "host" or (preprocess_on == "auto" and device.type != "cuda"):
         return None
@@ -146,7 +114,8 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 
 def patchify(video: torch.Tensor, patch_size: int, merge_size: int,
              temporal_patch_size: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """Qwen-VL's flat patch layout of one video.
+    """Qwen-VL's flat patch layout of one video, merge windows contiguous (a frame count not a multiple of
+    `temporal_patch_size` is padded by repeating the last frame).
 
     Args:
         video: (N, C, H, W) normalised frames; H and W multiples of patch_size * merge_size.

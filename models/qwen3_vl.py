@@ -1,31 +1,6 @@
-"""Qwen3-VL: the Qwen-VL vision tower (16 px patches, DeepStack) and a Qwen3 language model with interleaved M-RoPE.
-
-Layout of a stream, matching the model's own video prompt (Qwen's processor replaces
-`<|vision_start|><|video_pad|><|vision_end|>` by one timestamped block per grid step):
-
-    <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n                  prefix (kept forever)
-    <0.3 seconds><|vision_start|>[grid step 0]<|vision_end|><1.3 seconds>...      per grid step, chunk by chunk
-    {question}<|im_end|>\\n<|im_start|>assistant\\n                                question (answer time only)
-
-The timestamp is the mean stream time of the step's two frames, printed with one decimal
-(transformers `Qwen3VLProcessor._calculate_timestamps` / `replace_video_token`). Timestamp and
-delimiter tokens belong to their frame: memory policies evict them with it.
-
-Frames are prepared as for Qwen2-VL (`hermes.models.qwen_vl`) with 16 px patches (multiples of 32 px)
-and mean/std 0.5. Qwen3-VL's processor sizes frames against a whole-video pixel budget; a stream has
-no known length, so the per-frame bounds of the Qwen2-VL rule apply.
-
-Positions (`hermes.positions`): every grid step is its own block right after its timestamp: merged
-patch (r, c) sits at (s, s + r, s + c) and `<|vision_end|>` at s + max(h, w) (transformers 5.24
-`Qwen3VLModel.get_rope_index`, which splits `video_grid_thw` into one-step grids; the temporal
-index is never scaled: time is in the timestamps). The text model rotates them with the
-interleaved t/h/w frequency layout (`Qwen3VLTextRotaryEmbedding`), which `hermes.rope` mirrors.
-
-DeepStack: the vision tower also returns features from intermediate layers, which the language model
-adds to the visual tokens' hidden states in its first layers. Each chunk's prefill passes them with
-the mask of its visual tokens (`visual_pos_masks`, `deepstack_visual_embeds`), as the model's own
-forward does.
-"""
+"""Qwen3-VL: the Qwen-VL vision tower (16 px patches, DeepStack) and a Qwen3 language model with
+interleaved M-RoPE. Prompt layout (one timestamped block per grid step), positions and DeepStack:
+docs/ARCHITECTURE.md, Models, "Per family"."""
 
 from __future__ import annotations
 
@@ -97,9 +72,9 @@ class Qwen3VLAdapter(QwenVLAdapter):
 
     @torch.inference_mode()
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
-        """Every frame an image in a vision block of its own, `<|vision_start|>[h x w]<|vision_end|>`,
-        with no timestamp; each image's grid starts a block (temporal offset 0), as `get_rope_index`
-        places images."""
+        """Every frame an image in its own block, `<|vision_start|>[h x w]<|vision_end|>`, no timestamp, each
+        grid starting a block (temporal offset 0), as `get_rope_index` places images.
+        """
         visual, (images, rows, cols), out = self.vision(frames_rgb, as_images=True)
         per_image = rows * cols
         start, end = self.embed_text(self.vision_start), self.embed_text(self.vision_end)  # (1, hidden) each

@@ -1,28 +1,8 @@
 """Qwen2-VL and Qwen2.5-VL: a ViT whose 2x2 patch merger feeds a Qwen2 language model with M-RoPE.
 
-Layout of a stream, matching the models' own video prompt (chat template `<|vision_start|>
-<|video_pad|><|vision_end|>`, the pad expanded to every grid step's tokens):
-
-    <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n<|vision_start|>    prefix (kept forever)
-    [grid step 0][grid step 1] ...                                                one video block, chunk by chunk
-    <|vision_end|>{question}<|im_end|>\\n<|im_start|>assistant\\n                   question (answer time only)
-
-Frames (`QwenVLAdapter.preprocess`, following transformers' `Qwen2VLVideoProcessor`): smart-resized
-to multiples of patch x merge (14 x 2 = 28 px) with the area per frame in [min_pixels, max_pixels],
-bicubic to 8-bit levels, normalised (CLIP mean/std unless the checkpoint says otherwise), and
-patchified. Two consecutive frames form one temporal grid step (temporal_patch_size 2): a chunk with
-an odd number of frames repeats its last frame, as the processor does for an odd video, so a
-stream split into chunks of odd length is not pixel-identical to the same frames in one pass (use
-even `stream.chunk_frames`; a question that arrives mid-chunk encodes what is pending, odd or not).
-The vision tower attends within one grid step, so encoding chunk by chunk equals one pass.
-
-Positions (M-RoPE, computed by hermes, see `hermes.positions`): the whole stream is one video block
-starting after the prefix; merged patch (r, c) of step k sits at (s + dt_k, s + r, s + c) with
-dt_k = k (Qwen2-VL) or int(tokens_per_second * (t_k - t_0)) on stream time (Qwen2.5-VL). Source:
-transformers 5.24 `Qwen2VLModel.get_vision_position_ids` / `get_rope_index` and
-`Qwen2_5_VLModel.get_rope_index` (`time_interval = tokens_per_second * second_per_grid_t`). Text
-after the block continues at the largest position + 1 (Qwen's reference code; transformers 5.24
-uses s + max(h, w), which differs once dt_k passes max(h, w) - 1).
+Prompt layout, frame preparation and positions: docs/ARCHITECTURE.md, Models, "Per family". Two
+frames form one temporal grid step and an odd chunk repeats its last frame, as the processor does for
+an odd video, so only even `stream.chunk_frames` streams equal one pass.
 """
 
 from __future__ import annotations
@@ -44,9 +24,9 @@ class QwenVLAdapter(VLMAdapter):
 
     Args:
         mean, std: image normalisation (the checkpoint's, when it names one).
-        min_pixels, max_pixels: area bounds per frame for the smart resize. Defaults: the Qwen2-VL
-            video processor's minimum (128 merged patches) and a streaming cap of 448 x 448 px (256
-            merged patches per two-frame step, about LLaVA-OneVision's 196 tokens per frame).
+        min_pixels, max_pixels: area bounds per frame for the smart resize. Defaults: the video
+            processor's minimum (128 merged patches) and a streaming cap of 448 x 448 px (256 merged
+            patches per two-frame step, about LLaVA-OneVision's 196 tokens per frame).
     """
 
     family = "qwen2_vl"
@@ -96,14 +76,12 @@ class QwenVLAdapter(VLMAdapter):
     def preprocess(self, frames_rgb: list[np.ndarray], as_images: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Frames to the model's video input, or to its image input (one image per frame).
 
-        All frames of a chunk are resized to the size smart resize gives for the first one. As
-        images, each frame is its own grid of one temporal step holding the frame twice (the image
-        processor's padding of a single image to `temporal_patch_size`).
+        All frames of a chunk take the size smart resize gives the first one. As images, each frame is its
+        own one-step grid holding the frame twice (the image processor's padding to `temporal_patch_size`).
 
         Returns:
             (pixel values (T * gh * gw, 3 * tps * ps * ps) on the model's device and dtype,
-             grid_thw (G, 3) int64: grid steps and patch rows/columns of each grid; G = 1 for a
-             video, the frame count for images).
+             grid_thw (G, 3) int64: steps, patch rows and columns per grid; G = 1 for a video, else images).
         """
         height, width = self.frame_size(*frames_rgb[0].shape[:2])
         pixels = resize_frames(frames_rgb, height, width, quantize=True, device=self.preprocess_device)
@@ -115,12 +93,9 @@ class QwenVLAdapter(VLMAdapter):
 
     @torch.inference_mode()
     def vision(self, frames_rgb: list[np.ndarray], as_images: bool = False):
-        """The model's own video features for one chunk (as images: its image features, one per frame).
-
-        Returns:
-            (embeds (T * h * w, hidden) merged visual tokens, step-major then row-major,
-             (T, h, w) grid in merged patches (T: grid steps, or images),
-             the vision output (Qwen3-VL reads DeepStack from it)).
+        """The model's own video features for one chunk (as images: its image features, one per frame):
+        (embeds (T * h * w, hidden), step-major then row-major; (T, h, w) grid in merged patches; the
+        vision output, which Qwen3-VL reads DeepStack from).
         """
         pixels, grid_thw = self.preprocess(frames_rgb, as_images)
         features = self.model.model.get_image_features if as_images else self.model.model.get_video_features
@@ -156,11 +131,8 @@ class QwenVLAdapter(VLMAdapter):
 
     @torch.inference_mode()
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
-        """Every frame an image of h x w merged patches, all in the one vision block SimpleStream opens.
-
-        Positions are the ones SimpleStream's model gets: its transformers (4.52.4) `get_rope_index`
-        counts one image per `<|vision_start|>`, so the first image takes its grid (temporal offset
-        0, as any image) and the tokens of the others follow as text, consecutive on every axis.
+        """Every frame an image of h x w merged patches, all in the one vision block SimpleStream opens, at
+        the positions its transformers (4.52.4) gives: the first image its grid, the others' tokens as text.
         """
         embeds, (images, rows, cols), _ = self.vision(frames_rgb, as_images=True)
         per_image = rows * cols

@@ -1,31 +1,9 @@
 """Random-weight models at the published sizes, built on the device in seconds, for performance work.
 
-Speed and memory depend on a model's shapes, not on its weights, so `random_model` makes the
-paper's models from their published configuration values with random weights: no download, no
-checkpoint on disk, nothing but the device. Weights are allocated on the `meta` device first and then
-materialised once on the target device (`to_empty`) and initialised there (`init_weights`: normal
-weights, unit norms, recomputed rotary and position buffers), so a 7B model costs one allocation
-and one device-side random fill instead of a CPU init and a host-to-device copy.
-
-Published values (checked against the hub `config.json` files, or the conversion script that wrote them):
-
-- `llava-ov-7b` (llava-hf/llava-onevision-qwen2-7b-ov-hf): Qwen2-7B-Instruct text model (hidden 3584,
-  28 layers, 28 query / 4 KV heads of 128, MLP 18944, RoPE theta 1e6, 32768 positions, untied head);
-  vocabulary 152128: Qwen2-7B's 152064 plus `<image>` and `<video>`, padded to a multiple of 64 by
-  transformers' conversion script. SigLIP-so400m tower (1152 wide, MLP 4304, 16 heads, 384 px,
-  14 px patches) with 26 layers: the conversion drops so400m's 27th layer, since LLaVA reads the
-  penultimate one. 27 x 27 patches pooled 2 x 2 (ceil) = 196 tokens per frame.
-- `llava-ov-0.5b` (llava-hf/llava-onevision-qwen2-0.5b-ov-hf): the same tower; Qwen2-0.5B-Instruct
-  (hidden 896, 24 layers, 14 query / 2 KV heads of 64, MLP 4864, tied head), vocabulary 152000.
-- `qwen2.5-vl-7b` (Qwen/Qwen2.5-VL-7B-Instruct): the 7B text model above with M-RoPE sections
-  (16, 24, 24), 128000 positions, vocabulary 152064; ViT 1280 wide, 32 layers, 16 heads, MLP 3420,
-  14 px patches merged 2 x 2, window attention (112 px) except layers 7, 15, 23, 31, 2 temporal
-  positions per second.
-- `cpu-small`: not a published model; the random LLaVA-OneVision that `bench memory` has always used
-  on CPUs (8 layers, 512 wide, 16 tokens per frame), so long `full` streams stay computable.
-
-The tokenizer is the builtin tiny one (`hermes.models.tiny.tiny_tokenizer`): its ids are all below
-the vocabulary size, and the vocabulary only sizes the embedding table and the LM head.
+Allocated on the `meta` device, materialised once on the target (`to_empty`) and initialised there,
+so a 7B model costs one allocation and one device-side fill. The configs are the hub ``config.json``
+values; `cpu-small` is `bench memory`'s CPU model. The tokenizer is the builtin tiny one, whose ids
+are all below every vocabulary size.
 """
 
 from __future__ import annotations
@@ -90,7 +68,8 @@ def _qwen2_5_vl_7b_config(num_layers: int | None, vision_layers: int | None):
 
 
 # architecture -> config(num_layers, vision_layers) (None keeps the published depth). Which model each
-# one mirrors (its family and hub id) is the registry's `random_arch:` (configs/models/*.yaml).
+# one mirrors (its family and hub id) is the registry's `random_arch:` (configs/models/*.yaml). 152128:
+# Qwen2-7B's 152064 plus `<image>` and `<video>`, padded to a multiple of 64 by the conversion script.
 ARCH_CONFIGS: dict[str, Callable] = {
     "llava-ov-7b": _llava_config(QWEN2_7B_TEXT, vocab_size=152128, max_positions=32768),
     "llava-ov-0.5b": _llava_config(QWEN2_0_5B_TEXT, vocab_size=152000, max_positions=32768),
@@ -124,14 +103,10 @@ def random_config(arch: str, *, num_layers: int | None = None, vision_layers: in
 
 
 def materialise_random(model_class, config, device: torch.device, dtype: torch.dtype, seed: int = 0):
-    """Build `model_class(config)` with random weights directly on `device`.
+    """Build `model_class(config)` with random weights directly on `device`, in eval mode.
 
-    Meta-device construction allocates nothing; `to_empty` allocates every tensor once on the
-    device; `init_weights` fills them there (transformers' own init, which also recomputes the
-    rotary `inv_freq` and the vision position-id buffers that `to_empty` leaves undefined).
-
-    Returns:
-        The model in eval mode.
+    `init_weights` is transformers' own init, which also recomputes the rotary `inv_freq` and vision
+    position-id buffers that `to_empty` leaves undefined.
     """
     import torch
 
@@ -155,7 +130,6 @@ def random_model(arch: str, device: torch.device, dtype: torch.dtype, *, num_lay
         dtype: weight dtype.
         num_layers: language-model depth override (None: the published depth); widths never change.
         vision_layers: vision-tower depth override (None: the published depth).
-        seed: seed of the random weights.
 
     Returns:
         (family, name, model, tokenizer): the adapter family, a name like "random llava-ov-7b", the model

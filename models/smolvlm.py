@@ -1,23 +1,5 @@
-"""SmolVLM2 (Idefics3 architecture: SigLIP tower, pixel-shuffle connector, SmolLM2/Llama language model, 1-D RoPE).
-
-Layout of a stream, matching the model's own video prompt (transformers `SmolVLMProcessor`, video
-chat template `User: <video>{question}`, `<video>` expanded to an intro and one image per frame):
-
-    <|im_start|>System: {system}<end_of_utterance>\\nUser: {intro}                 prefix (kept forever)
-    \\nFrame from 00:03:<fake_token_around_image><global-img>[64 tokens]<fake_token_around_image>
-                                                                                 per frame, chunk by chunk
-    \\n\\n{question}<end_of_utterance>\\nAssistant:                                 question (answer time only)
-
-The official intro names the frame count and the duration ("You are provided the following series
-of eight frames from a 0:00:16 [H:MM:SS] video."); a stream knows neither when it starts, so the
-streaming intro leaves them out (`STREAM_VIDEO_INTRO`). Frame stamps are MM:SS of the stream time.
-Stamp and delimiter tokens belong to their frame: memory policies evict them with it.
-
-Frames: resized to the vision tower's square input (the video processor's longest-edge resize
-followed by its square resize, done in one bicubic step) to 8-bit levels and normalised (mean/std
-0.5); the model's own `get_image_features` runs the tower and the pixel-shuffle connector. Every
-token takes the next 1-D position (`hermes.positions.Run`).
-"""
+"""SmolVLM2 (Idefics3: SigLIP tower, pixel-shuffle connector, SmolLM2/Llama language model, 1-D RoPE).
+Prompt layout and frame preparation: docs/ARCHITECTURE.md, Models, "Per family"."""
 
 from __future__ import annotations
 
@@ -103,7 +85,7 @@ class SmolVLMAdapter(VLMAdapter):
 
     @torch.inference_mode()
     def encode_images(self, frames_rgb: list[np.ndarray], times_s: list[float]) -> VisualChunk:
-        """Every frame one image: the global image alone, as the processor writes an image it does not
-        split into tiles (a real checkpoint's image processor would also cut a large frame into 512 px
-        tiles; the tiny and streaming geometry is one 64-token image per frame)."""
+        """Every frame one global image of 64 tokens, as the processor writes an image it does not cut into
+        tiles (a real checkpoint's processor would tile a large frame; streaming uses one image per frame).
+        """
         return self.wrap_frames(frames_rgb, [""] * len(frames_rgb))

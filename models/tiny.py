@@ -1,17 +1,6 @@
-"""Builtin tiny random models: the real architectures at toy sizes, built offline and seeded.
-
-They exercise every code path of an adapter (vision tower, projector, pooling, decoder, cache)
-in well under a second on a CPU, and say nothing about answer quality. The tokenizer is a small
-byte-level BPE trained in code on a fixed text, so nothing is ever downloaded; it knows every
-family's chat and vision special tokens as single tokens, so one tokenizer serves all tiny models.
-
-Sizes keep each family's structure: LLaVA-OneVision's 196 tokens per frame, Qwen-VL's 14 px (16 px
-for Qwen3-VL) patches merged 2x2 over two-frame grid steps with the real M-RoPE section ratios,
-SmolVLM2's 64 tokens per frame after a 4x pixel shuffle.
-
-Each builder is registered by name (`tiny-<family>`) in `configs/models/` (`builder:`, with the
-adapter's frame sizes under `adapter:`); `hermes.models.loading.load_model("tiny-qwen2-vl")` builds one.
-"""
+"""Builtin tiny random models (``tiny-<family>`` in `configs/models/`): the real architectures at toy
+sizes, built offline and seeded, running every code path of an adapter in well under a second on a CPU; one
+byte-level BPE tokenizer trained in code serves them all."""
 
 from __future__ import annotations
 
@@ -25,9 +14,8 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<vi
                   # SmolVLM2
                   "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"]
 
-# Text the tiny tokenizer learns its merges from: the chat template, pseudo-queries and the words of
-# the demo and synthetic questions, so that prompts take about as many tokens as with a real BPE
-# vocabulary (a byte-per-token vocabulary would make every prompt several times longer).
+# What the tiny tokenizer learns its merges from (prompts' words and templates), so that prompts take about
+# as many tokens as with a real BPE vocabulary rather than one per byte.
 TOKENIZER_CORPUS = """<|im_start|>system
 You are a helpful assistant.<|im_end|>
 <|im_start|>user
@@ -46,9 +34,8 @@ Assistant:
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """A small byte-level BPE tokenizer trained in code (deterministic, offline, ~500 tokens).
-
-    Any text encodes (unknown words fall back to bytes); the chat special tokens are single tokens.
+    """A small byte-level BPE tokenizer trained in code (deterministic, offline, ~500 tokens); any text
+    encodes, and the chat special tokens are single tokens.
     """
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -64,14 +51,11 @@ def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int 
     """A random LLaVA-OneVision with 196 visual tokens per frame, like the real one.
 
     SigLIP: 108 px input in 4 px patches = a 27x27 grid, pooled 2x2 to 14x14 = 196 tokens.
-    Qwen2: 4 layers, 4 query heads over 2 KV heads of 16 dims.
 
     Args:
         seed: torch seed for the random weights; the same seed gives the same model.
-        image_size: vision input side in pixels (a multiple of 4); 108 gives 196 tokens per frame,
-            28 gives 16 (for CPU benchmarks over thousands of frames).
-        hidden_size: language model width (heads of 16 dims: hidden_size // 16 query heads, half as many KV heads).
-        num_layers: language model depth.
+        image_size: vision input side in pixels (a multiple of 4); 28 gives 16 tokens per frame.
+        hidden_size: language model width (heads of 16 dims, half as many KV heads).
 
     Returns:
         (model, tokenizer), the model in fp32 eval mode on the CPU.
@@ -124,12 +108,8 @@ def _qwen_token_ids(tokenizer) -> dict:
 
 
 def tiny_qwen2_vl(seed: int = 0):
-    """A random Qwen2-VL: 14 px patches, 2x2 merge, two-frame grid steps; M-RoPE sections (2, 3, 3).
-
-    The sections keep the real (16, 24, 24) ratio over 8 frequency pairs (head dim 16).
-
-    Returns:
-        (model, tokenizer), fp32 eval mode on the CPU.
+    """A random Qwen2-VL: 14 px patches, 2x2 merge, two-frame grid steps; M-RoPE sections (2, 3, 3), the
+    real (16, 24, 24) ratio over 8 frequency pairs. Returns (model, tokenizer), fp32 eval on the CPU.
     """
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
@@ -145,11 +125,8 @@ def tiny_qwen2_vl(seed: int = 0):
 
 
 def tiny_qwen2_5_vl(seed: int = 0):
-    """A random Qwen2.5-VL: as `tiny_qwen2_vl`, plus window attention (56 px windows, the last layer full)
-    and absolute-time temporal positions at 2 per second (the real models' `tokens_per_second`).
-
-    Returns:
-        (model, tokenizer), fp32 eval mode on the CPU.
+    """A random Qwen2.5-VL: as `tiny_qwen2_vl`, plus window attention (56 px windows, the last layer
+    full) and 2 temporal positions per second. Returns (model, tokenizer), fp32 eval on the CPU.
     """
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
@@ -166,12 +143,8 @@ def tiny_qwen2_5_vl(seed: int = 0):
 
 
 def tiny_qwen3_vl(seed: int = 0):
-    """A random Qwen3-VL: 16 px patches, DeepStack from vision layer 0, interleaved M-RoPE sections (4, 2, 2).
-
-    The sections keep the real (24, 20, 20) ratio over 8 frequency pairs (head dim 16).
-
-    Returns:
-        (model, tokenizer), fp32 eval mode on the CPU.
+    """A random Qwen3-VL: 16 px patches, DeepStack from vision layer 0, interleaved M-RoPE sections
+    (4, 2, 2), the real (24, 20, 20) ratio. Returns (model, tokenizer), fp32 eval on the CPU.
     """
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -188,11 +161,8 @@ def tiny_qwen3_vl(seed: int = 0):
 
 
 def tiny_smolvlm2(seed: int = 0):
-    """A random SmolVLM2: 128 px frames in 4 px patches (32x32), pixel shuffle 4x to 64 tokens per frame
-    (the real 512 px / 16 px / 4x geometry), Llama decoder with 1-D RoPE.
-
-    Returns:
-        (model, tokenizer), fp32 eval mode on the CPU.
+    """A random SmolVLM2: 128 px frames in 4 px patches, pixel shuffle 4x to 64 tokens per frame (the
+    real 512 px / 16 px / 4x geometry), Llama decoder with 1-D RoPE. Returns (model, tokenizer).
     """
     from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration
 

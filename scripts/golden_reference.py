@@ -2,41 +2,15 @@
 
     /work/ref/venv/bin/python scripts/golden_reference.py /work/ref/HERMES --out tests/hermes/golden
 
-The checkout is the authors' code (haowei-freesky/HERMES at commit 8d699b1, carried by the fork
-gdace829/HERMES); it needs the transformers it was written for (4.57.1) and logzero, so this script
-runs in a separate environment (`pip install torch==2.13.0 transformers==4.57.1 logzero safetensors`)
-and imports nothing from hermes. No reference code is copied: the script imports the checkout's
-modules and calls their functions on a stand-in object that carries only the attributes those
-functions read (no model weights are needed).
-
-What it runs, for two geometries (1-D RoPE, LLaVA-OneVision-like; M-RoPE, Qwen2.5-VL-like), on a
-cache of a system prefix plus visual tokens at the first eviction:
-
-- `prune_kv_cache_by_attention` of `qwenvl_hermes.QwenVL_Hermes` (the paper's constants) on seeded
-  pseudo-query attention maps: the per-layer scores it ranks (captured at its `torch.topk` call)
-  and the keep indices; for 1-D also `llavaov_hermes`'s version (its own working-band constants);
-- `_shrink_positions_and_rerotate_keys` (the file of the geometry) with those keep indices, on
-  seeded keys/values: streaming (positions kept, summary token after the newest kept one) and
-  offline (positions compacted: 1-D consecutive, M-RoPE ranked per axis).
-
-Everything is stored in one safetensors file per geometry (inputs and outputs, fp32 / int64) with
-the settings in its metadata.
-
-A stream (`reference_stream_1d`, `reference_stream_mrope`): a prefix, then `CHUNKS` chunks of one
-synthetic stream, each encoded by the reference's own `encode_video_chunk` (the language model a
-stand-in that appends the chunk's seeded keys and values, so the reference's per-layer position
-bookkeeping runs as written: each layer continues after its own largest position), and whenever the
-cache holds more than the budget, `prune_kv_cache_by_attention` (Qwen file, the paper's constants) on
-seeded maps of the current length, then `_shrink_positions_and_rerotate_keys` (streaming) of the
-geometry's file: 1-D the LLaVA file's, M-RoPE the Qwen file's. Stored per chunk c: the chunk's keys
-and values (`chunk<c>.keys`, taken as rotated at the positions the reference records for them, which
-are `chunk<c>.placed` per layer), the maps, scores and keep indices of an eviction, and the cache after
-it (`.cache_keys`, `.cache_values`, `.cache_positions`, and `.ids`: per layer, in cache order, the
-stream index of each entry, a summary written at chunk c as -(c + 1)).
-Under transformers 4.57.1 the reference's per-layer position hooks set `position_ids`, which the
-decoder layers do not rotate by (they take the model's one `position_embeddings`), so on a real model
-its keys sit at layer 0's positions while it records each layer's own; the stream here takes the
-recorded positions as the truth (what the hooks are for).
+The checkout is the authors' code (haowei-freesky/HERMES at 8d699b1, via the fork gdace829/HERMES); it
+runs in its own environment (`pip install torch==2.13.0 transformers==4.57.1 logzero safetensors`),
+imports nothing from hermes and has none of its code copied: its functions run on stand-ins carrying
+only the attributes they read. One safetensors file per geometry (1-D RoPE, LLaVA-OneVision-like;
+M-RoPE, Qwen2.5-VL-like) holds a first eviction's maps, scores (captured at `torch.topk`), keep indices
+and shrinks, and a stream (docs/ARCHITECTURE.md, Memory, "Fidelity over many chunks") of `CHUNKS`
+chunks: per chunk c its keys and values (`chunk<c>.keys`, rotated at the recorded positions
+`chunk<c>.placed`), an eviction's maps, scores and keep indices, and the cache after it (`.cache_keys`,
+`.cache_values`, `.cache_positions`, `.ids`: each entry's stream index, a summary of chunk c as -(c + 1)).
 """
 
 from __future__ import annotations
@@ -167,8 +141,8 @@ def one_d() -> dict[str, torch.Tensor]:
 
 def mrope_positions(chunks: int, steps: int, height: int, width: int) -> torch.Tensor:
     """(3, PREFIX + visual) positions: the prefix as text, then `chunks` video chunks as the Qwen reference
-    places them (each chunk a block at one past the largest position so far, `get_qwen2_5_vl_position_ids`
-    with tokens_per_second 2 and 1 fps, i.e. 4 temporal positions per grid step)."""
+    places them (each a block one past the largest position so far, 4 temporal positions per step).
+    """
     import inference.qwenvl_hermes as qwen_mod
 
     vision = types.SimpleNamespace(spatial_merge_size=2, tokens_per_second=2)
@@ -215,9 +189,9 @@ def mrope() -> dict[str, torch.Tensor]:
 
 
 class StandInLM:
-    """The language model `encode_video_chunk` calls: appends the chunk's keys/values (set in `chunk`) to
-    every layer and returns the cache as (keys, values) per layer; carries the rotary module and config
-    the shrink reads."""
+    """The language model `encode_video_chunk` calls: appends the chunk's keys/values to every layer;
+    carries the rotary module and config the shrink reads.
+    """
 
     def __init__(self, rotary_emb, config) -> None:
         self.rotary_emb, self.config = rotary_emb, config
@@ -247,7 +221,7 @@ class StandInVideo:
 
 
 def stream(mrope: bool) -> dict[str, torch.Tensor]:
-    """The reference over `CHUNKS` chunks of one synthetic stream (module docstring)."""
+    """The reference over `CHUNKS` chunks of one synthetic stream."""
     import inference.llavaov_hermes as llava_mod
     import inference.qwenvl_hermes as qwen_mod
 

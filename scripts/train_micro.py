@@ -3,32 +3,11 @@
     python scripts/train_micro.py --out models/weights/micro-llava-ov.safetensors   # ~25 min, 1 thread
     python scripts/train_micro.py --out /tmp/short.safetensors --stage-steps 200,300,300  # a shortened run
 
-Each example is one question about one stream of `hermes.datasets.synthetic_bench`, laid out
-exactly as hermes feeds the model at answer time (`StreamingSession.ask`):
-
-    prefix_text()  |  visual tokens of the frames in memory  |  question_embeds(prompt)  |  answer <|im_end|>
-
-- the prompt is what hermes sends: `format_prompt(question, options)` (the CLI and demo), the bare
-  question (answered in words: "red"), or the official OVO-Bench prompt that
-  `hermes-video eval ovo-bench` sends (`registry.build_prompt`);
-- visual tokens keep the rotary positions they had when streamed (frame i of a stream at
-  `prefix + 16 * i`), and the question starts after the last frame streamed, as lazy re-indexing
-  leaves them. Memory is simulated by which frames and tokens stay: all of them (`full`, short
-  streams), the recent window plus sink tokens (`window`), evenly spaced frames (`uniform`), or a
-  scattered subset with partly kept frames (`sparse`, like per-token importance). At most 20
-  frames are ever in one example (short clips), while streams run to `--max-stream-s`;
-- the answer is about what the kept frames show (a frame counts when its kept tokens cover the
-  object), so the model learns to answer from the memory it is given;
-- loss on the answer tokens only: the option letter (or the count, or the word) and `<|im_end|>`.
-
-Training runs in stages (`STAGES`: short real-time clips first, then every kind on longer
-memories); the language model starts from wider random weights than transformers' default
-(`widen_init`) and reads and writes words with one matrix (tied embeddings).
-
-Before training, the script checks that its forward pass gives the same first-answer-token
-logits as `StreamingSession` on the real streaming path (full memory), so the layout cannot drift.
-Randomness: numpy `default_rng(seed)` for data, `torch.manual_seed(seed)` for weights; with the
-same thread count a rerun gives the same weights.
+An example is one question about one `hermes.datasets.synthetic_bench` stream, laid out as
+`StreamingSession.ask` feeds it (checked against its logits before training): prefix, the visual tokens
+a simulated memory keeps at their streamed positions, the prompt as hermes sends it, and the answer,
+which alone carries the loss. Training runs in stages from widened random weights (`widen_init`), tied
+embeddings; with the same seed and thread count a rerun gives the same weights.
 """
 
 from __future__ import annotations
@@ -77,46 +56,34 @@ class Stage:
     layouts: tuple[str, ...] = ("full", "window", "uniform", "sparse")  # what `layout_weights` weighs
 
 
-# A curriculum: each stage is cheaper per step than the next, and teaches what the next builds on.
-# 1. Real-time questions on short full-memory clips with short prompts: what a frame shows.
-# 2. Every kind, mostly full memory, clips up to 12 frames: remembering, ordering and counting.
-# 3. Every kind, memory layout and prompt style (the official OVO prompts are long, so fewer of them).
+# A curriculum, each stage cheaper per step than the next and teaching what it builds on: what a frame
+# shows; remembering, ordering and counting; every layout and prompt style (fewer long OVO prompts).
 STAGES = {
     "bootstrap": Stage(("realtime_colour",), (1.0, 0.0, 0.0, 0.0), (0.2, 0.5, 0.3), 6, 32),
     "broaden": Stage(KINDS, (0.7, 0.1, 0.1, 0.1), (0.3, 0.4, 0.3), 12, 16),
     "main": Stage(KINDS, (0.4, 0.2, 0.2, 0.2), (0.35, 0.4, 0.25), 20, 16),
 }
 MAIN = STAGES["main"]
-# The long recipe (`--recipe long`) adds a fourth stage: memories of up to 128 frames drawn as every
-# policy selects them (all frames, a recent window, evenly spaced, hermes's scattered partial frames,
-# a window plus recalled records spliced in time order), with counting and ordering drawn twice as
-# often: they need moments minutes apart, which 20-frame memories never showed the model.
+# `--recipe long`: memories of up to 128 frames as every policy selects them, counting and ordering drawn
+# twice as often: they need moments minutes apart, which 20-frame memories never showed the model.
 LONG = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "counting", "counting"),
              (0.3, 0.15, 0.1, 0.25, 0.2), (0.35, 0.4, 0.25), 128, 8,
              ("full", "window", "uniform", "sparse", "recall"))
-# The curriculum recipe (`--recipe curriculum`): LONG's draw on memories that grow 16 -> 32 -> 64 -> 128 frames,
-# so each longer stage starts from a model that already counts and orders on shorter memories (a
-# 128-frame step costs about 20 times a 16-frame one, and from scratch it learns nothing in a CPU budget).
+# `--recipe curriculum`: LONG on memories growing 16 -> 128 frames: a 128-frame step costs ~20 times a
+# 16-frame one, and from scratch it learns nothing in a CPU budget.
 CURRICULUM = {f"long{n}": Stage(LONG.kinds, LONG.layout_weights, LONG.style_weights, n, LONG.batch_size, LONG.layouts)
               for n in (16, 32, 64, 128)}
-# The focus recipe (`--recipe focus`, a pilot from the shipped weights): ordering and counting drawn three
-# times as often as each other kind, on memories of 4-64 frames (`--last-stage-frames` to change), 60 % of
-# them holding every frame; run with the auxiliary targets (`--aux-weight 0.5 --aux-layer 2`) it taught
+# `--recipe focus` (a pilot from the shipped weights): with `--aux-weight 0.5 --aux-layer 2` it taught
 # ordering that holds to 180 frames, not counting (README, "Up to which memory length the weights answer").
 FOCUS = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "ordering",
                "counting", "counting", "counting"), (0.6, 0.1, 0.1, 0.1, 0.1), (0.35, 0.4, 0.25), 64, 8,
               ("full", "window", "uniform", "sparse", "recall"))
 RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
            "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS}}
-# Auxiliary per-visual-token targets (`--aux-weight`): what a frame in memory shows, read from one
-# layer's hidden state by a linear head that is trained with the model and never saved. Counting needs
-# each appearance marked once (its onset) and ordering needs its rank among those in memory; a 4-layer
-# model given only the answer's loss does not find either on its own.
-# Two more for counting, each opt-in (`--aux-count`), neither of which taught it (benchmarks/micro-focus-pilot.md):
-# `own`, how many appearances of the frame's own colour memory has shown up to it, as `rank` is the
-# ordering question's answer at every frame; `tally`, that count for every colour at every frame (empty
-# ones too), so that the newest frame's tally answers a counting question as its colour answers a
-# real-time one. Counts are capped at COUNT_CAP.
+# Auxiliary per-visual-token targets (`--aux-weight`), read from one layer's hidden state by a linear head
+# trained with the model and never saved: a 4-layer model given only the answer's loss finds neither the
+# onsets counting needs nor the ranks ordering needs. `own` and `tally` (`--aux-count`) are the counting
+# answer at every frame; neither taught it (benchmarks/micro-focus-pilot.md).
 COUNT_CAP = 5  # "5 or more": counting questions ask about 1-4
 AUX_CLASSES = {"colour": 1 + len(sb.COLOURS), "shape": 1 + len(sb.SHAPES), "onset": 2, "rank": 5,
                "own": 1 + COUNT_CAP, **{f"tally_{c}": 1 + COUNT_CAP for c in sb.COLOURS}}
@@ -141,16 +108,13 @@ class Example:
 
 
 def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: list[int]) -> np.ndarray:
-    """Per frame in memory: its object's colour and shape, whether it is the object's first frame in
-    memory (its onset), the object's rank (1-4, capped) among the objects memory shows, how many
-    objects of its colour memory has shown up to it, itself included (`own`), and for every colour
-    how many objects of it memory has shown up to this frame (the tally; every frame has one, empty
-    frames too); counts capped at COUNT_CAP.
-
-    Frames that do not show their object (too few of its pixels kept) count as empty, as the answers do.
+    """Per frame in memory, the auxiliary targets (`AUX_CLASSES`): its object's colour and shape, whether
+    it is the object's first frame in memory (onset), the object's rank (1-4) among those memory shows,
+    `own` (objects of its colour shown so far, itself included) and per colour the tally so far; counts
+    capped at COUNT_CAP. A frame whose object is not covered by kept tokens counts as empty.
 
     Returns:
-        (K, 11) int64, columns as `AUX_CLASSES`.
+        (K, 11) int64.
     """
     shown = set(label_frames)
     labels = np.zeros((len(frame_index), len(AUX_CLASSES)), np.int64)
@@ -170,12 +134,9 @@ def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: l
 
 
 def widen_init(model, std: float) -> None:
-    """Re-draw the language model's matrices (embeddings, projections) from N(0, std).
-
-    transformers initialises them at std 0.02: in 16-dim heads of a 64-wide model that leaves attention
-    logits near zero, and learning which tokens to attend to (the newest frame, the option named)
-    starts far slower than a CPU budget allows; at std 0.2 it starts within a few hundred steps.
-    Seeded by the caller's torch seed.
+    """Re-draw the language model's matrices from N(0, std), seeded by the caller's torch seed: at
+    transformers' 0.02, 16-dim heads of a 64-wide model have near-zero attention logits and learn
+    which tokens to attend to far slower than a CPU budget allows (at 0.2 within a few hundred steps).
     """
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -184,10 +145,8 @@ def widen_init(model, std: float) -> None:
 
 
 def choose_memory(rng: np.random.Generator, layout: str, streamed: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Frames (indices) and per-frame token masks that a memory of `k` frames' worth holds.
-
-    Returns:
-        (frame indices (n,), keep (n, 16) bool), frames ascending; the newest frame always whole.
+    """(frame indices (n,) ascending, keep (n, 16) bool token masks) that a memory of `k` frames' worth
+    holds under `layout`; the newest frame is always whole.
     """
     per = GRID * GRID
     if layout == "full":
@@ -235,13 +194,9 @@ def jpeg_like(frame: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def prompt_text(q: sb.SynthQuestion, style: str) -> tuple[str, str]:
-    """(prompt, answer) as hermes sends and scores `q`, in one of three styles.
-
-    - "ovo": the official OVO-Bench prompt that `hermes-video eval ovo-bench` sends; answer the letter
-      (the count for counting);
-    - "session": `format_prompt(question, options)`, what the CLI and demo send; answer the letter
-      (the count for counting, which has no options);
-    - "open": the bare question (`format_prompt` without options); answer the option's text ("red").
+    """(prompt, answer) as hermes sends and scores `q`: "ovo" (OVO-Bench's official prompt; the letter,
+    or the count), "session" (`format_prompt` with options; the letter, or the count) or "open" (the
+    bare question; the option's text, "red").
     """
     if style == "open" or (q.kind == "counting" and style == "session"):
         return q.question, q.answer
@@ -296,17 +251,15 @@ class Batcher:
         self.per_frame = adapter.tokens_per_frame
 
     def forward(self, examples: list[Example], aux_layer: int | None = None) -> tuple[torch.Tensor, ...]:
-        """Logits at every answer position and their targets (and, with `aux_layer`, the visual tokens' states).
+        """Logits at every answer position and their targets (with `aux_layer`, the visual tokens' states).
 
         Args:
-            examples: one padded batch.
-            aux_layer: also return the hidden state after this many decoder layers at every kept
-                visual token, with its frame's `Example.labels` row.
+            aux_layer: also return the hidden state after this many decoder layers at every kept visual
+                token, with its frame's `Example.labels` row.
 
         Returns:
-            (logits (n, V), targets (n,)): for each example, one row per answer token (the option
-            letter or count, then <|im_end|>); row 0 of each example is the first answer token.
-            With `aux_layer`: also (states (m, hidden), labels (m, 4)) over the m kept visual tokens.
+            (logits (n, V), targets (n,)), one row per answer token, row 0 of each example its first; with
+            `aux_layer` also (states (m, hidden), labels (m, 4)) over the m kept visual tokens.
         """
         model, tok = self.adapter.model, self.adapter.tokenizer
         embed = self.adapter.language_model.get_input_embeddings()
@@ -350,10 +303,8 @@ class Batcher:
 
 
 def check_against_session(batcher: Batcher, rng: np.random.Generator) -> float:
-    """Largest first-token logit difference between this forward and `StreamingSession` (full memory).
-
-    Raises:
-        AssertionError: they differ by more than float noise: the training layout drifted from hermes's.
+    """Largest first-token logit difference between this forward and `StreamingSession` (full memory);
+    AssertionError beyond float noise (the training layout drifted from hermes's).
     """
     worst = 0.0
     for _ in range(3):
@@ -370,9 +321,8 @@ def check_against_session(batcher: Batcher, rng: np.random.Generator) -> float:
 
 def first_answer_hits(tokenizer, batch: list[Example], logits: torch.Tensor, targets: torch.Tensor,
                       letters_only: bool = False) -> list[bool]:
-    """Per example: is its first answer token the argmax? (`letters_only`: option-letter answers only.)
-
-    `logits`/`targets` are `Batcher.forward`'s: each example's answer tokens, then <|im_end|>.
+    """Per example: is its first answer token the argmax of `Batcher.forward`'s logits? (`letters_only`:
+    option-letter answers only.)
     """
     rows = np.cumsum([0] + [len(tokenizer.encode(ex.answer, add_special_tokens=False)) + 1 for ex in batch])[:-1]
     return [bool(logits[r].argmax() == targets[r]) for ex, r in zip(batch, rows)
@@ -401,10 +351,8 @@ def first_token_accuracy(batcher: Batcher, examples: list[Example], batch_size: 
 
 
 def parse_bins(text: str) -> list[tuple[int, int]]:
-    """``"8-20,21-40"`` -> [(8, 20), (21, 40)]: memory lengths in frames, both ends included.
-
-    Raises:
-        ValueError: a bin that is not ``lo-hi`` with 4 <= lo <= hi.
+    """``"8-20,21-40"`` -> [(8, 20), (21, 40)]: memory lengths in frames, both ends included; ValueError
+    for a bin that is not ``lo-hi`` with 4 <= lo <= hi.
     """
     bins = []
     for part in text.split(","):
@@ -417,12 +365,9 @@ def parse_bins(text: str) -> list[tuple[int, int]]:
 
 def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[int, int]], per_bin: int,
                   max_stream_s: int) -> None:
-    """Print a markdown table: first-answer-token accuracy per question kind with every frame of the
-    stream in memory (`full`), by the memory's length in frames, each cell with its 95 % bootstrap
-    interval over examples; each row as soon as it is done (a row of long memories takes minutes).
-
-    Why: it shows up to which memory length each kind of answer holds (what the weights have learned to
-    read at that length), apart from which frames a policy keeps.
+    """Print a markdown table of first-answer-token accuracy per question kind with full memory, by memory
+    length in frames (95 % bootstrap intervals), a row as soon as it is done: up to which length each
+    kind of answer holds, apart from which frames a policy keeps.
     """
     import micro_suite  # this folder's: its bootstrap is the testbed's interval
 

@@ -1,12 +1,5 @@
-"""The queue between a record store's callers and its writer thread: bounded, taken a batch at a time.
-
-Why not `queue.Queue`: its consumer takes items one at a time and wakes a blocked producer for each,
-so a caller that runs ahead of the writer (as a stream's does when records are small) hands the
-GIL back and forth with it once per record: a thread wake-up and a GIL switch on each side, which
-cost more than encoding the record. Here the writer takes everything queued at once (one lock,
-one wake-up), and a caller blocked on a full queue runs again only when the writer has taken it,
-then fills it without waiting.
-"""
+"""The queue between a record store's callers and its writer: bounded, taken a batch at a time, since
+`queue.Queue`'s one-item wake-ups swap the GIL per record, which costs more than encoding it."""
 
 from __future__ import annotations
 

@@ -1,22 +1,5 @@
-"""Named, atomic checkpoints of tensors plus JSON metadata inside a memory directory.
-
-Resuming a session needs more than the records: the level-1 cache, the running scores, the stream
-position. The caller saves those as a dict of tensors plus a JSON-able dict under a name; a crash at
-any moment leaves either the previous checkpoint of that name or the new one, whole, never a mix.
-
-Layout, under ``checkpoints/``::
-
-    <name>.json                              the commit point: format, tensor file, sha256, meta
-    <name>.<first 16 hex of sha256>.safetensors   the tensors (safetensors, never pickle)
-
-Saving writes the tensor file under a content-derived name (temp, fsync, rename), then replaces
-``<name>.json`` atomically, then deletes the previous tensor file. Before the JSON is replaced the
-old checkpoint is intact (its tensor file has another name); after, the new one is. Tensor files
-no JSON names (a crash between the two steps) are deleted by `clean`. Loading checks the SHA-256
-before the bytes are parsed, and a second SHA-256 over the metadata (canonical JSON), so an edited
-epoch or position is refused like a flipped tensor byte; the way out of either is
-``hermes-video memory repair DIR``, which moves the damaged checkpoint into quarantine.
-"""
+"""Named, atomic checkpoints of tensors plus JSON metadata inside a memory directory: a crash leaves the
+previous checkpoint of a name or the new one, whole (docs/ARCHITECTURE.md, Memory, "Checkpoints")."""
 
 from __future__ import annotations
 
@@ -50,10 +33,9 @@ def check_name(name: str) -> None:
 
 
 def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    """Save tensors and metadata under `name`, replacing any previous checkpoint of that name atomically.
+    """Save tensors and metadata under `name`, atomically replacing any previous checkpoint of that name.
 
     Args:
-        directory: The memory directory.
         name: Letters, digits, '_' and '-'.
         tensors: Tensors by name (any device; copied to the host).
         meta: JSON-able metadata.
@@ -86,11 +68,8 @@ def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor]
 
 
 def snapshot(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Host copies of `tensors` and a deep copy of `meta` that later changes to the originals never reach.
-
-    The cheap half of a save, for the caller's thread: one copy per tensor (the device-to-host copy
-    itself for a device tensor); `save_checkpoint` of the result (serialise, sha256, fsync) can then run
-    on another thread while the caller goes on changing its state.
+    """Host copies of `tensors` and a deep copy of `meta` that later changes to the originals never reach:
+    the cheap half of a save, for the caller's thread, so `save_checkpoint` can run on another.
 
     Raises:
         ValueError: Metadata that is not JSON-able (before anything is queued).
@@ -105,10 +84,7 @@ def meta_digest(name: str, file: str, digest: str, meta: dict[str, Any]) -> str:
 
 
 def load_checkpoint(directory: Path, name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Load a checkpoint after checking its checksum.
-
-    Returns:
-        ``(tensors on the host, meta)``.
+    """``(tensors on the host, meta)`` of a checkpoint, after checking its checksum.
 
     Raises:
         KeyError: No checkpoint of that name.

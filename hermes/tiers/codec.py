@@ -1,31 +1,5 @@
-"""A record's bytes on disk: one complete safetensors file per record, written without copies.
-
-Tensors of a record (L layers, layer l holding n_l tokens, N = sum n_l):
-
-==================  ===================  =====================================================
-name                shape                holds
-==================  ===================  =====================================================
-``keys``            (sum_l H*n_l*D,)     layer l's (H, n_l, D) keys, flattened, layers in order
-``values``          (sum_l H*n_l*Dv,)    the same for values
-``key_scale``       (L, H, 1, D) f32     int8 scales (int8 records only)
-``value_scale``     (L, H, 1, Dv) f32    int8 scales (int8 records only)
-``offsets``         (L + 1,) int64       layer l is tokens ``offsets[l]:offsets[l+1]`` of N
-``positions``       (A, N) int64         rotary positions per token
-``token_ids``       (N,) int64           and likewise ``frame_index``, ``counts`` (int64),
-``scores``          (N,) f32             ``embedding`` (E,) f32
-==================  ===================  =====================================================
-
-The data section holds them in `hermes.tiers.records.FILE_ORDER`: the 8-byte tensors, then the 4-byte
-ones, then keys and values, so that each starts aligned for its dtype (readers go by the header's
-offsets, so any order reads back). Keys and values are flat so that each layer's block is written
-straight from the tensor's own memory: `encode_record` returns the file as a list of buffers
-(header, then the tensors' bytes) for ``os.pwritev`` and an incremental checksum, never joining
-them into one copy; a record `pack` made has all its tensors in one buffer in this order already,
-so its file is two buffers. The header's
-``__metadata__`` holds the scalar fields as JSON under ``"hermes.record"`` (id, times, frames,
-value, kind, source dtype, L, H, D, Dv). Reading goes through ``safetensors.torch.load``, which
-validates the header and the offsets; per-layer tensors come back as views of the packed ones.
-"""
+"""A record's bytes: one complete safetensors file per record, encoded as buffers without copies
+(docs/ARCHITECTURE.md, Memory, "Record files"); ``safetensors.torch.load`` validates what it reads."""
 
 from __future__ import annotations
 
@@ -53,9 +27,9 @@ def _entry(name: str, dtype: torch.dtype, shape: tuple[int, ...], start: int, en
 
 @lru_cache(maxsize=256)
 def _tensor_entries(layout: tuple[tuple[str, torch.dtype, tuple[int, ...], int], ...]) -> tuple[str, int]:
-    """The header's tensor entries for a layout of ``(name, dtype, shape, nbytes)`` in file order, and
-    the bytes they cover. Cached: records of one stream share a handful of layouts, and formatting
-    eleven entries per record cost as much as writing its bytes."""
+    """The header's tensor entries for ``(name, dtype, shape, nbytes)`` in file order, and the bytes they
+    cover. Cached: formatting eleven entries per record cost as much as writing its bytes.
+    """
     entries, offset = [], 0
     for name, dtype, shape, size in layout:
         entries.append(_entry(name, dtype, shape, offset, offset + size))
@@ -70,8 +44,9 @@ def _offsets(ends: tuple[int, ...]) -> torch.Tensor:
 
 
 def _meta_json(record: Record, num_layers: int, heads: int, head_dim: int, value_dim: int) -> str:
-    """The record's scalar fields as ``json.dumps`` of their dict writes them (default separators; a
-    test holds the two equal), formatted directly: the encoder's setup cost more than the text."""
+    """The record's scalar fields as ``json.dumps`` writes their dict (a test holds the two equal),
+    formatted directly: the encoder's setup cost more than the text.
+    """
     j = json_scalar
     extra = json.dumps(record.extra) if record.extra else "{}"
     seen = record.frames_seen
@@ -140,10 +115,7 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
         ``(buffers, total length in bytes)``; the buffers view the record's own host tensors (or
         small new ones), so the record must stay alive and unmodified until they are written.
     """
-    # why so terse: a summarised record is ~23 KB, and per-tensor Python work here once cost several
-    # times the write of its bytes: a packed record's tensors are already one buffer in file order
-    # (`pack`), the tensor entries come from a cache per layout (`_tensor_entries`) and only the
-    # metadata is formatted per record
+    # terse because per-tensor Python work here once cost several times the write of a ~23 KB record
     whole = packed_file(record)
     if whole is not None:
         layout, buffers = whole.layout, [memoryview(whole.data.numpy())]
@@ -235,15 +207,12 @@ def safe_metadata(data: bytes) -> dict[str, str]:
 
 
 def scan_segment(data: bytes, known: dict[int, int] | None = None) -> tuple[list[tuple[int, int, object]], int]:
-    """The records a segment's bytes hold, from its start, and where the readable part ends.
+    """The records a segment's bytes hold from its start, ``([(offset, length, record or None)], end)``,
+    `end` the byte after the last record read.
 
     Args:
-        data: The segment file.
-        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are
-            stepped over (reported as a record None) instead of ending the scan.
-
-    Returns:
-        ``([(offset, length, record or None)], end)``: `end` is the byte after the last record read.
+        known: ``{offset: length}`` the old manifest names: bytes there that do not parse are stepped
+            over (as a record None) instead of ending the scan.
     """
     found, pos = [], 0
     known = known or {}

@@ -1,11 +1,5 @@
-"""``hermes-video memory inspect | verify | repair DIR``: the bodies of the three subcommands.
-
-`hermes.cli` only parses the arguments and calls these. Each returns the exit code: inspect 0;
-verify 0 when every checksum holds, no eviction is stored twice and every source of truth agrees on
-the records, else 1 (``--json``: the same checks as one JSON object); repair
-0 when the directory verifies afterwards, else 1. Errors (not a memory directory, in use, cannot be
-written) raise a `hermes.errors.HermesError` the CLI prints on one line.
-"""
+"""``hermes-video memory inspect | verify | repair DIR``: each returns the exit code (verify and repair 0
+when the directory verifies, else 1); errors are a `hermes.errors.HermesError` printed on one line."""
 
 from __future__ import annotations
 
@@ -22,11 +16,8 @@ from hermes.tiers.s3 import S3Location, parse_location
 
 
 def open_readonly(directory: str) -> MemoryDirectory:
-    """A memory directory opened read-only (no lock, no repairs), or a one-line error.
-
-    An ``s3://bucket/prefix`` stream is reached through the AWS environment variables
-    (``AWS_ENDPOINT_URL``, ``AWS_REGION``, credentials); its segment objects are read into a
-    temporary cache, removed on close.
+    """A memory directory opened read-only (no lock, no repairs), or a one-line error; an ``s3://`` stream
+    is reached through the AWS environment variables and read through a temporary cache.
     """
     location = parse_location(directory)
     if isinstance(location, S3Location):
@@ -62,12 +53,12 @@ def inspect_command(directory: str, records: int | None, as_json: bool) -> int:
 
 
 def verify_command(directory: str, as_json: bool = False) -> int:
-    """Check every checksum and every source of truth against the others; 0 only when all hold.
+    """Check every checksum and every source of truth against the others.
 
     Args:
         directory: A memory directory or ``s3://bucket/prefix``.
         as_json: Print `MemoryDirectory.verify_report` as one JSON object, with ``directory`` and
-            ``repair`` (the command that fixes what was found, or null) added; its keys are stable.
+            ``repair`` (the fixing command, or null) added; its keys are stable.
 
     Returns:
         0 when every check holds, 1 when anything is damaged, duplicated or disagrees.

@@ -1,40 +1,5 @@
-"""A persistent memory directory: levels 2 and 3 and the index behind one object.
-
-`MemoryDirectory` is what a session holds below level 1 (docs/ARCHITECTURE.md, Memory):
-
-- `add(record)` puts an evicted chunk's record in DRAM (`DramStore`, compressed, bounded), once: an
-  eviction already held under another id (`records.identity`) is not stored again. Records
-  DRAM has no room for leave least-valuable first: they are summarised (`summarise_fn`) and
-  compressed on the disk writer's thread and appended to disk (`DiskStore`, bounded, crash-safe);
-  their embeddings go into the FAISS index (`RecordIndex`) at once, so search never misses them.
-- `search(vector, k)` ranks DRAM records (exact, in torch) and disk records (FAISS) by cosine
-  similarity and merges the two lists.
-- `fetch(ids)` returns dequantised records on the requested device: from DRAM, else from the
-  prefetch cache (`Prefetcher`, filled in the background by `prefetch(ids)`), else from disk.
-- `save_checkpoint` / `load_checkpoint` keep whatever else a session needs to resume (level 1,
-  running scores) atomically beside the records (`hermes.tiers.checkpoint`).
-- `inspect()` and `verify()` back ``hermes-video memory inspect|verify DIR``.
-
-Bounds: DRAM holds at most `dram_bytes` of records. Segments, manifest and the saved index share
-`disk_bytes`: the index is counted as 4 E + 8 bytes per record (its rows and ids); outside the
-budget are checkpoints, ``fingerprint.json``, ``index.json`` and, while the index is being saved,
-its temp file.
-
-Durability (docs/ARCHITECTURE.md, Memory). Level 2 is durable through a write-ahead log: every record
-that enters DRAM is also appended, as stored (compressed, not summarised), to ``dram/``, a second `DiskStore` of the
-same crash-safe format, by that store's writer thread (ingest only queues it). A record leaves the
-log only after its level-3 copy is committed (``on_commit``), so at every moment each record is
-durable in one place or the other, or is still in the queue of the chunk in flight; `barrier` waits
-for that queue (the session calls it before evicting the next chunk, by when the write has long
-finished). On open, the log's records are loaded back into DRAM (a record found in both places, a
-crash between the two commits, stays on disk and leaves the log). `drain` moves DRAM to disk whole
-(for `close`, before the final checkpoint). `save_checkpoint` takes a snapshot on the caller's thread
-and saves it on the disk writer's, after every record queued before it is committed and the log has
-caught up, recording in the checkpoint how far each store reached then, so a checkpoint never claims
-records that are not durable, and a manifest that later ends before that point is recognised as
-damage. The index is saved with each checkpoint (on the writer), on `flush` and on `close`; after a
-crash it is repaired from the manifest on open.
-"""
+"""A persistent memory directory: levels 2 and 3, the index and checkpoints behind one object
+(docs/ARCHITECTURE.md, Memory: "Persistence and durability", "Exactly once")."""
 
 from __future__ import annotations
 
@@ -67,9 +32,9 @@ from hermes.tiers.records import Record, compress, default_embedding, identity
 
 
 def checkpoint_claims(path: Path) -> dict[str, Any]:
-    """How far the checkpoints saw each store's manifest reach (the furthest over all checkpoints):
-    ``{"disk_next_id", "dram_next_id"}`` ids, and ``{"disk_tail", "dram_tail"}`` ``(segment, extent)``
-    of the newest segment's committed records (`DiskStore.committed_tail`)."""
+    """The furthest reach of each store's manifest over all checkpoints: ``disk_next_id``, ``dram_next_id``
+    and ``disk_tail``, ``dram_tail`` (``(segment, extent)``, `DiskStore.committed_tail`).
+    """
     out: dict[str, Any] = {}
     for info_path in sorted((path / checkpoint.CHECKPOINTS).glob("*.json")):
         claims = ((checkpoint.read_info(info_path) or {}).get("meta") or {}).get("store")
@@ -86,7 +51,6 @@ def checkpoint_claims(path: Path) -> dict[str, Any]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this machine (a pid file's holder)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -111,27 +75,22 @@ class MemoryDirectory:
     """DRAM + disk + FAISS index + checkpoints in one directory. Thread-safe for one writer.
 
     Args:
-        path: The directory (created if missing), or ``s3://bucket/prefix``: level 3, level 2's log and
-            the checkpoints then live in that object store (`hermes.tiers.remote_level`), and ``self.path``
-            is this machine's local folder for the cache, the index and checkpoint copies.
-        fingerprint: Model/config fingerprint (`hermes.tiers.fingerprint.make_fingerprint`); a
-            directory made with another is refused. None only with ``readonly=True``.
+        path: The directory (created if missing), or ``s3://bucket/prefix`` (`hermes.tiers.remote_level`);
+            ``self.path`` is then the local folder for the cache, the index and checkpoint copies.
+        fingerprint: `hermes.tiers.fingerprint.make_fingerprint`; another's directory is refused. None
+            only with ``readonly=True``.
         dram_bytes: DRAM budget for stored records.
         disk_bytes: Disk budget for records, manifest and index.
-        dram_dtype: DRAM storage form ("int8" or "fp16").
-        disk_dtype: Disk storage form ("int8" or "fp16").
-        summarise_fn: Applied to each record leaving DRAM before it is written (e.g.
-            ``functools.partial(summarise, anchors_per_layer=4, spec=spec)``); None keeps it whole.
+        dram_dtype, disk_dtype: Storage form on each level ("int8" or "fp16").
+        summarise_fn: Applied to each record leaving DRAM before it is written; None keeps it whole.
         pin_memory: Page-lock DRAM copies when CUDA is available.
         segment_bytes: Disk segment size (default: see `DiskStore`).
         prefetch_bytes: Prefetch cache budget.
-        fetch_readers: Threads that read one `fetch`'s disk records at once (their preads overlap: a
-            record not in the page cache costs ~0.8 ms of waiting here, four in a row 3 ms); 1 reads
-            them one after another on the caller's thread.
+        fetch_readers: Threads that read one `fetch`'s disk records at once (their preads overlap); 1
+            reads them in turn on the caller's thread.
         readonly: Inspect, verify or follow only: no writes, no repairs, no lock (no lease).
         durable_dram: Keep level 2's write-ahead log (off only for a throw-away directory).
-        remote: For an ``s3://`` path: how to reach the store, where the local cache lives, its bound
-            and the lease's length (`RemoteOptions`); None takes the defaults.
+        remote: For an ``s3://`` path, `RemoteOptions`; None takes the defaults.
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use.
@@ -193,7 +152,6 @@ class MemoryDirectory:
         self._checkpoint_job: _WriterJob | None = None  # the checkpoint save in flight on the disk writer
         self.fetched = {"dram": 0, "prefetch": 0, "disk": 0}
         self._meaning_checked: set[int] = set()  # records checked once, on open or by a recall (`hermes.tiers.meaning`)
-        # a follower of a remote stream recalls the writer's level 2 from its log (a local reader need not)
         self._follows_log = self.remote is not None and readonly and self.wal is not None
         if self._follows_log:
             self._follow(self.wal.ids(), [])  # a follower recalls the writer's level 2 from its log
@@ -241,11 +199,9 @@ class MemoryDirectory:
                 self._quarantine(rid, problem)
 
     def _quarantine(self, rid: int, reason: str) -> None:
-        """Never serve a record that failed its meaning check (`hermes.tiers.meaning`) again.
-
-        It is left out of the index and noted in `skipped`; in a writable local directory its bytes are
-        copied to ``quarantine/`` and it is removed from its store's manifest (an object store's objects
-        are immutable: there it is only left out, and `memory verify` names it).
+        """Never serve a record that failed its meaning check again: leave it out of the index, note it in
+        `skipped` and, in a writable local directory, move its bytes to ``quarantine/`` (an object store's
+        objects are immutable: there it is only left out).
         """
         warnings.warn(f"{reason}; quarantined, never served", stacklevel=3)
         self.skipped.append(reason)
@@ -283,14 +239,13 @@ class MemoryDirectory:
         return compress(out, self.disk_dtype)
 
     def _spill(self, record: Record) -> None:
-        """DRAM evicted `record`: queue it for disk and index its embedding (caller's thread)."""
+        """Caller's thread: DRAM evicted `record`; queue it for disk and index it."""
         self.disk.add(record)
         self.index.add([record.record_id], record.embedding.reshape(1, -1))
         self._account_index()
 
     def _on_disk_commit(self, ids: list[int]) -> None:
-        """Level 3's commit thread (the disk's syncer, S3's writer): records are durable; their copies
-        may leave the level-2 log."""
+        """Level 3's commit thread: these records are durable, so their copies leave the level-2 log."""
         if self.wal is not None:
             self.wal.remove(ids)
 
@@ -314,11 +269,10 @@ class MemoryDirectory:
         return self.disk.reserve_id()
 
     def add(self, record: Record) -> int:
-        """Keep a record: in DRAM, moving the least valuable records to disk if DRAM is full.
+        """Keep a record in DRAM, moving the least valuable records to disk if DRAM is full.
 
-        Exactly once: a record of an eviction this directory already holds (the same `identity`, under
-        any id, in DRAM, its log or level 3: a commit replayed after a crash and a resume) is not stored
-        again, on any level; the copy already held is the one kept.
+        Exactly once: a record of an eviction already held (same `identity`, any id, any level) is not
+        stored again.
 
         Args:
             record: Any form, K/V on any device; gets `default_embedding` if it has none. Not modified.
@@ -354,8 +308,8 @@ class MemoryDirectory:
         return record.record_id
 
     def _held_copy(self, record: Record) -> int | None:
-        """The id of a held record (DRAM, its log, level 3, committed or queued) that is the same
-        eviction as `record`, or None. Only records over the same frame span are read to compare."""
+        """The id of a held record (any level, committed or queued) of the same eviction as `record`, or None.
+        """
         key = identity(record)
         if key is None:
             return None
@@ -399,10 +353,8 @@ class MemoryDirectory:
         return None
 
     def duplicates(self) -> list[list[int]]:
-        """Groups of held ids that are the same eviction (`identity`) stored more than once, each sorted:
-        the first is the copy kept, the rest are copies `memory repair` moves to quarantine.
-
-        A record in both level 3 and the log under one id (a crash between the two commits) is one record.
+        """Groups of held ids stored for one eviction (`identity`), sorted: the first is kept, the rest are
+        what `memory repair` quarantines. One id in both level 3 and the log is one record.
         """
         spans: dict[tuple[int, int], set[int]] = {}
         for store in (self.disk, self.wal):
@@ -478,8 +430,8 @@ class MemoryDirectory:
     # ---- recall ----------------------------------------------------------------------------------
 
     def refresh(self) -> int:
-        """Read-only: take in the records the writer committed since the last look (an object store's
-        new manifest objects; a local directory has one process and nothing to follow). Returns how many."""
+        """Read-only remote: take in the records the writer committed since the last look; returns how many.
+        """
         if not self.readonly or self.remote is None:
             return 0
         added, removed = self.disk.refresh()
@@ -489,7 +441,6 @@ class MemoryDirectory:
         return self._follow(added, removed)
 
     def _follow(self, added: list[int], removed: list[int]) -> int:
-        """Read-only remote: bring the index in line with records that appeared in or left the stores."""
         gone = [rid for rid in removed if not self._holds(rid)]
         if gone:
             self._on_drop(gone)
@@ -505,16 +456,13 @@ class MemoryDirectory:
         return rid in self.disk or (self._follows_log and rid in self.wal)
 
     def _store_of(self, rid: int) -> DiskStore | RemoteStore:
-        """Where a record is read from: level 3, else (a read-only follower) level 2's log."""
         return self.disk if rid in self.disk or not self._follows_log else self.wal
 
     def _load(self, rid: int) -> Record:
         return self._store_of(rid).load(rid)
 
     def search(self, vector: torch.Tensor, k: int) -> list[tuple[int, float]]:
-        """The `k` records (DRAM or disk) whose embeddings are most similar (cosine) to `vector`.
-
-        A read-only directory first takes in what its writer committed since (`refresh`).
+        """The `k` records (DRAM or disk, after a read-only `refresh`) most similar (cosine) to `vector`.
 
         Returns:
             ``[(record_id, similarity)]``, best first.
@@ -535,13 +483,10 @@ class MemoryDirectory:
 
     def fetch(self, ids: Sequence[int], device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
               non_blocking: bool = True) -> list[Record]:
-        """Dequantised records, in the order asked, K/V on `device`.
+        """Dequantised records, in the order asked, K/V on `device`: from DRAM, the prefetch cache or disk.
 
-        Looks in DRAM, then the prefetch cache (waiting for a load in flight), then reads the disk.
-
-        A disk record that fails its checksum is left out, with a warning (and noted in `skipped`); one
-        that fails its meaning check (`hermes.tiers.meaning`, the first time this object serves it from
-        disk or the prefetch cache) is left out and quarantined.
+        A disk record that fails its checksum is left out with a warning (noted in `skipped`); one that fails
+        its meaning check (`hermes.tiers.meaning`, once per process) is left out and quarantined.
 
         Raises:
             KeyError: An id this directory does not hold.
@@ -592,22 +537,17 @@ class MemoryDirectory:
 
     def save_checkpoint(self, name: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
                         wait: bool = True) -> None:
-        """Save tensors + metadata atomically under `name` (`hermes.tiers.checkpoint`), and the index,
-        on the disk writer's thread from a snapshot taken here.
+        """Save tensors + metadata atomically under `name`, and the index, on the disk writer's thread.
 
-        This thread only copies the tensors (`checkpoint.snapshot`); the writer, once every record
-        queued before is committed and the level-2 log has caught up, saves the index, then
-        serialises, checksums and fsyncs the checkpoint. The checkpoint records how far each store's
-        manifest reached then (``meta["store"]``): everything it claims is durable before it exists,
-        and a manifest later cut short of it is damage. At most one save is in flight: a second
-        waits for the first. A crash before the save lands leaves the previous checkpoint, whole.
+        This thread only snapshots the tensors; the writer saves once every record queued before is
+        committed and records each store's reach in ``meta["store"]`` (docs/ARCHITECTURE.md, Memory). A
+        second save waits for the first; a crash before it lands leaves the previous checkpoint whole.
 
         Args:
             name: Letters, digits, '_' and '-'.
             tensors: Tensors by name (any device); later changes to them do not reach the checkpoint.
             meta: JSON-able metadata.
-            wait: Return only once the checkpoint is durable (False: `wait_checkpoint`, `barrier`
-                and `flush` wait for it, or report its failure).
+            wait: Return only once durable (False: `wait_checkpoint`, `barrier` and `flush` wait for it).
 
         Raises:
             MemoryDirError, StorageError: Read-only directory, or this or the previous save failed.
@@ -666,12 +606,9 @@ class MemoryDirectory:
         return tensors, meta
 
     def evictions_since_checkpoints(self) -> list[int]:
-        """The `Record.frames_seen` of every eviction's record perhaps stored after the checkpoints were saved.
-
-        Those are the records at or past the larger manifest reach the checkpoints recorded (ids are
-        reserved in order, so every later record lies there, with perhaps a few reserved before a save
-        and committed after it). Read from DRAM or from disk; a damaged record is left out (`verify`
-        reports it).
+        """The `Record.frames_seen` of every eviction's record perhaps stored after the checkpoints were
+        saved: ids at or past the checkpoints' furthest manifest reach (ids are reserved in order). Damaged
+        records are left out.
         """
         claims = checkpoint_claims(self.path)
         first = max(claims.get("disk_next_id", 0), claims.get("dram_next_id", 0))
@@ -697,18 +634,16 @@ class MemoryDirectory:
                 "fetched": dict(self.fetched), "prefetch": self.prefetcher.stats()}
 
     def inspect(self, max_records: int | None = None) -> dict[str, Any]:
-        """What the directory holds, as a resume will see it: records (time spans, sizes), segments, index
-        state, checkpoints, and after a stop without a close (a crash) the level-2 log a resume replays.
+        """What the directory holds, as a resume will see it.
 
         Args:
             max_records: List at most this many records (the newest); None lists all.
 
         Returns:
-            A JSON-able dict. ``records`` lists level 3's and the log's records (each with its
-            ``level``); ``dram`` counts what level 2 holds, or for a directory nobody has open, what a
-            resume loads back from the log; ``resume`` says whether a resume is pending (a session
-            checkpoint and a log to replay or a stop without a close), from which checkpoint, and
-            what it replays.
+            A JSON-able dict: ``records`` (level 3's and the log's, each with its ``level``), ``dram``
+            (level 2, or for a directory nobody has open what a resume loads from the log), ``resume``
+            (whether a resume is pending, from which checkpoint, what it replays), segments, index,
+            checkpoints, problems and notes.
         """
         entries = self.disk.entries()
         on_disk = {e.record_id for e in entries}
@@ -744,9 +679,8 @@ class MemoryDirectory:
     def _resume_state(self, replayed: int) -> dict[str, Any]:
         """``{"pending", "stopped", "checkpoint", "frames", "replays_dram_log"}`` for `inspect`.
 
-        ``stopped`` is "running" while a process holds the directory, "crash" when the last one left its
-        lock's pid behind (a clean close removes it), else "closed". A resume is pending when a session
-        checkpoint exists and the last run did not close, or left records in the log to replay.
+        ``stopped``: "running" (a live lock holder), "crash" (a dead one's pid left), else "closed". A
+        resume is pending with a session checkpoint and a crash or records in the log to replay.
         """
         stopped = "closed"
         if self.remote is None:
@@ -774,18 +708,13 @@ class MemoryDirectory:
         return out
 
     def verify_report(self) -> dict[str, Any]:
-        """Check every checksum (both stores, index binding, checkpoints) and every source of truth
-        (segments, manifests, level 2's log, index, checkpoint claims) against the others.
+        """Check every checksum and every source of truth against the others.
 
         Returns:
-            ``{"ok", "problems", "duplicates", "disagreements", "counts", "notes"}``: ``ok`` is False
-            when any list of the three before ``counts`` is not empty. ``problems``: damage in one
-            source (a record, manifest line or checkpoint that fails its checksum or does not parse,
-            bytes that are gone). ``duplicates``: groups of ids stored for one eviction (`duplicates`),
-            the first kept. ``disagreements``: one source against another (the index against the
-            manifests, segments against manifests, a checkpoint's claims against the manifests).
-            ``counts``: records per source of truth (`counts`). ``notes``: harmless (crash
-            leftovers cut on the next open, quarantine).
+            ``{"ok", "problems", "duplicates", "disagreements", "counts", "notes"}``; ``ok`` is False when
+            any of the three lists is not empty. ``problems``: damage in one source; ``duplicates``: as
+            `duplicates`; ``disagreements``: one source against another; ``counts``: as `counts`;
+            ``notes``: harmless (crash leftovers cut on the next open, quarantine).
         """
         report = self.disk.verify()
         problems = list(report.problems)
@@ -830,8 +759,8 @@ class MemoryDirectory:
                 "disagreements": disagreements, "counts": counts, "notes": notes}
 
     def verify(self) -> tuple[bool, list[str]]:
-        """`verify_report` as ``(ok, messages)``: the problems, duplicates and disagreements, one line
-        each, then the record counts per source of truth, then the notes, prefixed ``"note: "``."""
+        """`verify_report` as ``(ok, messages)``: one line per finding, the counts, then ``"note: "`` lines.
+        """
         report = self.verify_report()
         lines = report["problems"] + [
             f"records {', '.join(map(str, ids))}: one eviction stored {len(ids)} times; the copies after record "

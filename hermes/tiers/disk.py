@@ -1,49 +1,5 @@
-"""Memory level 3: records in append-only segment files on disk, crash-safe, bounded in bytes.
-
-Layout of a store's directory::
-
-    fingerprint.json          which model/config made it (`hermes.tiers.fingerprint`)
-    manifest.jsonl            one JSON line per event: the truth (`hermes.tiers.manifest`)
-    segments/000001.safetensors
-    segments/000002.safetensors ...
-    lock                      the pid of the one process writing (the flock is on the folder itself)
-    quarantine/<stamp>/       whatever an open cut (torn tails, uncommitted bytes), never deleted
-
-A segment is a concatenation of records; each record's byte range, named by its manifest line, is
-one complete safetensors file (`hermes.tiers.records.to_safetensors`), so no tensor is ever
-pickled and a record reads back with one ``pread``. Segments roll over at `segment_bytes`.
-
-Crash safety. A record is *committed* when its manifest line is durable, and its line is written
-only after its bytes are: (1) append the record's bytes to the segment, fsync the segment (and the
-directory, for a new segment file); (2) append the manifest line, fsync the manifest. A crash
-before (2) completes leaves bytes no line names (cut on the next open) and perhaps a partial line
-(a torn tail: no newline or no valid JSON; cut on open). A crash after (2) leaves the record
-complete. Every line names the SHA-256 of its bytes, which `load` checks before parsing them.
-
-Bounded. ``disk_bytes`` (segments + manifest + `record_overhead_bytes` per record, e.g. the FAISS
-index's share) never exceeds `capacity_bytes`, not even for a moment: before a write that would
-pass it, the oldest segment is dropped whole (oldest being earliest written), and the check keeps
-room for the drop line and for a manifest rewrite's temp file. A drop is (1) append a ``drop`` line and
-fsync the manifest; (2) delete the file and fsync the directory. A crash between the two leaves a
-file no live record uses, deleted on the next open. When dead lines outweigh live ones, the
-manifest is rewritten with only the live ones (temp file, fsync, rename).
-
-Removal. `remove(ids)` (used by the level-2 log) appends a ``del`` line, or drops a segment whose
-records are all gone; both happen on the writer thread after the records' own lines, in order.
-
-Writes happen on a background thread fed by a bounded queue (`add` blocks only when the writer is
-`queue_size` records behind); the writer commits whatever is queued as one group (one fsync pair
-per group, not per record), a group closing at `ledger.GROUP_BYTES` while more records wait. The writer
-only encodes and checksums a group; a second thread, the syncer, writes its bytes (one ``pwritev``)
-and makes them durable (the fsyncs and its manifest lines, in hand-off order), so that encoding
-and checksumming the next group overlaps the write and flush of the last one (both release the
-GIL); whatever must follow committed records (a
-removal, a drop, a roll, a manifest rewrite, a job, a flush) waits for the syncer first.
-`flush` waits until everything added is committed. ``on_commit`` is told the ids of every
-committed group, on the syncer thread, after their lines are durable.
-OS errors (disk full, read-only file system, a file where a folder belongs) become a one-line
-`hermes.errors.StorageError` (exit code 3) naming the directory and the fix.
-"""
+"""Memory level 3 on a local disk: append-only segment files, crash-safe, bounded in bytes
+(docs/ARCHITECTURE.md, Memory, "Level 3's files"); OS errors become a one-line `StorageError` (exit 3)."""
 
 from __future__ import annotations
 
@@ -108,26 +64,23 @@ class _Active:
 
 
 class DiskStore(RecordLedger):
-    """Append-only record store; see the module docstring for layout and crash safety.
+    """Append-only record store (docs/ARCHITECTURE.md, Memory, "Level 3's files").
 
     Args:
         directory: The memory directory (created if missing).
         capacity_bytes: Bound on `disk_bytes`.
-        fingerprint: Model/config fingerprint; a directory made with another is refused. None
-            accepts any (only for reading an existing directory).
-        segment_bytes: Roll to a new segment file past this size; default capacity/16, clamped
-            to [64 KiB, 256 MiB], so dropping one segment frees a small share of the budget.
+        fingerprint: Model/config fingerprint; another's directory is refused. None accepts any (only
+            for reading an existing directory).
+        segment_bytes: Roll to a new segment past this size; default capacity/16 clamped to
+            [64 KiB, 256 MiB], so dropping one segment frees a small share of the budget.
         queue_size: Records the writer may lag behind before `add` blocks.
         readonly: Open without the lock, without repairs and without a writer (inspect/verify).
-        prepare: Applied to each record on the writer thread before it is written (e.g.
-            summarise and compress), so that work stays off the caller's thread.
-        on_drop: Called on the writer thread with the ids of records that left the disk (dropped
-            segments, or records too large to store).
+        prepare: Applied to each record on the writer thread before it is written.
+        on_drop: Called on the writer thread with the ids of records that left the disk.
         record_overhead_bytes: Bytes counted per live record beyond its own (the index's share).
         on_commit: Called on the syncer thread with the ids of each group once it is durable.
         min_next_id: How far a checkpoint saw the manifest reach (`hermes.tiers.recovery.recover`).
-        min_tail: ``(segment, extent)``: how far into its newest segment a checkpoint saw the manifest
-            name committed records (`committed_tail`; `hermes.tiers.recovery.recover`).
+        min_tail: ``(segment, extent)`` a checkpoint saw committed (`committed_tail`).
 
     Raises:
         MemoryDirError: Another model's directory, not a memory directory, or in use by another
@@ -149,7 +102,7 @@ class DiskStore(RecordLedger):
         self._prepare, self._on_drop, self._on_commit = prepare, on_drop, on_commit
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
-        # groups encoded, for the syncer to write and make durable: (segment, new, entries, buffers); two
+        # groups for the syncer: (segment, new, entries, buffers); two
         # at most, so that the records they hold (pending until committed) stay bounded
         self._sync_queue: queue.Queue = queue.Queue(maxsize=2)
         self.open_problems: list[str] = []  # damage found on open (records lost)
@@ -305,9 +258,8 @@ class DiskStore(RecordLedger):
     def committed_tail(self) -> tuple[str, int] | None:
         """``(segment, extent)``: the newest segment holding committed records, and the end of its last one.
 
-        Segments only grow until dropped whole, so a manifest that later names less of this segment
-        (while it is not dropped) has lost committed lines; a checkpoint records this to tell such a
-        cut from a crash's uncommitted tail (`hermes.tiers.recovery.recover`).
+        Segments only grow until dropped, so a later manifest naming less of it has lost committed lines
+        (`hermes.tiers.recovery.recover`).
         """
         with self._lock:
             if not self._by_segment:
@@ -454,11 +406,7 @@ class DiskStore(RecordLedger):
         self._group, self._group_buffers, self._group_bytes = [], [], 0
 
     def _commit(self) -> None:
-        """Make everything written durable: hand the group off and wait for the syncer.
-
-        Raises:
-            The syncer's error, if any group failed to commit (later groups are then not committed).
-        """
+        """Hand the group off and wait for the syncer; raise its error if any group failed to commit."""
         self._hand_off()
         self._sync_queue.join()
         if self._error is not None:
@@ -584,11 +532,8 @@ class DiskStore(RecordLedger):
         return self._seg_total + self._manifest_size + self.record_overhead_bytes * len(self._entries)
 
     def _bound(self) -> int:
-        """What the directory may need at its peak: checked against the cap before every write.
-
-        Beyond `_used` (with queued records): their manifest lines, room for one ``drop`` line, and
-        room for a compaction's temp file beside the old manifest (as big as the live lines), so that
-        neither a drop nor a rewrite of the manifest ever takes the files over the cap.
+        """The directory's peak need, checked against the cap before every write: `_used` with queued
+        records, their lines, one ``drop`` line and a manifest rewrite's temp file.
         """
         with self._lock:  # the syncer moves entries from uncommitted to committed meanwhile
             live_lines = self._live_manifest_bytes() + self._group_lines

@@ -1,17 +1,7 @@
-"""Memory level 2: records kept compressed in host memory under a byte budget.
+"""Memory level 2: records kept compressed in host memory under a byte budget, least valuable out first.
 
-Level 1 hands over the tokens it evicts but still values as a `Record`; `DramStore` compresses it
-(int8 per-channel by default, see `hermes.tiers.records`), moves it to host memory (page-locked
-when CUDA is there, so copies back to the GPU can be asynchronous) and accounts its stored bytes.
-The store never holds more than `capacity_bytes`: when a new record does not fit, the least
-valuable records (lowest `Record.value`, the one added first on a tie) leave, possibly the new record
-itself. They are returned to the caller, or handed to a `spill` callback, which summarises them
-and sends them to disk (level 3).
-
-`get` dequantises a record onto the device that will attend to it. The int8 codes cross the bus
-(4x fewer bytes than fp32) and are multiplied on the device; from pinned memory the copy is
-non-blocking. The store is safe to use from several threads (the recall path reads while ingest
-adds).
+Records are page-locked when CUDA is there, so `get`'s int8 codes cross the bus without blocking and
+are dequantised on the device. Thread-safe: the recall path reads while ingest adds.
 """
 
 from __future__ import annotations
@@ -33,7 +23,7 @@ class DramStore:
     Args:
         capacity_bytes: Most bytes of stored records (`Record.nbytes` of the compressed form).
         dtype: Storage form of K/V: "int8" (default) or "fp16" ("fp32" is accepted, lossless).
-        pin_memory: Page-lock the host copies when CUDA is available (ignored otherwise).
+        pin_memory: Page-lock the host copies when CUDA is available.
         spill: Optional callback receiving each record that leaves; then `add` returns [].
 
     Raises:
@@ -69,8 +59,8 @@ class DramStore:
             record: A record in any form, its K/V on any device. Not modified.
 
         Returns:
-            The records that left (lowest value first), unless a `spill` callback took them. A
-            record larger than the whole capacity leaves at once.
+            The records that left (lowest `Record.value` first, the older on a tie), unless a `spill`
+            callback took them. A record larger than the whole capacity leaves at once.
 
         Raises:
             ValueError: A record with the same id is already stored.
@@ -133,16 +123,10 @@ class DramStore:
 
     def get(self, record_id: int, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
             non_blocking: bool = True) -> Record | None:
-        """A dequantised copy of a record with K/V on `device`, or None if it is not here.
+        """A dequantised copy of a record, K/V on `device` (dtype: default the record's original), or None.
 
         Args:
-            record_id: Which record.
-            device: Target device of K/V.
-            dtype: Their dtype; default the record's original dtype.
             non_blocking: Asynchronous host-to-device copies (effective from pinned memory).
-
-        Returns:
-            A new floating-point record (the stored one is untouched), or None.
         """
         with self._lock:
             rec = self._records.get(record_id)

@@ -1,11 +1,5 @@
-"""Errors of a persistent memory directory, each one line that names the directory and the fix.
-
-They derive from `hermes.errors.UsageError` (exit code 2): every one of them is fixed by the user
-choosing another ``--memory-dir``, freeing the one in use, or repairing a damaged one
-(``hermes-video memory repair DIR``). A directory the operating system will not let us use (disk
-full, read-only, a file where a folder belongs) is a `hermes.errors.StorageError` (exit code 3),
-made by `storage_error`.
-"""
+"""Errors of a persistent memory directory, each one line naming the directory and the fix: usage errors
+(exit 2), or a `StorageError` (exit 3, `storage_error`) for what the operating system refuses."""
 
 from __future__ import annotations
 
@@ -24,8 +18,7 @@ class RecordCorruptError(MemoryDirError):
 
 
 class MemoryDamagedError(MemoryDirError):
-    """Damage that is not a crash's torn tail (a manifest shorter than its segments, a missing file):
-    a writable open refuses instead of cutting, and names ``hermes-video memory repair``."""
+    """Damage that is not a crash's torn tail: a writable open refuses it and names ``memory repair``."""
 
 
 _STORAGE_HINTS = {errno.ENOSPC: "the disk is full; free space or point --memory-dir elsewhere",

@@ -1,10 +1,5 @@
-"""Durable file primitives: whole writes, atomic replacement, directory fsync, exact reads.
-
-Crash safety in this package rests on three POSIX facts: data is durable only after ``fsync`` of
-its file; a new name (creation, rename, unlink) is durable only after ``fsync`` of its directory;
-and ``rename`` over an existing name is atomic (a reader sees the old file or the new one). Every
-write that must survive a crash goes through these helpers.
-"""
+"""Durable file primitives: whole writes, atomic replacement, directory fsync, exact reads, the lock. Crash
+safety rests on fsync of a file (its data), fsync of its folder (a new name) and an atomic ``rename``."""
 
 from __future__ import annotations
 
@@ -17,10 +12,8 @@ from typing import Any
 
 
 def cache_root() -> Path:
-    """The one folder every hermes-video cache lives under (weights digests, S3 read-through caches).
-
-    ``HERMES_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/hermes-video``, else ``~/.cache/hermes-video``.
-    Model checkpoints are not here: they live in the Hugging Face cache (``HF_HOME``, ``HF_HUB_CACHE``).
+    """The one folder every hermes-video cache lives under (weights digests, S3 read-through caches):
+    ``HERMES_CACHE_DIR``, else ``$XDG_CACHE_HOME/hermes-video``, else ``~/.cache/hermes-video``.
     """
     explicit = os.environ.get("HERMES_CACHE_DIR")
     if explicit:
@@ -66,10 +59,7 @@ def read_exact(path: Path, offset: int, length: int) -> bytes:
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to `path` so that a crash leaves either the old file or the new one, never a mix.
-
-    Temp file beside it, fsync, rename over, fsync of the directory.
-    """
+    """Write `path` so that a crash leaves the old file or the new one: temp, fsync, rename, fsync folder."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -106,18 +96,16 @@ def sha256(*buffers: bytes | memoryview) -> str:
 def lock_directory(directory: Path, pid_file: Path) -> tuple[int | None, int | None]:
     """Take an exclusive ``flock`` on the directory itself without waiting, and record our pid.
 
-    The lock lives on the directory's inode, not on a file inside it, so deleting or replacing the
-    pid file cannot let a second writer in; the kernel releases it when the process dies (even by
-    SIGKILL), so no leftover can block a restart.
+    On the folder's inode, not a file in it, so replacing the pid file cannot let a second writer in;
+    the kernel releases it when the process dies (even by SIGKILL).
 
     Args:
         directory: The folder to lock (must exist).
         pid_file: Where the holder's pid is written (for messages only).
 
     Returns:
-        ``(descriptor, stale_pid)`` when taken: closing the descriptor releases the lock;
-        stale_pid is the pid a previous holder left in `pid_file` (it is no longer running the
-        directory), or None. ``(None, holder_pid)`` when another process holds the lock.
+        ``(descriptor, stale_pid)`` when taken (closing the descriptor releases it; stale_pid: a
+        previous holder's pid left in `pid_file`, or None); ``(None, holder_pid)`` when held elsewhere.
     """
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:

@@ -1,18 +1,8 @@
-"""Which model and memory settings made a memory directory, so that no other run mixes into it.
+"""Which model and memory settings made a memory directory (``fingerprint.json``), so that no other run
+mixes into it: a different fingerprint is refused with a one-line `MemoryDirError` saying what differs.
 
-Records hold one model's keys and values: another model (or the same one with another layer count,
-head size or rotary scheme) cannot attend to them, and different memory settings make records that
-mean something else. A memory directory therefore carries ``fingerprint.json``, written once when
-the directory is created; opening it with a different fingerprint is refused with a one-line
-`MemoryDirError` that says what differs and what to do.
-
-The fingerprint includes a SHA-256 of the model's weights (`weights_digest`): two checkpoints of
-one architecture (a fine-tune, another seed) have the same shapes but make keys the other cannot
-use. Weight files are hashed once per model load and the digest is cached by file identity (path,
-size, modification time) in ``weights-sha256.json`` under the cache root
-(`hermes.tiers.files.cache_root`: ``HERMES_CACHE_DIR``, else ``$XDG_CACHE_HOME/hermes-video``, else
-``~/.cache/hermes-video``), so a second run of the same files costs a stat per file; builtin random
-models (``tiny-*``, ``micro-*``) hash their tensors in memory.
+It includes the KV layout and a SHA-256 of the weights, the digest cached by file identity
+(docs/ARCHITECTURE.md, Memory, "Meaning, not only bytes").
 """
 
 from __future__ import annotations
@@ -38,16 +28,10 @@ def make_fingerprint(model: str, family: str, num_layers: int, num_kv_heads: int
     """The fingerprint of a model and memory configuration, as JSON-able plain values.
 
     Args:
-        model: Model name or hub id.
-        family: Adapter family.
-        num_layers: Decoder layers.
-        num_kv_heads: Key/value heads per layer.
-        head_dim: Head size.
         rope: Rotary scheme ("1d", "mrope", ...; include the sections if they matter).
         memory: The memory settings records depend on (e.g. storage dtype, summary anchors).
         weights: `weights_digest` of the model (None: left out, for tests without a model).
-        kv: The full layout of the cached keys and values (`kv_layout`): records written under one
-            layout and read under another are wrong under a valid checksum. None: left out.
+        kv: `kv_layout` (None: left out).
 
     Returns:
         ``{"format", "model", "family", "num_layers", "num_kv_heads", "head_dim", "rope", "memory"}``
@@ -67,12 +51,11 @@ def kv_layout(spec: RotarySpec, num_kv_heads: int, dtype: str) -> dict[str, Any]
 
     Args:
         spec: The rotary scheme (kind, base, M-RoPE sections and layout, the attention scaling).
-        num_kv_heads: Key/value heads per layer.
         dtype: The cache's dtype name (``"float32"``, ``"bfloat16"``, ...).
 
     Returns:
         ``{"dtype", "num_kv_heads", "head_dim", "positions", "rope": {...}}``; ``positions`` names the
-        scheme: keys cached already rotated, at explicit positions of 1 or 3 axes.
+        scheme (keys cached rotated, at explicit positions of 1 or 3 axes).
     """
     return {"dtype": dtype, "num_kv_heads": int(num_kv_heads), "head_dim": int(spec.head_dim),
             "positions": f"rotated-keys/{spec.num_axes}-axis",
@@ -144,10 +127,7 @@ def tensors_digest(module: torch.nn.Module) -> str:
 
 
 def weights_digest(adapter) -> str:
-    """``"sha256:<hex>"`` of the adapter's weights, computed once per load (kept on the adapter).
-
-    From the weight files of ``adapter.weights_dir`` (set by `hermes.models.loading.load_model`)
-    when there is one, else from the tensors in memory.
+    """``"sha256:<hex>"`` of the adapter's weights (``weights_dir`` files, else its tensors), once per load.
     """
     cached = getattr(adapter, "_weights_sha256", None)
     if cached is None:

@@ -1,31 +1,5 @@
-"""Finding records for a question: a FAISS inner-product index over record embeddings.
-
-Each record carries an embedding (`Record.embedding`); a question becomes a vector in the same
-space, and the records whose embeddings are most similar are recalled. Similarity is cosine:
-vectors are L2-normalised and compared by inner product in an exact ``IndexFlatIP`` wrapped in an
-``IndexIDMap2`` (so results are record ids, and records can be removed when the disk drops them).
-Search is exact (recall 1) and needs no training.
-
-Exact, but not a full fp32 scan past `PREFILTER_MIN_RECORDS`: one query is memory-bound (10^5 x 512
-float32 is 205 MB read per question, ~9 ms on one core), so a derived fp16 copy of the rows (half the
-bytes) is scanned first and only the candidates it cannot rule out are scored in fp32 by the same
-FAISS kernel (`_search_fp16_prefilter`). It is exact because the fp16 score of row v is within
-``eps = ||q|| * max_v ||x_v - fp16(x_v)|| + rounding`` of its fp32 score: every row whose fp16 score
-is at least (k-th best fp16 score - 2 eps) is a candidate, and every true top-k row is among them.
-The copy lives in memory only (2 E bytes per record, rebuilt from the fp32 rows at the first search
-after a load). When near-ties leave too many candidates it falls back to the full fp32 scan.
-Results equal a full scan's: ids, scores (bit for bit) and order, exact ties included.
-
-The index is *derived*: the manifest and segments are the truth (docs/ARCHITECTURE.md, Memory). It is saved as
-``index.faiss`` (FAISS's own serialisation, never pickle) with ``index.json`` beside it (format,
-dimension, count, SHA-256 of ``index.faiss``, and a *binding*: a SHA-256 over the ids it holds and
-the checksums of those records' bytes, so an index copied from another directory, even one with the
-same ids, is recognised as foreign and rebuilt), and `open_index` checks it against the manifest's
-live ids on open: missing, unreadable (checksum) or of another dimension, it is rebuilt from the
-records' embeddings; lacking records the manifest holds (after a crash between a write and the
-next save), the missing ones are added; naming records that are gone (dropped after the save), its
-binding can no longer be checked, so it is rebuilt. Bytes are checksummed before FAISS parses them.
-"""
+"""Finding records for a question: an exact FAISS cosine index over record embeddings, derived from the
+records (docs/ARCHITECTURE.md, Memory, "The index")."""
 
 from __future__ import annotations
 
@@ -60,11 +34,10 @@ class RecordIndex:
 
     Args:
         dim: Embedding size E; None to take it from the first vectors added.
-        search_threads: OpenMP threads for one query. 1 by default: a single query over 10^5
-            vectors takes ~2 ms on one core, while a parallel region waits for its slowest thread,
-            which on a busy machine (the model using the other cores) costs far more than it saves.
-        prefilter_min_records: From this many records on, search scans the exact fp16 prefilter first
-            (see the module docstring); an exact equivalence, not an option of the memory config.
+        search_threads: OpenMP threads for one query. 1 by default: a parallel region waits for its
+            slowest thread, which on a busy machine (the model on the other cores) costs more than it saves.
+        prefilter_min_records: From this many records on, search scans the exact fp16 prefilter first;
+            an exact equivalence, not an option of the memory config.
     """
 
     def __init__(self, dim: int | None = None, search_threads: int = 1,
@@ -136,15 +109,12 @@ class RecordIndex:
 
     def search(self, query: np.ndarray | torch.Tensor, top_k: int, exhaustive: bool = False
                ) -> list[tuple[int, float]]:
-        """The `top_k` records most similar to `query` (exact either way).
+        """The `top_k` records most similar to `query`, ``[(record_id, cosine similarity)]`` best first.
 
         Args:
             query: (E,) vector (any scale).
             top_k: How many results at most.
             exhaustive: One full fp32 scan, never the fp16 prefilter (the reference it is tested against).
-
-        Returns:
-            ``[(record_id, cosine similarity)]``, best first.
         """
         with self._lock:
             if self._index is None or self._index.ntotal == 0 or top_k <= 0:
@@ -166,7 +136,7 @@ class RecordIndex:
                 faiss.omp_set_num_threads(before)
         return found
 
-    # ---- the exact fp16 prefilter (see the module docstring) ------------------------------------
+    # ---- the exact fp16 prefilter (docs/ARCHITECTURE.md) --------------------------------------------
 
     def _rows_fp32(self) -> np.ndarray:
         """(N, E) view of the fp32 index's rows, in scan order (no copy)."""
@@ -217,10 +187,9 @@ class RecordIndex:
         """Write ``index.faiss`` and ``index.json`` atomically (each: temp, fsync, rename).
 
         Args:
-            directory: The memory directory.
-            binding: Maps the held ids to the digest of their records' content (stored, checked on open).
-            exclude: Ids left out of the saved copy (records not yet committed when a save runs beside
-                ingest: a saved index naming records a crash then loses would be rebuilt whole on open).
+            binding: Maps the held ids to the digest of their records' content (checked on open).
+            exclude: Ids left out of the saved copy (records not yet committed: a saved index naming
+                records a crash then loses would be rebuilt whole on open).
         """
         with self._lock:
             index, ids = self._index, self.ids()
@@ -264,12 +233,10 @@ def open_index(directory: Path, live_ids: Iterable[int], embedding_of: Callable[
     """Load the saved index and bring it in line with the manifest's live records.
 
     Args:
-        directory: The memory directory.
         live_ids: Ids the manifest says are on disk.
         embedding_of: Reads a record's embedding (None if the record cannot be read).
         persist: Save the index again if it had to be rebuilt or repaired.
-        binding: Digest of the records' content for a list of ids (see `RecordIndex.save`); a saved
-            index whose binding differs was built from other records and is rebuilt.
+        binding: Digest of the records' content for a list of ids (`RecordIndex.save`).
 
     Returns:
         ``(index, state, problems)``: state is "loaded", "repaired (+a -r)", "rebuilt (reason)"

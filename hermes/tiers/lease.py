@@ -1,19 +1,5 @@
-"""The writer's lease on a stream in an object store: one holder at a time, a stale one fenced.
-
-``lease.json`` holds ``{"holder", "epoch", "expires_unix"}``. It is only ever changed by a
-compare-and-swap on its ETag (``If-Match``; the first one create-only, ``If-None-Match: *``), so of
-two writers racing for it exactly one wins and the other is refused by the store itself. The
-winner's epoch is one more than the last; its record store writes an ``epoch`` manifest object
-before any of its own, so a stale writer that wakes up after losing the lease either fails its
-create-only manifest put or, if it still gets one in, writes under an older epoch than the
-marker before it, which every reader ignores (`hermes.tiers.remote`).
-
-`check` runs before every commit: if the lease object's ETag is no longer ours, another writer
-has taken the stream and this one stops (`LeaseLost`). A holder renews its lease when half its
-time is gone (at a commit or when its writer is idle); one that cannot renew in time loses it.
-Expiry compares wall clocks of different machines: keep them in sync (NTP) and the lease long
-against their skew (``memory.s3_lease_s``).
-"""
+"""The writer's lease on a stream in an object store: one holder at a time, a stale one fenced
+(docs/ARCHITECTURE.md, Memory, "Level 3 in an object store")."""
 
 from __future__ import annotations
 
@@ -35,10 +21,9 @@ class LeaseLost(MemoryDirError):
 
 
 class Lease:
-    """This process's claim on a stream (see the module docstring).
+    """This process's claim on a stream.
 
     Args:
-        objects: The stream's objects.
         ttl_s: How long a lease lasts without renewal.
     """
 

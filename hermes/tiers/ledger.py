@@ -1,13 +1,5 @@
-"""What a record store keeps about its records, whatever holds their bytes: `RecordLedger`.
-
-Both level-3 stores, `hermes.tiers.disk.DiskStore` (segment files) and
-`hermes.tiers.remote.RemoteStore` (objects in an S3 store), keep the same ledger: committed
-entries by id (``_entries``), records queued but not yet committed (``_pending``), the next
-record id to hand out (``_next_id``) and the one their durable manifest implies
-(``_recorded_next_id``), and a writer thread fed by ``_queue`` whose first error (``_error``) is
-raised to the caller. This base holds the methods that only read or queue against that state;
-each store writes, commits and reads bytes its own way.
-"""
+"""What a record store keeps about its records, whatever holds their bytes: `RecordLedger`, the shared half
+of `hermes.tiers.disk.DiskStore` and `hermes.tiers.remote.RemoteStore`."""
 
 from __future__ import annotations
 
@@ -45,8 +37,12 @@ def parse_checked(data: bytes, record_id: int, where: str, hint: str) -> Record:
 
 
 class RecordLedger:
-    """The shared half of a record store (module docstring); subclasses set the state in ``__init__``
-    (and ``directory``, ``readonly``, ``_closed``, ``_writer``, ``_lock``) and implement ``load``."""
+    """The shared half of a record store: committed entries, queued records, ids and the writer's queue.
+
+    Subclasses set ``_entries``, ``_pending``, ``_next_id``, ``_recorded_next_id``, ``_queue``,
+    ``_error``, ``directory``, ``readonly``, ``_closed``, ``_writer`` and ``_lock``, write and commit bytes
+    their own way, and implement ``load``.
+    """
 
     def load(self, record_id: int) -> Record:
         raise NotImplementedError
@@ -70,7 +66,6 @@ class RecordLedger:
         The record must not be modified afterwards. Until committed, `load` returns it as given.
 
         Args:
-            record: The record.
             prepare: Pass it through the store's `prepare` function (False: write it as given).
 
         Raises:
@@ -88,20 +83,16 @@ class RecordLedger:
         self._queue.put(("rec", (record, prepare)))
 
     def remove(self, ids: list[int]) -> None:
-        """Queue the removal of records (ids not held are ignored); durable once `flush` returns.
-
-        Runs on the writer thread after everything queued before it, so a record added and then
-        removed is never left behind; a segment whose records are all removed is dropped whole.
+        """Queue the removal of records (ids not held are ignored), after everything queued before it, so a
+        record added and then removed is never left behind; durable once `flush` returns.
         """
         self._raise_if_failed()
         if ids and not self.readonly:
             self._queue.put(("rm", list(ids)))
 
     def call_on_writer(self, job: Callable[[], None]) -> None:
-        """Run `job` on the writer thread once everything queued before it is committed.
-
-        Its exceptions are its own to keep (the store's writer goes on); used for checkpoints and
-        index saves, which must follow the records they claim and stay off the caller's thread.
+        """Run `job` on the writer thread once everything queued before it is committed (checkpoints and
+        index saves must follow the records they claim); its exceptions are its own.
 
         Raises:
             MemoryDirError: The store is read-only or closed, or an earlier write failed.
@@ -136,8 +127,9 @@ class RecordLedger:
     # ---- the writer thread's batches -------------------------------------------------------------
 
     def _end_batch(self, batch: list, write_header: Callable[[], None]) -> bool:
-        """After a batch is written: wake its flushes; on a stop, make durable how far ids were handed
-        out (ids given but never stored must not be handed out again after a restart). True: stop."""
+        """Wake a written batch's flushes; on a stop, make the id counter durable (ids handed out but never
+        stored must not come back after a restart). True: stop.
+        """
         for kind, payload in batch:
             if kind == "flush":
                 payload.set()

@@ -1,26 +1,5 @@
-"""The manifest of a disk store: one JSON line per event, the source of truth for what is on disk.
-
-``manifest.jsonl`` is append-only; each line is one compact JSON object ending in ``\\n``:
-
-- ``{"op":"header","format":"hermes-memory/1","next_id":N}``: first line of a new or compacted
-  manifest; ``next_id`` keeps record ids increasing after old records are gone.
-- ``{"op":"add","id":17,"seg":"000003.safetensors","off":40960,"len":7312,"sha256":"<64 hex>",
-  "nbytes":6144,"t":[12.0,19.5],"frames":[24,40],"value":0.42,"kind":"summary","storage":"int8",
-  "tokens":[5,5,5]}``: record 17 is the bytes ``[off, off+len)`` of segment ``seg``, whose SHA-256
-  is ``sha256``; those bytes are one complete safetensors file (`hermes.tiers.records.to_safetensors`).
-  ``nbytes`` is the record's tensor bytes, ``t`` its time span in seconds, ``frames`` its half-open
-  frame range, ``tokens`` its tokens per layer.
-- ``{"op":"drop","seg":"000001.safetensors"}``: every record of that segment is gone (the file is
-  deleted after this line is durable).
-- ``{"op":"del","ids":[17,18]}``: those records are gone (used when a record's bytes were found
-  missing on open).
-
-Replaying the lines in order gives the live records. The writer never adds a live id again: a
-second ``add`` of one (a duplicated line) is damage. Only a last line without its ``\\n`` is a torn
-tail (a crash while appending: every append ends in ``\\n``, so a cut one lacks it); it is cut and
-kept in quarantine. A complete line that does not parse, anywhere, is damage: reported and kept,
-never cut. So is a manifest whose first line is not a header (emptied, replaced, cut from the front).
-"""
+"""The manifest of a disk store: one JSON line per event, the truth of what is on disk (its format, torn
+tails and damage: docs/ARCHITECTURE.md, Memory, "Level 3's files")."""
 
 from __future__ import annotations
 
@@ -36,8 +15,9 @@ WAL = "dram"  # the host-memory log's folder inside a memory directory
 
 
 def json_scalar(x: int | float | str) -> str:
-    """``json.dumps(x)`` of one number or string, the same text, without the encoder's setup for
-    ints and finite floats (a third of the time: a record's line and header name a dozen of them)."""
+    """``json.dumps(x)`` of one number or string, without the encoder's setup for ints and finite floats
+    (a third of the time: a line names a dozen of them).
+    """
     if type(x) is float and math.isfinite(x):
         return float.__repr__(x)  # what json writes for a finite float
     if type(x) is int:
@@ -155,23 +135,14 @@ def del_line(ids: list[int]) -> bytes:
 
 @dataclass
 class Replay:
-    """What a manifest says, after replaying it.
+    """What a manifest says, after replaying it."""
 
-    Attributes:
-        entries: Live records by id, in the order they were added.
-        next_id: One more than the largest record id ever recorded.
-        good_end: Byte offset just after the last good line (where a torn tail starts).
-        size: The manifest's size in bytes as read.
-        problems: Damage found in the middle of the manifest (unreadable lines, skipped).
-        segments_named: Every segment name any line mentions (to never reuse a number).
-    """
-
-    entries: dict[int, Entry] = field(default_factory=dict)
-    next_id: int = 0
-    good_end: int = 0
-    size: int = 0
-    problems: list[str] = field(default_factory=list)
-    segments_named: set[str] = field(default_factory=set)
+    entries: dict[int, Entry] = field(default_factory=dict)  # live records by id, in the order added
+    next_id: int = 0  # one more than the largest record id ever recorded
+    good_end: int = 0  # byte offset just after the last good line (where a torn tail starts)
+    size: int = 0  # the manifest's size in bytes as read
+    problems: list[str] = field(default_factory=list)  # unreadable lines before the tail (skipped)
+    segments_named: set[str] = field(default_factory=set)  # every segment any line names (never reused)
     by_segment: dict[str, set[int]] = field(default_factory=dict)  # live ids per segment
     line_bytes: dict[int, int] = field(default_factory=dict)  # manifest line length of each live entry
     extents: dict[str, int] = field(default_factory=dict)  # per segment: end of the furthest record ever added
@@ -187,12 +158,10 @@ def replay(data: bytes, name: str = "manifest") -> Replay:
     """Replay manifest bytes into the live records.
 
     Args:
-        data: The whole manifest file.
         name: How to name the file in problem messages.
 
     Returns:
-        A `Replay`; lines after the last good one are left out (torn tail), unreadable lines
-        before it are reported in ``problems`` and skipped.
+        A `Replay`; a torn tail is left out, unreadable lines before it are reported and skipped.
     """
     out = Replay(size=len(data))
     pos, lineno = 0, 0

@@ -1,20 +1,6 @@
-"""Restored records checked for meaning, not only bytes.
-
-A checksum proves a record's bytes are the ones written; it cannot tell a record written or read
-under another KV layout (other heads, head size, rotary scheme, dtype), whose keys then mean
-something else and answer wrong without an error. Two checks catch that:
-
-- layout: a record's shapes (layers, key/value heads, head size, position axes) and source dtype
-  against the directory's fingerprint (`hermes.tiers.fingerprint.kv_layout`);
-- content: the record's search embedding recomputed from its own last-layer keys (`content_vector`,
-  the same function that made it) against the embedding stored with it. A record that leaves
-  host memory is summarised and quantised (`hermes.tiers.summarise`, int8), so the two are not
-  bitwise equal; a record read under the wrong layout gives a vector unrelated to the stored one.
-
-`meaning_problem` runs both; the memory directory applies it to the records a resume replays, a
-sample of level 3's on open, every record a recall brings back, and every record `memory verify`
-reads, and quarantines one that fails (`hermes.tiers.directory`).
-"""
+"""Restored records checked for meaning, not only bytes: their shapes and dtype against the directory's KV
+layout, and their search embedding recomputed from their own last-layer keys (docs/ARCHITECTURE.md, Memory,
+"Meaning, not only bytes")."""
 
 from __future__ import annotations
 
@@ -26,11 +12,8 @@ from hermes.rope import RotarySpec, rotate_between
 from hermes.tiers.fingerprint import rotary_spec
 from hermes.tiers.records import Record
 
-# Cosine between a record's stored embedding and the one recomputed from its stored tokens, below which
-# the record is taken to mean something else. Measured on the 21 level-3 records (summarised, int8) of a
-# tiny-llava-onevision run (README "Host memory, disk and recall"): 0.994 to 0.9998 as written; the same
-# records read with another rotary base (1e4 for 1e6) 0.49 at most, with their key heads swapped -0.007
-# at most.
+# Cosine of a record's stored embedding with the recomputed one below which it means something else: 0.994
+# and up as written, 0.49 at most under another rotary base, -0.007 with key heads swapped (ARCHITECTURE.md).
 EMBEDDING_MIN_COSINE = 0.9
 
 
@@ -40,7 +23,6 @@ def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotaryS
     Args:
         vectors: (H, n, D) keys or queries as the model rotated them.
         positions: (A, n) the positions they were rotated at.
-        spec: the rotary scheme.
         groups: query heads per key head (queries are averaged within their group).
 
     Returns:
@@ -58,8 +40,7 @@ def meaning_problem(record: Record, fingerprint: dict[str, Any]) -> str | None:
 
     Args:
         record: As stored (any storage form).
-        fingerprint: The directory's fingerprint; one without a ``kv`` layout (made by an earlier
-            version, or by tools and tests without a model) says too little to check against: None.
+        fingerprint: The directory's fingerprint; one without a ``kv`` layout says too little: None.
 
     Returns:
         A one-line reason naming the record, or None.

@@ -1,16 +1,6 @@
-"""Objects by key: the small interface level 3 needs from a store of immutable blobs.
-
-Two implementations: `hermes.tiers.s3.S3Objects` (an S3-compatible object store, the stream's
-durable truth) and `LocalObjects` (files in a folder: the bounded read-through cache in front of
-it, and a store in its own right for tests). What a record store needs, and what S3 gives:
-
-- `get(key)` -> ``(bytes, etag)`` or None; `get_range(key, offset, length)`;
-- `put(key, data)`, with ``create_only=True`` refused (`PreconditionFailed`) when the key exists
-  (S3: ``If-None-Match: *``), or ``if_match=etag`` refused unless the object still has that ETag
-  (S3: ``If-Match``, a compare-and-swap);
-- `keys(prefix, after)`: keys in lexicographic order, only those after `after` (S3 ``StartAfter``);
-- `delete(key)`.
-"""
+"""Objects by key: the small interface level 3 needs from a store of immutable blobs, with `LocalObjects`
+(a folder: the bounded read-through cache, and a store for tests); the other implementation is
+`hermes.tiers.s3.S3Objects`."""
 
 from __future__ import annotations
 
@@ -29,7 +19,9 @@ class PreconditionFailed(Exception):
 
 
 class ObjectStore:
-    """Blobs by key (see the module docstring); keys are ``/``-separated relative names."""
+    """Blobs by ``/``-separated keys: get, ranged get, create-only or compare-and-swap put, listing after
+    a key (S3 ``StartAfter``), delete.
+    """
 
     name: str  # where the objects live, for messages (credentials never in it)
 
@@ -41,7 +33,12 @@ class ObjectStore:
         raise NotImplementedError
 
     def put(self, key: str, data: bytes, *, create_only: bool = False, if_match: str | None = None) -> str:
-        """Store `data` under `key`; returns its ETag. Raises `PreconditionFailed` (see module docstring)."""
+        """Store `data` under `key`; returns its ETag.
+
+        Raises:
+            PreconditionFailed: ``create_only`` and the key exists (S3 ``If-None-Match: *``), or
+                `if_match` and the object's ETag is another (S3 ``If-Match``).
+        """
         raise NotImplementedError
 
     def keys(self, prefix: str, after: str = "") -> list[str]:

@@ -1,17 +1,6 @@
-"""Reading records before they are asked for, so that a recall does not wait on the disk.
-
-When a question comes, recall searches the index and needs the top records at once; reading them
-from disk then (pread, checksum, parse) sits on the answer's critical path. The caller usually
-knows likely candidates earlier: the records found for the previous question, the newest records,
-the result of a search started while the question is still being tokenised. `Prefetcher.prefetch`
-takes such candidate ids and a worker thread loads them into a small LRU cache bounded in bytes;
-`get` then answers from the cache (a hit), waits for a load already in flight (a hit that waited
-less than a fresh read would), or reports a miss so the caller reads the disk itself.
-
-A newer candidate list supersedes an older one: loads not yet started for ids no longer wanted
-are cancelled, so a burst of questions does not queue a backlog of stale reads. Records are cached
-in their stored (compressed) form; `invalidate` forgets records the disk has dropped.
-"""
+"""Reading records before they are asked for, so that a recall does not wait on the disk: a worker fills a
+small LRU cache, and a newer candidate list cancels loads not yet started for ids no longer wanted, so a
+burst of questions queues no backlog of stale reads."""
 
 from __future__ import annotations
 
@@ -45,10 +34,8 @@ class Prefetcher:
         self.hits = self.waited = self.misses = self.loaded = self.errors = self.cancelled = 0
 
     def prefetch(self, ids: Iterable[int]) -> int:
-        """Schedule loads of the given ids (in that order); stale queued loads are cancelled.
-
-        Returns:
-            How many new loads were scheduled (ids already cached or in flight are skipped).
+        """Schedule loads of these ids (in that order), cancelling stale queued loads; returns how many new
+        loads were scheduled (ids already cached or in flight are skipped).
         """
         wanted = list(dict.fromkeys(ids))
         scheduled = 0
@@ -102,14 +89,10 @@ class Prefetcher:
             self._bytes -= evicted.nbytes()
 
     def get(self, record_id: int, wait: bool = True) -> Record | None:
-        """The cached record (stored form), or None on a miss.
+        """The cached record (stored form), or None on a miss (not prefetched, evicted, or its load failed).
 
         Args:
-            record_id: Which record.
             wait: If its load is in flight, wait for it (counted as a hit that waited).
-
-        Returns:
-            The record, or None: not prefetched, evicted from the cache, or its load failed.
         """
         with self._lock:
             record = self._cache.get(record_id)

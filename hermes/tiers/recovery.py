@@ -1,24 +1,5 @@
-"""Opening a disk store after a crash: what a crash can leave behind, and what is damage instead.
-
-The writer's order (record bytes, fsync; manifest line, fsync; drop line, fsync, then unlink)
-means a crash can leave only these, none of which loses a committed record:
-
-- a torn manifest tail: a last line without its newline (the append was cut);
-- bytes at the end of the *newest* segment that no line names (written, never committed), or a
-  newest segment file no line names at all (created, never committed);
-- a segment file a durable ``drop`` line names whose unlink never happened;
-- ``manifest.jsonl.tmp``: a compaction that never reached its rename (the old manifest stands).
-
-Each of these is cut on a writable open, and what is cut is moved into ``quarantine/<stamp>/``
-(reported, never deleted), except a dropped segment, which the store had already decided to delete.
-
-Anything else is damage, not a crash: a manifest missing, emptied or not starting with its header;
-a complete line that does not parse; bytes no line names in a segment older than the newest (the
-manifest is shorter than the segments it describes); a committed record whose bytes are missing.
-Damage is reported (``problems``); a writable open refuses it with `MemoryDamagedError`, whose
-message names ``hermes-video memory repair DIR`` (`hermes.tiers.repair`). With ``fix=False``
-(read-only inspection) nothing is changed and everything is only reported.
-"""
+"""Opening a disk store after a crash: cut what a crash can leave, report damage (docs/ARCHITECTURE.md,
+Memory, "Level 3's files"); with ``fix=False`` nothing is changed, everything only reported."""
 
 from __future__ import annotations
 
@@ -37,29 +18,17 @@ QUARANTINE = "quarantine"
 
 @dataclass
 class Recovered:
-    """The state of a store as its files describe it, after cutting crash leftovers.
+    """The state of a store as its files describe it, after cutting crash leftovers."""
 
-    Attributes:
-        entries: Live records by id, oldest first.
-        by_segment: Live ids per segment name, oldest segment first (only segments with records).
-        seg_lines: Manifest-line bytes of the live records, per segment.
-        seg_sizes: Bytes of each segment file holding live records (after any cut).
-        next_id: One more than the largest record id the manifest has ever named.
-        next_segment: Number for the next segment file (never reusing one the manifest named).
-        manifest_size: Manifest bytes (after any cut).
-        problems: Damage found (a writable open refuses it).
-        notes: Crash leftovers found (and, with ``fix``, cut into quarantine).
-    """
-
-    entries: dict[int, Entry]
-    by_segment: dict[str, set[int]]
-    seg_lines: dict[str, int]
-    seg_sizes: dict[str, int]
-    next_id: int
-    next_segment: int
-    manifest_size: int
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    entries: dict[int, Entry]  # live records by id, oldest first
+    by_segment: dict[str, set[int]]  # live ids per segment holding any, oldest segment first
+    seg_lines: dict[str, int]  # manifest-line bytes of the live records, per segment
+    seg_sizes: dict[str, int]  # bytes of each segment file holding live records (after any cut)
+    next_id: int  # one more than the largest record id the manifest has ever named
+    next_segment: int  # number of the next segment file (never one the manifest named)
+    manifest_size: int  # manifest bytes (after any cut)
+    problems: list[str] = field(default_factory=list)  # damage found (a writable open refuses it)
+    notes: list[str] = field(default_factory=list)  # crash leftovers (with ``fix``, cut into quarantine)
 
 
 class Quarantine:
@@ -125,15 +94,13 @@ def recover(directory: Path, fix: bool, min_next_id: int = 0, min_tail: tuple[st
     """Replay the manifest, check it against the segment files, cut crash leftovers, find damage.
 
     Args:
-        directory: The store's directory.
         fix: Cut crash leftovers into quarantine, and refuse damage (False: report only).
         min_next_id: How far a checkpoint saw this manifest reach: a manifest ending before it has
-            lost committed lines (damage, even where the segments alone would look like a crash).
-        min_tail: ``(segment, extent)``: how far into that segment a checkpoint saw committed records
-            (`DiskStore.committed_tail`). A manifest naming less of it while the segment still holds
-            those bytes and was not dropped has lost committed lines: damage, although its unnamed
-            bytes, in the newest segment, would look like a crash's uncommitted tail (the header's
-            ``next_id`` counts ids handed out to level 2, so `min_next_id` alone misses such a cut).
+            lost committed lines.
+        min_tail: ``(segment, extent)`` a checkpoint saw committed (`DiskStore.committed_tail`): a
+            manifest naming less of a segment that still holds those bytes has lost committed lines,
+            although its unnamed bytes would look like a crash's tail (`min_next_id` alone misses
+            this: the header's ``next_id`` counts ids handed to level 2).
 
     Returns:
         The recovered state.

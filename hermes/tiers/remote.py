@@ -1,37 +1,5 @@
-"""Level 3 in an object store: `RemoteStore`, the record store of an ``s3://`` memory directory.
-
-Layout under the stream's prefix (`hermes.tiers.objects.ObjectStore` keys)::
-
-    fingerprint.json                  written once (create-only); another model's stream is refused
-    lease.json                        the writer's lease (`hermes.tiers.lease`)
-    manifest/000000000007.json        one per commit: create-only, numbered, checksummed; the truth
-    segments/000000000007.3.ab12cd.seg  one commit group's records, immutable, never overwritten
-    dram/...                          level 2's write-ahead log, the same layout
-    checkpoints/...                   level 1 and session state (`hermes.tiers.directory`)
-
-The writer encodes each record as it takes it into an open commit group, which closes at
-`hermes.tiers.ledger.OBJECT_GROUP_BYTES` (or a quarter of the capacity), when the queue runs dry, or before
-whatever must follow committed records (a removal, a job, a flush, a stop): two PUTs per group, not
-per batch the queue delivers. A commit is (1) put the group's segment object (a concatenation of records, each one complete
-safetensors file, as on disk), under a name no other writer can choose (sequence, epoch, random);
-(2) put manifest object ``seq`` create-only (``If-None-Match: *``), naming each record's byte
-range and SHA-256 and carrying its embedding. A writer killed before (2) leaves only a segment
-object no manifest names: invisible, reported by `verify`. Two writers racing for one sequence
-number: the store accepts one manifest and refuses the other (412), and the refused one stops.
-Before every commit the lease is checked (`Lease.check`), so a writer whose lease was taken over
-stops; the new holder's ``epoch`` manifest object fences whatever an old one still slips in:
-readers ignore any manifest of an epoch older than one already seen.
-
-Manifest objects: ``{"op": "add" | "del" | "epoch" | "header", "seq", "epoch", "next_id", ...,
-"sha256"}``, the last the SHA-256 of the rest (canonical JSON); one that fails it is reported and
-skipped, never served. ``add`` holds ``segment``, ``entries`` (the disk manifest's add lines) and
-``embeddings`` (base64 float32, so a reader builds its FAISS index without reading records).
-
-Reads go through a bounded local cache (`hermes.tiers.objects.LocalObjects`): a record is fetched
-once (a ranged get of its bytes), then served from the cache; every read checks its SHA-256,
-and a cached copy that fails it is fetched again before the record is declared damaged. A
-read-only store follows the writer by listing manifest keys after the last one it saw (`refresh`).
-"""
+"""Level 3 in an object store: `RemoteStore`, the record store of an ``s3://`` memory directory
+(docs/ARCHITECTURE.md, Memory, "Level 3 in an object store")."""
 
 from __future__ import annotations
 
@@ -97,15 +65,14 @@ class _Group:
 
 
 class RemoteStore(RecordLedger):
-    """Records in an object store, with `hermes.tiers.disk.DiskStore`'s interface (module docstring).
+    """Records in an object store, with `hermes.tiers.disk.DiskStore`'s interface.
 
     Args:
         objects: The store's objects (the stream's prefix, or its ``dram/`` child).
         cache: Bounded local copies of segment objects.
         capacity_bytes: Bound on the live segment objects' bytes plus `record_overhead_bytes` each.
-        fingerprint: As for `DiskStore`; None accepts any (read-only tools).
         lease: The writer's lease (taken by the caller); None opens read-only.
-        queue_size, prepare, on_drop, on_commit, record_overhead_bytes: as for `DiskStore`.
+        fingerprint, queue_size, prepare, on_drop, on_commit, record_overhead_bytes: as for `DiskStore`.
 
     Raises:
         MemoryDirError: Another model's stream, or (read-only) no stream there.
@@ -142,7 +109,7 @@ class RemoteStore(RecordLedger):
         self._queue = BatchQueue(queue_size)
         self._writer: threading.Thread | None = None
         if lease is not None:
-            for attempt in range(3):  # fences a stale writer (module docstring); one may commit meanwhile
+            for attempt in range(3):  # fences a stale writer (docs/ARCHITECTURE.md); one may commit meanwhile
                 try:
                     self._put_manifest({"op": "epoch"})
                     break
@@ -174,11 +141,7 @@ class RemoteStore(RecordLedger):
     # ---- the manifest ----------------------------------------------------------------------------
 
     def refresh(self) -> tuple[list[int], list[int]]:
-        """Apply manifest objects written since the last one seen.
-
-        Returns:
-            ``(added ids, removed ids)``.
-        """
+        """Apply manifest objects written since the last one seen; returns ``(added ids, removed ids)``."""
         added, removed = [], []
         for key in self.objects.keys(MANIFEST_PREFIX, after=self._last_key):
             got = self.objects.get(key)

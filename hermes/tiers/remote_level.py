@@ -1,16 +1,6 @@
-"""One ``s3://`` stream as `hermes.tiers.directory.MemoryDirectory` holds it: connection, lease,
-local cache folder and the checkpoints kept in the store.
-
-`RemoteLevel` owns what a stream in an object store needs beside its record stores: the
-connection (`hermes.tiers.s3.S3Objects`), the writer's lease (`hermes.tiers.lease.Lease`, taken
-on open unless read-only, released on close), the stream's marker (`STREAM_ID`, a random id written
-create-only when a writer first opens the stream), and a local folder, keyed by endpoint and marker,
-that holds the read-through
-cache of segment objects (bounded by ``memory.s3_cache_bytes``), this machine's FAISS index
-(derived, as for a local directory) and copies of the checkpoints. Checkpoints are the store's:
-each save is uploaded (its tensor file first, then its metadata, after a lease check), and an
-open downloads them, so ``--resume`` works from any machine.
-"""
+"""One ``s3://`` stream as `hermes.tiers.directory.MemoryDirectory` holds it: connection, lease, stream
+marker, local folder (cache, index, checkpoint copies) and the checkpoints kept in the store
+(docs/ARCHITECTURE.md, Memory, "Level 3 in an object store")."""
 
 from __future__ import annotations
 
@@ -54,9 +44,9 @@ def default_cache_dir(location: S3Location, endpoint: str) -> Path:
 
 
 def stream_id(objects: ObjectStore, create: bool) -> str | None:
-    """The stream's marker in the store (`STREAM_ID`): read, or with `create` written first if missing
-    (create-only, so two writers making a stream at once agree on one). None: a read-only look at a
-    stream no writer has marked (empty, or made by an older version)."""
+    """The stream's marker (`STREAM_ID`): read, or with `create` written create-only if missing (two
+    writers agree on one). None: a read-only look at a stream no writer has marked.
+    """
     got = objects.get(STREAM_ID)
     if got is None and create:
         try:
@@ -69,7 +59,7 @@ def stream_id(objects: ObjectStore, create: bool) -> str | None:
 
 
 class RemoteLevel:
-    """The stream's connection, lease and local folder (module docstring).
+    """The stream's connection, lease and local folder; the lease is taken on open unless read-only.
 
     Raises:
         MemoryDirError: Another writer holds the lease (writable open).
@@ -83,10 +73,8 @@ class RemoteLevel:
         if self.lease is not None:
             self.lease.acquire()
         try:
-            # The local folder is keyed by the store's identity: endpoint (in the default folder's name)
-            # and the stream's marker, so a store made afresh under the same bucket and prefix (a
-            # server restarted empty, another endpoint) never sees another store's cache, index or
-            # checkpoint copies; a folder for an unmarked stream is emptied of copies the store lacks.
+            # the local folder is keyed by the store's identity (docs/ARCHITECTURE.md); a folder for an
+            # unmarked stream is emptied of copies the store lacks
             self.stream_id = stream_id(self.objects, create=not readonly)
             base = Path(options.cache_dir) if options.cache_dir else default_cache_dir(location, self.objects.endpoint)
             self.cache_dir = base / (self.stream_id or "unmarked")
@@ -127,9 +115,7 @@ class RemoteLevel:
                 self.objects.delete(old)
 
     def download_checkpoints(self) -> None:
-        """Make the local checkpoint copies the store's (metadata and the tensor files they name).
-
-        Locally the tensor file lands before the metadata naming it, as `checkpoint` saves do.
+        """Make the local checkpoint copies the store's; the tensor file lands before the metadata naming it.
         """
         folder = self.cache_dir / checkpoint.CHECKPOINTS
         names = [k for k in self.objects.keys(f"{checkpoint.CHECKPOINTS}/") if k.endswith(".json")]
@@ -150,11 +136,11 @@ class RemoteLevel:
             _write_if_changed(folder / key.split("/", 1)[1], metadata)
 
     def _read_checkpoint(self, key: str) -> tuple[bytes, str | None, bytes | None] | None:
-        """``(metadata, tensor file name, its bytes)`` of the checkpoint whose metadata is `key`, read
-        metadata first; None if it is gone or kept changing. A writer replacing the checkpoint deletes
-        the old tensor file only after its new metadata is in place, so a tensor file that is gone means
-        newer metadata: read again (bounded). Metadata naming no valid file comes back alone (name and
-        bytes None), for its own checksum check to report."""
+        """``(metadata, tensor file name, its bytes)`` of the checkpoint whose metadata is `key`, or None.
+
+        A writer deletes the old tensor file only after its new metadata is in place, so a missing one
+        means newer metadata: read again (bounded). Metadata naming no valid file comes back alone.
+        """
         for _attempt in range(_CHECKPOINT_READ_ATTEMPTS):
             got = self.objects.get(key)
             if got is None:

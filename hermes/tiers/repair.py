@@ -1,27 +1,5 @@
-"""``hermes-video memory repair DIR``: rebuild what a damaged memory directory's files still hold.
-
-A writable open refuses damage that is not a crash's torn tail (`hermes.tiers.recovery`); this is
-the way out. Nothing is deleted: everything replaced or cut is moved (or copied) into
-``quarantine/<stamp>/`` first, and every step is reported.
-
-- The manifest is rebuilt from the segments. Each record in a segment is a complete safetensors
-  file that names its own id, times and frames (`hermes.tiers.codec`), so scanning a segment from
-  its start recovers every record up to the first bytes that do not parse; the bytes after that
-  are cut into quarantine. A record the old manifest names with another checksum (flipped bytes)
-  is left out and its bytes are copied to quarantine; ids the old manifest removed (``del`` lines,
-  dropped segments) stay removed, so nothing dropped on purpose comes back.
-- The FAISS index is moved aside and rebuilt from the repaired records.
-- ``fingerprint.json`` and the log's copy disagreeing (one replaced by another model's): the copy the
-  records agree with (`hermes.tiers.meaning`) is kept in both places, the other copied to quarantine.
-- A checkpoint that fails its checksum, or that claims records the store no longer holds, is moved
-  aside: a later run starts the stream afresh instead of resuming from a state that lies.
-- The host-memory log (``dram/``, a store of the same format) is repaired the same way.
-- A record whose bytes check out but whose meaning does not (`hermes.tiers.meaning`: another KV
-  layout) is left out the same way, its bytes copied to quarantine.
-- An eviction stored more than once (the same `hermes.tiers.records.identity` under several ids, in
-  either store: a commit replayed after a crash) keeps its lowest id; the other copies are deleted
-  from the manifests and their bytes copied to quarantine.
-"""
+"""``hermes-video memory repair DIR``: rebuild what a damaged memory directory's files still hold, deleting
+nothing, reporting every step (docs/ARCHITECTURE.md, Memory, "Repair")."""
 
 from __future__ import annotations
 
@@ -178,7 +156,7 @@ def write_store(plan: StorePlan, quarantine: Quarantine, report: RepairReport) -
 
 
 def repair(directory: str | Path) -> RepairReport:
-    """Repair a memory directory in place (see the module docstring).
+    """Repair a memory directory in place (docs/ARCHITECTURE.md, Memory, "Repair").
 
     Raises:
         MemoryDirError: Not a memory directory, or in use by another process.
@@ -246,9 +224,9 @@ def rebuild_index(directory: Path, report: RepairReport) -> None:
 
 
 def settle_fingerprints(directory: Path, quarantine: Quarantine, report: RepairReport) -> None:
-    """When ``fingerprint.json`` and the log's copy disagree (one was replaced), keep the one the records
-    agree with (`hermes.tiers.meaning`), the other copied to quarantine first; if the records cannot
-    tell (no KV layout to check against), nothing is changed and it is reported."""
+    """When ``fingerprint.json`` and the log's copy disagree, keep the one the records agree with
+    (`hermes.tiers.meaning`), the other copied to quarantine; if the records cannot tell, report it.
+    """
     copies = [directory / FINGERPRINT, directory / WAL / FINGERPRINT]
     try:
         texts = [json.loads(p.read_text()) for p in copies]

@@ -1,21 +1,6 @@
-"""An S3-compatible object store as level 3's truth: ``s3://bucket/prefix/stream`` (boto3).
-
-`parse_location` reads a ``--memory-dir`` once: ``s3://bucket/prefix`` is an `S3Location`, anything
-else a local folder (before this, ``s3://b/x`` silently became a folder named ``s3:``). `S3Objects`
-is `hermes.tiers.objects.ObjectStore` over one bucket and prefix, for any server that speaks the S3
-API (AWS, MinIO, Ceph, SeaweedFS): create-only puts with ``If-None-Match: *``, compare-and-swap
-with ``If-Match``, ranged gets, ``StartAfter`` listings.
-
-Where it connects: the endpoint from ``memory.s3_endpoint`` or ``AWS_ENDPOINT_URL``, the region
-from ``memory.s3_region``, ``AWS_REGION`` or ``AWS_DEFAULT_REGION`` (else us-east-1), credentials
-only from boto3's usual chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, profiles). No
-credential ever enters a message: errors name the bucket, the key and the endpoint (redacted).
-
-An endpoint that does not answer is tried a bounded number of times with connect and read
-timeouts (``memory.s3_timeout_s``, ``memory.s3_retries``); then a one-line
-`hermes.errors.StorageError` (exit 3). Nothing committed is lost: a commit is a manifest object
-the store accepted, and a failed one leaves only an unreferenced segment object.
-"""
+"""An S3-compatible object store (AWS, MinIO, Ceph, SeaweedFS; boto3) as level 3's truth: `parse_location`
+and `S3Objects`. Credentials come only from boto3's chain and never enter a message; an endpoint that does
+not answer is retried with timeouts, then a one-line `StorageError` (exit 3)."""
 
 from __future__ import annotations
 
@@ -76,10 +61,9 @@ def parse_location(text: str | os.PathLike) -> S3Location | Path:
 
 
 class S3Objects(ObjectStore):
-    """`ObjectStore` over the keys under one `S3Location` (see the module docstring).
+    """`ObjectStore` over the keys under one `S3Location`.
 
     Args:
-        location: Bucket and prefix.
         settings: Endpoint, region, timeouts and retries.
         client: A boto3 S3 client to use instead of building one (tests).
 

@@ -1,22 +1,5 @@
-"""Shrinking a record before it goes to disk: a few anchor tokens per layer plus one mean token.
-
-Level 3 (docs/ARCHITECTURE.md, Memory): a record that leaves DRAM is summarised, a few anchor tokens
-per layer plus a weighted mean. Per layer l of the record:
-
-- the anchors are the `anchors_per_layer` highest-scoring tokens (ties: the newer token, as
-  `hermes.scoring.select_keep` settles them), kept exactly as they were, in time order;
-- every other token is folded into one mean token with `hermes.scoring.fold_summary`, the same
-  fold level 1 uses for its summary tokens: value = count-weighted mean of the values; key =
-  count-weighted mean of the keys after re-rotating each to the mean token's position (keys are
-  stored rotated, so averaging them in place would mix rotations); count = the sum of counts, so
-  the record still stands for the same number of original tokens;
-- the mean token sits at the count-weighted mean position of what it folds (rounded, per axis for
-  M-RoPE), has token id -1 and frame -1 (like level 1's summary tokens), and its score is the
-  count-weighted mean score of what it folds. It comes first in the layer, anchors after.
-
-A layer with at most `anchors_per_layer` tokens is kept whole. Re-rotation needs the model's rotary
-scheme: pass a `hermes.rope.RotarySpec` (exact fp32 compensation) or your own `rotate` function.
-"""
+"""Shrinking a record before it goes to disk: a few anchor tokens per layer plus one mean token
+(docs/ARCHITECTURE.md, Memory, "Level 2, host memory, and level 3, disk")."""
 
 from __future__ import annotations
 
@@ -40,12 +23,12 @@ def summarise(record: Record, anchors_per_layer: int = 4, *, spec: RotarySpec | 
     Args:
         record: Any record (int8 records are dequantised first; the result is float32).
         anchors_per_layer: Highest-scoring tokens kept as they are in each layer (>= 0).
-        spec: The model's rotary scheme, used to re-rotate keys exactly (`hermes.rope.rotate_between`).
-        rotate: Alternatively, a function moving keys between positions (see `RotateFn`).
+        spec: The model's rotary scheme, to re-rotate keys exactly (`hermes.rope.rotate_between`).
+        rotate: Alternatively, a function moving keys between positions (`RotateFn`).
 
     Returns:
         A new record with ``kind="summary"``, the same id, time span, value and embedding, and
-        float32 K/V on the record's device (compress it for storage).
+        float32 K/V on the record's device.
 
     Raises:
         ValueError: Neither or both of `spec` and `rotate` given, or a negative anchor count.
