@@ -71,8 +71,11 @@ class ReadAhead:
         if self._thread is None:
             self._thread = threading.Thread(target=self._read, name="hermes-frame-reader", daemon=True)
             self._thread.start()
-        while True:
-            item = self._queue.get()
+        while not self._stop.is_set():  # closed: the reader puts nothing more, so waiting would never end
+            try:
+                item = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
             if item is self._DONE:
                 return
             if isinstance(item, BaseException):

@@ -56,3 +56,31 @@ def test_a_video_file_source_yields_what_the_file_reader_yields(tmp_path):
         source.close()
     assert [f.t_s for f in through] == [f.t_s for f in direct] and len(direct) == 8
     assert all(np.array_equal(a.rgb, b.rgb) for a, b in zip(through, direct))
+
+
+def test_closing_ends_a_consumer_that_waits_for_frames():
+    """`close` from another thread (serve deleting a file stream) ends the consumer's iteration: the reader
+    stops without a last item, so a consumer blocked on the queue waited forever (its pump join timed out)."""
+    import threading
+    import time
+
+    def endless():
+        index = 0
+        while True:
+            yield Frame(index * 0.1, np.zeros((2, 2, 3), np.uint8), index)
+            index += 1
+
+    read_ahead, got, first = ReadAhead(endless(), max_frames=1), [], threading.Event()
+
+    def consume():
+        for frame in read_ahead:
+            got.append(frame)
+            first.set()
+            time.sleep(0.01)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    assert first.wait(30)
+    read_ahead.close()
+    consumer.join(timeout=30)
+    assert not consumer.is_alive() and got
