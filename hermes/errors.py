@@ -57,15 +57,16 @@ def closest(word: str, choices, cutoff: float = 0.5) -> str | None:
     return folded.get(word.casefold())
 
 
-def check_keys(keys, allowed, takes: str, kind: str = "key") -> None:
-    """Refuse the first of `keys` not in `allowed`: "unknown KIND 'x' (did you mean ...); TAKES takes ...".
+def check_keys(keys, allowed, takes: str, kind: str = "key", where: str = "") -> None:
+    """Refuse the first of `keys` not in `allowed`: "[WHERE: ]unknown KIND 'x' (did you mean ...); TAKES takes ...".
 
     Raises:
         UsageError: naming the key, the closest allowed one and every allowed one.
     """
     for key in keys:
         if key not in allowed:
-            raise UsageError(f"unknown {kind} {key!r}{did_you_mean(key, allowed)}; {takes} takes {', '.join(allowed)}")
+            raise UsageError(f"{where + ': ' if where else ''}unknown {kind} {key!r}{did_you_mean(key, allowed)}; "
+                             f"{takes} takes {', '.join(allowed)}")
 
 
 def did_you_mean(word: str, choices, cutoff: float = 0.5, prefix: str = "") -> str:

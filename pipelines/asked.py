@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes.errors import UsageError, did_you_mean
+from hermes.errors import UsageError, check_keys
 
 # The keys a questions-file line may carry; anything else is a typo (did-you-mean) rather than ignored.
 QUESTION_KEYS = ("question", "at_s", "options", "id")
@@ -82,10 +82,7 @@ def read_questions_file(path: str) -> list[Question]:
                              f'{{"question": "...", "at_s": 12.0, "options": [...]}}') from None
         if not isinstance(item, dict) or not isinstance(item.get("question"), str):
             raise UsageError(f'{where}: expected an object with a "question" string')
-        for key in item:
-            if key not in QUESTION_KEYS:
-                raise UsageError(f"{where}: unknown key {key!r}{did_you_mean(key, QUESTION_KEYS)}; "
-                                 f"a line takes {', '.join(QUESTION_KEYS)}")
+        check_keys(item, QUESTION_KEYS, "a line", where=where)
         if not item["question"].strip():
             raise UsageError(f'{where}: "question" is empty')
         at_s = item.get("at_s")
