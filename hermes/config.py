@@ -69,7 +69,7 @@ class MemoryConfig:
 
     # "full" (no eviction), "hermes", "sliding" (sink + recent), "uniform" (even frames), two baselines;
     # `run` without --memory takes the model's bounded preset instead (`default_memory_preset`)
-    policy: Literal["full", "hermes", "sliding", "uniform", "recent-frames", "rekv"] = "full"
+    policy: Literal["full", "hermes", "sliding", "uniform", "recent-frames", "rekv", "dscache"] = "full"
     budget: int = ranged(4096, 1)  # visual tokens kept per layer in device memory (all but `full`)
     bands: tuple[float, ...] = ranged((0.1, 0.6, 0.3), 0.0, 1.0)  # sensory / working / long-term shares of layers
     recency_k: float = ranged(20.0, 0.0)  # forgetting rate of the recency score exp(-k * d), d in [0, 1]
@@ -94,9 +94,15 @@ class MemoryConfig:
     position_reserve: int = ranged(1024, 1)  # positions kept free for a question and its answer
     mrope_compaction: Literal["per_axis", "frame_blocks"] = "per_axis"
     evict_headroom: float = ranged(0.0, 0.0, 1.0, below=True)  # fraction of `budget` freed below it at each eviction
+    # ours (`hermes-plus`; README.md, "Memory options"), off by default: the reference's choices
+    recent_keep: float = ranged(0.0, 0.0, 1.0, below=True)  # share of the budget kept as the newest visual tokens
+    accumulation_bands: Literal["all", "longterm"] = "all"  # layers whose importance accumulates (with accumulation)
+    recall_share: float = ranged(0.0, 0.0, 1.0, below=True)  # share of the budget level 1 leaves to recall (recall on)
     sink_tokens: int = ranged(4, 0)  # `sliding`: earliest visual tokens always kept (attention sinks; 0: none)
-    recent_frames: int = ranged(4, 1)  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream)
-    recent_fps: float = ranged(1.0, 1e-6)  # `recent-frames`: their rate (frames/s), counted back from the newest
+    recent_frames: int = ranged(4, 1)  # `recent-frames`: frames re-encoded fresh for each question (SimpleStream);
+    # `dscache`: its instant cache holds one more (DSCache's frame_len + 1)
+    recent_fps: float = ranged(1.0, 1e-6)  # `recent-frames`, `dscache`: their rate (frames/s), back from the newest
+    past_stride: int = ranged(1, 1)  # `dscache`: every Nth past frame joins an answer (DSCache's ls_N; 1: all)
     # levels 2 and 3 (a memory directory or recall): evicted tokens scoring at least this are kept. 0 keeps
     # all (the byte budgets bound them): scores are min-max normalised, so evicted ones score near 0
     compress_threshold: float = ranged(0.0, 0.0, 1.0)
@@ -106,7 +112,8 @@ class MemoryConfig:
     summary_anchors: int = ranged(4, 1)  # tokens per layer a record keeps on disk (plus one mean token)
     recall: bool = False  # on: bring back the records most relevant to each question before answering
     recall_top_k: int = ranged(4, 1)  # records recalled per question
-    recall_gate: Literal["off", "above_frames", "above_level1"] = "off"
+    # "question": what the question says about time decides (`hermes.time_reference`); the others compare similarities
+    recall_gate: Literal["off", "above_frames", "above_level1", "question"] = "off"
     recall_gate_margin: float = ranged(0.0, -2.0, 2.0)  # similarity a hit must exceed level 1's by (the gate on)
     recall_max_ratio: float = ranged(0.0, 0.0)  # recalled tokens per layer <= this x level-1 visual tokens (0: no cap)
     checkpoint_every: int = ranged(8, 1)  # chunks between level-1 checkpoints (a file re-encodes the rest on --resume)

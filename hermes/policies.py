@@ -6,6 +6,7 @@ Memory: the policy interface); `hermes.memory` defines the base class and knows 
 
 from __future__ import annotations
 
+from hermes.baselines.dscache import DSCachePolicy
 from hermes.baselines.recent_frames import RecentFramesPolicy
 from hermes.baselines.rekv import ReKVPolicy
 from hermes.config import MemoryConfig, preset_names
@@ -15,7 +16,7 @@ from hermes.model_protocol import CoreModel
 
 POLICIES: dict[str, type[MemoryPolicy]] = {
     "full": MemoryPolicy, "sliding": SlidingPolicy, "uniform": UniformPolicy, "hermes": HermesPolicy,
-    "recent-frames": RecentFramesPolicy, "rekv": ReKVPolicy,
+    "recent-frames": RecentFramesPolicy, "rekv": ReKVPolicy, "dscache": DSCachePolicy,
 }
 
 

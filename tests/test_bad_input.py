@@ -97,8 +97,8 @@ CASES = [
     ([*R, "--device", "gpu"], 2, "model.device: expected auto, cpu, cuda or cuda:N, found 'gpu'"),
     # ---- run: configuration (enumerations come from the dataclasses' Literal types)
     ([*R, "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of int8, fp16, found 'int4'"),
-    ([*R, "--set", "memory.policy=hermse"], 2, "expected one of full, hermes, sliding, uniform, recent-frames, rekv, found 'hermse' "
-                                              "(did you mean 'hermes'?)"),
+    ([*R, "--set", "memory.policy=hermse"], 2, "expected one of full, hermes, sliding, uniform, recent-frames, rekv, "
+                                              "dscache, found 'hermse' (did you mean 'hermes'?)"),
     ([*R, "--set", "memory.reindex=fast"], 2, "memory.reindex: expected one of lazy, eager"),
     ([*R, "--set", "stream.backend=ffmpeg"], 2, "stream.backend: expected one of auto, decord, opencv"),
     ([*R, "--set", "model.dtype=int3"], 2, "model.dtype: expected one of auto"),
@@ -186,6 +186,7 @@ CASES = [
     (["serve", *TINY[:2], "--memory", "hermes-5k"], 2, "unknown memory preset 'hermes-5k'"),
     (["serve", *TINY[:2], "--api-key", "short"], 2, "the API key is 5 characters; use at least 16"),
     (["serve", *TINY[:2], "--memory-root", "{file}"], 2, "--memory-root expects a directory, found a file"),
+    (["serve", *TINY[:2], "--memory-root", "s3://Not_A_Bucket/x"], 2, "--memory-root s3://Not_A_Bucket/x: 'Not_A_B"),
     (["serve", *TINY[:2], "--allow-source", "videos"], 2, "--allow-source videos: expected a URL pattern"),
     (["serve", *TINY[:2], "--allow-source", "ftp://host/*"], 2, "unknown scheme 'ftp'"),
     (["serve", *TINY[:2], "--max-streams", "0"], 2, "expected a positive whole number, found '0'"),
@@ -275,6 +276,8 @@ EARLY = [
     (["serve", "--memory", "hermes-5k"], 2),
     (["serve", "--allow-source", "ftp://host/*"], 2),
     (["serve", "--model", "llava-onevison-7b"], 4),
+    (["serve", "--replicas", "2"], 2),
+    (["serve", "--engine", "ray"], 2),
     (["bench", "reference", "--ref-dir", "{dir}"], 2),
     (["bench", "device", "--sections", "gpu"], 2),
     (["bench", "gc", "--frames", "1"], 2),
