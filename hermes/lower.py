@@ -16,8 +16,9 @@ from hermes.config import MemoryConfig
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
 from hermes.probe import question_queries
-from hermes.recall_gate import gate_hits, recall_cap
+from hermes.recall_gate import frame_similarity, gate_hits, level1_similarity, recall_cap
 from hermes.rope import RotarySpec, rotate_keys
+from hermes.time_reference import time_reference
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.remote_level import remote_options
 from hermes.tiers.s3 import parse_location
@@ -77,6 +78,10 @@ class LowerLevels:
                                      durable_dram=directory is not None,  # a temporary directory needs no log
                                      readonly=read_only, remote=remote_options(cfg))
         self.last_vector: torch.Tensor | None = None  # the last question's search vector, for prefetching
+        # (start, end) stream seconds of each record this session stored, for recall by time (a resumed or
+        # followed stream's older records are found by similarity only)
+        self.spans: dict[int, tuple[float, float]] = {}
+        self.frame_times: list[float] = []  # the session's frame times (s) by frame index, as `capture` last saw them
         # after a resume: the evictions (frames encoded when each ran) whose records the directory already
         # holds, committed after the checkpoint and before the stream stopped; see `note_resumed`
         self._stored_evictions: set[int] = set()
@@ -98,6 +103,7 @@ class LowerLevels:
         """
         if not evictions.evicted:
             return
+        self.frame_times = frame_times_s
         frames_seen = len(frame_times_s)  # identifies this eviction within the stream
         if frames_seen in self._stored_evictions:  # stored before a stop; the stream is encoding it again
             self._stored_evictions.discard(frames_seen)
@@ -125,13 +131,15 @@ class LowerLevels:
                 per_layer[name].append(getattr(entries, name)[..., pick])
         frames = torch.cat(per_layer["frame_index"])
         first, last = int(frames.min()), int(frames.max())
-        embedding = content_vector(per_layer["keys"][-1], per_layer["positions"][-1], self.spec) \
+        embedding = content_vector(per_layer["keys"][-1], per_layer["positions"][-1], self.spec,
+                                   counts=per_layer["counts"][-1]) \
             if per_layer["keys"][-1].shape[-2] else None
         record = Record.build(self.store.new_record_id(), **per_layer, t_start_s=frame_times_s[first],
                               t_end_s=frame_times_s[last], frame_start=first, frame_end=last + 1,
                               embedding=embedding)
         record.epoch, record.frames_seen = evictions.position_epoch, frames_seen
         self.store.add(record)
+        self.spans[record.record_id] = (record.t_start_s, record.t_end_s)
         if self.last_vector is not None:  # warm the prefetch cache for a follow-up on the same topic
             self.store.prefetch(rid for rid, _ in self.store.search(self.last_vector, self.cfg.recall_top_k))
 
@@ -143,16 +151,20 @@ class LowerLevels:
         groups = queries.shape[0] // self.model.text_config.num_key_value_heads
         return content_vector(queries, positions, self.spec, groups=groups)
 
-    def recall(self, cache: HermesCache, question_embeds: torch.Tensor) -> RecallStats:
+    def recall(self, cache: HermesCache, question_embeds: torch.Tensor, question: str = "",
+               now_s: float | None = None) -> RecallStats:
         """Splice the records most relevant to a question into `cache` (the caller rewinds them); every layer
         gets equally many tokens, so the cache stays rectangular for the attention mask.
+
+        Args:
+            question_embeds: (Q, hidden) the question as the model reads it.
+            question: its bare text (`memory.recall_gate: question` reads it).
+            now_s: the stream time of the question (for "N minutes ago").
         """
         start = time.perf_counter()
         if len(self.store.index) == 0 and len(self.store.dram) == 0:  # nothing below level 1: no pass, no search
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
-        self.last_vector = self.question_vector(cache, question_embeds)
-        hits = gate_hits(self.store.search(self.last_vector, self.cfg.recall_top_k), cache, self.last_vector,
-                         self.spec, self.cfg)
+        hits, when = self._chosen(cache, question_embeds, question, now_s)
         if not hits:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         keys0, _ = cache.layer_tensors()[0]
@@ -178,9 +190,12 @@ class LowerLevels:
             shifted.append((record, delta))
         spliced: dict[str, list[torch.Tensor]] = {"keys": [], "values": [], "positions": [], "frame_index": []}
         layers_kv, tops = [], []
+        # (frames,) each frame's time, once for every layer (a day-long stream has 86,400)
+        times_s = torch.tensor(self.frame_times, dtype=torch.float64) if when is not None else None
         for layer in range(cache.num_layers):
             parts = [self._layer_tokens(record.layers[layer], delta) for record, delta in reversed(shifted)]
-            scores = torch.cat([p[3] for p in parts])
+            # importance, or (a time asked about) nearness to that time: what the cap keeps first
+            scores = torch.cat([p[3] if when is None else time_priority(times_s, p[4], when) for p in parts])
             # the best n, in time order (every record's tokens when layers hold equally many, the usual case)
             top = torch.arange(n) if scores.shape[0] == n else torch.sort(torch.topk(scores, n).indices).values
             tops.append(top)
@@ -194,6 +209,52 @@ class LowerLevels:
         cache.append(spliced["keys"], spliced["values"], spliced["positions"], KIND_RECALLED, spliced["frame_index"])
         elapsed = (time.perf_counter() - start) * 1e3
         return RecallStats(recall_ms=elapsed, records=len(records), tokens=n)
+
+    def _chosen(self, cache: HermesCache, question_embeds: torch.Tensor, question: str,
+                now_s: float | None) -> tuple[list[tuple[int, float]], tuple[float, str] | None]:
+        """(record id, score) of the records to splice, and the time they are chosen around, if any.
+
+        Under `recall_gate: question` (`hermes.time_reference`): nothing for the present; the records
+        around t = 0 for the start, around now - N for "N ago", around where X was seen for "before /
+        after X" ((time s, side): the splice then prefers the tokens nearest that time on that side);
+        otherwise the records nearest the question's vector that pass the gate (best first).
+        """
+        k = self.cfg.recall_top_k
+        ref = time_reference(question) if self.cfg.recall_gate == "question" else None
+        if ref is not None and ref.kind == "present":
+            return [], None
+        when = None
+        if ref is not None and not self.spans:  # no record of this session's yet (a resumed stream): by similarity
+            ref = None
+        elif ref is not None and ref.kind == "start":
+            when = (self.frame_times[0] if self.frame_times else 0.0, "near")
+        elif ref is not None and ref.kind == "ago" and now_s is not None:
+            when = (now_s - ref.seconds_ago, "near")
+        if when is None:
+            self.last_vector = self.question_vector(cache, question_embeds)
+            hits = self.store.search(self.last_vector, k)
+            seen_at = self._seen_at(cache, hits) if ref is not None and ref.kind in ("before", "after") else None
+            if seen_at is None:
+                return gate_hits(hits, cache, self.last_vector, self.spec, self.cfg), None
+            when = (seen_at, ref.kind)
+        target = when[0]
+        # records whose span is nearest the time, the narrower first: with scored eviction a record may span long
+        near = sorted(self.spans, key=lambda rid: (max(self.spans[rid][0] - target, target - self.spans[rid][1], 0.0),
+                                                   self.spans[rid][1] - self.spans[rid][0]))
+        return [(rid, 1.0) for rid in near[:k]], when
+
+    def _seen_at(self, cache: HermesCache, hits: list[tuple[int, float]]) -> float | None:
+        """The stream time (s) of the frame whose content best matches the question's vector (`last_vector`),
+        among the frames of the `hits` records and of level 1; None without a frame."""
+        records = self.store.fetch([rid for rid, _ in hits])
+        candidates = [frame_similarity(r.layers[-1].keys, r.layers[-1].positions.reshape(-1, r.layers[-1].num_tokens),
+                                       r.layers[-1].frame_index, self.last_vector, self.spec) for r in records]
+        candidates.append(level1_similarity(cache, self.last_vector, self.spec, per_frame=True))
+        frames = torch.cat([f for f, _ in candidates])
+        if frames.numel() == 0 or not self.frame_times:
+            return None
+        best = int(frames[torch.cat([sims for _, sims in candidates]).argmax()])
+        return self.frame_times[min(best, len(self.frame_times) - 1)]
 
     def _layer_tokens(self, tokens, delta: int):
         keys = tokens.keys
@@ -216,3 +277,19 @@ class LowerLevels:
         self.store.close()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def time_priority(times_s: torch.Tensor, frame_index: torch.Tensor, when: tuple[float, str]) -> torch.Tensor:
+    """(m,) how much each token is wanted near `when` = (time s, side): minus its distance in seconds;
+    on "before" / "after" a token on the other side counts twice as far.
+
+    Args:
+        times_s: (frames,) float64 stream time of each frame by index.
+        frame_index: (m,) each token's frame.
+    """
+    offset = times_s[frame_index.clamp(0, times_s.numel() - 1)] - when[0]  # (m,) seconds after the time asked about
+    if when[1] == "before":
+        offset = torch.where(offset > 0, 2 * offset, -offset)
+    elif when[1] == "after":
+        offset = torch.where(offset < 0, -2 * offset, offset)
+    return -offset.abs().float()

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_SUMMARY, HermesCache, HermesLayer, TokenEntries, to_device_no_sync
+from hermes.cache import (KIND_PREFIX, KIND_SUMMARY, KIND_VISUAL, HermesCache, HermesLayer, TokenEntries,
+                          to_device_no_sync)
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError
 from hermes.model_protocol import CoreModel
@@ -230,8 +231,12 @@ class BudgetPolicy(MemoryPolicy):
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         super().__init__(cfg, model)
-        # visual entries an eviction keeps: the budget, less the headroom (`memory.evict_headroom`)
-        self.keep_tokens = max(1, cfg.budget - int(round(cfg.evict_headroom * cfg.budget)))
+        # level 1's share of the budget: with recall, `memory.recall_share` of it is left to recalled tokens,
+        # so that an answer's device memory stays within the budget
+        self.level1_budget = max(1, cfg.budget - int(round(cfg.recall_share * cfg.budget))) if cfg.recall \
+            else cfg.budget
+        # visual entries an eviction keeps: level 1's budget, less the headroom (`memory.evict_headroom`)
+        self.keep_tokens = max(1, self.level1_budget - int(round(cfg.evict_headroom * self.level1_budget)))
         self.last_scores: torch.Tensor | None = None  # (L, V) of the last eviction, for inspection only
 
     def choose(self, cache: HermesCache, prefix_len: int, probe: torch.Tensor | None = None) -> Choice:
@@ -241,7 +246,7 @@ class BudgetPolicy(MemoryPolicy):
 
     def evicts_after(self, cache: HermesCache, n_new: int) -> bool:
         """Whether a chunk of `n_new` tokens will take the cache past the budget (so `maintain` evicts)."""
-        return cache.num_tokens + n_new - cache.prefix_len > self.cfg.budget
+        return cache.num_tokens + n_new - cache.prefix_len > self.level1_budget
 
     def maintain(self, cache: HermesCache, *, copy_evicted: bool = False,
                  probe: torch.Tensor | None = None) -> Evictions:
@@ -423,6 +428,9 @@ class HermesPolicy(BudgetPolicy):
             return fresh_rows.float()
         rows = []
         for layer, fresh in enumerate(fresh_rows):
+            if self.cfg.accumulation_bands == "longterm" and not bool(self.longterm_band[layer]):
+                rows.append(fresh.float())  # working and sensory layers read the present: a fresh probe
+                continue
             ids = cache.layers[layer].token_ids
             running = accumulate(self._running[layer], fresh, ids, self.cfg.accumulation,
                                  self.cfg.accumulate_decay)
@@ -451,6 +459,8 @@ class HermesPolicy(BudgetPolicy):
         ids = cache.token_ids[:, prefix_len:]
         scores = torch.stack(smooth_deep_to_shallow(list(scores), list(ids), self.bands, self.cfg.smoothing,
                                                     match=self.cfg.smoothing_match))
+        if self.cfg.recent_keep > 0:  # the newest visual tokens stay in every layer, whatever they score
+            scores = scores.masked_fill(self._newest(cache, prefix_len, round(self.cfg.recent_keep * budget)), math.inf)
         keep_rows, summaries = [None] * cache.num_layers, []
         first = self.first_summary_layer  # the layers with a summary are the deepest ones: two row slices
         if first:  # one batched selection over the layers without a summary
@@ -482,6 +492,16 @@ class HermesPolicy(BudgetPolicy):
                 keep_rows[layer] = rows[i]
                 summaries.append((layer, Summary(new.key[i], new.value[i], new.count[i]), targets[i]))
         return Choice(keep=torch.stack(keep_rows), scores=scores, summaries=tuple(summaries))
+
+    def _newest(self, cache: HermesCache, prefix_len: int, n: int) -> torch.Tensor:
+        """(L, V) bool: each layer's `n` newest visual entries (ids grow with encode order; summaries excluded)."""
+        ids = cache.token_ids[:, prefix_len:]
+        visual = cache.kinds[:, prefix_len:] == KIND_VISUAL
+        n = min(n, int(visual.sum(1).min()))
+        if n <= 0:
+            return torch.zeros_like(visual)
+        threshold = ids.masked_fill(~visual, -1).topk(n, dim=1).values[:, -1:]  # (L, 1) the n-th newest id
+        return visual & (ids >= threshold)
 
     def _summary_positions(self, prefix_len: int, positions: torch.Tensor, kept: torch.Tensor,
                            folded_at: torch.Tensor, folded_counts: torch.Tensor) -> torch.Tensor:

@@ -10,31 +10,41 @@ from hermes.config import MemoryConfig
 from hermes.rope import RotarySpec, rotate_between
 
 
-def level1_similarity(cache: HermesCache, question_vector: torch.Tensor, spec: RotarySpec,
-                      per_frame: bool) -> torch.Tensor:
-    """Cosine similarity of the question's vector with the content of what level 1 holds (last layer).
+def frame_similarity(keys: torch.Tensor, positions: torch.Tensor, frame_index: torch.Tensor,
+                     question_vector: torch.Tensor, spec: RotarySpec, per_frame: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine similarity of the question's vector with the content of some tokens of the last layer, per frame.
 
     Args:
+        keys: (H, V, D) the tokens' keys as cached (rotated at `positions` (A, V)).
+        frame_index: (V,) the frame of each token.
         question_vector: (H * D,) the question's search vector (L2-normalised, on the host).
-        per_frame: one content vector per frame; else one over every visual token.
+        per_frame: one content vector per frame; else one over every token.
 
     Returns:
-        (F,) float32 similarity per frame level 1 holds in its last layer, or (1,) (empty if none).
+        ((F,) the frames, in ascending order (only the first without `per_frame`), (F,) float32 similarity).
     """
-    layer = cache.layers[-1]
-    visual = (layer.kinds == KIND_VISUAL).nonzero().squeeze(1)  # (V,) summaries and recalled tokens excluded
-    if visual.numel() == 0:
-        return torch.empty(0)
-    keys = layer.keys.index_select(-2, visual.to(layer.keys.device)).float().flatten(0, -3)  # (B * H, V, D), B = 1
-    positions = layer.positions[:, visual]
+    if keys.shape[-2] == 0:
+        return torch.empty(0, dtype=torch.long), torch.empty(0)
     pos = (positions[0] if spec.kind == "1d" else positions).to(keys.device)
-    at_zero = rotate_between(keys, pos, torch.zeros_like(pos), spec).to("cpu")  # (H, V, D)
-    frames, group = torch.unique(layer.frame_index[visual], return_inverse=True)  # (F,), (V,)
+    at_zero = rotate_between(keys.float(), pos, torch.zeros_like(pos), spec).to("cpu")  # (H, V, D)
+    frames, group = torch.unique(frame_index, return_inverse=True)  # (F,), (V,)
     if not per_frame:
         frames, group = frames[:1], torch.zeros_like(group)
-    flat = at_zero.permute(1, 0, 2).reshape(visual.numel(), -1)  # (V, H * D)
+    flat = at_zero.permute(1, 0, 2).reshape(keys.shape[-2], -1)  # (V, H * D)
     sums = torch.zeros(frames.numel(), flat.shape[1]).index_add_(0, group, flat)  # (F, H * D); a mean's direction
-    return torch.nn.functional.normalize(sums, dim=1) @ question_vector.float()
+    return frames, torch.nn.functional.normalize(sums, dim=1) @ question_vector.float()
+
+
+def level1_similarity(cache: HermesCache, question_vector: torch.Tensor, spec: RotarySpec,
+                      per_frame: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """`frame_similarity` over the visual tokens level 1 holds in its last layer (summaries and recalled
+    tokens excluded): (frames, similarity), per frame or, without `per_frame`, (1,) (empty if none)."""
+    layer = cache.layers[-1]
+    visual = (layer.kinds == KIND_VISUAL).nonzero().squeeze(1)  # (V,)
+    keys = layer.keys[0].index_select(-2, visual.to(layer.keys.device))  # (H, V, D)
+    return frame_similarity(keys, layer.positions[:, visual], layer.frame_index[visual], question_vector, spec,
+                            per_frame)
 
 
 def gate_hits(hits: list[tuple[int, float]], cache: HermesCache, question_vector: torch.Tensor, spec: RotarySpec,
@@ -51,7 +61,8 @@ def gate_hits(hits: list[tuple[int, float]], cache: HermesCache, question_vector
     """
     if cfg.recall_gate == "off" or not hits:
         return hits
-    in_cache = level1_similarity(cache, question_vector, spec, per_frame=cfg.recall_gate == "above_frames")
+    # `question` gates a question that names no time as `above_frames` does
+    _, in_cache = level1_similarity(cache, question_vector, spec, per_frame=cfg.recall_gate != "above_level1")
     if in_cache.numel() == 0:
         return hits
     floor = float(in_cache.max()) + cfg.recall_gate_margin
@@ -65,6 +76,8 @@ def recall_cap(cache: HermesCache, n_tokens: int, cfg: MemoryConfig) -> int:
         cache: the working cache (level 1), before anything is spliced.
         n_tokens: tokens per layer the recalled records hold.
     """
+    if cfg.recall_share > 0:  # level 1 left this much of the budget to recall
+        n_tokens = min(n_tokens, int(round(cfg.recall_share * cfg.budget)))
     if cfg.recall_max_ratio <= 0:
         return n_tokens
     visual = int((cache.layers[0].kinds == KIND_VISUAL).sum())

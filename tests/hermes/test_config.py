@@ -107,7 +107,7 @@ def test_a_word_yaml_1_1_reads_as_a_boolean_is_taken_as_typed_by_a_string_key(tm
     f = tmp_path / "gate.yaml"
     f.write_text("memory:\n  recall_gate: off\n")  # a file is YAML 1.1: the boolean maps back to the word allowed
     assert build_config(config_file=f).memory.recall_gate == "off"
-    with pytest.raises(ConfigError, match="memory.recall_gate: expected one of off, above_frames, above_level1, "
+    with pytest.raises(ConfigError, match="memory.recall_gate: expected one of off, above_frames, above_level1, question, "
                                           "found 'on'"):
         build_config(overrides=["memory.recall_gate=on"])
 
@@ -132,7 +132,7 @@ def test_memory_options_default_to_the_reference_and_take_only_their_choices():
     ("evict_headroom", -0.1, "memory.evict_headroom: expected at least 0 and below 1, found -0.1"),
     ("evict_headroom", 1.0, "memory.evict_headroom: expected at least 0 and below 1, found 1.0"),
     ("reindex", "sometimes", "memory.reindex: expected one of lazy, eager, found 'sometimes'"),
-    ("policy", "lru", "memory.policy: expected one of full, hermes, sliding, uniform, recent-frames, rekv, "
+    ("policy", "lru", "memory.policy: expected one of full, hermes, sliding, uniform, recent-frames, rekv, dscache, "
                       "found 'lru'"),
     ("policy", "recall-only", "(recall-only is a memory preset, not a policy: use --memory recall-only)"),
     ("smoothing", [0.1, 0.3], "memory.smoothing: expected three values (sensory, working, long-term), found [0.1, 0.3]"),

@@ -130,7 +130,7 @@ def test_resume_equals_streaming_in_one_go(tiny_model, tmp_path):
     first.advance()
     first.close()
     second = StreamingSession(tiny_model, cfg, frames, chunk_frames=4, memory_dir=tmp_path / "split", resume=True)
-    assert second.encoded_t_s == [f.t_s for f in frames[:12]]
+    assert list(second.encoded_t_s) == [f.t_s for f in frames[:12]]
     second.advance()  # frames already seen are skipped, the rest encoded
     assert second.encoded_t_s == whole.encoded_t_s
     for (k1, v1), (k2, v2) in zip(whole.cache.layer_tensors(), second.cache.layer_tensors()):
@@ -181,7 +181,7 @@ def test_a_resume_after_records_outran_the_checkpoint_stores_each_eviction_once(
     assert [span[2] for span in _stored_spans(tmp_path / "split")] == [4, 8, 12, 16]
 
     second = StreamingSession(tiny_model, cfg, frames, chunk_frames=4, memory_dir=tmp_path / "split", resume=True)
-    assert second.encoded_t_s == [f.t_s for f in frames[:4]]
+    assert list(second.encoded_t_s) == [f.t_s for f in frames[:4]]
     second.advance()  # frames 4-23 encoded again: 8, 12 and 16 evict as before, 20 and 24 are new
     second.close()
     assert _stored_spans(tmp_path / "split") == expected

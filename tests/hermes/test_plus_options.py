@@ -1,0 +1,142 @@
+"""`hermes-plus`'s options on the micro model (16 visual tokens per frame, 4 layers): the newest tokens
+kept whatever they score, importance carried in the long-term layers only, recall within the budget,
+and recall that reads what the question says about time."""
+
+import pytest
+import torch
+
+from hermes.cache import KIND_RECALLED, KIND_VISUAL
+from hermes.config import MemoryConfig, ModelConfig
+from hermes.lower import content_vector
+from hermes.models.loading import load_model
+from hermes.pipelines.session import StreamingSession
+from hermes.rope import RotarySpec
+from hermes.time_reference import TimeReference, time_reference
+from tests.conftest import random_frames
+
+TPF = 16  # visual tokens per frame of the micro model
+
+
+@pytest.fixture(scope="module")
+def micro():
+    return load_model(ModelConfig(name="micro-llava-onevision", device="cpu", dtype="float32"))
+
+
+@pytest.mark.parametrize(("question", "expected"), [
+    ("What colour is the object on screen now?", TimeReference("present")),
+    ("What colour was the first object?", TimeReference("start")),
+    ("What colour was the second object?", TimeReference("start")),  # ordinals count from the start
+    ("What happened at the beginning?", TimeReference("start")),
+    ("What colour was the object just before the red circle?", TimeReference("before", subject="red circle")),
+    ("Who came in right after the man in a hat?", TimeReference("after", subject="man in a hat")),
+    ("What was on the table 5 minutes ago?", TimeReference("ago", seconds_ago=300.0)),
+    ("What did she hold 30 s ago?", TimeReference("ago", seconds_ago=30.0)),
+    ("How many times did they show a red object?", TimeReference("none")),
+])
+def test_time_reference(question, expected):
+    assert time_reference(question) == expected
+
+
+def old_favouring_attention(monkeypatch):
+    """Probe maps that favour the oldest tokens (attention falling with cache index), probed in `maintain`."""
+    import hermes.memory
+
+    monkeypatch.setattr(hermes.memory.HermesPolicy, "probe_queries", lambda self, cache, n_new: None)
+    monkeypatch.setattr(hermes.memory, "probe_attention", lambda model, cache, embeds: [
+        torch.linspace(1.0, 0.01, cache.num_tokens).expand(embeds.shape[0], -1) for _ in range(cache.num_layers)])
+
+
+def newest_ids(session, n: int) -> set[int]:
+    layer = session.cache.layers[0]
+    visual = layer.token_ids[layer.kinds == KIND_VISUAL]
+    return set(range(int(visual.max()) - n + 1, int(visual.max()) + 1))
+
+
+def test_recent_keep_holds_the_newest_share_in_every_layer_whatever_attention_says(micro, monkeypatch):
+    old_favouring_attention(monkeypatch)
+    kept = {}
+    for share in (0.0, 0.5):
+        memory = MemoryConfig(policy="hermes", budget=4 * TPF, recent_keep=share)
+        session = StreamingSession(micro, memory, random_frames(24, size=(16, 16)), chunk_frames=8)
+        session.advance()
+        newest = newest_ids(session, 2 * TPF)  # half the budget: the 2 newest frames
+        kept[share] = [newest <= set(layer.token_ids.tolist()) for layer in session.cache.layers]
+    assert not kept[0.0][-1]  # the reference: the long-term layer reads attention alone and lets them go
+    assert all(kept[0.5])
+
+
+def test_accumulation_in_long_term_layers_only_carries_no_state_for_the_others(micro):
+    memory = MemoryConfig(policy="hermes", budget=4 * TPF, accumulation="sum", accumulation_bands="longterm")
+    session = StreamingSession(micro, memory, random_frames(24, size=(16, 16)), chunk_frames=8)
+    session.advance()
+    longterm = session.memory.longterm_band[:, 0].tolist()
+    carried = {int(key.split(".")[1]) for key in session.memory.state_dict()}
+    assert carried == {layer for layer, is_longterm in enumerate(longterm) if is_longterm} and carried
+
+
+def recall_session(micro, **memory) -> StreamingSession:
+    cfg = MemoryConfig(policy="hermes", budget=4 * TPF, recall=True, recall_top_k=2, **memory)
+    session = StreamingSession(micro, cfg, random_frames(40, interval_s=1.0, size=(16, 16)), chunk_frames=4)
+    session.advance()
+    return session
+
+
+def recalled_frames(session, question: str, now_s: float = 40.0) -> list[int]:
+    """The frames of the tokens a question splices into the first layer (rewound afterwards)."""
+    cache = session.cache
+    mark = cache.mark()
+    session.lower.recall(cache, session.model.question_embeds(question), question, now_s)
+    layer = cache.layers[0]
+    frames = sorted(set(layer.frame_index[layer.kinds == KIND_RECALLED].tolist()))
+    cache.rewind(mark)
+    return frames
+
+
+def test_recall_share_leaves_part_of_the_budget_to_recall_and_recall_stays_within_it(micro):
+    session = recall_session(micro, recall_share=0.5, recall_gate="question")
+    assert session.cache.num_visual_tokens <= 2 * TPF  # level 1 keeps half the budget
+    answer = session.ask("What colour was the first object?")
+    assert 0 < answer.recall["tokens"] <= 2 * TPF
+    session.close()
+
+
+def test_recall_reads_the_question_for_when(micro, monkeypatch):
+    """Level 1 leaves half the budget (2 frames) to recall: what fills it is the frames nearest the time asked."""
+    session = recall_session(micro, recall_gate="question", recall_share=0.5)
+    assert recalled_frames(session, "What colour is the object on screen now?") == []
+    assert 0 in recalled_frames(session, "What colour was the first object?")
+    moment = recalled_frames(session, "What was there 20 seconds ago?", now_s=40.0)
+    assert moment and max(abs(f - 20) for f in moment) <= 3  # 1 frame per second
+    # "just before X": the frames before where X was seen (stubbed at 25 s) come first
+    monkeypatch.setattr(type(session.lower), "_seen_at", lambda self, cache, hits: 25.0)
+    before = recalled_frames(session, "What colour was the object just before the red circle?")
+    # a frame after X counts twice as far as one before it
+    assert before and all(19 <= f <= 28 for f in before) and sum(f <= 25 for f in before) > sum(f > 25 for f in before)
+    session.close()
+
+
+def test_x_is_found_at_the_frame_whose_content_matches_the_question(micro):
+    session = recall_session(micro, recall_gate="question")
+    rid = sorted(session.lower.spans, key=session.lower.spans.get)[3]
+    tokens = session.lower.store.fetch([rid])[0].layers[-1]
+    frame = int(tokens.frame_index[len(tokens.frame_index) // 2])
+    mine = tokens.frame_index == frame
+    positions = tokens.positions.reshape(-1, tokens.num_tokens)[:, mine]
+    spec = RotarySpec.from_text_config(micro.text_config)
+    session.lower.last_vector = content_vector(tokens.keys[:, mine], positions, spec)
+    assert session.lower._seen_at(session.cache, [(rid, 1.0)]) == session.lower.frame_times[frame]
+    session.close()
+
+
+def test_a_resumed_stream_without_record_times_recalls_by_similarity(micro, monkeypatch):
+    """Records stored before a resume carry no span in this session: a time reference falls back to the
+    question's nearest records (as gated), instead of recalling nothing."""
+    import hermes.lower
+
+    session = recall_session(micro, recall_gate="question")
+    rid = sorted(session.lower.spans)[0]
+    session.lower.spans.clear()
+    monkeypatch.setattr(session.lower.store, "search", lambda vector, k: [(rid, 0.9)])
+    monkeypatch.setattr(hermes.lower, "gate_hits", lambda hits, *args: hits)
+    assert recalled_frames(session, "What colour was the first object?")
+    session.close()
