@@ -7,6 +7,7 @@ for `scripts/eval_micro.py --sweep`.
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -66,11 +67,9 @@ class Timeline:
     rare_colour: str | None = None  # the colour `make_timeline` gave a planned count, if any
 
     def on_screen(self, frame_index: int) -> Appearance | None:
-        """The object in frame `frame_index`, or None."""
-        for app in self.appearances:
-            if app.start_s <= frame_index < app.end_s:
-                return app
-        return None
+        """The object in frame `frame_index`, or None (a binary search: a day's stream has ~17,000 objects)."""
+        i = bisect.bisect_right(self.appearances, frame_index, key=lambda a: a.start_s) - 1
+        return self.appearances[i] if i >= 0 and frame_index < self.appearances[i].end_s else None
 
     def frames_before(self, t_s: float) -> list[int]:
         """The frames a question at `t_s` may use: those strictly before it."""
@@ -332,24 +331,30 @@ def _write_set(root: str | Path, streams, size_px: int, info: dict) -> Path:
     return root
 
 
-SUITE_S = {"short": 20, "long": 180, "long600": 600, "long1800": 1800}  # set name -> stream length (s)
+# set name -> stream length (s); a new set goes last: a set's streams draw from its index here
+SUITE_S = {"short": 20, "long": 180, "long600": 600, "long1800": 1800, "long900": 900}
 SUITE_SEED = 2000  # the shipped suite's seed (training draws from seed 0-2 and `[seed, 1]`, never from it)
 DEPTHS_PCT = (10, 20, 30, 40, 50, 60, 70, 80, 90)  # "just before X" with X at this % of the question time
 ASK_LATE = 0.9  # suite episodic questions are asked in the last tenth of the stream
 
 
-def _depth_subjects(rng: np.random.Generator, timeline: Timeline, times_s: list[float]) -> tuple[Timeline, list[int]]:
-    """(timeline, start_s of each depth's X): for each depth, the object X to name at the matching time.
+def name_subjects(rng: np.random.Generator, timeline: Timeline,
+                  asks: list[tuple[float, float]]) -> tuple[Timeline, list[int]]:
+    """(timeline, start_s of each X): for each (target_s, t_s), the object X that a "just before X" question
+    asked at `t_s` names, starting near `target_s`.
 
-    X (not the first object, gone by then) starts nearest depth x time. Its name must be seen once, so
+    X (not the first object, gone by `t_s`) starts nearest `target_s`. Its name must be seen once, so
     every other object of that name gets another shape (the colour, so counts and answers, stays); at most
-    two subjects share a colour, so a free shape is always left.
+    two subjects share a colour, so a free shape is always left (hence at most 12 subjects).
+
+    Raises:
+        ValueError: no object is gone by some `t_s`.
     """
     apps = list(timeline.appearances)
     subjects: list[int] = []  # indices into apps
-    for pct, t_s in zip(DEPTHS_PCT, times_s):
+    for target_s, t_s in asks:
         gone = [i for i in range(1, len(apps)) if apps[i].end_s <= t_s]
-        for i in sorted(gone, key=lambda i: (abs(apps[i].start_s - pct / 100 * t_s), i)):
+        for i in sorted(gone, key=lambda i: (abs(apps[i].start_s - target_s), i)):
             names = {apps[j].name for j in subjects}
             if i in subjects or (apps[i].name not in names
                                  and sum(apps[j].colour == apps[i].colour for j in set(subjects)) < 2):
@@ -375,7 +380,8 @@ def plan_suite_questions(rng: np.random.Generator, timeline: Timeline,
     """
     d = timeline.duration_s
     times_s = [int(rng.integers(int(ASK_LATE * d), d)) + 0.5 for _ in range(len(DEPTHS_PCT) + 1)]
-    timeline, subjects = _depth_subjects(rng, timeline, times_s[1:])
+    timeline, subjects = name_subjects(rng, timeline, [(pct / 100 * t_s, t_s)
+                                                      for pct, t_s in zip(DEPTHS_PCT, times_s[1:])])
     questions = [q for q in plan_questions(rng, timeline, per_family) if q.family != "episodic"]
     first = make_question(rng, timeline, timeline.frames_before(times_s[0]), "episodic_first", times_s[0])
     questions.append(replace(first, depth="first", subject_s=timeline.appearances[0].start_s))

@@ -351,7 +351,7 @@ def run_grid(adapter, sets: dict[str, Path], runs: Path, policies: list[str], bu
     results = {}
     for name, root in sets.items():
         for policy in policies:
-            spec, preset, options = micro_suite.POLICIES[policy]
+            spec, preset, options = micro_suite.policy_of(policy)
             for budget in ([0] if policy == "full" else budgets):
                 key = run_key(name, policy, budget)
                 out = run_dir(runs, key)
@@ -370,13 +370,15 @@ def sweep(args, weights: list[Path]) -> int:
     for spec in filter(None, (args.set_videos or "").split(",")):
         name, _, count = spec.partition("=")
         videos[name] = int(count)
-    unknown = sorted(set(videos) - set(sb.SUITE_S)) + sorted(set(args.sweep_policies) - set(micro_suite.POLICIES))
+    unknown = sorted(set(videos) - set(sb.SUITE_S)) + \
+        sorted({p.split(":")[0] for p in args.sweep_policies} - set(micro_suite.POLICIES))
     if unknown:
         raise SystemExit(f"error: unknown set or policy {', '.join(unknown)}; sets: {', '.join(sb.SUITE_S)}, "
                          f"policies: {', '.join(micro_suite.POLICIES)}")
     budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else \
         list(micro_suite.QUICK_BUDGETS if args.quick else micro_suite.STANDARD_BUDGETS)
-    sets = {name: micro_suite.suite_set(args.work, name, args.suite_seed, n) for name, n in videos.items() if n > 0}
+    sets = {name: micro_suite.suite_set(args.work, name, args.suite_seed, videos[name])  # shortest first
+            for name in sorted(videos, key=sb.SUITE_S.get) if videos[name] > 0}
     tags = {name: micro_suite.question_tags(root) for name, root in sets.items()}
     all_runs = []
     for path in weights:
@@ -388,7 +390,10 @@ def sweep(args, weights: list[Path]) -> int:
                                          for p, s in zip(weights, seeds)),
                        seed=args.suite_seed, sets=", ".join(f"{n} = {sb.SUITE_S[n]} s x {k} streams"
                                                             for n, k in videos.items() if k > 0),
-                       n_weights=len(weights), tables=micro_suite.tables(all_runs, tags, args.sweep_policies, budgets),
+                       n_weights=len(weights),
+                       tables="\n\n".join(micro_suite.summary_table(all_runs, tags, args.sweep_policies, b)
+                                          for b in budgets) + "\n\n" +
+                       micro_suite.tables(all_runs, tags, args.sweep_policies, budgets),
                        wall=round(time.perf_counter() - started), min_marked=micro_suite.MIN_MARKED,
                        run_s=" / ".join(str(round(sum(float(r["wall_s"] or 0) for r in runs.values())))
                                         for runs in all_runs),

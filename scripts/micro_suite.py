@@ -24,13 +24,32 @@ from hermes.datasets import synthetic_bench as sb
 # label -> (bench policy spec for `run_one`, memory preset to start from, memory options applied last)
 POLICIES: dict[str, tuple[str, str | None, dict]] = {
     "full": ("full", None, {}), "sliding": ("sliding", None, {}), "uniform": ("uniform", None, {}),
-    "recent-frames": ("recent-frames", None, {}), "rekv": ("rekv", None, {}),
+    "recent-frames": ("recent-frames", None, {}), "rekv": ("rekv", None, {}), "dscache": ("dscache", "dscache", {}),
     "recall-only": ("recall-only", None, {}), "hermes": ("hermes", None, {}),
     "hermes+recall": ("hermes+recall", None, {}), "hermes-plus": ("hermes", "hermes-plus", {}),
+    "hermes-4k": ("hermes", "hermes-4k", {}), "hermes-recall": ("hermes", "hermes-recall", {}),
+    "hermes+sum": ("hermes", None, {"accumulation": "sum"}),
     # ours, opt-in (--sweep-policies): hermes+recall with the per-question recall gate (hermes.recall_gate)
     "hermes+recall+gate=frames": ("hermes+recall", None, {"recall_gate": "above_frames"}),
     "hermes+recall+gate=level1": ("hermes+recall", None, {"recall_gate": "above_level1"}),
 }
+
+
+def policy_of(label: str) -> tuple[str, str | None, dict]:
+    """(bench policy spec, preset, options) of a label: a `POLICIES` name, optionally followed by memory
+    settings, ``hermes-4k:recent_keep=0.25:accumulation=sum`` (values read as YAML scalars).
+
+    Raises:
+        KeyError: an unknown policy name.
+    """
+    import yaml
+
+    name, *settings = label.split(":")
+    spec, preset, options = POLICIES[name]
+    extra = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in settings)}
+    return spec, preset, {**options, **extra}
+
+
 STANDARD_POLICIES = ("full", "sliding", "uniform", "recent-frames", "rekv", "recall-only", "hermes", "hermes+recall",
                      "hermes-plus")  # the standard sweep's (the issue's nine)
 MIN_MARKED = 10  # fewer questions than this: a percentile bootstrap is too coarse to mark a difference
@@ -73,15 +92,26 @@ def question_tags(root: Path) -> dict[str, tuple[str, str]]:
 
 
 def cost(out: Path, chunk_frames: int, wall_s: float) -> dict[str, float]:
-    """Device KV bytes (largest over the run's questions) and ms per streamed chunk, from samples.jsonl."""
+    """From samples.jsonl: device KV bytes (largest over the run's questions: level 1 and, with recall,
+    the tokens spliced for the answer), ms per streamed chunk, and the median time to the first token
+    (recall included, as a user waits for it)."""
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     frames: dict[str, int] = {}
     for s in samples:
         frames[s["video_id"]] = max(frames.get(s["video_id"], 0), int(s.get("frames_seen") or 0))
     chunks = sum(math.ceil(n / chunk_frames) for n in frames.values())
-    answering_s = sum(float(s.get("latency_ms") or 0) for s in samples) / 1000
-    return {"kv_bytes": max(int((s.get("memory") or {}).get("hbm_bytes") or 0) for s in samples),
-            "ms_per_chunk": 1000 * max(0.0, wall_s - answering_s) / max(1, chunks)}
+    answering_s = sum(float(s.get("latency_ms") or 0) + float((s.get("recall") or {}).get("recall_ms") or 0)
+                      for s in samples) / 1000
+
+    def kv_bytes(s: dict) -> int:
+        memory, recalled = s.get("memory") or {}, int((s.get("recall") or {}).get("tokens") or 0)
+        held, tokens = int(memory.get("hbm_bytes") or 0), int(memory.get("hbm_tokens") or 0)
+        return held + (held // tokens * recalled if tokens else 0)  # bytes per token of every layer
+
+    return {"kv_bytes": max(map(kv_bytes, samples)),
+            "ms_per_chunk": 1000 * max(0.0, wall_s - answering_s) / max(1, chunks),
+            "ttft_ms": float(np.median([float(s.get("ttft_ms") or 0) + float((s.get("recall") or {}).get("recall_ms")
+                                                                                or 0) for s in samples]))}
 
 
 def run_key(name: str, policy: str, budget: int) -> str:
@@ -173,6 +203,42 @@ def tables(all_runs: list[dict], tags: dict[str, dict], policies: list[str], bud
                 depth.append(f"| {label} | " + " | ".join(cells) + " |")
             parts += ["\n".join(fam), "", "\n".join(depth), ""]
     return "\n".join(parts)
+
+
+MIDDLE_PCT = (30, 70)  # "middle": "just before X" with X at 30 ... 70 % of the question time
+SUMMARY_COLUMNS = {  # column -> test on a question's (family, depth tag)
+    "realtime": lambda f, d: f == "realtime",
+    "first": lambda f, d: d == "first",
+    "middle": lambda f, d: d not in ("", "first") and MIDDLE_PCT[0] <= int(d) <= MIDDLE_PCT[1],
+    "just before X": lambda f, d: d not in ("", "first"),
+}
+
+
+def summary_table(all_runs: list[dict], tags: dict[str, dict], policies: list[str], budget: int) -> str:
+    """Markdown, per set: one row per policy with real-time and backward questions by depth (correct / asked,
+    and accuracy % [95 % interval], pooled over weights files), KV bytes, ms per chunk and median TTFT (the
+    first weights file's)."""
+    parts = []
+    for name, set_tags in tags.items():
+        lines = [f"**Summary, {name} ({sb.SUITE_S[name]} s), budget {budget}**", "",
+                 "| policy | " + " | ".join(SUMMARY_COLUMNS) + " | KV bytes | ms / chunk | TTFT ms |",
+                 "|---" * (len(SUMMARY_COLUMNS) + 4) + "|"]
+        for policy in policies:
+            key = run_key(name, policy, budget)
+            if key not in all_runs[0]:
+                continue
+            runs = [r[key]["outcomes"] for r in all_runs]
+            have = set.intersection(*(set(o) for o in runs))
+            cells = []
+            for test in SUMMARY_COLUMNS.values():
+                qids = sorted(q for q, (f, d) in set_tags.items() if q in have and test(f, d))
+                correct = sum(r[q] for r in runs for q in qids)
+                cells.append(f"{correct}/{len(qids) * len(runs)}, {interval(runs, qids, None)}")
+            first = all_runs[0][key]
+            lines.append(f"| {policy} | " + " | ".join(cells) + f" | {first['kv_bytes']:,} | "
+                         f"{first['ms_per_chunk']:.0f} | {first.get('ttft_ms', 0):.1f} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
 
 
 def spread_table(all_runs: list[dict], seeds: list[str]) -> str:

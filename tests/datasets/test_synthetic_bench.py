@@ -128,7 +128,7 @@ def test_question_from_a_memory_subset_uses_only_those_frames():
 def suite(tmp_path_factory):
     """Every set of the suite, at the shipped seed, a few streams each (a 1,800 s stream writes in about a second)."""
     base = tmp_path_factory.mktemp("suite")
-    counts = {"short": 3, "long": 2, "long600": 1, "long1800": 1}
+    counts = {"short": 3, "long": 2, "long600": 1, "long1800": 1, "long900": 1}
     return {name: sb.write_suite_set(base / name, name, num_videos=n) for name, n in counts.items()}
 
 
@@ -138,7 +138,7 @@ def suite_entries(root):
 
 def test_suite_lengths_and_every_family_at_every_length(suite):
     assert {name: json.loads((root / sb.META_FILE).read_text())["duration_s"] for name, root in suite.items()} == \
-        {"short": 20, "long": 180, "long600": 600, "long1800": 1800}
+        {"short": 20, "long": 180, "long600": 600, "long1800": 1800, "long900": 900}
     for name, root in suite.items():
         entries, meta = suite_entries(root)
         for video in meta["timelines"]:

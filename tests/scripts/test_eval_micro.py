@@ -78,6 +78,24 @@ def test_marks_only_differences_beyond_their_intervals():
     assert micro_suite.interval(right, qids[:5], wrong) == "100 [100, 100]"
 
 
+def test_policy_labels_carry_memory_settings():
+    assert micro_suite.policy_of("hermes-4k:recent_keep=0.5:accumulation=sum:recall=true") == \
+        ("hermes", "hermes-4k", {"recent_keep": 0.5, "accumulation": "sum", "recall": True})
+    assert micro_suite.policy_of("dscache") == ("dscache", "dscache", {})
+
+
+def test_summary_counts_real_time_and_backward_questions_by_depth():
+    tags = {"long600": {"r1": ("realtime", ""), "r2": ("realtime", ""), "f": ("episodic", "first"),
+                        "b10": ("episodic", "10"), "b50": ("episodic", "50"), "c": ("counting", "")}}
+    run = {"outcomes": {"r1": True, "r2": False, "f": True, "b10": True, "b50": False, "c": True},
+           "kv_bytes": 1024, "ms_per_chunk": 3.0, "ttft_ms": 1.5}
+    table = micro_suite.summary_table([{"long600/sliding/128": run}], tags, ["sliding"], 128)
+    row = table.splitlines()[-1]
+    # realtime 1 of 2; first 1 of 1; middle (X at 30-70 %) 0 of 1; just before X (every depth) 1 of 2
+    assert row.startswith("| sliding | 1/2, 50 [") and "| 1/1, 100 [100, 100] | 0/1, 0 [0, 0] | 1/2, 50 [" in row
+    assert row.endswith("| 1,024 | 3 | 1.5 |")
+
+
 def test_spread_over_seeds():
     runs = [{"long/full": {"outcomes": {"a": True, "b": True, "c": False, "d": False}}},
             {"long/full": {"outcomes": {"a": True, "b": True, "c": True, "d": False}}}]
