@@ -16,6 +16,7 @@ import logging
 import signal
 import threading
 import time
+from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,9 @@ def no_phase_timer(phase: str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+CHUNK_STATS_KEPT = 1024  # a stream of days keeps the costs of its latest chunks only (`bench day`)
+
+
 @dataclass
 class ChunkStats:
     """What one chunk cost."""
@@ -121,8 +125,11 @@ class StreamingSession:
         self.max_new_tokens = max_new_tokens
         self.cache = model.new_cache()
         self.model.encode_prefix(self.cache)
-        self.encoded_t_s: list[float] = []  # every frame encoded so far, in order
-        self.chunk_stats: list[ChunkStats] = []
+        # every frame's time so far, in order: 8 bytes a frame (a Python float in a list took 32; a day at
+        # 1 fps is 86,400 frames)
+        self.encoded_t_s = array("d")
+        self.chunk_stats: list[ChunkStats] = []  # the latest chunks' costs, CHUNK_STATS_KEPT to twice that
+        self.chunks_encoded = 0  # by this session
         self.peak_cache_bytes = self.cache.nbytes()  # largest the working cache has been (before maintenance)
         self._frames: Iterator[Frame] = iter(source)
         self._pending: Frame | None = None  # read from the source but belongs to a later question
@@ -196,9 +203,12 @@ class StreamingSession:
             raise
         self.broken = None
         self.chunk_stats.append(ChunkStats(len(frames), encode_ms, maintain_ms))
+        if len(self.chunk_stats) > 2 * CHUNK_STATS_KEPT:
+            del self.chunk_stats[:CHUNK_STATS_KEPT]  # one move per CHUNK_STATS_KEPT chunks
+        self.chunks_encoded += 1
         if self._progress is not None:
             self._progress.update(len(frames))
-        n = len(self.chunk_stats)
+        n = self.chunks_encoded
         if self._persistent and (n == 1 or n % self._checkpoint_every == 0):  # the first one early
             # saved on the disk writer's thread from a snapshot; every chunk (a live source, whose frames
             # cannot be read again) waits for it, so a crash still loses at most the chunk in flight;
@@ -231,7 +241,9 @@ class StreamingSession:
         tensors as they are (not copied) or JSON-able values."""
         state: dict[str, Any] = {f"cache.{k}": v for k, v in self.cache.state_dict().items()}
         state.update({f"policy.{k}": v for k, v in self.memory.state_dict().items()})
-        state.update(encoded_t_s=torch.tensor(self.encoded_t_s, dtype=torch.float64), policy=self.memory.name)
+        times = (torch.frombuffer(self.encoded_t_s, dtype=torch.float64).clone() if self.encoded_t_s
+                 else torch.zeros(0, dtype=torch.float64))  # a copy: a buffer still exported could not grow
+        state.update(encoded_t_s=times, policy=self.memory.name)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -245,7 +257,7 @@ class StreamingSession:
         part = lambda prefix: {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}  # noqa: E731
         self.cache.load_state_dict(part("cache."), device=self.model.device)
         self.memory.load_state_dict(part("policy."))
-        self.encoded_t_s = state["encoded_t_s"].tolist()
+        self.encoded_t_s = array("d", state["encoded_t_s"].tolist())
 
     def _next_frame(self) -> Frame | None:
         if self._pending is not None:
@@ -331,7 +343,8 @@ class StreamingSession:
         recall = None
         try:
             if self.recall and self.lower is not None:
-                recall = self.lower.recall(cache, prompt)  # an answer-time view: rewound below
+                recall = self.lower.recall(cache, prompt, query,  # an answer-time view: rewound below
+                                           self.encoded_t_s[-1] if self.encoded_t_s else None)
             prompt_tokens = cache.num_tokens + prompt.shape[0]
             if options:  # the answer is one of the offered letters, never free text
                 letters = self.model.letter_token_ids(OPTION_LETTERS[:len(options)])

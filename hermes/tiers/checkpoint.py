@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import load as load_bytes
-from safetensors.torch import save as save_bytes
 
+from hermes.tiers.codec import tensors_to_safetensors
 from hermes.tiers.errors import MemoryDirError
 from hermes.tiers.files import (
     fsync_dir,
@@ -53,7 +53,7 @@ def save_checkpoint(directory: Path, name: str, tensors: dict[str, torch.Tensor]
         ptr = h.untyped_storage().data_ptr()
         host[key] = h.clone() if ptr in seen and h.numel() else h  # safetensors refuses shared storage
         seen.add(ptr)
-    data = save_bytes(host)
+    data = tensors_to_safetensors(host)
     digest = sha256(data)
     file = f"{name}.{digest[:16]}.safetensors"
     old = read_info(folder / f"{name}.json")

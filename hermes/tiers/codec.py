@@ -121,25 +121,45 @@ def encode_record(record: Record) -> tuple[list[memoryview | bytes], int]:
         layout, buffers = whole.layout, [memoryview(whole.data.numpy())]
         num_layers, h, d, dv = len(whole.tokens), whole.heads, whole.head_dim, whole.value_dim
     else:
-        layout, buffers = [], []
-        for name, t, shape in _file_tensors(record):
-            size = t.nbytes
-            if size:
-                flat = t if t.is_contiguous() else t.contiguous()  # a C-contiguous buffer is flat bytes
-                buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
-            layout.append((name, t.dtype, shape, size))
-        layout, num_layers = tuple(layout), len(record.layers)
+        layout, buffers = _tensor_buffers(_file_tensors(record))
+        num_layers = len(record.layers)
         if record.layers:
             first = record.layers[0]
             h, d, dv = first.keys.shape[0], first.keys.shape[-1], first.values.shape[-1]
         else:
             h = d = dv = 0
-    tensor_entries, offset = _tensor_entries(layout)
     metadata = f'"__metadata__":{{"{_META_KEY}":{json.dumps(_meta_json(record, num_layers, h, d, dv))}}}'
-    head = ("{" + tensor_entries + ("," if tensor_entries else "") + metadata + "}").encode()
+    return _with_header(layout, buffers, metadata)
+
+
+def _tensor_buffers(named) -> tuple[tuple, list[memoryview]]:
+    """(layout, buffers) of ``(name, tensor, shape)`` items: the header's ``(name, dtype, shape, nbytes)`` and
+    each non-empty tensor's bytes, viewed (copied only where not contiguous)."""
+    layout, buffers = [], []
+    for name, t, shape in named:
+        size = t.nbytes
+        if size:
+            flat = t if t.is_contiguous() else t.contiguous()  # a C-contiguous buffer is flat bytes
+            buffers.append(memoryview((flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat).numpy()))
+        layout.append((name, t.dtype, shape, size))
+    return tuple(layout), buffers
+
+
+def _with_header(layout: tuple, buffers: list, metadata: str = "") -> tuple[list[memoryview | bytes], int]:
+    """``(buffers, total length)`` of the file: the header (tensor entries, then `metadata`, a JSON member) first."""
+    tensor_entries, offset = _tensor_entries(layout)
+    head = ("{" + ",".join(part for part in (tensor_entries, metadata) if part) + "}").encode()
     head += b" " * (-len(head) % 8)  # data starts 8-byte aligned, as the reference writer does
     prefix = len(head).to_bytes(8, "little") + head
     return [prefix, *buffers], len(prefix) + offset
+
+
+def tensors_to_safetensors(tensors: dict[str, torch.Tensor]) -> bytes:
+    """Host tensors as one safetensors file, written as records are: `safetensors.torch.save` makes a ctypes
+    array type for each byte length it meets, which ctypes keeps for the life of the process (5.6 KB each),
+    and a stream's checkpoints grow by its frame times at every save (`bench day` saw the heap creep)."""
+    buffers, _ = _with_header(*_tensor_buffers((name, t, tuple(t.shape)) for name, t in tensors.items()))
+    return b"".join(buffers)
 
 
 def to_safetensors(record: Record) -> bytes:

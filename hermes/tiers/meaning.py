@@ -12,25 +12,33 @@ from hermes.rope import RotarySpec, rotate_between
 from hermes.tiers.fingerprint import rotary_spec
 from hermes.tiers.records import Record
 
-# Cosine of a record's stored embedding with the recomputed one below which it means something else: 0.994
-# and up as written, 0.49 at most under another rotary base, -0.007 with key heads swapped (ARCHITECTURE.md).
+# Cosine of a record's stored embedding with the recomputed one below which it means something else: on
+# the tiny model's summarised int8 records 0.99999 and up as written (flat frames too), 0.73 to 0.9 under
+# another rotary base, 0.25 at most with key heads swapped (ARCHITECTURE.md).
 EMBEDDING_MIN_COSINE = 0.9
 
 
-def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotarySpec, groups: int = 1) -> torch.Tensor:
+def content_vector(vectors: torch.Tensor, positions: torch.Tensor, spec: RotarySpec, groups: int = 1,
+                   counts: torch.Tensor | None = None) -> torch.Tensor:
     """Mean of `vectors` rotated back to position 0, per key head, flattened and L2-normalised.
 
     Args:
         vectors: (H, n, D) keys or queries as the model rotated them.
         positions: (A, n) the positions they were rotated at.
         groups: query heads per key head (queries are averaged within their group).
+        counts: (n,) tokens each vector stands for, its weight in the mean; None: one each. A summarised
+            record's mean token stands for all it folded, so its vector is its record's as made.
 
     Returns:
         (H / groups * D,) float32 vector on the host.
     """
     pos = positions[0] if spec.kind == "1d" else positions
     at_zero = rotate_between(vectors.float(), pos.to(vectors.device), torch.zeros_like(pos).to(vectors.device), spec)
-    mean = at_zero.mean(dim=1)  # (H, D)
+    if counts is None:
+        mean = at_zero.mean(dim=1)  # (H, D)
+    else:
+        weights = counts.to(at_zero.device, torch.float32)
+        mean = (at_zero * (weights / weights.sum())[None, :, None]).sum(dim=1)  # (H, D)
     mean = mean.view(-1, groups, mean.shape[-1]).mean(dim=1)  # (H / groups, D)
     return torch.nn.functional.normalize(mean.reshape(-1), dim=0).to("cpu", torch.float32)
 
@@ -69,12 +77,16 @@ def meaning_problem(record: Record, fingerprint: dict[str, Any]) -> str | None:
         return None
     last = record.layers[-1]
     keys = last.keys.float() * last.key_scale if last.key_scale is not None else last.keys.float()  # int8: q * s
-    again = content_vector(keys.cpu(), last.positions, spec)
     stored = record.embedding.reshape(-1).float()
-    if again.numel() != stored.numel():
-        return f"record {rid}: a {stored.numel()}-d embedding, its keys give {again.numel()}-d"
-    cosine = float(torch.nn.functional.cosine_similarity(again, stored, dim=0))
-    if cosine < EMBEDDING_MIN_COSINE:
-        return (f"record {rid}: its embedding recomputed from its keys disagrees with the stored one (cosine "
-                f"{cosine:.2f} < {EMBEDDING_MIN_COSINE}): written or read under another KV layout")
-    return None
+    cosine = -1.0  # the best of the two below
+    # count-weighted, as records are made: a summarised record's mean token stands for every token it
+    # folded; records made before weighted every token alike (alike but for level-1 summary tokens)
+    for counts in (last.counts, None):
+        again = content_vector(keys.cpu(), last.positions, spec, counts=counts)
+        if again.numel() != stored.numel():
+            return f"record {rid}: a {stored.numel()}-d embedding, its keys give {again.numel()}-d"
+        cosine = max(cosine, float(torch.nn.functional.cosine_similarity(again, stored, dim=0)))
+        if cosine >= EMBEDDING_MIN_COSINE:
+            return None
+    return (f"record {rid}: its embedding recomputed from its keys disagrees with the stored one (cosine "
+            f"{cosine:.2f} < {EMBEDDING_MIN_COSINE}): written or read under another KV layout")

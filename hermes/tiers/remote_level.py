@@ -72,6 +72,7 @@ class RemoteLevel:
         self.lease = None if readonly else Lease(self.objects, options.lease_s)
         if self.lease is not None:
             self.lease.acquire()
+            self.lease.keep_renewed()  # an idle stream keeps its lease as long as this process lives
         try:
             # the local folder is keyed by the store's identity (docs/ARCHITECTURE.md); a folder for an
             # unmarked stream is emptied of copies the store lacks

@@ -39,8 +39,8 @@ class S3Settings:
     retries: int = 3  # attempts per request before a StorageError
 
 
-def parse_location(text: str | os.PathLike) -> S3Location | Path:
-    """A ``--memory-dir`` value: an `S3Location` for ``s3://bucket[/prefix]``, else a local `Path`.
+def parse_location(text: str | os.PathLike, flag: str = "--memory-dir") -> S3Location | Path:
+    """A ``--memory-dir`` value (or `flag`'s): an `S3Location` for ``s3://bucket[/prefix]``, else a local `Path`.
 
     Raises:
         UsageError: An ``s3://`` value without a valid bucket name, or another URL scheme.
@@ -50,12 +50,12 @@ def parse_location(text: str | os.PathLike) -> S3Location | Path:
     if not text.startswith(SCHEME):
         scheme = text.split("://", 1)[0] if "://" in text else ""
         if scheme and scheme.isalnum():
-            raise UsageError(f"--memory-dir {redact_url(text)}: {scheme}:// is not supported; use a local folder "
+            raise UsageError(f"{flag} {redact_url(text)}: {scheme}:// is not supported; use a local folder "
                              f"or s3://bucket/prefix")
         return Path(text)
     bucket, _, prefix = text[len(SCHEME):].partition("/")
     if not (3 <= len(bucket) <= 63) or not all(c.isalnum() or c in ".-" for c in bucket) or bucket != bucket.lower():
-        raise UsageError(f"--memory-dir {redact_url(text)}: {bucket!r} is not an S3 bucket name (3-63 lower-case "
+        raise UsageError(f"{flag} {redact_url(text)}: {bucket!r} is not an S3 bucket name (3-63 lower-case "
                          f"letters, digits, '.' or '-'); expected s3://bucket/prefix")
     return S3Location(bucket, prefix.strip("/"))
 

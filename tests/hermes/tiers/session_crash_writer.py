@@ -5,9 +5,10 @@ Run by tests/hermes/tiers/test_session_crash.py:
     python session_crash_writer.py DIR
 
 It loads the tiny model once (one torch thread, so children inherit no thread pool), then for every
-``go MODE N DRAM_BYTES`` line on stdin forks a child and prints ``pid <pid>``. The child opens a
+``go MODE N DRAM_BYTES [FRAMES]`` line on stdin forks a child and prints ``pid <pid>``. The child opens a
 `StreamingSession` on DIR (resuming when DIR holds a checkpoint), prints ``ready``, then encodes
-chunks of synthetic frames forever, printing ``chunk <frames> <ids>`` after each chunk (the ids of
+chunks of synthetic frames forever (FRAMES ``random``, the default, or ``flat``: each frame one grey
+level, a blank camera), printing ``chunk <frames> <ids>`` after each chunk (the ids of
 the records that chunk's eviction kept). MODE picks where it dies:
 
 - ``random``: never by itself; the test SIGKILLs it at a random moment;
@@ -73,7 +74,7 @@ def _kill_on_call(owner, name: str, n: int) -> None:
     setattr(owner, name, wrapper)
 
 
-def stream(model, directory: str, mode: str, n: int, dram_bytes: int) -> None:
+def stream(model, directory: str, mode: str, n: int, dram_bytes: int, frames: str = "random") -> None:
     cfg = MemoryConfig(policy="hermes", budget=BUDGET, dram_bytes=dram_bytes)
     resume = os.path.exists(os.path.join(directory, checkpoint.CHECKPOINTS, "session.json"))
     session = StreamingSession(model, cfg, (), chunk_frames=CHUNK, memory_dir=directory, resume=resume)
@@ -91,8 +92,9 @@ def stream(model, directory: str, mode: str, n: int, dram_bytes: int) -> None:
     chunks = 0
     while True:
         first = len(session.encoded_t_s)
-        session.ingest([Frame((first + i) * 0.5, rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), first + i)
-                        for i in range(CHUNK)])
+        pixels = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) if frames == "random"
+                  else np.full((32, 32, 3), 50 * ((first + i) % 6), np.uint8) for i in range(CHUNK)]
+        session.ingest([Frame((first + i) * 0.5, pixels[i], first + i) for i in range(CHUNK)])
         _say(f"chunk {len(session.encoded_t_s)} {','.join(map(str, ids)) or '-'}")
         ids.clear()
         chunks += 1
@@ -108,7 +110,7 @@ def main() -> None:
     model = load_model(ModelConfig(name="tiny-llava-onevision"))
     weights_digest(model)  # hashed once here, not in every child
     def child(args: list[str]) -> int:
-        stream(model, directory, args[0], int(args[1]), int(args[2]))
+        stream(model, directory, args[0], int(args[1]), int(args[2]), *args[3:])
         return 0
 
     serve("go", child)

@@ -38,9 +38,10 @@ class _Server:
         self.proc = subprocess.Popen([sys.executable, str(WRITER), str(directory)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env)
 
-    def trial(self, mode: str, n: int, dram: int, kill_after_s: float | None) -> tuple[list[list[int]], int]:
+    def trial(self, mode: str, n: int, dram: int, kill_after_s: float | None,
+              frames: str = "random") -> tuple[list[list[int]], int]:
         """One child: its per-chunk record ids, and its wait status."""
-        self.proc.stdin.write(f"go {mode} {n} {dram}\n")
+        self.proc.stdin.write(f"go {mode} {n} {dram} {frames}\n")
         self.proc.stdin.flush()
         chunks: list[list[int]] = []
         pid = None
@@ -118,3 +119,24 @@ def test_sigkill_campaign_loses_nothing_beyond_the_chunk_in_flight(tmp_path):
           f"kills {len(committed)}, found after {len(committed & _held(directory)[0])}, lost {len(lost)}; "
           f"per trial (mode, committed, found, stores): {figures}")
     assert kills >= 20 and len(committed) > 40 and not lost
+
+
+@pytest.mark.slow
+def test_a_blank_camera_keeps_every_committed_record_through_a_sigkill_and_a_restart(tmp_path):
+    """A stream of flat grey frames, all of it summarised into level 3 (no host memory), is SIGKILLed after
+    its records commit; the restart's writable open checks the newest level-3 records' meaning, and must
+    keep every one (it quarantined healthy summarised records of flat frames: 3 records before, 2 after)."""
+    directory = tmp_path / "mem"
+    server = _Server(directory)
+    try:
+        chunks, status = server.trial("manifest", 40, 0, None, frames="flat")  # killed at manifest write 40
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        committed = set().union(*chunks[:-1])  # the last chunk's records were in flight
+        assert len(committed) >= 8 and committed <= _held(directory)[0]
+        chunks, status = server.trial("random", 0, 0, 0.0, frames="flat")  # the restart, killed once open
+        assert os.WIFSIGNALED(status) and not chunks
+    finally:
+        server.close()
+    held, counts = _held(directory)
+    assert committed <= held, f"records {sorted(committed - held)} committed before the kill are gone"
+    assert not [p.name for p in directory.glob("quarantine/**/*meaning*")]  # (a torn tail goes there too)

@@ -4,6 +4,8 @@ A record whose bytes pass their checksum but whose keys mean something else unde
 layout (written or read under another one: heads swapped, another rotary base) is never replayed by a
 resume, never spliced by a recall, fails `memory verify`, and `memory repair` moves it to quarantine.
 A directory made under another KV layout (the same model in another dtype) is refused on open.
+Healthy records of flat frames (a blank camera), summarised on their way to disk, pass: in a folder, in
+an object store, and on a writable reopen, whose spot check must not quarantine them.
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
+import numpy as np
 import pytest
 
+from hermes.config import MemoryConfig
+from hermes.pipelines.frames import Frame
+from hermes.pipelines.session import StreamingSession
 from hermes.rope import RotarySpec
 from hermes.pipelines.bench.tiers import synthetic_record
+from hermes.tiers.commands import open_readonly, verify_command
 from hermes.tiers.directory import MemoryDirectory
 from hermes.tiers.errors import MemoryDirError
 from hermes.tiers.fingerprint import kv_layout, make_fingerprint
@@ -30,7 +37,8 @@ BAD = 5  # the record whose keys are stored with their heads swapped
 def _rec(rid: int):
     """A record whose embedding is its last layer's content (`content_vector`), as `hermes.lower` makes them."""
     rec = synthetic_record(rid, layers=3, heads=2, tokens=10, head_dim=16, embed_dim=32)
-    rec.embedding = content_vector(rec.layers[-1].keys, rec.layers[-1].positions, SPEC)
+    last = rec.layers[-1]
+    rec.embedding = content_vector(last.keys, last.positions, SPEC, counts=last.counts)
     return rec
 
 
@@ -53,6 +61,9 @@ def _quarantined(path) -> list[str]:
 def test_the_check_passes_records_as_written_and_fails_misread_ones():
     assert meaning_problem(_rec(1), FP) is None
     assert meaning_problem(_rec(1).compress("int8"), FP) is None  # quantised: still itself
+    made_before = _rec(1)  # embeddings weighted every token alike before they were count-weighted
+    made_before.embedding = content_vector(made_before.layers[-1].keys, made_before.layers[-1].positions, SPEC)
+    assert meaning_problem(made_before, FP) is None
     assert "disagrees" in meaning_problem(_misread(1), FP)
     other_base = make_fingerprint("meaning-test", "synthetic", 3, 2, 16, kv=kv_layout(RotarySpec(head_dim=16), 2,
                                                                                       "float32"))
@@ -136,3 +147,49 @@ def test_a_recall_checks_each_level3_record_once_per_process(tmp_path, monkeypat
         assert [r.record_id for r in md.fetch([1, 2])] == [1, 2]
     assert sorted(checked) == [1, 2]
     md.close()
+
+
+def _flat_frames_stream(model, location: str, cache_dir) -> None:
+    """Stream 16 flat grey frames (a blank camera; `serve_fixtures.jpeg`'s kind) into `location` with every
+    record summarised on its way to level 3 (`dram_bytes=0`), as `serve` does with a small budget."""
+    cfg = MemoryConfig(policy="hermes", budget=256, dram_bytes=0, s3_cache_dir=str(cache_dir))
+    session = StreamingSession(model, cfg, (), chunk_frames=4, memory_dir=location)
+    for i in range(16):
+        session.ingest([Frame(i * 0.5, np.full((48, 64, 3), 50 * (i % 6), np.uint8), i)])
+    session.close()
+
+
+def _check_flat_stream(tiny_model, location: str, tmp_path, capsys) -> None:
+    _flat_frames_stream(tiny_model, location, tmp_path / "cache")
+    assert verify_command(location) == 0, capsys.readouterr()
+    store = open_readonly(location)
+    records = [store.disk.load(rid) for rid in store.disk.ids()]
+    fingerprint = store.disk.fingerprint
+    store.close(spill_dram=False)
+    assert len(records) >= 10 and all(r.kind == "summary" for r in records)  # what failed: summaries
+    last = records[0].layers[-1]
+    misread = dataclasses.replace(records[0], layers=[*records[0].layers[:-1],
+                                                      dataclasses.replace(last, keys=last.keys.flip(0).contiguous())])
+    assert "disagrees" in meaning_problem(misread, fingerprint)  # flat content still shows a layout bug
+
+
+def test_a_blank_camera_stream_verifies_in_a_folder_and_a_reopen_keeps_every_record(tiny_model, tmp_path, capsys):
+    location = str(tmp_path / "mem")
+    _check_flat_stream(tiny_model, location, tmp_path, capsys)
+    before = MemoryDirectory(location, None, 0, 0, readonly=True)
+    ids, fingerprint = before.disk.ids(), before.disk.fingerprint
+    before.close(spill_dram=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a quarantine warns
+        md = MemoryDirectory(location, fingerprint, dram_bytes=0, disk_bytes=1 << 30)
+    assert md.disk.ids() == ids and not md.skipped  # a restart's spot check of level 3 drops none of them
+    md.close()
+
+
+@pytest.mark.slow  # ~14 s: moto answers each of the 15 commits
+def test_a_blank_camera_stream_verifies_in_an_object_store(tiny_model, tmp_path, capsys, aws_env):
+    boto3 = pytest.importorskip("boto3")
+    moto = pytest.importorskip("moto")
+    with moto.mock_aws():
+        boto3.client("s3").create_bucket(Bucket="mem")
+        _check_flat_stream(tiny_model, "s3://mem/cams/night", tmp_path, capsys)

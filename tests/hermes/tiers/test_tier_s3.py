@@ -112,6 +112,26 @@ def test_two_writers_racing_for_one_lease_exactly_one_wins(s3):
     assert objects.get(manifest_key(5))[0] == b"x"
 
 
+def test_an_idle_writer_keeps_its_lease_while_it_lives_and_an_unrenewed_one_expires(s3):
+    """A stream with nothing to commit must not lose its lease to another server (its writer renews it on
+    a thread); a writer that stopped renewing lets it expire, so a successor can take over."""
+    import time
+
+    objects = S3Objects(S3Location("mem", "idle"))
+    silent = Lease(objects, 2.0)
+    silent.acquire()  # never renewed: like a writer that was SIGKILLed
+    time.sleep(3.0)
+    successor = Lease(objects, 3.0)
+    successor.acquire()
+    successor.keep_renewed()
+    time.sleep(4.5)  # more than its whole lease, with no commit
+    with pytest.raises(MemoryDirError, match="in use by writer"):
+        Lease(objects, 3.0).acquire()
+    assert successor.lost is None
+    successor.release()
+    Lease(objects, 3.0).acquire()  # released: free at once
+
+
 def test_stale_lease_holder_cannot_commit_and_what_it_slipped_in_is_ignored(s3, tmp_path):
     old = _open(tmp_path, "a", dram_bytes=0, lease_s=0.6)
     for rid in range(3):

@@ -107,7 +107,7 @@ def test_two_processes_share_a_stream_and_a_third_resumes_it_after_a_kill(tmp_pa
 
 
 @pytest.mark.slow
-def test_real_server_faults_flipped_byte_and_server_gone(tmp_path):
+def test_real_server_faults_flipped_byte_and_server_gone(tmp_path, monkeypatch):
     import boto3
 
     from hermes.errors import StorageError
@@ -120,8 +120,9 @@ def test_real_server_faults_flipped_byte_and_server_gone(tmp_path):
     with seaweedfs(tmp_path) as endpoint:
         # a timeout of seconds: a refused connection (the server gone, below) fails at once anyway
         options = RemoteOptions(S3Settings(endpoint=endpoint, timeout_s=10.0, retries=2), str(tmp_path / "c1"))
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "x")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "x")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", os.environ.get("AWS_ACCESS_KEY_ID", "x"))  # undone after the test:
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "x"))  # a later weed
+        # would take credentials left in the environment as its own
         md = MemoryDirectory("s3://mem/faults", fp, 0, 1 << 30, remote=options)
         for rid in range(6):
             md.add(synthetic_record(rid, layers=2, heads=1, tokens=4, head_dim=8, embed_dim=6))
