@@ -43,6 +43,7 @@ def cmd_info(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The whole parser: the top-level options and every package's subcommands (argparse only)."""
     from hermes.datasets.cli import add_eval_parser
+    from hermes.datasets.day import add_day_suite
     from hermes.datasets.demo import add_demo_parser
     from hermes.models.cli import add_model_parsers
     from hermes.pipelines.bench.cli import add_bench_parser
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_serve_parser(sub)
     add_demo_parser(sub)
-    add_bench_parser(sub)
+    add_bench_parser(sub, more_suites=(add_day_suite,))
     add_eval_parser(sub)
     add_memory_parser(sub)
     add_model_parsers(sub)

@@ -17,7 +17,8 @@ BENCH_COSTS = ("What each suite costs on a 2-core CPU with the default cpu-small
                "stream), `bench sweep` "
                "longer (four policies at two chunk sizes up to 1024 frames; --lengths 16,64 for a short run), `bench "
                "tiers` about a minute (--records 100000 takes minutes), `bench serve` about 3 minutes, `bench overhead` "
-               "45 s with its defaults at load 2 (4x64 and 8x512, 384 frames, three repeats). Progress lines "
+               "45 s with its defaults at load 2 (4x64 and 8x512, 384 frames, three repeats), `bench day --hours 24` "
+               "15 minutes at load 4-8 (one torch thread). Progress lines "
                "go to stderr (--quiet hides them).")
 
 # the budget each suite measures at unless the configuration says otherwise
@@ -309,8 +310,13 @@ def add_geometry_options(p: argparse.ArgumentParser, *, tokens_per_frame: int, f
                    help="visual tokens kept per layer, both sides (default: %(default)s)")
 
 
-def add_bench_parser(subparsers) -> argparse.ArgumentParser:
-    """Register `bench SUITE ...` on a subparsers object; returns the `bench` parser."""
+def add_bench_parser(subparsers, more_suites=()) -> argparse.ArgumentParser:
+    """Register `bench SUITE ...` on a subparsers object; returns the `bench` parser.
+
+    Args:
+        more_suites: callables given the `suite(name, help, func, ...)` factory, each registering suites of a
+            layer above this one (`hermes.datasets.day`'s `bench day`: the synthetic world lives there).
+    """
     bench = subparsers.add_parser("bench", help="performance measurements", description=BENCH_COSTS)
     add_common_options(bench)
     bench_sub = bench.add_subparsers(dest="bench", metavar="SUITE", required=True)
@@ -450,4 +456,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                        help="length of the synthetic video of file and s3, seconds (default: %(default)s)")
     chaos.add_argument("--work-dir", metavar="DIR",
                        help="keep the memory directories and logs here (default: a temporary folder, removed)")
+
+    for add in more_suites:
+        add(suite)
     return bench

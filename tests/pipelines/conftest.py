@@ -5,12 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from video_fixtures import VFR_PTS_MS, write_vfr_video
 
 from hermes.pipelines.synthetic import write_synthetic_video
 from hermes.pipelines.video import available_backends
 
 HAS_DECORD = "decord" in available_backends()
+
+
+@pytest.fixture
+def one_cpu_thread():
+    """One torch thread for the test, the previous count after: bench tests check rows and plumbing, not
+    speed, and OpenMP oversubscription on a shared 2-core machine slows the tiny models' matmuls 50x or more."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 # Every reader test runs once per backend; decord has no wheels off x86_64, so it may be missing.
 BACKEND_PARAMS = [

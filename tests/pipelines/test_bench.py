@@ -478,7 +478,10 @@ def test_only_the_command_line_imports_the_bench_package():
     importers = []
     for folder in ("hermes", "models", "pipelines", "datasets"):
         for path in sorted((REPO / folder).rglob("*.py")):
-            if (REPO / "pipelines" / "bench") in path.parents or path == REPO / "hermes" / "cli.py":
+            # the command line, and `bench day`'s command, which lives in datasets/ beside its synthetic world
+            # (pipelines/ may not import datasets/) and hands that world to pipelines/bench/day.py
+            if (REPO / "pipelines" / "bench") in path.parents or path in (REPO / "hermes" / "cli.py",
+                                                                          REPO / "datasets" / "day.py"):
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \

@@ -6,17 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from hermes.cli import main
 
 
-@pytest.fixture(autouse=True)
-def one_cpu_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tests/pipelines/conftest.py
 
 
 def test_device_measures_each_section_and_writes_them(tmp_path, capsys):
