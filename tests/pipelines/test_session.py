@@ -23,7 +23,7 @@ def test_a_question_at_t_sees_exactly_the_frames_before_t(tiny_model, at_s):
     session = StreamingSession(tiny_model, "full", frames, chunk_frames=3)
     answer = session.ask("What now?", at=at_s)
     expected = [f.t_s for f in frames if f.t_s < at_s]
-    assert session.encoded_t_s == expected
+    assert list(session.encoded_t_s) == expected
     assert answer.frames_seen == len(expected)
     assert session.cache.num_visual_tokens == len(expected) * tiny_model.tokens_per_frame
 
@@ -32,9 +32,9 @@ def test_a_frame_exactly_at_question_time_waits_for_the_next_question(tiny_model
     frames = random_frames(6, interval_s=1.0)
     session = StreamingSession(tiny_model, "full", frames, chunk_frames=4)
     session.ask("first", at=2.0)
-    assert session.encoded_t_s == [0.0, 1.0]
+    assert list(session.encoded_t_s) == [0.0, 1.0]
     session.ask("second", at=4.5)
-    assert session.encoded_t_s == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert list(session.encoded_t_s) == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_asking_leaves_the_cache_bit_identical_and_is_repeatable(tiny_model):
@@ -80,7 +80,7 @@ def test_a_stop_before_a_questions_moment_generates_no_answer_for_it(tiny_model,
     answers = list(session.run([Question("early", 1.5), Question("late", 9.0), Question("end")]))
     assert [a.question for a in answers] == ["early", "end"]
     assert generated == ["early", "end"]  # "late" never reached the model
-    assert session.encoded_t_s == [0.0, 1.0, 2.0, 3.0]
+    assert list(session.encoded_t_s) == [0.0, 1.0, 2.0, 3.0]
 
 
 def test_questions_without_time_are_asked_after_the_whole_stream(tiny_model):
@@ -154,3 +154,21 @@ def test_the_phase_timer_wraps_each_chunks_encode_and_maintenance(tiny_model):
     assert timed_ingest(bench_session, timer, frames[2:]).evicted
     assert set(timer.ms) == {"encode", "maintain"}
     assert "maintain" not in vars(bench_session.memory)  # no method of the policy was replaced
+
+
+def test_a_long_stream_keeps_its_latest_chunk_costs_and_a_compact_frame_clock(tiny_model, tmp_path, monkeypatch):
+    """What a session holds per chunk or frame must not grow a stream of days by much (`bench day`): the chunk
+    costs are trimmed to the latest, the frame times are 8 bytes each, and the checkpoint cadence counts on."""
+    import hermes.pipelines.session as session_module
+
+    monkeypatch.setattr(session_module, "CHUNK_STATS_KEPT", 3)
+    frames = random_frames(20, interval_s=1.0)
+    session = StreamingSession(tiny_model, "sliding", frames, chunk_frames=1, memory_dir=tmp_path / "mem")
+    saved = []
+    monkeypatch.setattr(session, "checkpoint", lambda wait=True: saved.append(session.chunks_encoded))
+    session.advance()
+    assert session.chunks_encoded == 20 and 3 <= len(session.chunk_stats) <= 6
+    assert session.chunk_stats[-1].frames == 1  # the newest is kept
+    assert session.encoded_t_s.itemsize == 8 and list(session.encoded_t_s) == [f.t_s for f in frames]
+    assert saved == [1, 8, 16]  # memory.checkpoint_every (8) counts every chunk, not the ones kept
+    session.close()
