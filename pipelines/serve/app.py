@@ -17,15 +17,16 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from hermes.errors import HermesError, SourceError, UsageError, check_keys
+from hermes.errors import HermesError, SourceError, StorageError, UsageError, check_keys
 from hermes.pipelines.asked import Question
 from hermes.pipelines.serve import metrics, openai_api
-from hermes.pipelines.serve.events import Watch, check_watch
-from hermes.pipelines.serve.registry import Conflict, Full, Registry
+from hermes.pipelines.serve.events import check_watch
+from hermes.pipelines.serve.registry import Conflict, Full, NotAdopted, NotFound, Registry
 from hermes.pipelines.serve.scheduler import Scheduler
 from hermes.pipelines.serve.security import Forbidden, bearer_ok
 from hermes.pipelines.serve.settings import ServeSettings, memory_root_problem
 from hermes.pipelines.serve.stream import Behind, Stream, TooManyFrames
+from hermes.tiers.lease import LeaseHeld
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -35,10 +36,6 @@ QUESTION_KEYS = ("question", "options", "recall", "max_new_tokens", "at")
 MAX_NEW_TOKENS = 256
 EVENTS_POLL_S = 0.2
 KEEPALIVE_S = 15.0
-
-
-class NotFound(HermesError):
-    """No such stream (HTTP 404)."""
 
 
 class TooLarge(HermesError):
@@ -52,11 +49,14 @@ class Server:
         model: a loaded adapter, or a function that loads one (`load_in_background` runs it on a thread
             while the server listens and answers 503 "loading").
         resolve_config, capacity_bytes: as `Registry`'s.
+        adopt_saved: adopt the stream table's streams once the model is loaded (False: an engine that
+            places streams itself opens them, `ray_replica`).
     """
 
     def __init__(self, settings: ServeSettings, model, resolve_config: Callable[[str | None], Any], *,
-                 capacity_bytes: int | None = None) -> None:
+                 capacity_bytes: int | None = None, adopt_saved: bool = True) -> None:
         self.settings = settings
+        self.adopt_saved = adopt_saved
         self.resolve_config = resolve_config
         self.capacity_bytes = capacity_bytes
         self.model = self.scheduler = self.registry = None
@@ -68,6 +68,8 @@ class Server:
     def _attach(self, model) -> None:
         self.scheduler = Scheduler(model)
         self.registry = Registry(self.settings, self.scheduler, self.resolve_config, self.capacity_bytes)
+        if self.adopt_saved:
+            self.registry.adopt_all()  # a restarted server's streams, before it says ready
         self.model = model  # last: `model` set means ready to serve
 
     def load_in_background(self) -> None:
@@ -89,37 +91,41 @@ class Server:
             return "loading: the model is not loaded yet"
         if not self.scheduler.alive:
             return "the model worker stopped"
-        if self.settings.memory_root is not None and memory_root_problem(self.settings.memory_root):
-            return "the memory root is not writable"
+        if self.settings.memory_root is not None:
+            problem = memory_root_problem(self.settings.memory_root) or self.registry.table.problem()
+            if problem:
+                return f"the memory root cannot be used: {problem}"
         return None
 
     def stream(self, stream_id: str) -> Stream:
         stream = self.registry.get(stream_id)
         if stream is None:
+            why = self.registry.unadopted.get(stream_id)
+            if why is not None:  # a new error each time: one raised again would grow its traceback
+                raise NotAdopted(str(why), why.retry_after_s)
             raise NotFound(f"no stream {stream_id!r}; GET /v1/streams lists them")
         return stream
 
     def close(self) -> None:
-        """Close every stream (each memory directory checkpointed), then the worker."""
+        """Close every stream (each memory directory checkpointed, each spec kept), then the worker."""
         if self.registry is None:
             return
-        for stream in self.registry.all():
-            try:
-                self.registry.delete(stream.id)
-            except Exception as exc:  # noqa: BLE001 - close the rest
-                log.warning("closing %s: %s", stream.id, exc)
+        self.registry.close()
         self.scheduler.shutdown()
 
 
-STATUS = ((NotFound, 404), (TooLarge, 413), (Forbidden, 403), (Conflict, 409), (Full, 503), (Behind, 503), (TooManyFrames, 429),
-          (UsageError, 422), (SourceError, 422))
+STATUS = ((NotFound, 404), (TooLarge, 413), (Forbidden, 403), (Conflict, 409), (Full, 503), (Behind, 503),
+          (TooManyFrames, 429), (NotAdopted, 503), (LeaseHeld, 503), (StorageError, 503), (UsageError, 422),
+          (SourceError, 422))
 
 
 def error_json(path: str, code: int, message: str, settings: ServeSettings,
-               headers: dict[str, str] | None = None) -> JSONResponse:
-    """An error response: ``{"error": message}``, or OpenAI's error shape on the OpenAI routes."""
+               headers: dict[str, str] | None = None, retry_after_s: float | None = None) -> JSONResponse:
+    """An error response: ``{"error": message}``, or OpenAI's error shape on the OpenAI routes; a 503 says
+    Retry-After: `retry_after_s` rounded up when known, else ``--retry-after``'s default."""
     if code == 503:
-        headers = {**(headers or {}), "Retry-After": str(settings.retry_after_s)}
+        wait_s = settings.retry_after_s if retry_after_s is None else max(math.ceil(retry_after_s), 1)
+        headers = {**(headers or {}), "Retry-After": str(wait_s)}
     if openai_api.is_openai_path(path):
         code, body = openai_api.error_body(code, message)
     else:
@@ -257,7 +263,8 @@ def create_app(server: Server) -> FastAPI:
     @app.exception_handler(HermesError)
     async def hermes_error(request: Request, exc: HermesError):
         code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
-        return error_json(request.url.path, code, " ".join(str(exc).split()), settings)
+        return error_json(request.url.path, code, " ".join(str(exc).split()), settings,
+                          retry_after_s=getattr(exc, "retry_after_s", None))
 
     async def body_bytes(request: Request) -> bytes:
         raw = await request.body()
@@ -306,17 +313,20 @@ def create_app(server: Server) -> FastAPI:
         stream = await asyncio.to_thread(server.registry.create, body)
         return JSONResponse(stream.to_json(), status_code=201)
 
-    @app.get("/v1/streams", summary="The open streams")
+    @app.get("/v1/streams", summary="The open streams, and saved ones that could not be opened again")
     def list_streams():
-        return {"streams": [s.to_json() for s in server.registry.all()]}
+        unadopted = [{"id": name, "name": name, "status": "error", "error": str(exc), "open": False}
+                     for name, exc in sorted(server.registry.unadopted.items())]
+        return {"streams": [s.to_json() for s in server.registry.all()] + unadopted}
 
     @app.get("/v1/streams/{stream_id}", summary="One stream")
     def get_stream(stream_id: str):
         return server.stream(stream_id).to_json()
 
-    @app.delete("/v1/streams/{stream_id}", summary="Close a stream (its memory directory is kept)")
+    @app.delete("/v1/streams/{stream_id}", summary="Close and forget a stream (its memory directory is kept)")
     def delete_stream(stream_id: str):
-        server.stream(stream_id)
+        if stream_id not in server.registry.unadopted:
+            server.stream(stream_id)
         stream = server.registry.delete(stream_id)
         return {"id": stream_id, "status": stream.status if stream else "closed"}
 
@@ -394,8 +404,7 @@ def create_app(server: Server) -> FastAPI:
         if not stream.feeding:  # no frame will come: the watch would never see its answer change
             raise Conflict(f"stream {stream_id!r} no longer receives frames (status {stream.status}), so a watch "
                            f"would wait forever; ask a question instead")
-        watch = Watch(question, every_s, due_s=stream.clock_s() + every_s)
-        server.scheduler.add_watch(stream, watch)
+        watch = server.registry.add_watch(stream, question, every_s)
         return JSONResponse(watch.to_json(), status_code=201)
 
     @app.get("/v1/streams/{stream_id}/watches", summary="The stream's watches")

@@ -27,6 +27,10 @@ class Watch:
     answers: int = 0  # times asked
     changes: int = 0  # times the answer changed (events emitted)
 
+    def spec(self) -> dict[str, Any]:
+        """The watch as the stream table saves it (watches take no options yet: always empty)."""
+        return {"question": self.question, "options": [], "every_s": self.every_s}
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "question": self.question, "every_s": self.every_s, "next_at_s": self.due_s,
                 "last_answer": self.last_answer, "answers": self.answers, "changes": self.changes}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ class ServeSettings:
     port: int = 8000
     api_key: str | None = None  # bearer key every endpoint asks for (None: no auth, loopback only)
     max_streams: int = 4  # streams open at once; one more is a 503 with Retry-After
-    memory_root: str | None = None  # each stream's memory directory is memory_root/<name>
+    memory_root: str | None = None  # a folder or s3://bucket/prefix: stream NAME's memory is memory_root/NAME
     allow_source: tuple[str, ...] = ()  # source patterns clients may name (push is always allowed)
     max_request_bytes: int = 8 * 2**20  # largest request body (a pushed frame), bytes
     max_push_fps: float = 30.0  # frames per second a push client may send per stream
@@ -40,7 +41,18 @@ def is_loopback(host: str) -> bool:
 
 
 def memory_root_problem(memory_root: str) -> str | None:
-    """Why streams cannot keep memory under `memory_root` (None: they can); `/readyz` asks again."""
+    """Why streams cannot keep memory under `memory_root`, a folder or ``s3://bucket/prefix`` (None: they
+    can, as far as can be told without the store: `StreamTable.problem` asks it); `/readyz` asks again."""
+    if "://" in memory_root:
+        from hermes.tiers.s3 import parse_location  # not at the top: hermes.tiers loads torch
+
+        try:
+            parse_location(memory_root, flag="")
+        except UsageError as exc:
+            return str(exc).strip()
+        if importlib.util.find_spec("boto3") is None:
+            return f"{memory_root} needs boto3: pip install 'hermes-video[s3]'"
+        return None
     root = Path(memory_root)
     if root.exists() and not root.is_dir():
         return f"expects a directory, found a file: {memory_root}"

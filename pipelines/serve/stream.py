@@ -8,6 +8,8 @@ before it. The session belongs to the scheduler's thread; others read only the s
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from collections import deque
@@ -22,6 +24,7 @@ from hermes.pipelines.serve.events import EventLog, Watch
 from hermes.redact import redact_url
 
 PUSH_WAIT_S = 30.0  # how long a pushed frame waits for room before the client is told to retry
+REPLICA_NODE = socket.gethostname()  # the node streams run on, in their JSON; an engine may set its own id
 
 
 class Behind(HermesError):
@@ -38,7 +41,7 @@ class StreamCounters:
 
     frames_received: int = 0  # frames that reached `pending` (pushed or from the source)
     frames_dropped: int = 0  # frames dropped from `pending` because the model fell behind
-    frames_encoded: int = 0
+    frames_encoded: int = 0  # over the memory's whole life, resumed frames included (JSON: also frames_seen)
     chunks: int = 0
     questions: int = 0
     evicted_tokens: int = 0  # visual tokens level 1 let go (to levels 2/3, or forgotten)
@@ -53,11 +56,13 @@ class Stream:
         stream_id: the name the client gave (its memory directory's name) or a generated one.
         source: the source as the client gave it (None: a push stream).
         max_pending: frames kept waiting for the model before the oldest is dropped.
+        opened_from: the stream table's spec less its watches (`hermes.pipelines.serve.table`).
     """
 
     def __init__(self, stream_id: str, cfg, source: str | None, memory_dir: str | None, *,
-                 max_pending: int, max_push_fps: float = 30.0) -> None:
+                 max_pending: int, max_push_fps: float = 30.0, opened_from: dict[str, Any] | None = None) -> None:
         self.id = stream_id
+        self.opened_from = opened_from or {}
         self.cfg = cfg
         self.source_spec = source
         self.memory_dir = memory_dir
@@ -257,7 +262,8 @@ class Stream:
         return {"id": self.id, "name": self.id, "source": "push" if self.push else redact_url(self.source_spec),
                 "status": self.status, "error": self.error, "memory_policy": self.cfg.memory.policy,
                 "fps": self.cfg.stream.fps, "memory_dir": self.memory_dir is not None,
-                "resumed_frames": self.resumed_frames, "frames_received": c.frames_received,
+                "resumed_frames": self.resumed_frames, "frames_seen": c.frames_encoded,
+                "frames_received": c.frames_received,
                 "frames_dropped": c.frames_dropped, "frames_encoded": c.frames_encoded, "chunks": c.chunks,
                 "questions": c.questions, "watches": [w.to_json() for w in self.watches],
-                "clock_s": round(self.clock_s(), 3)}
+                "clock_s": round(self.clock_s(), 3), "replica": {"node": REPLICA_NODE, "pid": os.getpid()}}

@@ -37,6 +37,15 @@ def wait_for(predicate, timeout_s: float = 90.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def set_aws_env(monkeypatch) -> None:
+    """Test credentials and region for moto, or for a SeaweedFS already started (one started with them in
+    its environment would ask for them); no endpoint from outside."""
+    for name, value in (("AWS_ACCESS_KEY_ID", "hermes-test"), ("AWS_SECRET_ACCESS_KEY", "hermes-secret"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+
 def jpeg(value: int, size=(48, 64)) -> bytes:
     """A flat grey JPEG of brightness `value`."""
     ok, buf = cv2.imencode(".jpg", np.full((*size, 3), value, np.uint8))
@@ -54,15 +63,16 @@ def synthetic_jpeg(t_s: float, size=(160, 120)) -> bytes:
 
 
 def make_server(model, *, memory_root=None, allow_source=(), max_streams=4, capacity_bytes=10**12,
-                api_key=KEY, max_push_fps=1000.0, max_new_tokens=6):
-    """A `Server` over `model` (a tiny-llava-onevision) with the test key; returns (server, app)."""
+                api_key=KEY, max_push_fps=1000.0, max_new_tokens=6, overrides=()):
+    """A `Server` over `model` (a tiny-llava-onevision) with the test key and configuration `overrides`
+    (``KEY=VALUE``); returns (server, app)."""
     from hermes.config import build_config
     from hermes.pipelines.serve.app import Server, create_app
     from hermes.pipelines.serve.settings import ServeSettings, check_settings
 
     def resolve(memory):
         return build_config(model="tiny-llava-onevision", memory=memory or "hermes-4k",
-                            overrides=[f"model.max_new_tokens={max_new_tokens}"])
+                            overrides=[f"model.max_new_tokens={max_new_tokens}", *overrides])
 
     settings = check_settings(ServeSettings(api_key=api_key, max_streams=max_streams, memory_root=memory_root,
                                             allow_source=tuple(allow_source), max_push_fps=max_push_fps))

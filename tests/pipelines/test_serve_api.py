@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 
 import pytest
@@ -260,11 +261,12 @@ def test_readyz_reports_a_failed_load_and_an_unwritable_memory_root(tiny_model, 
     _, app = make_server(tiny_model, memory_root=str(root))
     with TestClient(app) as c:
         assert c.get("/readyz").status_code == 200
-        root.rmdir()
+        shutil.rmtree(root)  # it holds the stream table's folder
         root.write_text("a file where the memory root was")  # unusable even by root, who writes anywhere
         gone = c.get("/readyz")
-        assert gone.status_code == 503 and gone.json() == {"status": "unavailable",
-                                                           "reason": "the memory root is not writable"}
+        assert gone.status_code == 503 and gone.json() == {
+            "status": "unavailable",
+            "reason": f"the memory root cannot be used: expects a directory, found a file: {root}"}
 
 
 def test_allowlist_patterns_match_scheme_host_port_and_path(tmp_path):

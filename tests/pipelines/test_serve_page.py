@@ -1,10 +1,11 @@
 """The web page of `hermes-video serve` in a real headless browser (Debian's chromium driven by
 playwright): with the API key entered once it lists the streams, shows a frame, asks a question and
-shows the streamed answer. A screenshot is written as a test artefact: to $HERMES_TEST_ARTEFACTS
+shows the streamed answer; a saved stream a restarted server could not open again is shown with why. A screenshot is written as a test artefact: to $HERMES_TEST_ARTEFACTS
 when set (CI keeps that folder), else to the test's temporary folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -90,5 +91,30 @@ def test_the_fps_box_takes_whole_and_fractional_rates_up_to_the_apis_limit():
             page.locator('section[data-stream="whole"]').wait_for(timeout=30_000)
             browser.close()
             assert c.get("/v1/streams/whole").json()["fps"] == 2.0
+    finally:
+        serve.stop()
+
+
+def test_the_page_shows_why_a_saved_stream_was_not_opened_again(tmp_path):
+    root = tmp_path / "mem"
+    (root / "_streams").mkdir(parents=True)
+    door = {"source": "push", "memory": None, "fps": None, "name": "door", "watches": []}
+    (root / "_streams" / "door.json").write_text(json.dumps(door))  # as a server that stopped left it
+    (root / "_streams" / "yard.json").write_text('{"source": "pu')  # torn
+    serve = ServeProcess(["--memory-root", str(root)]).start()
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(serve.url + "/")
+            page.fill("#key", KEY)
+            page.dispatch_event("#key", "change")
+            page.wait_for_function("() => document.querySelector('section[data-stream=door] .gauge') !== null"
+                                   " && document.querySelector('section[data-stream=yard] > div.muted')?.textContent",
+                                   timeout=30_000)  # both cards drawn: the adopted one whole
+            info = page.locator('section[data-stream="yard"] > div.muted').first.inner_text()
+            assert info.startswith("error: stream 'yard' is saved but could not be opened again") and "JSON" in info
+            assert page.locator("#status").inner_text() == "2 stream(s)"  # no error stopped the refresh
+            browser.close()
     finally:
         serve.stop()

@@ -63,7 +63,6 @@ class WeedServer:
         self.ports = _free_ports(4)  # master, volume, filer, s3
         self.endpoint = f"http://127.0.0.1:{self.ports[3]}"
         self.proc: subprocess.Popen | None = None
-        self._socks_before = set(glob.glob("/tmp/seaweedfs-*.sock"))
         self._log = None
 
     def start(self) -> str:
@@ -84,7 +83,8 @@ class WeedServer:
                                       # no Iceberg / Lance listeners: their fixed ports (8181, 9101) would
                                       # keep a second server on this machine from starting
                                       "-s3.port.iceberg=0", "-s3.port.lance=0"],
-                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=self._server_env())
         import boto3
 
         client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
@@ -105,6 +105,14 @@ class WeedServer:
                     raise RuntimeError(f"SeaweedFS did not start: {(self.tmp_path / 'weed.log').read_text()[-2000:]}")
                 time.sleep(0.5)
 
+    def _server_env(self) -> dict[str, str]:
+        """weed's environment: AWS_* there turn its auth on with that key, so they come from `credentials`
+        alone (the default, any key: none), never from whatever a test left in this process's environment."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        if self.credentials != ("any", "any"):
+            env.update(AWS_ACCESS_KEY_ID=self.credentials[0], AWS_SECRET_ACCESS_KEY=self.credentials[1])
+        return env
+
     def kill(self) -> None:
         """SIGKILL the server (it ignores SIGTERM for many seconds); safe to call twice."""
         if self.proc is not None:
@@ -119,9 +127,13 @@ class WeedServer:
     def close(self) -> None:
         """Kill the server and remove the ``/tmp/seaweedfs-*.sock`` files its starts created."""
         self.kill()
-        for sock in set(glob.glob("/tmp/seaweedfs-*.sock")) - self._socks_before:
-            with contextlib.suppress(OSError):
-                os.unlink(sock)
+        # only this server's: named by its ports (``seaweedfs-filer-grpc-<filer port + 10000>.sock``); another
+        # test's server, started meanwhile on another xdist worker, still uses its own
+        ours = {str(port + offset) for port in self.ports for offset in (0, 10000)}
+        for sock in glob.glob("/tmp/seaweedfs-*.sock"):
+            if sock.removesuffix(".sock").rsplit("-", 1)[-1] in ours:
+                with contextlib.suppress(OSError):
+                    os.unlink(sock)
 
 
 @contextlib.contextmanager

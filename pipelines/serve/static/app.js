@@ -71,7 +71,7 @@ function makeCard(stream) {
   const close = el("button", {}, "Close");
   const card = el("section", { class: "card", "data-stream": stream.id },
     el("h2", {}, stream.name + " "), info, img, gauges, ask, answer, watchForm, watches, events, close);
-  card.querySelector("h2").append(el("span", { class: "muted" }, stream.source));
+  card.querySelector("h2").append(el("span", { class: "muted" }, stream.source ?? ""));
 
   ask.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -95,8 +95,8 @@ function makeCard(stream) {
   });
   close.addEventListener("click", async () => { await api("DELETE", `/v1/streams/${stream.id}`); refresh(); });
 
-  const entry = { card, img, info, gauges, watches, events, frameUrl: null };
-  followEvents(stream.id, entry);
+  const entry = { card, img, info, gauges, watches, events, frameUrl: null, saved: stream.open === false };
+  if (!entry.saved) followEvents(stream.id, entry);
   return entry;
 }
 
@@ -123,6 +123,10 @@ function gauge(label, value, max, text) {
 }
 
 async function update(stream, entry) {
+  if (stream.open === false) {  // saved but not opened again after a restart: only why
+    entry.info.textContent = `${stream.status}: ${stream.error}`;
+    return;
+  }
   entry.info.textContent = `${stream.status} · ${stream.frames_encoded} frames in memory · ` +
     `${stream.frames_dropped} dropped · ${stream.questions} questions · memory ${stream.memory_policy}`;
   const m = await api("GET", `/v1/streams/${stream.id}/memory`);
@@ -152,6 +156,10 @@ async function refresh() {
     const seen = new Set();
     for (const stream of streams) {
       seen.add(stream.id);
+      if (cards.has(stream.id) && cards.get(stream.id).saved && stream.open !== false) {
+        cards.get(stream.id).card.remove();  // opened again since: a card that follows its events
+        cards.delete(stream.id);
+      }
       if (!cards.has(stream.id)) {
         const entry = makeCard(stream);
         cards.set(stream.id, entry);
