@@ -1,15 +1,16 @@
 """The `serve` subcommand: its parser, the one-line checks made before the model loads (flags, settings,
 configuration, model name, the `[serve]` extra, the port), then uvicorn; the model loads in the
-background while `/readyz` answers 503."""
+background while `/readyz` answers 503. `--engine ray` hands the checked flags to `ray_engine` instead."""
 
 from __future__ import annotations
 
 import argparse
 import socket
 import sys
+from typing import Any
 
-from hermes.cli_args import (add_common_options, add_config_options, config_from_args, port_number, positive_float,
-                             positive_int)
+from hermes.cli_args import (Parser, add_common_options, add_config_options, config_from_args, port_number,
+                             positive_float, positive_int)
 from hermes.errors import UsageError
 
 
@@ -35,10 +36,37 @@ def check_port_free(host: str, port: int) -> None:
                 from None
 
 
+def config_resolver(args):
+    """The server's configuration with a stream's memory preset (None: the server's own), from the flags."""
+    def resolve_config(memory: str | None):
+        if memory is None:
+            return config_from_args(args, default_memory=True)
+        return config_from_args(argparse.Namespace(**{**vars(args), "memory": memory}), default_memory=True)
+
+    return resolve_config
+
+
+def check_engine_flags(args) -> None:
+    """Refuse engine flags that do not go together, and `--engine ray` without Ray, before anything loads."""
+    import importlib.util
+
+    if args.engine == "local":
+        for flag, value in (("--replicas", args.replicas), ("--ray-address", args.ray_address)):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --engine ray")
+        return
+    if args.memory_root is None:
+        raise UsageError("--engine ray needs --memory-root (a folder every replica reaches, or s3://bucket/prefix): "
+                         "a stream moved to another replica resumes from it")
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError("--engine ray needs Ray Serve: pip install 'hermes-video[ray]'")
+
+
 def cmd_serve(args) -> int:
     """`serve`: check everything, listen, load the model once in the background, serve until Ctrl-C or SIGTERM."""
     from hermes.model_registry import resolve_source
 
+    check_engine_flags(args)
     settings = settings_from_args(args)
     cfg = config_from_args(args, default_memory=True)
     resolve_source(cfg.model.name, cfg.model.hub_id)
@@ -48,11 +76,11 @@ def cmd_serve(args) -> int:
     except ImportError:
         raise UsageError("serve needs FastAPI and uvicorn: pip install 'hermes-video[serve]'") from None
     check_port_free(settings.host, settings.port)
+    if args.engine == "ray":
+        from hermes.pipelines.serve.ray_engine import run_ray
 
-    def resolve_config(memory: str | None):
-        if memory is None:
-            return config_from_args(args, default_memory=True)
-        return config_from_args(argparse.Namespace(**{**vars(args), "memory": memory}), default_memory=True)
+        return run_ray(ray_application(args, settings, cfg), settings, args.replicas or 1, args.ray_address)
+    resolve_config = config_resolver(args)
 
     from hermes.models.loading import load_model
     from hermes.pipelines.serve.app import Server, create_app
@@ -80,6 +108,44 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def ray_application(args, settings, cfg):
+    """`ray_engine.build_app` over checked flags: their settings, configuration and replicas (each asks Ray
+    for a GPU when the model's device is CUDA)."""
+    from hermes.pipelines.serve.ray_engine import build_app
+
+    gpus = 1 if cfg.model.device.startswith("cuda") else 0
+    return build_app(settings, config_resolver(args), args.replicas or 1, gpus)
+
+
+def argv_from_mapping(config: dict[str, Any]) -> list[str]:
+    """A `serve run` config's `args` as `serve` flags: ``{"memory_root": "m", "allow_source": ["a", "b"]}``
+    is ``--memory-root m --allow-source a --allow-source b``; true adds a bare flag, false or null nothing."""
+    argv: list[str] = []
+    for key, value in (config or {}).items():
+        flag = "--" + str(key).replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:
+            if item is True:
+                argv.append(flag)
+            elif item is not None and item is not False:
+                argv += [flag, str(item)]
+    return argv
+
+
+def ray_app(config: dict[str, Any]):
+    """`serve run`'s entry (configs/serve_ray.yaml's `import_path`): its `args` are `serve`'s flags by name,
+    checked as `serve --engine ray` checks them.
+
+    Raises:
+        UsageError: a flag `serve --engine ray` would refuse (ConfigError: a bad configuration).
+    """
+    parser = Parser(prog="hermes-video")
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", *argv_from_mapping({**(config or {}), "engine": "ray"})])
+    check_engine_flags(args)
+    settings = settings_from_args(args)
+    return ray_application(args, settings, config_from_args(args, default_memory=True))
+
+
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """Register `serve` on a subparsers object; returns its parser (handler `cmd_serve`)."""
     serve = subparsers.add_parser("serve", help="serve many streams with one model: an HTTP API, SSE and a web page")
@@ -90,8 +156,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                        help="bearer key every request must carry (default: $HERMES_API_KEY; at least 16 characters)")
     serve.add_argument("--max-streams", type=positive_int, default=4, metavar="N",
                        help="streams open at once; one more gets 503 (default 4)")
-    serve.add_argument("--memory-root", metavar="DIR",
-                       help="each stream's memory directory is DIR/NAME; a stream re-created with its name resumes")
+    serve.add_argument("--memory-root", metavar="ROOT",
+                       help="a folder or s3://bucket/prefix: stream NAME's memory is ROOT/NAME, its spec is saved, "
+                            "and a server restarted on ROOT opens its streams again")
     serve.add_argument("--allow-source", action="append", metavar="PATTERN",
                        help="sources clients may open: rtsp://HOST:*, http://HOST:PORT/*, an absolute folder, "
                             "or 'webcam' (repeatable; push streams need none)")
@@ -99,6 +166,14 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                        help="largest request body, e.g. a pushed frame (default 8 MiB)")
     serve.add_argument("--max-push-fps", type=positive_float, default=30.0, metavar="F",
                        help="frames per second a push client may send to one stream (default 30)")
+    serve.add_argument("--engine", choices=("local", "ray"), default="local",
+                       help="local: one process (default); ray: a Ray Serve application, --replicas processes each "
+                            "with one model (pip install 'hermes-video[ray]'; docs/SCALE_OUT.md)")
+    serve.add_argument("--replicas", type=positive_int, metavar="N",
+                       help="--engine ray: model replicas, each holding up to --max-streams streams (default 1)")
+    serve.add_argument("--ray-address", metavar="ADDR",
+                       help="--engine ray: the Ray cluster to join, e.g. ray://HEAD:10001 or auto (default: start "
+                            "a local one)")
     add_config_options(serve, flags=("--device", "--fps", "--max-new-tokens"),
                        flag_help={"--fps": "frames sampled per second for streams that give no fps"})
     add_common_options(serve)
