@@ -72,6 +72,7 @@ class MemoryPolicy:
     """
 
     name = "full"
+    records_probe = True  # False: the pseudo-query rides unrecorded (`bench overhead --floor`'s stand-in)
 
     def __init__(self, cfg: MemoryConfig, model: CoreModel) -> None:
         self.cfg = cfg

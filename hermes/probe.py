@@ -59,13 +59,16 @@ class _ProbeRecorder:
         cached: T, cache length before the probe (the columns kept).
         query_layer: the layer whose rotated queries `question_queries` wants (None: attention maps).
         probe_len: `prefill_chunk` only: pseudo-query tokens after the chunk's (0: no probe rides along).
+        record: `prefill_chunk` only: False runs the riding tokens as the chunk's own and records nothing.
     """
 
-    def __init__(self, num_layers: int, cached: int, query_layer: int | None = None, probe_len: int = 0) -> None:
+    def __init__(self, num_layers: int, cached: int, query_layer: int | None = None, probe_len: int = 0,
+                 record: bool = True) -> None:
         self.num_layers = num_layers
         self.cached = cached
         self.query_layer = query_layer
         self.probe_len = probe_len
+        self.record = record
         self.maps: torch.Tensor | None = None  # (L, Q, T) float32 on the device, allocated by layer 0
         self.queries: torch.Tensor | None = None  # (Hq, Q, D) of `query_layer`
         self._built_once: dict[tuple, torch.Tensor] = {}
@@ -250,7 +253,7 @@ def ingest_attention_forward(module, query, key, value, attention_mask, scaling:
         _PassDone: in the last layer.
     """
     rec = recorder
-    n_probe = rec.probe_len
+    n_probe = rec.probe_len if rec.record else 0  # unrecorded, riding tokens attend as the chunk's own rows
     n_chunk = query.shape[-2] - n_probe
     probe_output = None
     if n_probe:  # raises _PassDone in the last layer, once its map is recorded
@@ -341,7 +344,8 @@ _RIDE_ALONG_KWARGS = {"visual_pos_masks": lambda mask, n: torch.nn.functional.pa
 
 @torch.inference_mode()
 def prefill_chunk(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, positions: torch.Tensor,
-                  probe_embeds: torch.Tensor | None = None, **model_kwargs) -> torch.Tensor | None:
+                  probe_embeds: torch.Tensor | None = None, *, record: bool = True,
+                  **model_kwargs) -> torch.Tensor | None:
     """Append a chunk's keys and values to the cache (stopping inside the last layer), with the
     pseudo-query riding along if given: its maps are `probe_attention`'s after the chunk, its tokens
     cut after. Other attention kernels or unknown inputs prefill and probe separately (the same results).
@@ -352,6 +356,8 @@ def prefill_chunk(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, po
         embeds: (n, hidden) the chunk's embeddings.
         positions: (A, n) their positions (placed in `cache`).
         probe_embeds: (Q, hidden) the pseudo-query the next maintenance needs, or None.
+        record: False: the pseudo-query rides through the chunk's own attention kernel and nothing is
+            recorded (returns None): the least any exact probe computes (`bench overhead --floor`).
         **model_kwargs: the chunk's extra language-model inputs (`VisualChunk.model_kwargs`).
 
     Returns:
@@ -361,15 +367,15 @@ def prefill_chunk(model: CoreModel, cache: HermesCache, embeds: torch.Tensor, po
     config = model.text_config
     if config._attn_implementation not in INGEST_REPLACES or set(model_kwargs) - set(_RIDE_ALONG_KWARGS):
         model.prefill(embeds, positions, cache, **model_kwargs)
-        return None if probe_embeds is None else probe_attention(model, cache, probe_embeds)
+        return None if probe_embeds is None or not record else probe_attention(model, cache, probe_embeds)
     n_chunk = embeds.shape[0]
     n_probe = 0 if probe_embeds is None else probe_embeds.shape[0]
     after_chunk = CacheMark(cache.num_tokens + n_chunk, cache.next_position, cache.block)
-    recorder = _ProbeRecorder(config.num_hidden_layers, cache.num_tokens + n_chunk, probe_len=n_probe)
+    recorder = _ProbeRecorder(config.num_hidden_layers, cache.num_tokens + n_chunk, probe_len=n_probe, record=record)
     if n_probe:
         positions = torch.cat([positions, cache.allocate_positions(n_probe)], dim=1)
         embeds = torch.cat([embeds, probe_embeds.to(embeds.dtype)])
         model_kwargs = {k: _RIDE_ALONG_KWARGS[k](v, n_probe) for k, v in model_kwargs.items()}
     _run(model, cache, embeds, positions, ingest_attention_forward, recorder, after_chunk if n_probe else None,
          **model_kwargs)
-    return recorder.maps.cpu() if n_probe else None
+    return recorder.maps.cpu() if n_probe and record else None

@@ -183,7 +183,7 @@ class StreamingSession:
                 positions = self.memory.place(self.cache, chunk.layout)  # compacts first if out of range
                 probe_embeds = self.memory.probe_queries(self.cache, chunk.embeds.shape[0])
                 probe = prefill_chunk(self.model, self.cache, chunk.embeds, positions, probe_embeds,
-                                      **chunk.model_kwargs)
+                                      record=self.memory.records_probe, **chunk.model_kwargs)
                 self.cache.record(positions, KIND_VISUAL, len(self.encoded_t_s) + chunk.frame_index)
             self.encoded_t_s.extend(f.t_s for f in frames)
             encode_ms = (time.perf_counter() - start) * 1e3

@@ -186,11 +186,13 @@ def cmd_bench_overhead(args) -> int:
 
     geometries = parse_geometries(args.geometries, args.tokens_per_frame)
     check_output_path(args.output, "--output")
+    if args.floor and args.baseline != "sliding":
+        raise UsageError(f"--floor pairs the floor with --baseline sliding, found --baseline {args.baseline}")
     import torch
 
     from hermes.config import MemoryConfig
     from hermes.pipelines.bench.common import print_result
-    from hermes.pipelines.bench.memory import overhead_table, paired_overhead, resolve_policies
+    from hermes.pipelines.bench.memory import overhead_table, paired_overhead, probe_floor_spec, resolve_policies
 
     policy, baseline = resolve_policies([args.policy, args.baseline], MemoryConfig(), args.budget)
     for spec in (policy, baseline):
@@ -203,8 +205,9 @@ def cmd_bench_overhead(args) -> int:
         if not args.quiet:
             print(f"bench overhead: {geo.label}, {policy.label} vs {baseline.label}, budget {args.budget}, "
                   f"{args.frames} frames x {args.repeats}", file=sys.stderr, flush=True)
-        rows.append(paired_overhead(model, policy, baseline, args.frames, chunk_frames=args.chunk_frames,
-                                    repeats=args.repeats, geometry=geo.label))
+        for measured in (policy, probe_floor_spec(baseline)) if args.floor else (policy,):
+            rows.append(paired_overhead(model, measured, baseline, args.frames, chunk_frames=args.chunk_frames,
+                                        repeats=args.repeats, geometry=geo.label))
     record = {"suite": "overhead", "threads": args.threads, "rows": [dataclasses.asdict(r) for r in rows]}
     print_result(args, record, overhead_table(rows))
     return 0
@@ -378,6 +381,9 @@ def add_bench_parser(subparsers, more_suites=()) -> argparse.ArgumentParser:
     overhead.add_argument("--baseline", default="sliding", help="the policy it is paired with (default: %(default)s)")
     overhead.add_argument("--repeats", type=positive_int, default=3, help="paired streams (default: %(default)s)")
     overhead.add_argument("--threads", type=positive_int, default=1, help="torch threads (default: %(default)s)")
+    overhead.add_argument("--floor", action="store_true",
+                          help="also measure the floor of any exact probe: the baseline with hermes's pseudo-query "
+                               "riding in each evicting chunk through the model's own attention, nothing recorded")
 
     sweep = suite("sweep", "TTFT, time per output token, memory, encode/maintenance time and ingest fps over stream "
                            "lengths, chunk sizes and policies, with ratios against full (the longest suite)",

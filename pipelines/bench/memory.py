@@ -23,6 +23,7 @@ import torch
 from hermes.config import MemoryConfig
 from hermes.errors import ConfigError, UsageError
 from hermes.markdown import spread_cell, table
+from hermes.memory import HermesPolicy, SlidingPolicy
 from hermes.pipelines.bench.common import device_sync, synthetic_frames
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import StreamingSession
@@ -86,6 +87,8 @@ class PolicySpec:
     label: str
     memory: MemoryConfig | None
     note: str = ""
+    # a bench's own policy in place of the one `memory` names, built from (memory, model) (`probe_floor_spec`)
+    make_policy: Callable | None = None
 
 
 POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style baseline: a policy plus a flag, under its preset's name
@@ -302,7 +305,7 @@ def _evicting_early(model, policy: PolicySpec, chunk_frames: int) -> PolicySpec:
     memory = policy.memory
     if memory.policy != "full":
         memory = dataclasses.replace(memory, budget=min(memory.budget, max(1, model.tokens_per_frame * chunk_frames)))
-    return PolicySpec(policy.label, memory)
+    return dataclasses.replace(policy, memory=memory)
 
 
 def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes: list[int], *,
@@ -450,6 +453,9 @@ def paired_streams(model, specs: tuple[PolicySpec, PolicySpec], n_frames: int, *
     (load lands on both sides alike; going first or second costs both the same)."""
     sessions = [StreamingSession(model, spec.memory, (), chunk_frames=chunk_frames, max_new_tokens=1)
                 for spec in specs]
+    for session, spec in zip(sessions, specs):
+        if spec.make_policy is not None:  # before any chunk: the cache holds the prefix alone
+            session.memory = spec.make_policy(spec.memory, model)
     timers = [SyncedMaintainTimer(s) for s in sessions]
     timings: tuple[list[ChunkTiming], list[ChunkTiming]] = ([], [])
     frames = synthetic_frames(n_frames, side_px=frame_px, seed=seed)
@@ -462,6 +468,27 @@ def paired_streams(model, specs: tuple[PolicySpec, PolicySpec], n_frames: int, *
         for s in sessions:
             s.close()
     return timings
+
+
+class ProbeRowsFloor(SlidingPolicy):
+    """`sliding`, with `hermes`'s pseudo-query riding in each evicting chunk's forward through the model's
+    own attention kernel, recording nothing, cut after: the least any exact probe computes, since the
+    pseudo-query's attention over the cache and the chunk, layer by layer, is what `hermes` scores with
+    (docs/ARCHITECTURE.md, Performance)."""
+
+    records_probe = False
+
+    def __init__(self, cfg: MemoryConfig, model) -> None:
+        super().__init__(cfg, model)
+        self._hermes = HermesPolicy(dataclasses.replace(cfg, policy="hermes"), model)
+
+    def probe_queries(self, cache, n_new: int) -> torch.Tensor | None:
+        return self._hermes.probe_queries(cache, n_new)  # the same chunks, the same pseudo-query
+
+
+def probe_floor_spec(baseline: PolicySpec) -> PolicySpec:
+    """`baseline` (`sliding`) with `ProbeRowsFloor` in place of its policy: `bench overhead --floor`'s row."""
+    return dataclasses.replace(baseline, label="pseudo-query rows alone (floor)", make_policy=ProbeRowsFloor)
 
 
 def paired_overhead(model, policy: PolicySpec, baseline: PolicySpec, n_frames: int, *, chunk_frames: int = 16,
@@ -541,15 +568,15 @@ def markdown_table(rows: list[StreamRow], columns: list[str] = SWEEP_COLUMNS) ->
 
 
 def overhead_table(rows: list[OverheadRow]) -> str:
-    """`bench overhead`'s rows as a markdown table."""
-    cells = [[r.geometry, r.budget, r.frames, r.paired_chunks,
+    """`bench overhead`'s rows as a markdown table, one row per (geometry, policy)."""
+    cells = [[r.geometry, r.policy, r.budget, r.frames, r.paired_chunks,
               spread_cell([r.overhead_min, r.overhead_median, r.overhead_max]),
               f"{r.encode_ms:.1f}", f"{r.maintain_ms:.1f}", f"{r.baseline_encode_ms:.1f}", f"{r.baseline_maintain_ms:.1f}"]
              for r in rows]
-    policy, baseline = (rows[0].policy, rows[0].baseline) if rows else ("policy", "baseline")
-    header = ["geometry", "budget", "frames", "paired chunks", f"{policy} over {baseline}, min / median / max",
-              f"{policy} encode ms", f"{policy} maintain ms", f"{baseline} encode ms", f"{baseline} maintain ms"]
-    return table(header, cells, right=[False] + [True] * (len(header) - 1))
+    baseline = rows[0].baseline if rows else "baseline"
+    header = ["geometry", "policy", "budget", "frames", "paired chunks", f"over {baseline}, min / median / max",
+              "encode ms", "maintain ms", f"{baseline} encode ms", f"{baseline} maintain ms"]
+    return table(header, cells, right=[False, False] + [True] * (len(header) - 2))
 
 
 def rows_as_dicts(rows: list[StreamRow]) -> list[dict]:

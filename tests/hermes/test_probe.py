@@ -144,6 +144,31 @@ def test_a_chunks_prefill_stops_inside_the_last_layer_once_its_keys_and_values_a
         assert torch.equal(k1, k2) and torch.equal(v1, v2)
 
 
+def test_an_unrecorded_pseudo_query_rides_to_the_last_layer_and_leaves_the_chunk_as_a_plain_prefill(tiny_model):
+    """`record=False` (`bench overhead --floor`): the pseudo-query's rows are computed through every layer,
+    nothing is recorded, and the cache holds exactly what a plain prefill leaves."""
+    from hermes.probe import prefill_chunk
+
+    frames = random_frames(6, size=(32, 32))
+    pseudo = tiny_model.question_embeds("What is happening?")
+    rows_seen = []
+    hook = tiny_model.language_model.layers[-1].self_attn.q_proj.register_forward_hook(
+        lambda module, inputs, output: rows_seen.append(inputs[0].shape[-2]))
+    try:
+        plain, chunk, positions = _primed(tiny_model, frames)
+        tiny_model.prefill(chunk.embeds, positions, plain)
+        riding, chunk, positions = _primed(tiny_model, frames)
+        rows_seen.clear()
+        assert prefill_chunk(tiny_model, riding, chunk.embeds, positions, pseudo, record=False) is None
+    finally:
+        hook.remove()
+    assert rows_seen == [chunk.embeds.shape[0] + pseudo.shape[0]]  # the last layer still computes the riding rows
+    assert riding.num_tokens == plain.num_tokens and riding.next_position == plain.next_position
+    for (k1, v1), (k2, v2) in zip(riding.layer_tensors(), plain.layer_tensors()):
+        torch.testing.assert_close(k1, k2, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(v1, v2, atol=1e-6, rtol=1e-5)
+
+
 def test_a_model_on_another_attention_kernel_is_prefilled_by_its_own_path_and_probed_apart(tiny_model):
     from hermes.probe import prefill_chunk
 

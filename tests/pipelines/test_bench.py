@@ -238,7 +238,61 @@ def test_cli_overhead_reports_the_paired_overhead(tmp_path, capsys):
     assert (r["policy"], r["baseline"], r["budget"], r["repeats"]) == ("hermes", "sliding", 128, 2)
     assert r["paired_chunks"] == 6  # 8 chunks of 64 tokens; the third is the first past 128
     assert r["overhead_min"] <= r["overhead_median"] <= r["overhead_max"]
-    assert "hermes over sliding, min / median / max" in capsys.readouterr().out
+    assert "over sliding, min / median / max" in capsys.readouterr().out
+
+
+def test_cli_overhead_floor_rides_hermes_pseudo_query_unrecorded_in_sliding_and_keeps_its_selection(monkeypatch, capsys):
+    """`--floor`: a second row per geometry whose policy evicts as sliding does, with hermes's pseudo-query
+    riding (unrecorded) in exactly the chunks hermes probes."""
+    import hermes.pipelines.session as session_module
+    from hermes.cli import main
+
+    rides = []  # (policy, pseudo-query rows or 0, recorded)
+    real = session_module.prefill_chunk
+
+    def logged(model, cache, embeds, positions, probe_embeds=None, *, record=True, **kwargs):
+        rides.append((CURRENT[0].name, type(CURRENT[0]).__name__,
+                      0 if probe_embeds is None else probe_embeds.shape[0], record))
+        return real(model, cache, embeds, positions, probe_embeds, record=record, **kwargs)
+
+    CURRENT = [None]
+    real_ingest = bench.StreamingSession.ingest
+
+    def ingest(session, frames):
+        CURRENT[0] = session.memory
+        return real_ingest(session, frames)
+
+    monkeypatch.setattr(session_module, "prefill_chunk", logged)
+    monkeypatch.setattr(bench.StreamingSession, "ingest", ingest)
+    kept = []  # (policy class, kept indices) per eviction, in order
+    real_select = bench.SlidingPolicy.choose
+
+    def choose(policy, cache, prefix_len, probe=None):
+        choice = real_select(policy, cache, prefix_len, probe)
+        kept.append((type(policy).__name__, choice.keep.clone()))
+        return choice
+
+    monkeypatch.setattr(bench.SlidingPolicy, "choose", choose)
+    assert main(["bench", "overhead", "--geometries", "2x64", "--tokens-per-frame", "16", "--frames", "32",
+                 "--chunk-frames", "4", "--budget", "128", "--repeats", "1", "--quiet", "--json", "--floor"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["policy"] for r in rows] == ["hermes", "pseudo-query rows alone (floor)"]
+    hermes_rides = [n for name, _, n, rec in rides if name == "hermes"]
+    floor_rides = [(n, rec) for _, kind, n, rec in rides if kind == "ProbeRowsFloor"]
+    assert floor_rides and [n for n, _ in floor_rides][-8:] == hermes_rides[-8:]  # the same chunks, the same rows
+    assert any(n for n, _ in floor_rides) and not any(rec for n, rec in floor_rides if n)  # riding, never recorded
+    # the floor's measured stream: it and sliding evict chunk by chunk (either first), keeping the same entries
+    paired = kept[-12:]
+    assert sorted(kind for kind, _ in paired) == ["ProbeRowsFloor"] * 6 + ["SlidingPolicy"] * 6
+    for (kind_a, a), (kind_b, b) in zip(paired[::2], paired[1::2]):
+        assert kind_a != kind_b and torch.equal(a, b)
+
+
+def test_cli_overhead_floor_needs_the_sliding_baseline(capsys):
+    from hermes.cli import main
+
+    assert main(["bench", "overhead", "--floor", "--baseline", "uniform"]) == 2
+    assert "--floor pairs the floor with --baseline sliding" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
