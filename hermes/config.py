@@ -143,6 +143,15 @@ class MemoryConfig:
         if self.accumulation == "ema" and not self.accumulate_decay < 1:  # 1 would never admit anything
             raise ConfigError(f"memory.accumulate_decay: expected below 1 with memory.accumulation=ema, found "
                               f"{self.accumulate_decay!r}")
+        ignored = [f"memory.{name}={getattr(self, name)}" for name, default in _RECALL_ONLY.items()
+                   if getattr(self, name) != default]
+        if ignored and not self.recall:  # set but never read: say so rather than run without it
+            raise ConfigError(f"{', '.join(ignored)} applies only with memory.recall=true: add --set "
+                              f"memory.recall=true, or take a preset with recall (--memory hermes-plus)")
+
+
+# recall's own settings, with the values that leave it as the reference would (read only with `recall` on)
+_RECALL_ONLY = {"recall_gate": "off", "recall_share": 0.0, "recall_gate_margin": 0.0, "recall_max_ratio": 0.0}
 
 
 @dataclass

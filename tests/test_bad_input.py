@@ -97,6 +97,9 @@ CASES = [
     ([*R, "--device", "gpu"], 2, "model.device: expected auto, cpu, cuda or cuda:N, found 'gpu'"),
     # ---- run: configuration (enumerations come from the dataclasses' Literal types)
     ([*R, "--set", "memory.dram_dtype=int4"], 2, "memory.dram_dtype: expected one of int8, fp16, found 'int4'"),
+    ([*R, "--set", "memory.recall_share=0.5"], 2, "memory.recall_share=0.5 applies only with memory.recall=true"),
+    ([*R, "--memory", "hermes-plus", "--set", "memory.recall=false"], 2,
+     "memory.recall_gate=question, memory.recall_share=0.5 applies only with memory.recall=true"),
     ([*R, "--set", "memory.policy=hermse"], 2, "expected one of full, hermes, sliding, uniform, recent-frames, rekv, "
                                               "dscache, found 'hermse' (did you mean 'hermes'?)"),
     ([*R, "--set", "memory.reindex=fast"], 2, "memory.reindex: expected one of lazy, eager"),

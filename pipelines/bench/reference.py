@@ -164,7 +164,8 @@ def compare(ref_dir: str, ref_python: str, geometries: list[Geometry], *, frames
 
     root, python = check_reference(ref_dir, ref_python)
     torch.set_num_threads(threads)
-    memory = dataclasses.replace(memory or MemoryConfig(), policy="hermes", budget=budget, recall=False)
+    memory = dataclasses.replace(memory or MemoryConfig(), policy="hermes", budget=budget, recall=False,
+                                 recall_gate="off", recall_share=0.0, recall_gate_margin=0.0, recall_max_ratio=0.0)
     stream = list(synthetic_frames(frames, side_px=frame_px, seed=seed))
     rows = []
     with tempfile.TemporaryDirectory(prefix="hermes-bench-reference-") as tmp:
