@@ -300,10 +300,10 @@ def time_priority(times_s: torch.Tensor, frame_index: torch.Tensor, when: tuple[
 
 
 def change_priority(values: torch.Tensor, frame_index: torch.Tensor, nearness: torch.Tensor) -> torch.Tensor:
-    """(m,) what a question about the start of a stream wants first: its first events. Walking the frames
-    from the nearest, a frame is an event when its content differs from the last event's by more than
-    consecutive frames differ on average here (an object appearing or leaving, not a still opening such
-    as an empty scene or a title card); events come first, nearest first, then the other frames by nearness.
+    """(m,) what a question about the start of a stream wants first: the opening frame, then, nearest first,
+    the frames that no longer look like it (what first happened), then the frames that still do (a still
+    opening such as an empty scene or a title card would otherwise fill the splice). A frame no longer looks
+    like the opening when it differs from it by more than consecutive frames differ on average here.
 
     Args:
         values: (H, m, D) the candidate tokens' values: content without rotation, comparable across positions.
@@ -321,13 +321,10 @@ def change_priority(values: torch.Tensor, frame_index: torch.Tensor, nearness: t
     sums = torch.zeros(frames.shape[0], heads * dim).index_add_(
         0, token_frame, values.float().permute(1, 0, 2).reshape(-1, heads * dim))
     signature = torch.nn.functional.normalize(sums[order], dim=1)  # (F, H * D), nearest first
-    distance = 1.0 - signature @ signature.T  # (F, F) cosine distance
-    threshold = float(distance.diagonal(1).mean()) if frames.shape[0] > 1 else 0.0
-    events, last = [0], 0
-    for k in range(1, frames.shape[0]):  # frames of a few records: tens
-        if float(distance[last, k]) > threshold:
-            events.append(k)
-            last = k
-    rank = frame_nearness[order] - frame_nearness.max() - 1.0  # non-events: below every event, by nearness
-    rank[events] = torch.arange(len(events), 0, -1, dtype=rank.dtype)  # events: the nearest first, all >= 1
+    consecutive = 1.0 - (signature[1:] * signature[:-1]).sum(1)  # (F - 1,) cosine distances
+    departed = 1.0 - signature @ signature[0] > (consecutive.mean() if consecutive.numel() else 0.0)  # (F,)
+    departed[0] = True  # the opening frame itself comes first
+    span = float(frame_nearness.max() - frame_nearness[torch.isfinite(frame_nearness)].min()) + 1.0
+    rank = frame_nearness[order] - span * (~departed).float()  # still frames below every departed one
+    rank[0] = rank.max() + 1.0
     return torch.empty(frames.shape[0]).scatter_(0, order, rank)[token_frame]
