@@ -194,8 +194,12 @@ class LowerLevels:
         times_s = torch.tensor(self.frame_times, dtype=torch.float64) if when is not None else None
         for layer in range(cache.num_layers):
             parts = [self._layer_tokens(record.layers[layer], delta) for record, delta in reversed(shifted)]
-            # importance, or (a time asked about) nearness to that time: what the cap keeps first
+            # importance, or (a time asked about) nearness to that time: what the cap keeps first; the start of
+            # a stream as its first events (`change_priority`)
             scores = torch.cat([p[3] if when is None else time_priority(times_s, p[4], when) for p in parts])
+            if when is not None and when[1] == "start" and scores.shape[0] > n:
+                scores = change_priority(torch.cat([p[1] for p in parts], dim=1), torch.cat([p[4] for p in parts]),
+                                         scores)
             # the best n, in time order (every record's tokens when layers hold equally many, the usual case)
             top = torch.arange(n) if scores.shape[0] == n else torch.sort(torch.topk(scores, n).indices).values
             tops.append(top)
@@ -227,7 +231,7 @@ class LowerLevels:
         if ref is not None and not self.spans:  # no record of this session's yet (a resumed stream): by similarity
             ref = None
         elif ref is not None and ref.kind == "start":
-            when = (self.frame_times[0] if self.frame_times else 0.0, "near")
+            when = (self.frame_times[0] if self.frame_times else 0.0, "start")
         elif ref is not None and ref.kind == "ago" and now_s is not None:
             when = (now_s - ref.seconds_ago, "near")
         if when is None:
@@ -281,7 +285,7 @@ class LowerLevels:
 
 def time_priority(times_s: torch.Tensor, frame_index: torch.Tensor, when: tuple[float, str]) -> torch.Tensor:
     """(m,) how much each token is wanted near `when` = (time s, side): minus its distance in seconds;
-    on "before" / "after" a token on the other side counts twice as far.
+    on "before" / "after" a token on the other side counts twice as far ("near" and "start": either side alike).
 
     Args:
         times_s: (frames,) float64 stream time of each frame by index.
@@ -293,3 +297,34 @@ def time_priority(times_s: torch.Tensor, frame_index: torch.Tensor, when: tuple[
     elif when[1] == "after":
         offset = torch.where(offset < 0, -2 * offset, offset)
     return -offset.abs().float()
+
+
+def change_priority(values: torch.Tensor, frame_index: torch.Tensor, nearness: torch.Tensor) -> torch.Tensor:
+    """(m,) what a question about the start of a stream wants first: the opening frame, then, nearest first,
+    the frames that no longer look like it (what first happened), then the frames that still do (a still
+    opening such as an empty scene or a title card would otherwise fill the splice). A frame no longer looks
+    like the opening when it differs from it by more than consecutive frames differ on average here.
+
+    Args:
+        values: (H, m, D) the candidate tokens' values: content without rotation, comparable across positions.
+        frame_index: (m,) each token's frame.
+        nearness: (m,) `time_priority`'s (a frame's tokens alike).
+
+    Returns:
+        (m,) priority, higher first; a frame's tokens alike.
+    """
+    frames, token_frame = torch.unique(frame_index, return_inverse=True)  # (F,), (m,)
+    frame_nearness = torch.full((frames.shape[0],), -torch.inf).scatter_reduce(0, token_frame, nearness.float(),
+                                                                               reduce="amax")
+    order = torch.argsort(frame_nearness, descending=True, stable=True)  # nearest first
+    heads, _, dim = values.shape
+    sums = torch.zeros(frames.shape[0], heads * dim).index_add_(
+        0, token_frame, values.float().permute(1, 0, 2).reshape(-1, heads * dim))
+    signature = torch.nn.functional.normalize(sums[order], dim=1)  # (F, H * D), nearest first
+    consecutive = 1.0 - (signature[1:] * signature[:-1]).sum(1)  # (F - 1,) cosine distances
+    departed = 1.0 - signature @ signature[0] > (consecutive.mean() if consecutive.numel() else 0.0)  # (F,)
+    departed[0] = True  # the opening frame itself comes first
+    span = float(frame_nearness.max() - frame_nearness[torch.isfinite(frame_nearness)].min()) + 1.0
+    rank = frame_nearness[order] - span * (~departed).float()  # still frames below every departed one
+    rank[0] = rank.max() + 1.0
+    return torch.empty(frames.shape[0]).scatter_(0, order, rank)[token_frame]

@@ -2,6 +2,8 @@
 kept whatever they score, importance carried in the long-term layers only, recall within the budget,
 and recall that reads what the question says about time."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -112,6 +114,42 @@ def test_recall_reads_the_question_for_when(micro, monkeypatch):
     before = recalled_frames(session, "What colour was the object just before the red circle?")
     # a frame after X counts twice as far as one before it
     assert before and all(19 <= f <= 28 for f in before) and sum(f <= 25 for f in before) > sum(f > 25 for f in before)
+    session.close()
+
+
+def test_the_start_of_a_stream_is_recalled_as_its_first_events_not_its_still_opening():
+    """Four identical empty frames open the stream, then an object (two frames, moving a little), empty
+    again, a second object: a question about the start gets the opening frame, then the frames that differ
+    from it, nearest first, then the still ones."""
+    from hermes.lower import change_priority
+
+    torch.manual_seed(0)
+    empty, first, second = torch.randn(3, 2, 8)  # (H, D) each: a frame's content, per head
+    content = [empty] * 4 + [first, first + 0.05 * torch.randn(2, 8)] + [empty] * 2 + [second, second]
+    per_frame = 3  # tokens per frame
+    values = torch.stack([c[:, None, :].expand(2, per_frame, 8) for c in content], dim=1).reshape(2, -1, 8)
+    frame_index = torch.arange(len(content)).repeat_interleave(per_frame)
+    nearness = -frame_index.double()  # the start: the earlier, the nearer
+    priority = change_priority(values, frame_index, nearness)
+    by_frame = [float(priority[frame_index == f][0]) for f in range(len(content))]
+    assert all(float(priority[frame_index == f].min()) == by_frame[f] for f in range(len(content)))  # a frame alike
+    ranked = sorted(range(len(content)), key=lambda f: -by_frame[f])
+    assert ranked == [0, 4, 5, 8, 9, 1, 2, 3, 6, 7]  # the opening, both objects, then the empty frames
+    assert torch.equal(change_priority(values, frame_index, nearness), priority)
+
+
+def test_a_question_about_the_start_recalls_past_a_still_opening(micro):
+    """Six still frames open the stream: the splice for "the first object" (two frames' worth) holds the
+    opening frame and the frame where the picture first changed, where nearness to t = 0 alone takes 0, 1, 2."""
+    frames = random_frames(40, interval_s=1.0, size=(16, 16))
+    frames[:6] = [dataclasses.replace(f, rgb=frames[0].rgb) for f in frames[:6]]
+    cfg = MemoryConfig(policy="hermes", budget=4 * TPF, recall=True, recall_top_k=2, recall_gate="question",
+                       recall_share=0.5)
+    session = StreamingSession(micro, cfg, frames, chunk_frames=4)
+    session.advance()
+    recalled = recalled_frames(session, "What colour was the first object?")
+    # frame 0's tokens still in level 1 leave room that the next nearest (still) frame fills
+    assert recalled[0] == 0 and 6 in recalled and not {2, 3, 4, 5} & set(recalled)
     session.close()
 
 
