@@ -86,6 +86,10 @@ class MemoryConfig:
     local_query: str = "What is happening right now?"  # pseudo-query probing recent detail (working layers)
     global_query: str = "What has happened in the video so far?"  # pseudo-query for long-term layers
     condition_on_question: bool = False  # use the last question asked as the global pseudo-query
+    # how the pseudo-queries enter the probe: "question", wrapped as a question is asked (the image newline, the
+    # text, the assistant turn's opening: ours, 29 tokens with the texts above), or "bare", the text's tokens
+    # alone, as the reference's `pseudo_forward` tokenizes them (15): half the probe's rows (benchmarks/RESULTS.md)
+    probe_text: Literal["question", "bare"] = "question"
     summary: bool = True  # long-term layers fold evicted tokens into one summary token
     summary_position: Literal["after_kept", "mean_evicted"] = "after_kept"
     previous_summary: Literal["candidate", "fold"] = "candidate"

@@ -364,8 +364,10 @@ class HermesPolicy(BudgetPolicy):
             else self.cfg.global_query
         texts = (self.cfg.local_query, global_text)
         if self._pseudo is None or self._pseudo[0] != texts:
-            local = self.model.question_embeds(texts[0])
-            self._pseudo = texts, torch.cat([local, self.model.question_embeds(global_text)]), local.shape[0]
+            embed = self.model.question_embeds if self.cfg.probe_text == "question" else \
+                lambda text: self.model.embed_text(text).to(self.model.dtype)
+            local = embed(texts[0])
+            self._pseudo = texts, torch.cat([local, embed(global_text)]), local.shape[0]
         return self._pseudo[1], self._pseudo[2]
 
     def probe_queries(self, cache: HermesCache, n_new: int) -> torch.Tensor | None:

@@ -188,13 +188,17 @@ def cmd_bench_overhead(args) -> int:
     check_output_path(args.output, "--output")
     if args.floor and args.baseline != "sliding":
         raise UsageError(f"--floor pairs the floor with --baseline sliding, found --baseline {args.baseline}")
+    not_memory = [item for item in args.set if not item.startswith("memory.")]
+    if not_memory:
+        raise UsageError(f"--set {not_memory[0]}: bench overhead takes memory.KEY=VALUE (both policies)")
     import torch
 
-    from hermes.config import MemoryConfig
+    from hermes.config import build_config
     from hermes.pipelines.bench.common import print_result
     from hermes.pipelines.bench.memory import overhead_table, paired_overhead, probe_floor_spec, resolve_policies
 
-    policy, baseline = resolve_policies([args.policy, args.baseline], MemoryConfig(), args.budget)
+    base = build_config(overrides=args.set).memory  # ConfigError (one line) before any model loads
+    policy, baseline = resolve_policies([args.policy, args.baseline], base, args.budget)
     for spec in (policy, baseline):
         if spec.memory is None:
             raise UsageError(spec.note)
@@ -381,6 +385,8 @@ def add_bench_parser(subparsers, more_suites=()) -> argparse.ArgumentParser:
     overhead.add_argument("--baseline", default="sliding", help="the policy it is paired with (default: %(default)s)")
     overhead.add_argument("--repeats", type=positive_int, default=3, help="paired streams (default: %(default)s)")
     overhead.add_argument("--threads", type=positive_int, default=1, help="torch threads (default: %(default)s)")
+    overhead.add_argument("--set", action="append", default=[], metavar="memory.KEY=VALUE",
+                          help="a memory setting of both policies, e.g. memory.probe_text=bare (repeatable)")
     overhead.add_argument("--floor", action="store_true",
                           help="also measure the floor of any exact probe: the baseline with hermes's pseudo-query "
                                "riding in each evicting chunk through the model's own attention, nothing recorded")

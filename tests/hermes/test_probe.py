@@ -212,3 +212,36 @@ def test_hermes_streams_the_same_memory_with_the_probe_in_the_prefill_as_with_a_
     for (k1, v1), (k2, v2) in zip(fused.cache.layer_tensors(), apart.cache.layer_tensors()):
         torch.testing.assert_close(k1, k2, atol=1e-6, rtol=1e-5)
     assert fused_answer.answer == apart_answer.answer
+
+
+@pytest.mark.parametrize("probe_text", ["question", "bare"])
+def test_the_pseudo_query_rides_as_a_question_or_as_its_bare_tokens(tiny_model, monkeypatch, probe_text):
+    """`memory.probe_text`: "bare" probes with the texts' own tokens, as the reference tokenizes them, and
+    nothing else; "question" (the default) wraps each text as a question is asked."""
+    import hermes.pipelines.session as session_module
+    from hermes.config import MemoryConfig
+
+    cfg = MemoryConfig(policy="hermes", budget=2 * tiny_model.tokens_per_frame, probe_text=probe_text)
+    local = tiny_model.tokenizer.encode(cfg.local_query, add_special_tokens=False)
+    glob = tiny_model.tokenizer.encode(cfg.global_query, add_special_tokens=False)
+    rides = []
+    real = session_module.prefill_chunk
+
+    def logged(model, cache, embeds, positions, probe_embeds=None, **kwargs):
+        if probe_embeds is not None:
+            rides.append(probe_embeds.clone())
+        return real(model, cache, embeds, positions, probe_embeds, **kwargs)
+
+    monkeypatch.setattr(session_module, "prefill_chunk", logged)
+    session = StreamingSession(tiny_model, cfg, random_frames(8, size=(32, 32)), chunk_frames=2)
+    session.advance()
+    assert rides  # chunks past the budget carried the pseudo-query
+    if probe_text == "bare":
+        expected = tiny_model.embed_ids(local + glob).to(rides[0].dtype)
+        assert rides[0].shape[0] == len(local) + len(glob) and torch.equal(rides[0], expected)
+    else:
+        assert rides[0].shape[0] > len(local) + len(glob) + 4  # each text framed as an asked question
+        torch.testing.assert_close(rides[0], torch.cat([tiny_model.question_embeds(cfg.local_query),
+                                                        tiny_model.question_embeds(cfg.global_query)]))
+    assert session.cache.num_visual_tokens <= cfg.budget
+    session.close()

@@ -288,6 +288,22 @@ def test_cli_overhead_floor_rides_hermes_pseudo_query_unrecorded_in_sliding_and_
         assert kind_a != kind_b and torch.equal(a, b)
 
 
+def test_cli_overhead_set_reaches_both_policies(monkeypatch, capsys):
+    from hermes.cli import main
+
+    seen = []
+
+    def fake(model, policy, baseline, *args, **kwargs):
+        seen.append((policy.memory.policy, policy.memory.probe_text, baseline.memory.policy,
+                     baseline.memory.probe_text, policy.memory.budget))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(bench, "paired_overhead", fake)
+    with pytest.raises(SystemExit):
+        main(["bench", "overhead", "--geometries", "2x64", "--set", "memory.probe_text=bare", "--budget", "64"])
+    assert seen == [("hermes", "bare", "sliding", "bare", 64)]
+
+
 def test_cli_overhead_floor_needs_the_sliding_baseline(capsys):
     from hermes.cli import main
 
@@ -299,6 +315,8 @@ def test_cli_overhead_floor_needs_the_sliding_baseline(capsys):
     (["--geometries", "4x65"], "--geometries expects LAYERSxWIDTH"),
     (["--repeats", "0"], "argument --repeats: expected a positive whole number"),
     (["--baseline", "sliding+nosuchflag"], "sliding+nosuchflag: skipped"),
+    (["--set", "model.dtype=float16"], "bench overhead takes memory.KEY=VALUE"),
+    (["--set", "memory.probe_text=raw"], "memory.probe_text: expected one of question, bare, found 'raw'"),
 ])
 def test_cli_overhead_bad_input_is_one_line(argv, message, capsys):
     from hermes.cli import main
