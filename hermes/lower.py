@@ -194,8 +194,8 @@ class LowerLevels:
         times_s = torch.tensor(self.frame_times, dtype=torch.float64) if when is not None else None
         for layer in range(cache.num_layers):
             parts = [self._layer_tokens(record.layers[layer], delta) for record, delta in reversed(shifted)]
-            # importance, or (a time asked about) nearness to that time: what the cap keeps first; the start of
-            # a stream as its first events (`change_priority`)
+            # importance, or (a time asked about) nearness to that time: what the cap keeps first; for the start,
+            # what first happened before a still opening (`change_priority`)
             scores = torch.cat([p[3] if when is None else time_priority(times_s, p[4], when) for p in parts])
             if when is not None and when[1] == "start" and scores.shape[0] > n:
                 scores = change_priority(torch.cat([p[1] for p in parts], dim=1), torch.cat([p[4] for p in parts]),

@@ -2,9 +2,9 @@
 
 Recall under `memory.recall_gate: question` (`hermes.lower.LowerLevels.recall`) reads them instead of a
 similarity threshold (docs/ARCHITECTURE.md, Memory, "Recall"): a question about the present recalls
-nothing, one about the start brings back the earliest records (their first events first), "N minutes ago" the records of that
-moment, "just before / after X" the records around where X was found, and any other question is gated
-by similarity as `above_frames` gates it.
+nothing, one about the start brings back the earliest records (what first happened first), "N minutes
+ago" the records of that moment, "just before / after X" the records around where X was found, and any
+other question is gated by similarity as `above_frames` gates it.
 """
 
 from __future__ import annotations
