@@ -164,13 +164,20 @@ class MemoryDirectory:
                 raise
 
     def _close_stores(self) -> None:
-        try:
-            for store in (self.wal, self.disk):
-                if store is not None:
-                    store.close()
-        finally:
-            if self.remote is not None:
-                self.remote.release()
+        """Close level 2's log and level 3 (each releases its lock even when the other failed, so that a
+        process can open the directory again), then the remote lease; the first failure is raised."""
+        failure: BaseException | None = None
+        for store in (self.wal, self.disk):
+            if store is None:
+                continue
+            try:
+                store.close()
+            except BaseException as exc:  # noqa: BLE001 - the next store still closes; raised below
+                failure = failure or exc
+        if self.remote is not None:
+            self.remote.release()
+        if failure is not None:
+            raise failure
 
     def _replay_wal(self) -> None:
         """Load the log's records back into DRAM (after a crash or a close that kept them)."""

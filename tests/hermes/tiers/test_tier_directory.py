@@ -352,3 +352,22 @@ def test_disk_records_counts_only_what_a_restart_would_find(tmp_path, monkeypatc
     assert md.stats()["disk_records"] == 3 == reader.disk.num_records
     reader.close(spill_dram=False)
     md.close()
+
+
+def test_a_close_that_fails_on_level_2_still_releases_level_3(tmp_path, monkeypatch):
+    """A full disk can fail level 2's log as the directory closes: level 3 still closes and lets the
+    directory go, so that the process opens it again once there is room (the error is still raised)."""
+    md = _open(tmp_path / "mem")
+    md.add(_rec(1))
+    md.flush()
+    assert md.wal is not None
+
+    def full():  # as the log's writer reports a failed write once its close has let the log go
+        raise MemoryDirError("level 2's log: No space left on device")
+
+    monkeypatch.setattr(md.wal, "_raise_if_failed", full)
+    with pytest.raises(MemoryDirError, match="No space left"):
+        md.close(spill_dram=False)
+    again = _open(tmp_path / "mem")  # before: "memory directory ... is in use by process <this one>"
+    assert [r.record_id for r in again.fetch([1])] == [1]  # and what was committed is there
+    again.close()
