@@ -69,3 +69,41 @@ def render(registry, scheduler) -> str:
         lines.append(f'hermes_stream_question_latency_ms_count{{stream="{label}"}} {len(latencies)}')
         lines.append(f'hermes_stream_question_latency_ms_sum{{stream="{label}"}} {sum(latencies):g}')
     return "\n".join(lines) + "\n"
+
+
+def with_label(sample: str, name: str, value: str) -> str:
+    """A sample line (`metric{labels} value` or `metric value`) with `name="value"` as its first label."""
+    metric, _, rest = sample.partition(" ")
+    label = f'{name}="{_label(value)}"'
+    if "{" in metric:  # label values never hold a space here: stream names are [A-Za-z0-9_.-]
+        head, _, labels = metric.partition("{")
+        return f"{head}{{{label},{labels} {rest}"
+    return f"{metric}{{{label}}} {rest}"
+
+
+def merge(expositions: dict[str, str], label: str = "replica") -> str:
+    """Several servers' expositions (`render`'s text) as one: every sample gets `label` = its server's key,
+    each family keeps one HELP and one TYPE line, and its samples stay together, as the format asks.
+
+    Args:
+        expositions: server key -> its exposition text, in the order to list them.
+        label: the label naming the server.
+
+    Returns:
+        The merged exposition text.
+    """
+    heads: dict[str, list[str]] = {}  # family -> its HELP and TYPE lines, in first-seen order
+    samples: dict[str, list[str]] = {}
+    for key, text in expositions.items():
+        family = None
+        for line in text.splitlines():
+            if line.startswith(("# HELP ", "# TYPE ")):
+                family = line.split(" ", 3)[2]
+                head = heads.setdefault(family, [])
+                samples.setdefault(family, [])
+                if not any(h.startswith(line[:7]) for h in head):
+                    head.append(line)
+            elif line and family is not None:  # a summary's _count and _sum lines belong to its family
+                samples[family].append(with_label(line, label, key))
+    lines = [line for family in heads for line in heads[family] + samples[family]]
+    return "\n".join(lines) + "\n"

@@ -167,6 +167,8 @@ class Ingress:
             return self._error(path, 413, f"request body over {self.settings.max_request_bytes} bytes")
         if path in ("/v1/streams", "/v1/models") and method == "GET":
             return JSONResponse(await self._list(path))
+        if path == "/metrics" and method == "GET" and self.names:
+            return await self._metrics()
         if path == "/v1/streams" and method == "POST":
             return await self._create(body)
         name = self._stream_of(path, body)
@@ -244,6 +246,24 @@ class Ingress:
 
         items = await asyncio.gather(*(one(name) for name in sorted(self.names - self.creating)))
         return {"streams": items} if path == "/v1/streams" else {"object": "list", "data": items}
+
+    async def _metrics(self):
+        """`GET /metrics`: every replica holding a stream, each sample labelled `replica="PID@NODE"` (the first
+        8 characters of Ray's node id); a replica holding none is not reached (a plain request reaches one)."""
+        from starlette.responses import PlainTextResponse
+
+        from hermes.pipelines.serve import metrics
+
+        via: dict[str, str] = {}  # replica -> a stream it holds, whose id routes a request there
+        for stream in (await self._list("/v1/streams"))["streams"]:
+            if stream.get("replica"):
+                via.setdefault(f"{stream['replica']['pid']}@{stream['replica']['node'][:8]}", stream["name"])
+        texts = {}
+        for replica, name in via.items():
+            head, parts = await self._forward(name, "GET", "/metrics", b"", self.auth, b"")
+            if head is not None and head["status"] == 200:
+                texts[replica] = b"".join([chunk async for chunk in parts]).decode()
+        return PlainTextResponse(metrics.merge(texts), media_type=metrics.CONTENT_TYPE)
 
     async def _reroute_forever(self) -> None:
         """Every `REROUTE_PERIOD_S`, read the table's names and send each stream to its replica, which

@@ -6,6 +6,7 @@ from the S3 store once the dead replica's leases expire."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -145,6 +146,11 @@ def test_a_killed_replicas_streams_answer_again_with_their_memory(fleet, capsys,
         streams = {name: s for name, s in streams_by_name(c).items() if name in push + files}
         pids = {s["replica"]["pid"] for s in streams.values()}
         assert len(pids) == REPLICAS  # Ray placed the six streams on both replicas
+        # /metrics reaches both replicas: each sample names its replica, each stream is counted once
+        text = c.get("/metrics").text
+        assert {int(m) for m in re.findall(r'^hermes_streams\{replica="(\d+)@', text, re.M)} == pids
+        counted = re.findall(r'^hermes_stream_chunks_total\{replica="\d+@\w+",stream="(\w+)"\}', text, re.M)
+        assert sorted(counted) == sorted(push + files) and text.count("# HELP hermes_streams ") == 1
         victim = max(pids, key=lambda pid: sum(s["replica"]["pid"] == pid for s in streams.values()))
         moved = sorted(name for name, s in streams.items() if s["replica"]["pid"] == victim)
         time.sleep(0.5)  # the last chunk's checkpoint follows its encode
