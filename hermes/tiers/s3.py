@@ -60,6 +60,18 @@ def parse_location(text: str | os.PathLike, flag: str = "--memory-dir") -> S3Loc
     return S3Location(bucket, prefix.strip("/"))
 
 
+def environment_credentials() -> dict[str, str]:
+    """The AWS key in the environment now, as boto3 client arguments ({} without one: boto3's own chain).
+
+    boto3's default session keeps the first credentials it resolved for the life of the process, so a
+    client made later would sign with a key the environment no longer holds (a test's, a rotated one).
+    """
+    names = {"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+             "aws_session_token": "AWS_SESSION_TOKEN"}
+    found = {arg: os.environ[var] for arg, var in names.items() if os.environ.get(var)}
+    return found if "aws_access_key_id" in found and "aws_secret_access_key" in found else {}
+
+
 class S3Objects(ObjectStore):
     """`ObjectStore` over the keys under one `S3Location`.
 
@@ -87,7 +99,8 @@ class S3Objects(ObjectStore):
             config = Config(connect_timeout=self.settings.timeout_s, read_timeout=self.settings.timeout_s,
                             retries={"total_max_attempts": max(1, self.settings.retries), "mode": "standard"},
                             s3={"addressing_style": "path"})
-            client = boto3.client("s3", endpoint_url=endpoint, region_name=region or "us-east-1", config=config)
+            client = boto3.client("s3", endpoint_url=endpoint, region_name=region or "us-east-1", config=config,
+                                  **environment_credentials())
         self.client = client
 
     def child(self, name: str) -> S3Objects:

@@ -150,14 +150,15 @@ def snapshot(location: str, cache_dir: Path | None = None) -> Snapshot | None:
 def is_memory_directory(location: str) -> bool:
     """Whether a run got as far as writing the directory's fingerprint (a kill may come before)."""
     from hermes.tiers.fingerprint import FINGERPRINT
-    from hermes.tiers.s3 import S3Location, parse_location
+    from hermes.tiers.s3 import S3Location, environment_credentials, parse_location
 
     where = parse_location(location)
     if not isinstance(where, S3Location):
         return (Path(location) / FINGERPRINT).is_file()
     import boto3
 
-    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"), region_name="us-east-1")
+    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"), region_name="us-east-1",
+                          **environment_credentials())
     key = f"{where.prefix.rstrip('/')}/{FINGERPRINT}" if where.prefix else FINGERPRINT
     return client.list_objects_v2(Bucket=where.bucket, Prefix=key).get("KeyCount", 0) > 0
 
@@ -724,7 +725,9 @@ def delete_prefix(endpoint: str, bucket: str, prefix: str) -> None:
     """Remove every object under `prefix`, so that a stream's store starts afresh."""
     import boto3
 
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    from hermes.tiers.s3 import environment_credentials
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **environment_credentials())
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
             client.delete_object(Bucket=bucket, Key=obj["Key"])

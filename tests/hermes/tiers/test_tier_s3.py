@@ -333,3 +333,17 @@ def test_a_commit_group_spans_the_batches_queued_while_the_writer_encodes(tmp_pa
     finally:
         store.close()
         lease.release()
+
+
+def test_each_store_signs_with_the_key_the_environment_holds_when_it_opens(monkeypatch):
+    """boto3's default session keeps the first key it read for the whole process: a store opened later
+    (another stream, another test of one worker) must still sign with the environment's key of now."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "first-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "first-secret")
+    first = S3Objects(S3Location("mem", "a"), S3Settings(endpoint="http://127.0.0.1:9"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "second-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "second-secret")
+    second = S3Objects(S3Location("mem", "b"), S3Settings(endpoint="http://127.0.0.1:9"))
+    signing = [o.client._request_signer._credentials.get_frozen_credentials() for o in (first, second)]
+    assert [(c.access_key, c.secret_key) for c in signing] == [("first-key", "first-secret"),
+                                                              ("second-key", "second-secret")]
