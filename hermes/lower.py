@@ -16,7 +16,7 @@ from hermes.config import MemoryConfig
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
 from hermes.probe import question_queries
-from hermes.recall_gate import frame_similarity, gate_hits, level1_similarity, recall_cap
+from hermes.recall_gate import frame_directions, frame_similarity, gate_hits, level1_similarity, recall_cap
 from hermes.rope import RotarySpec, rotate_keys
 from hermes.time_reference import time_reference
 from hermes.tiers.directory import MemoryDirectory
@@ -313,14 +313,12 @@ def change_priority(values: torch.Tensor, frame_index: torch.Tensor, nearness: t
     Returns:
         (m,) priority, higher first; a frame's tokens alike.
     """
-    frames, token_frame = torch.unique(frame_index, return_inverse=True)  # (F,), (m,)
+    frames, token_frame, directions = frame_directions(values.permute(1, 0, 2).reshape(values.shape[1], -1),
+                                                       frame_index)  # (F,), (m,), (F, H * D)
     frame_nearness = torch.full((frames.shape[0],), -torch.inf).scatter_reduce(0, token_frame, nearness.float(),
                                                                                reduce="amax")
     order = torch.argsort(frame_nearness, descending=True, stable=True)  # nearest first
-    heads, _, dim = values.shape
-    sums = torch.zeros(frames.shape[0], heads * dim).index_add_(
-        0, token_frame, values.float().permute(1, 0, 2).reshape(-1, heads * dim))
-    signature = torch.nn.functional.normalize(sums[order], dim=1)  # (F, H * D), nearest first
+    signature = directions[order]  # nearest first
     consecutive = 1.0 - (signature[1:] * signature[:-1]).sum(1)  # (F - 1,) cosine distances
     departed = 1.0 - signature @ signature[0] > (consecutive.mean() if consecutive.numel() else 0.0)  # (F,)
     departed[0] = True  # the opening frame itself comes first

@@ -10,6 +10,21 @@ from hermes.config import MemoryConfig
 from hermes.rope import RotarySpec, rotate_between
 
 
+def frame_directions(rows: torch.Tensor, frame_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each frame's content as a direction: the L2-normalised sum of its tokens' rows (a mean's direction).
+
+    Args:
+        rows: (V, C) one row per token (keys rotated back to position 0, or values).
+        frame_index: (V,) the frame of each token.
+
+    Returns:
+        ((F,) the frames, ascending; (V,) each token's slot among them; (F, C) float32 directions).
+    """
+    frames, slot = torch.unique(frame_index, return_inverse=True)
+    sums = torch.zeros(frames.numel(), rows.shape[1]).index_add_(0, slot, rows.float())
+    return frames, slot, torch.nn.functional.normalize(sums, dim=1)
+
+
 def frame_similarity(keys: torch.Tensor, positions: torch.Tensor, frame_index: torch.Tensor,
                      question_vector: torch.Tensor, spec: RotarySpec, per_frame: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,12 +43,11 @@ def frame_similarity(keys: torch.Tensor, positions: torch.Tensor, frame_index: t
         return torch.empty(0, dtype=torch.long), torch.empty(0)
     pos = (positions[0] if spec.kind == "1d" else positions).to(keys.device)
     at_zero = rotate_between(keys.float(), pos, torch.zeros_like(pos), spec).to("cpu")  # (H, V, D)
-    frames, group = torch.unique(frame_index, return_inverse=True)  # (F,), (V,)
-    if not per_frame:
-        frames, group = frames[:1], torch.zeros_like(group)
     flat = at_zero.permute(1, 0, 2).reshape(keys.shape[-2], -1)  # (V, H * D)
-    sums = torch.zeros(frames.numel(), flat.shape[1]).index_add_(0, group, flat)  # (F, H * D); a mean's direction
-    return frames, torch.nn.functional.normalize(sums, dim=1) @ question_vector.float()
+    # without `per_frame`, every token is counted as the first frame's
+    frames, _, directions = frame_directions(flat, frame_index if per_frame else
+                                             torch.full_like(frame_index, int(frame_index.min())))
+    return frames, directions @ question_vector.float()
 
 
 def level1_similarity(cache: HermesCache, question_vector: torch.Tensor, spec: RotarySpec,
