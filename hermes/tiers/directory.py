@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -164,20 +165,14 @@ class MemoryDirectory:
                 raise
 
     def _close_stores(self) -> None:
-        """Close level 2's log and level 3 (each releases its lock even when the other failed, so that a
-        process can open the directory again), then the remote lease; the first failure is raised."""
-        failure: BaseException | None = None
-        for store in (self.wal, self.disk):
-            if store is None:
-                continue
-            try:
-                store.close()
-            except BaseException as exc:  # noqa: BLE001 - the next store still closes; raised below
-                failure = failure or exc
-        if self.remote is not None:
-            self.remote.release()
-        if failure is not None:
-            raise failure
+        """Close level 2's log, level 3, then the remote lease, each even when one before it failed (each
+        store releases its lock, so that a process can open the directory again); a failure is raised after."""
+        with contextlib.ExitStack() as closing:  # callbacks run last-in first
+            if self.remote is not None:
+                closing.callback(self.remote.release)
+            for store in (self.disk, self.wal):
+                if store is not None:
+                    closing.callback(store.close)
 
     def _replay_wal(self) -> None:
         """Load the log's records back into DRAM (after a crash or a close that kept them)."""
