@@ -119,6 +119,11 @@ STATUS = ((NotFound, 404), (TooLarge, 413), (Forbidden, 403), (Conflict, 409), (
           (SourceError, 422))
 
 
+def http_status(exc: HermesError) -> int:
+    """The HTTP status an error answers with (`STATUS`, the first class it is an instance of; else 500)."""
+    return next((code for cls, code in STATUS if isinstance(exc, cls)), 500)
+
+
 def error_json(path: str, code: int, message: str, settings: ServeSettings,
                headers: dict[str, str] | None = None, retry_after_s: float | None = None) -> JSONResponse:
     """An error response: ``{"error": message}``, or OpenAI's error shape on the OpenAI routes; a 503 says
@@ -262,8 +267,7 @@ def create_app(server: Server) -> FastAPI:
 
     @app.exception_handler(HermesError)
     async def hermes_error(request: Request, exc: HermesError):
-        code = next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
-        return error_json(request.url.path, code, " ".join(str(exc).split()), settings,
+        return error_json(request.url.path, http_status(exc), " ".join(str(exc).split()), settings,
                           retry_after_s=getattr(exc, "retry_after_s", None))
 
     async def body_bytes(request: Request) -> bytes:

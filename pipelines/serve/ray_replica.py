@@ -121,7 +121,7 @@ class StreamReplica:
             ``{"status": HTTP status, "body": the stream's JSON or {"error": ...}, "retry_after_s": seconds
             left of another holder's lease, or None}``.
         """
-        from hermes.pipelines.serve.app import STATUS
+        from hermes.pipelines.serve.app import http_status
         from hermes.pipelines.serve.registry import Full
 
         if body is not None:
@@ -143,8 +143,7 @@ class StreamReplica:
             self._new.pop(name, None)
             self._unclaim()
             # another process holds its memory (a lease, or a folder's lock): 503, tried again next round
-            code = 503 if isinstance(exc, MemoryDirError) else \
-                next((c for cls, c in STATUS if isinstance(exc, cls)), 500)
+            code = 503 if isinstance(exc, MemoryDirError) else http_status(exc)
             return {"status": code, "body": {"error": " ".join(str(exc).split())},
                     "retry_after_s": getattr(exc, "retry_after_s", None)}
         return {"status": 200, "body": stream.to_json(), "retry_after_s": None}
