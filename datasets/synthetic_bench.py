@@ -26,7 +26,13 @@ SHAPES = ("circle", "square", "triangle")
 FRAME_SIZE_PX = 64  # written frames; the micro model resizes them to its own input
 FAMILIES = ("realtime", "episodic", "counting", "ordering")
 TASK_OF = {"realtime_colour": "ATR", "episodic_first": "EPM", "episodic_before": "EPM",
-           "ordering": "ASI", "counting": "REC"}
+           "ordering": "ASI", "counting": "REC",
+           # issue 37's memory kinds: need memory, no arithmetic; each joins the family of its task code
+           "episodic_after": "EPM", "ordering_pair": "ASI", "episodic_recent": "EPM"}
+KINDS_V1 = ("realtime_colour", "episodic_first", "episodic_before", "ordering", "counting")  # the shipped weights'
+MEMORY_KINDS = ("episodic_first", "episodic_before", "episodic_after", "ordering_pair", "episodic_recent")
+YES_NO = ("yes", "no")
+RECENT_MINUTES = (1, 2, 3, 5, 10, 15, 20)  # "in the last N minutes" (1 fps: N minutes are 60 N frames)
 ORDINALS = ("first", "second", "third")
 ANNOTATION_FILE = "ovo_bench_new.json"
 META_FILE = "synthetic_bench.json"
@@ -188,9 +194,10 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
     Args:
         visible: sorted frame indices the answer may use; the last one is "now".
         colour: counting only: the colour to count (default: a random colour seen).
-        older_than_s: episodic_before only: the object asked about ended at least this long before `t_s`.
-        subject_s: episodic_before only: name the object that starts at this second (None: a random
-            one; a name not unique among those seen gives None).
+        older_than_s: episodic_before / _after only: the object answered ended at least this long before `t_s`.
+        subject_s: the object the question is about starts at this second (None: a random one): the X of
+            episodic_before / _after (a name not unique among those seen gives None), the earlier of
+            ordering_pair's two, the newest C object of episodic_recent.
 
     Raises:
         ValueError: an unknown kind.
@@ -218,6 +225,20 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
         i = int(rng.choice(unique))
         return _choice_question(kind, f"What colour was the object just before the {seen[i].name}?",
                                 seen[i - 1].colour, COLOURS, t_s)
+    if kind == "episodic_after":
+        names = [a.name for a in seen]
+        unique = [i for i in range(len(seen) - 1) if names.count(names[i]) == 1 and seen[i + 1].end_s <= t_s - older_than_s]
+        if subject_s is not None:
+            unique = [i for i in unique if seen[i].start_s == subject_s]
+        if not unique:
+            return None
+        i = int(rng.choice(unique))
+        return _choice_question(kind, f"What colour was the object just after the {seen[i].name}?",
+                                seen[i + 1].colour, COLOURS, t_s)
+    if kind == "ordering_pair":
+        return _pair_question(rng, seen, t_s, subject_s)
+    if kind == "episodic_recent":
+        return _recent_question(rng, timeline, visible, t_s, colour, subject_s)
     if kind == "ordering":
         if len(seen) < 2:
             return None
@@ -232,6 +253,50 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
         colour = str(rng.choice(present))
     activity = f"show a {colour} object"
     return SynthQuestion(kind, f"How many times did they {activity}?", [], None, str(counts[colour]), t_s, activity)
+
+
+def _pair_question(rng: np.random.Generator, seen: list[Appearance], t_s: float,
+                   subject_s: int | None) -> SynthQuestion | None:
+    """"Which came first: the A or the B?" over two objects whose names are seen once; options in the
+    order the question names them (drawn at random), so the answer is A or B evenly. `subject_s`: the
+    earlier of the two starts then."""
+    names = [a.name for a in seen]
+    unique = [i for i in range(len(seen)) if names.count(names[i]) == 1]
+    earlier = [i for i in unique if i < unique[-1]] if unique else []
+    if subject_s is not None:
+        earlier = [i for i in earlier if seen[i].start_s == subject_s]
+    if not earlier:
+        return None
+    i = int(rng.choice(earlier))
+    j = int(rng.choice([k for k in unique if k > i]))
+    pair = [seen[i].name, seen[j].name]
+    if rng.random() < 0.5:
+        pair.reverse()
+    return SynthQuestion("ordering_pair", f"Which came first: the {pair[0]} or the {pair[1]}?", pair,
+                         pair.index(seen[i].name), seen[i].name, t_s)
+
+
+def _recent_question(rng: np.random.Generator, timeline: Timeline, visible: list[int], t_s: float,
+                     colour: str | None, subject_s: int | None) -> SynthQuestion | None:
+    """"Did a C object appear in the last N minutes?" (yes / no) about C = the stream's rare colour (or
+    `colour`): the common colours are on screen every minute, so only a rare one makes a question. The
+    answer is drawn first (yes or no evenly), then an N in `RECENT_MINUTES` that gives it; None when no
+    N does. `subject_s`: the newest C object seen must start then.
+    """
+    colour = colour or timeline.rare_colour
+    shows = [i for i in visible if (app := timeline.on_screen(i)) is not None and app.colour == colour]
+    if colour is None or not shows or (subject_s is not None and timeline.on_screen(shows[-1]).start_s != subject_s):
+        return None
+    last_s = shows[-1]  # the newest frame showing C: the window [t_s - 60 N, t_s) holds it iff 60 N > t_s - last_s
+    yes = [n for n in RECENT_MINUTES if t_s - last_s < 60 * n <= t_s]
+    no = [n for n in RECENT_MINUTES if 60 * n < t_s - last_s - 1]  # a second apart from the edge
+    want_yes = bool(rng.random() < 0.5) if yes and no else bool(yes)
+    if not (yes or no):
+        return None
+    n = int(rng.choice(yes if want_yes else no))
+    unit = "minute" if n == 1 else f"{n} minutes"
+    return SynthQuestion("episodic_recent", f"Did a {colour} object appear in the last {unit}?", list(YES_NO),
+                         0 if want_yes else 1, YES_NO[0 if want_yes else 1], t_s)
 
 
 def random_timeline(rng: np.random.Generator, duration_s: int, rare_count: int | None = None, **kwargs) -> Timeline:

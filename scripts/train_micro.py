@@ -37,11 +37,12 @@ from hermes.models.micro import MICRO_NAME, build_micro, load_micro, save_micro
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
 
-KINDS = tuple(sb.TASK_OF)
+KINDS = sb.KINDS_V1  # the shipped weights' kinds (a new kind in a v1 stage would change its draw)
 LAYOUTS = ("full", "window", "uniform", "sparse")
 STYLES = ("ovo", "session", "open")
 GRID = 4  # pooled tokens per frame side (16 per frame)
 COVERED = 0.1  # a kept token "shows" the object when this fraction of its cell is object pixels
+NAMED_KINDS = ("episodic_before", "episodic_after", "ordering_pair")  # questions that name objects
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class Stage:
     max_frames: int  # most frames in memory in one example
     batch_size: int  # examples per step (cheap early stages take bigger batches: steadier, same wall time)
     layouts: tuple[str, ...] = ("full", "window", "uniform", "sparse")  # what `layout_weights` weighs
+    # name X uniquely as the suite does (`sb.name_subjects`), at a random depth of the memory: in long memories
+    # names repeat, and the only unique ones would be the rare colour's
+    unique_subjects: bool = False
 
 
 # A curriculum, each stage cheaper per step than the next and teaching what it builds on: what a frame
@@ -78,17 +82,28 @@ CURRICULUM = {f"long{n}": Stage(LONG.kinds, LONG.layout_weights, LONG.style_weig
 FOCUS = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "ordering",
                "counting", "counting", "counting"), (0.6, 0.1, 0.1, 0.1, 0.1), (0.35, 0.4, 0.25), 64, 8,
               ("full", "window", "uniform", "sparse", "recall"))
+# `--recipe hold` (issue 37): memories of 32, 96, then 256 frames from every policy's selections, the memory
+# kinds (first, just before / after X, which of two came first, a rare colour in the last N minutes) drawn
+# twice as often as the others; with `--max-stream-s 1800` the selections sit where a half-hour stream puts them.
+HOLD_KINDS = ("realtime_colour", "ordering", "counting") + 2 * sb.MEMORY_KINDS
+HOLD = {f"hold{n}": Stage(HOLD_KINDS, (0.3, 0.2, 0.15, 0.2, 0.15), (0.35, 0.4, 0.25), n, batch,
+                          ("full", "window", "uniform", "sparse", "recall"))
+        for n, batch in ((32, 16), (96, 8), (256, 4))}
+HOLD = {name: dataclasses.replace(stage, unique_subjects=True) for name, stage in HOLD.items()}
 RECIPES = {"v1": STAGES, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
-           "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS}}
+           "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS}, "hold": {**STAGES, **HOLD}}
 # Auxiliary per-visual-token targets (`--aux-weight`), read from one layer's hidden state by a linear head
 # trained with the model and never saved: a 4-layer model given only the answer's loss finds neither the
 # onsets counting needs nor the ranks ordering needs. `own` and `tally` (`--aux-count`) are the counting
 # answer at every frame; neither taught it (benchmarks/micro-focus-pilot.md).
 COUNT_CAP = 5  # "5 or more": counting questions ask about 1-4
 AUX_CLASSES = {"colour": 1 + len(sb.COLOURS), "shape": 1 + len(sb.SHAPES), "onset": 2, "rank": 5,
-               "own": 1 + COUNT_CAP, **{f"tally_{c}": 1 + COUNT_CAP for c in sb.COLOURS}}
+               "own": 1 + COUNT_CAP, **{f"tally_{c}": 1 + COUNT_CAP for c in sb.COLOURS},
+               "prev_colour": 1 + len(sb.COLOURS), "prev_shape": 1 + len(sb.SHAPES)}
 AUX_SETS = {"none": ("colour", "shape", "onset", "rank"), "own": ("colour", "shape", "onset", "rank", "own"),
-            "tally": ("colour", "shape", "onset", "rank") + tuple(f"tally_{c}" for c in sb.COLOURS)}
+            "tally": ("colour", "shape", "onset", "rank") + tuple(f"tally_{c}" for c in sb.COLOURS),
+            # the object before this one in memory: "just before X" reads it at X, "just after X" finds X in it
+            "prev": ("colour", "shape", "onset", "rank", "prev_colour", "prev_shape")}
 
 
 @dataclass
@@ -103,22 +118,25 @@ class Example:
     answer: str
     kind: str
     layout: str
-    labels: np.ndarray  # (K, 11) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none,
-    # 1-4), own (0 none, 1-COUNT_CAP), then the tally of each colour in `sb.COLOURS`' order (0-COUNT_CAP)
+    labels: np.ndarray  # (K, 13) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none,
+    # 1-4), own (0 none, 1-COUNT_CAP), the tally of each colour in `sb.COLOURS`' order (0-COUNT_CAP), then the
+    # colour and shape of the object before this frame's in memory (0 none)
 
 
 def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: list[int]) -> np.ndarray:
     """Per frame in memory, the auxiliary targets (`AUX_CLASSES`): its object's colour and shape, whether
     it is the object's first frame in memory (onset), the object's rank (1-4) among those memory shows,
     `own` (objects of its colour shown so far, itself included) and per colour the tally so far; counts
-    capped at COUNT_CAP. A frame whose object is not covered by kept tokens counts as empty.
+    capped at COUNT_CAP, and the colour and shape of the object memory shows before this frame's. A frame
+    whose object is not covered by kept tokens counts as empty.
 
     Returns:
-        (K, 11) int64.
+        (K, 13) int64.
     """
     shown = set(label_frames)
     labels = np.zeros((len(frame_index), len(AUX_CLASSES)), np.int64)
-    rank, last, tally = 0, None, np.zeros(len(sb.COLOURS), np.int64)
+    rank, last, prev, tally = 0, None, None, np.zeros(len(sb.COLOURS), np.int64)
+    tallies = slice(5, 5 + len(sb.COLOURS))
     for row, i in enumerate(frame_index):
         app = timeline.on_screen(int(i)) if int(i) in shown else None
         if app is not None:
@@ -126,10 +144,13 @@ def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: l
             onset = app is not last
             rank += onset
             tally[colour] += onset
-            last = app
+            if onset:
+                prev, last = last, app
             labels[row, :5] = (1 + colour, 1 + sb.SHAPES.index(app.shape), int(onset), min(rank, 4),
                                min(tally[colour], COUNT_CAP))
-        labels[row, 5:] = np.minimum(tally, COUNT_CAP)
+            if prev is not None:
+                labels[row, tallies.stop:] = (1 + sb.COLOURS.index(prev.colour), 1 + sb.SHAPES.index(prev.shape))
+        labels[row, tallies] = np.minimum(tally, COUNT_CAP)
     return labels
 
 
@@ -215,6 +236,7 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
     layout = layout or str(rng.choice(stage.layouts, p=stage.layout_weights))
     max_frames = stage.max_frames
     target_count = str(rng.integers(1, 5))  # counts drawn evenly, not as they fall (mostly 1 in short clips)
+    target_yes = str(rng.choice(sb.YES_NO))  # episodic_recent: yes and no evenly
     for attempt in range(1000):
         if attempt % 50 == 49:  # that count does not fit this layout (4 in a short window): draw another
             target_count = str(rng.integers(1, 5))
@@ -224,12 +246,21 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
         streamed = k if layout == "full" else int(rng.integers(k + 4, max_stream_s + 1))
         timeline = sb.random_timeline(rng, streamed, lead_in_s=(0, 4))
         frames_idx, keep = choose_memory(rng, layout, streamed, k)
+        subject_s = None
+        if stage.unique_subjects and kind in NAMED_KINDS:
+            targets = rng.choice(frames_idx, size=2 if kind == "ordering_pair" else 1)
+            try:
+                timeline, subjects = sb.name_subjects(rng, timeline, [(float(t), streamed - 0.5) for t in targets])
+            except ValueError:  # nothing gone by the question yet
+                continue
+            subject_s = min(subjects)
         # a wholly kept frame always counts; only partly kept ones need their pixels looked at
         label_frames = [int(i) for i, m in zip(frames_idx, keep)
                         if i == streamed - 1 or m.all() or covered(sb.render_frame(timeline, int(i)), m)]
         colour = timeline.rare_colour if kind == "counting" and rng.random() < 0.7 else None
-        q = sb.make_question(rng, timeline, label_frames, kind, streamed - 0.5, colour=colour)
-        if q is None or (q.kind == "counting" and q.answer != target_count):
+        q = sb.make_question(rng, timeline, label_frames, kind, streamed - 0.5, colour=colour, subject_s=subject_s)
+        if q is None or (q.kind == "counting" and q.answer != target_count) or (
+                q.kind == "episodic_recent" and q.answer != target_yes):
             continue
         frames = np.stack([sb.render_frame(timeline, int(i)) for i in frames_idx])
         if rng.random() < 0.8:
@@ -371,11 +402,12 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
     """
     import micro_suite  # this folder's: its bootstrap is the testbed's interval
 
-    print("| frames in memory | " + " | ".join(KINDS) + " |\n|---|" + "---|" * len(KINDS), flush=True)
+    kinds = tuple(sb.TASK_OF)
+    print("| frames in memory | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds), flush=True)
     for lo, hi in bins:
-        stage = Stage(KINDS, (1.0, 0.0, 0.0, 0.0), MAIN.style_weights, hi, MAIN.batch_size)
+        stage = Stage(kinds, (1.0, 0.0, 0.0, 0.0), MAIN.style_weights, hi, MAIN.batch_size, unique_subjects=True)
         cells = []
-        for kind in KINDS:
+        for kind in kinds:
             examples: list[Example] = []
             while len(examples) < per_bin:  # a full memory holds the whole stream: its length is the bin's
                 ex = make_example(rng, stage, max_stream_s, kind=kind, layout="full")
@@ -471,10 +503,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forward matches StreamingSession within {check_against_session(batcher, rng):.1e}", flush=True)
     val_rng = np.random.default_rng([args.seed, 1])  # a fixed validation set, apart from the training draw
     val_stage = list(stages.values())[-1]  # v1: MAIN; long: LONG's memories
-    val = [make_example(val_rng, val_stage, args.max_stream_s, kind=k) for k in KINDS for _ in range(args.val_per_kind)]
+    val_kinds = tuple(dict.fromkeys(val_stage.kinds))
+    val = [make_example(val_rng, val_stage, args.max_stream_s, kind=k) for k in val_kinds for _ in range(args.val_per_kind)]
     # and every kind with all frames in memory, as long as the last stage's memories (`full` on long streams)
     val_full = [make_example(val_rng, val_stage, args.max_stream_s, kind=k, layout="full")
-                for k in KINDS for _ in range(args.val_per_kind)]
+                for k in val_kinds for _ in range(args.val_per_kind)]
     aux_layer = args.aux_layer if args.aux_weight > 0 else None
     # the auxiliary head: one linear map to every target's classes, trained with the model, never saved
     aux_names = AUX_SETS[args.aux_count]
