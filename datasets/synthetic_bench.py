@@ -32,7 +32,8 @@ TASK_OF = {"realtime_colour": "ATR", "episodic_first": "EPM", "episodic_before":
 KINDS_V1 = ("realtime_colour", "episodic_first", "episodic_before", "ordering", "counting")  # the shipped weights'
 MEMORY_KINDS = ("episodic_first", "episodic_before", "episodic_after", "ordering_pair", "episodic_recent")
 YES_NO = ("yes", "no")
-RECENT_MINUTES = (1, 2, 3, 5, 10, 15, 20)  # "in the last N minutes" (1 fps: N minutes are 60 N frames)
+# "in the last N seconds / minutes" (1 fps: a window of w seconds is w frames)
+RECENT_WINDOWS_S = (10, 20, 30, 45, 60, 120, 180, 300, 600, 900, 1200)
 ORDINALS = ("first", "second", "third")
 ANNOTATION_FILE = "ovo_bench_new.json"
 META_FILE = "synthetic_bench.json"
@@ -255,11 +256,19 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
     return SynthQuestion(kind, f"How many times did they {activity}?", [], None, str(counts[colour]), t_s, activity)
 
 
+def pair_question(rng: np.random.Generator, first: Appearance, second: Appearance, t_s: float) -> SynthQuestion:
+    """"Which came first: the A or the B?" about `first` and the later `second`, named in an order drawn at
+    random (so the answer is option A or B evenly); the options are the two names in that order."""
+    pair = [first.name, second.name]
+    if rng.random() < 0.5:
+        pair.reverse()
+    return SynthQuestion("ordering_pair", f"Which came first: the {pair[0]} or the {pair[1]}?", pair,
+                         pair.index(first.name), first.name, t_s)
+
+
 def _pair_question(rng: np.random.Generator, seen: list[Appearance], t_s: float,
                    subject_s: int | None) -> SynthQuestion | None:
-    """"Which came first: the A or the B?" over two objects whose names are seen once; options in the
-    order the question names them (drawn at random), so the answer is A or B evenly. `subject_s`: the
-    earlier of the two starts then."""
+    """`pair_question` over two objects whose names are seen once (the earlier one starting at `subject_s`)."""
     names = [a.name for a in seen]
     unique = [i for i in range(len(seen)) if names.count(names[i]) == 1]
     earlier = [i for i in unique if i < unique[-1]] if unique else []
@@ -268,35 +277,39 @@ def _pair_question(rng: np.random.Generator, seen: list[Appearance], t_s: float,
     if not earlier:
         return None
     i = int(rng.choice(earlier))
-    j = int(rng.choice([k for k in unique if k > i]))
-    pair = [seen[i].name, seen[j].name]
-    if rng.random() < 0.5:
-        pair.reverse()
-    return SynthQuestion("ordering_pair", f"Which came first: the {pair[0]} or the {pair[1]}?", pair,
-                         pair.index(seen[i].name), seen[i].name, t_s)
+    return pair_question(rng, seen[i], seen[int(rng.choice([k for k in unique if k > i]))], t_s)
+
+
+def window_text(window_s: int) -> str:
+    """How a question names the last `window_s` seconds: "30 seconds", "minute", "5 minutes"."""
+    if window_s < 60:
+        return f"{window_s} seconds"
+    return "minute" if window_s == 60 else f"{window_s // 60} minutes"
 
 
 def _recent_question(rng: np.random.Generator, timeline: Timeline, visible: list[int], t_s: float,
                      colour: str | None, subject_s: int | None) -> SynthQuestion | None:
     """"Did a C object appear in the last N minutes?" (yes / no) about C = the stream's rare colour (or
     `colour`): the common colours are on screen every minute, so only a rare one makes a question. The
-    answer is drawn first (yes or no evenly), then an N in `RECENT_MINUTES` that gives it; None when no
-    N does. `subject_s`: the newest C object seen must start then.
+    answer is drawn first (yes or no evenly), then a window of `RECENT_WINDOWS_S` that gives it, within a
+    factor of two of how long ago C was last seen where one is (the edge, not a window far off); None
+    when no window gives an answer. `subject_s`: the newest C object seen must start then.
     """
     colour = colour or timeline.rare_colour
     shows = [i for i in visible if (app := timeline.on_screen(i)) is not None and app.colour == colour]
     if colour is None or not shows or (subject_s is not None and timeline.on_screen(shows[-1]).start_s != subject_s):
         return None
-    last_s = shows[-1]  # the newest frame showing C: the window [t_s - 60 N, t_s) holds it iff 60 N > t_s - last_s
-    yes = [n for n in RECENT_MINUTES if t_s - last_s < 60 * n <= t_s]
-    no = [n for n in RECENT_MINUTES if 60 * n < t_s - last_s - 1]  # a second apart from the edge
-    want_yes = bool(rng.random() < 0.5) if yes and no else bool(yes)
+    age_s = t_s - shows[-1]  # the window [t_s - w, t_s) holds C's newest frame iff w > age_s
+    yes = [w for w in RECENT_WINDOWS_S if age_s < w <= t_s]
+    no = [w for w in RECENT_WINDOWS_S if w < age_s - 1]  # a second apart from the edge
     if not (yes or no):
         return None
-    n = int(rng.choice(yes if want_yes else no))
-    unit = "minute" if n == 1 else f"{n} minutes"
-    return SynthQuestion("episodic_recent", f"Did a {colour} object appear in the last {unit}?", list(YES_NO),
-                         0 if want_yes else 1, YES_NO[0 if want_yes else 1], t_s)
+    want_yes = bool(rng.random() < 0.5) if yes and no else bool(yes)
+    pool = yes if want_yes else no
+    near = [w for w in pool if age_s / 2 <= w <= 2 * age_s]
+    window_s = int(rng.choice(near or pool))
+    return SynthQuestion("episodic_recent", f"Did a {colour} object appear in the last {window_text(window_s)}?",
+                         list(YES_NO), 0 if want_yes else 1, YES_NO[0 if want_yes else 1], t_s)
 
 
 def random_timeline(rng: np.random.Generator, duration_s: int, rare_count: int | None = None, **kwargs) -> Timeline:
@@ -456,8 +469,42 @@ def plan_suite_questions(rng: np.random.Generator, timeline: Timeline,
     return timeline, sorted(questions, key=lambda q: q.t_s)
 
 
+def plan_memory_questions(rng: np.random.Generator, timeline: Timeline, subjects: list[int],
+                          times_s: list[float]) -> list[SynthQuestion]:
+    """Issue 37's memory kinds for one suite stream, each tagged with its depth (% of the question time):
+    "just after X" and "which came first: X or a later subject" about the "just before X" subjects
+    (`subjects`, asked at their `times_s`), and "a rare-colour object in the last N minutes" asked where the
+    newest such object sits at each depth of `DEPTHS_PCT` the stream allows. A depth the stream cannot
+    support (a successor not yet seen, no rare object at that depth) is skipped.
+    """
+    questions: list[SynthQuestion] = []
+    apps = {a.start_s: a for a in timeline.appearances}
+    for n, (pct, t_s, subject_s) in enumerate(zip(DEPTHS_PCT, times_s, subjects)):
+        q = make_question(rng, timeline, timeline.frames_before(t_s), "episodic_after", t_s, subject_s=subject_s)
+        if q is not None:
+            questions.append(replace(q, depth=str(pct), subject_s=subject_s))
+        later = [m for m in range(n + 1, len(subjects)) if subjects[m] > subject_s]
+        if later:  # asked when both are gone: at the later subject's time
+            m = int(rng.choice(later))
+            q = pair_question(rng, apps[subject_s], apps[subjects[m]], max(t_s, times_s[m]))
+            questions.append(replace(q, depth=str(pct), subject_s=subject_s))
+    rare = [a for a in timeline.appearances if a.colour == timeline.rare_colour]
+    for pct in DEPTHS_PCT:
+        # asked at t_s = start / depth, where this rare object is still the newest one
+        fits = [(a, a.start_s * 100 / pct) for k, a in enumerate(rare)]
+        fits = [(a, int(t)) for (a, t), nxt in zip(fits, rare[1:] + [None])
+                if a.end_s < t < timeline.duration_s and (nxt is None or t < nxt.start_s)]
+        if fits:
+            app, t = fits[int(rng.integers(len(fits)))]
+            q = make_question(rng, timeline, timeline.frames_before(t + 0.5), "episodic_recent", t + 0.5,
+                              subject_s=app.start_s)
+            if q is not None:
+                questions.append(replace(q, depth=str(pct), subject_s=app.start_s))
+    return questions
+
+
 def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_videos: int = 8,
-                    per_family: int = 4, size_px: int = FRAME_SIZE_PX) -> Path:
+                    per_family: int = 4, size_px: int = FRAME_SIZE_PX, memory_kinds: bool = False) -> Path:
     """Write set `name` of the suite (`SUITE_S[name]`-second streams) as `write_benchmark` does; returns `root`.
 
     Video `v` draws from `default_rng([seed, index of name in SUITE_S, v])`: the sets of one seed are
@@ -465,6 +512,8 @@ def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_
 
     Args:
         per_family: real-time, ordering and counting questions per stream (episodic: 10).
+        memory_kinds: also issue 37's memory kinds (`plan_memory_questions`), drawn from their own
+            generator `[seed, set index, v, 37]`: the other questions and the video stay as without them.
 
     Raises:
         ValueError: an unknown set name.
@@ -476,10 +525,18 @@ def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_
     def stream(v: int) -> tuple[str, Timeline, list[SynthQuestion]]:
         rng = np.random.default_rng([seed, list(SUITE_S).index(name), v])
         timeline, questions = plan_suite_questions(rng, random_timeline(rng, duration_s, rare_count=4), per_family)
+        if memory_kinds:
+            before = [q for q in questions if q.kind == "episodic_before"]
+            before.sort(key=lambda q: int(q.depth))
+            questions = sorted(questions + plan_memory_questions(
+                np.random.default_rng([seed, list(SUITE_S).index(name), v, 37]), timeline,
+                [q.subject_s for q in before], [q.t_s for q in before]), key=lambda q: q.t_s)
         return f"{name}_{v:03d}.mp4", timeline, questions
 
-    return _write_set(root, map(stream, range(num_videos)), size_px, {"suite": name, "seed": seed,
-                      "num_videos": num_videos, "duration_s": duration_s, "per_family": per_family})
+    info = {"suite": name, "seed": seed, "num_videos": num_videos, "duration_s": duration_s, "per_family": per_family}
+    if memory_kinds:  # recorded only when on, so the shipped sets' meta files stay as they were
+        info["memory_kinds"] = True
+    return _write_set(root, map(stream, range(num_videos)), size_px, info)
 
 
 def write_demo(folder: str | Path, *, seed: int = 0, duration_s: int = 40) -> tuple[Path, list[SynthQuestion]]:
@@ -506,11 +563,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", choices=SUITE_S,
                    help="write this set of the suite instead (depth-balanced episodic questions; "
                         "its length is the set's, --duration-s is ignored)")
+    p.add_argument("--memory-kinds", action="store_true",
+                   help="with --suite: also the memory kinds (just after X, which of two came first, a rare "
+                        "colour in the last N minutes), each balanced over depth")
     args = p.parse_args(argv)
+    if args.memory_kinds and not args.suite:
+        p.error("--memory-kinds needs --suite")
     if args.suite:
         seed = SUITE_SEED if args.seed is None else args.seed
         root = write_suite_set(args.root, args.suite, seed=seed, num_videos=args.videos,
-                               per_family=args.per_family or 4)
+                               per_family=args.per_family or 4, memory_kinds=args.memory_kinds)
     else:
         root = write_benchmark(args.root, seed=args.seed or 0, num_videos=args.videos, duration_s=args.duration_s,
                                per_family=args.per_family or 2)

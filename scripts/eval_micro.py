@@ -377,7 +377,7 @@ def sweep(args, weights: list[Path]) -> int:
                          f"policies: {', '.join(micro_suite.POLICIES)}")
     budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else \
         list(micro_suite.QUICK_BUDGETS if args.quick else micro_suite.STANDARD_BUDGETS)
-    sets = {name: micro_suite.suite_set(args.work, name, args.suite_seed, videos[name])  # shortest first
+    sets = {name: micro_suite.suite_set(args.work, name, args.suite_seed, videos[name], args.memory_kinds)  # shortest first
             for name in sorted(videos, key=sb.SUITE_S.get) if videos[name] > 0}
     tags = {name: micro_suite.question_tags(root) for name, root in sets.items()}
     all_runs = []
@@ -448,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a smoke-test sweep: one short and one long stream, budget 128")
     p.add_argument("--suite-seed", type=int, default=sb.SUITE_SEED, help="seed of the suite's sets (--sweep)")
     p.add_argument("--set-videos", help="streams per suite set, e.g. short=8,long=4,long600=2,long1800=0 (--sweep)")
+    p.add_argument("--memory-kinds", action="store_true",
+                   help="--sweep: the suite's sets with the memory kinds too (just after X, which of two came "
+                        "first, a rare colour in the last N s), each tabled by depth")
     p.add_argument("--sweep-policies",
                    help="policies of --sweep / --quick (default: the standard nine; more in micro_suite.POLICIES)")
     args = p.parse_args(argv)

@@ -73,22 +73,40 @@ def written(root: Path, recorded: dict, write) -> Path:
     return write()
 
 
-def suite_set(work: Path, name: str, seed: int, num_videos: int) -> Path:
-    """The set `name` under `work`, written unless a finished copy with the same arguments is there."""
-    root = work / f"suite-{seed}" / f"{name}-{num_videos}"
-    return written(root, {"suite": name, "seed": seed, "num_videos": num_videos},
-                   lambda: sb.write_suite_set(root, name, seed=seed, num_videos=num_videos))
+def suite_set(work: Path, name: str, seed: int, num_videos: int, memory_kinds: bool = False) -> Path:
+    """The set `name` under `work`, written unless a finished copy with the same arguments is there
+    (`memory_kinds`: with issue 37's memory kinds, in a folder of its own)."""
+    root = work / f"suite-{seed}" / f"{name}-{num_videos}{'-memory' if memory_kinds else ''}"
+    recorded = {"suite": name, "seed": seed, "num_videos": num_videos} | ({"memory_kinds": True} if memory_kinds else {})
+    return written(root, recorded, lambda: sb.write_suite_set(root, name, seed=seed, num_videos=num_videos,
+                                                              memory_kinds=memory_kinds))
+
+
+# a memory kind's depth tag names its kind ("after 30"), so the "just before X" columns ("30") stay its own
+MEMORY_TAGS = {"episodic_after": "after", "ordering_pair": "pair", "episodic_recent": "recent"}
+MEMORY_BINS = ((10, 30), (40, 60), (70, 90))  # depth bins (% of the question time) of the memory-kinds table
 
 
 def question_tags(root: Path) -> dict[str, tuple[str, str]]:
-    """{qid as run_eval names it: (family, depth tag or "")} of one suite set."""
+    """{qid as run_eval names it: (family, depth tag or "")} of one suite set: "first", "10" ... "90" for
+    "just before X", "after 10", "pair 10", "recent 10" ... for the memory kinds."""
     tags = {}
     for e in json.loads((root / sb.ANNOTATION_FILE).read_text()):
         if e["task"] == "REC":
             tags.update({f"ovo-{e['id']}-{i}": ("counting", "") for i in range(len(e["test_info"]))})
+        elif e.get("kind") in MEMORY_TAGS:
+            tags[f"ovo-{e['id']}"] = (e["family"], f"{MEMORY_TAGS[e['kind']]} {e['depth']}")
         else:
             tags[f"ovo-{e['id']}"] = (e["family"], e.get("depth", ""))
     return tags
+
+
+def memory_columns(set_tags: dict[str, tuple[str, str]]) -> dict[str, object]:
+    """{column: test on a question's (family, depth tag)} of the memory kinds a set holds, by depth bin."""
+    present = {d.split()[0] for _, d in set_tags.values() if " " in d}
+    return {f"{kind} {lo}-{hi}": (lambda f, d, kind=kind, lo=lo, hi=hi: d.startswith(kind + " ")
+                                  and lo <= int(d.split()[1]) <= hi)
+            for kind in MEMORY_TAGS.values() if kind in present for lo, hi in MEMORY_BINS}
 
 
 def cost(out: Path, chunk_frames: int, wall_s: float) -> dict[str, float]:
@@ -186,6 +204,12 @@ def tables(all_runs: list[dict], tags: dict[str, dict], policies: list[str], bud
                      "this % of the question time)", "",
                      "| policy | " + " | ".join(f"{d} (n={dcount[d]})" for d in DEPTH_COLUMNS) + " |",
                      "|---" * (len(DEPTH_COLUMNS) + 1) + "|"]
+            mem_cols = memory_columns(set_tags)
+            mcount = {c: sum(1 for t in set_tags.values() if test(*t)) for c, test in mem_cols.items()}
+            memory = [f"*{name}, budget {budget}: memory kinds by depth* (just after X, which of two came first "
+                      "(X the earlier), a rare colour in the last N s (its newest object); % of the question time)",
+                      "", "| policy | " + " | ".join(f"{c} (n={mcount[c]})" for c in mem_cols) + " |",
+                      "|---" * (len(mem_cols) + 1) + "|"]
             for label, key in rows_of(all_runs, name, policies, budget):
                 runs = [r[key]["outcomes"] for r in all_runs]
                 marked = base if base is not None and key != base_key else None
@@ -200,7 +224,9 @@ def tables(all_runs: list[dict], tags: dict[str, dict], policies: list[str], bud
                            + f" | {first['kv_bytes']:,} | {first['ms_per_chunk']:.0f} |")
                 cells = [interval(runs, qids(lambda _, t, d=d: t == d), marked) for d in DEPTH_COLUMNS]
                 depth.append(f"| {label} | " + " | ".join(cells) + " |")
-            parts += ["\n".join(fam), "", "\n".join(depth), ""]
+                cells = [interval(runs, qids(test), marked) for test in mem_cols.values()]
+                memory.append(f"| {label} | " + " | ".join(cells) + " |")
+            parts += ["\n".join(fam), "", "\n".join(depth), ""] + (["\n".join(memory), ""] if mem_cols else [])
     return "\n".join(parts)
 
 
@@ -208,8 +234,8 @@ MIDDLE_PCT = (30, 70)  # "middle": "just before X" with X at 30 ... 70 % of the 
 SUMMARY_COLUMNS = {  # column -> test on a question's (family, depth tag)
     "realtime": lambda f, d: f == "realtime",
     "first": lambda f, d: d == "first",
-    "middle": lambda f, d: d not in ("", "first") and MIDDLE_PCT[0] <= int(d) <= MIDDLE_PCT[1],
-    "just before X": lambda f, d: d not in ("", "first"),
+    "middle": lambda f, d: d.isdigit() and MIDDLE_PCT[0] <= int(d) <= MIDDLE_PCT[1],
+    "just before X": lambda f, d: d.isdigit(),
 }
 
 
@@ -219,9 +245,12 @@ def summary_table(all_runs: list[dict], tags: dict[str, dict], policies: list[st
     first weights file's)."""
     parts = []
     for name, set_tags in tags.items():
+        columns = SUMMARY_COLUMNS | {kind: (lambda f, d, kind=kind: d.startswith(kind + " "))
+                                     for kind in MEMORY_TAGS.values() if any(d.startswith(kind + " ")
+                                                                             for _, d in set_tags.values())}
         lines = [f"**Summary, {name} ({sb.SUITE_S[name]} s), budget {budget}**", "",
-                 "| policy | " + " | ".join(SUMMARY_COLUMNS) + " | KV bytes | ms / chunk | TTFT ms |",
-                 "|---" * (len(SUMMARY_COLUMNS) + 4) + "|"]
+                 "| policy | " + " | ".join(columns) + " | KV bytes | ms / chunk | TTFT ms |",
+                 "|---" * (len(columns) + 4) + "|"]
         for policy in policies:
             key = run_key(name, policy, budget)
             if key not in all_runs[0]:
@@ -229,7 +258,7 @@ def summary_table(all_runs: list[dict], tags: dict[str, dict], policies: list[st
             runs = [r[key]["outcomes"] for r in all_runs]
             have = set.intersection(*(set(o) for o in runs))
             cells = []
-            for test in SUMMARY_COLUMNS.values():
+            for test in columns.values():
                 qids = sorted(q for q, (f, d) in set_tags.items() if q in have and test(f, d))
                 correct = sum(r[q] for r in runs for q in qids)
                 cells.append(f"{correct}/{len(qids) * len(runs)}, {interval(runs, qids, None)}")

@@ -225,3 +225,106 @@ def test_suite_seed_flag_and_shipped_seed(tmp_path):
     assert shipped == tmp_path / "a"
     with pytest.raises(ValueError, match="unknown suite set"):
         sb.write_suite_set(tmp_path / "d", "hours")
+
+
+# ---- issue 37's memory kinds: just after X, which of two came first, a rare colour in the last N s ----------
+
+
+def window_s_of(question: str) -> int:
+    """The window a "Did a C object appear in the last ...?" question names, in seconds."""
+    text = question.removesuffix("?").split("in the last ")[1]
+    if text == "minute":
+        return 60
+    n, unit = text.split()
+    return int(n) * (60 if unit == "minutes" else 1)
+
+
+@pytest.fixture(scope="module")
+def memory_suite(tmp_path_factory):
+    base = tmp_path_factory.mktemp("memory-suite")
+    return {name: sb.write_suite_set(base / name, name, num_videos=3, memory_kinds=True)
+            for name in ("long", "long600", "long1800")}
+
+
+def test_memory_kinds_leave_the_suite_as_it_was(memory_suite, suite, tmp_path):
+    """The memory kinds only add questions: the video and every other question are the set's without them."""
+    plain = sb.write_suite_set(tmp_path / "plain", "long", num_videos=3)
+    with_memory = memory_suite["long"]
+    for v in range(3):
+        video = f"src_videos/long_{v:03d}.mp4"
+        assert (plain / video).read_bytes() == (with_memory / video).read_bytes()
+    old, new = (json.loads((root / sb.ANNOTATION_FILE).read_text()) for root in (plain, with_memory))
+    strip = lambda e: {k: v for k, v in e.items() if k != "id"}  # noqa: E731 - ids number questions by time
+    kept = [strip(e) for e in new if e.get("kind") not in ("episodic_after", "ordering_pair", "episodic_recent")]
+    assert kept == [strip(e) for e in old]
+    assert "memory_kinds" not in json.loads((plain / sb.META_FILE).read_text())
+
+
+def test_memory_kinds_answers_follow_from_the_timelines(memory_suite):
+    """Recomputed from the recorded world (objects seen before the question), not the planner."""
+    counts = {"episodic_after": 0, "ordering_pair": 0, "episodic_recent": 0}
+    answers = {"yes": 0, "no": 0, 0: 0, 1: 0}
+    for root in memory_suite.values():
+        entries, meta = suite_entries(root)
+        for e in entries:
+            if e.get("kind") not in counts:
+                continue
+            counts[e["kind"]] += 1
+            apps = sorted(meta["timelines"][e["video"]], key=lambda a: a["start_s"])
+            seen = [a for a in apps if a["start_s"] < e["realtime"]]
+            names = [f"{a['colour']} {a['shape']}" for a in seen]
+            assert e["options"][e["gt"]] == e["answer"]
+            if e["kind"] == "episodic_after":
+                named = e["question"].removesuffix("?").split("just after the ")[1]
+                assert names.count(named) == 1
+                i = names.index(named)
+                assert seen[i]["start_s"] == e["subject_s"] and seen[i + 1]["end_s"] <= e["realtime"]
+                assert e["answer"] == seen[i + 1]["colour"]
+            elif e["kind"] == "ordering_pair":
+                a, b = e["question"].removesuffix("?").removeprefix("Which came first: the ").split(" or the ")
+                assert names.count(a) == names.count(b) == 1 and e["options"] == [a, b]
+                assert e["answer"] == min((a, b), key=lambda n: seen[names.index(n)]["start_s"])
+                answers[e["gt"]] += 1
+            else:
+                colour = e["question"].split()[2]
+                shown = [t for a in apps if a["colour"] == colour
+                         for t in range(a["start_s"], a["end_s"]) if t < e["realtime"]]
+                window_s = window_s_of(e["question"])
+                assert window_s <= e["realtime"]
+                assert e["answer"] == ("yes" if any(t >= e["realtime"] - window_s for t in shown) else "no")
+                answers[e["answer"]] += 1
+            # depth: the subject's start as a share of the question time; X is the object gone by the question
+            # nearest its nominal depth (the "just before X" subject), a pair is asked when both are gone
+            depth_pct = 100 * e["subject_s"] / e["realtime"]
+            assert abs(depth_pct - int(e["depth"])) <= (3 if e["kind"] == "episodic_recent" else 12), e
+    assert min(counts.values()) >= 10, counts
+    assert min(answers.values()) >= 5, answers  # both answers of each two-way kind occur
+
+
+def test_the_memory_kinds_flag_needs_a_suite(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        sb.main([str(tmp_path / "x"), "--memory-kinds"])
+    assert exc.value.code == 2 and "--memory-kinds needs --suite" in capsys.readouterr().err
+    assert sb.main([str(tmp_path / "y"), "--suite", "long", "--videos", "1", "--memory-kinds"]) == 0
+    kinds = {e.get("kind") for e in json.loads((tmp_path / "y" / sb.ANNOTATION_FILE).read_text())}
+    assert {"episodic_after", "ordering_pair", "episodic_before"} <= kinds
+
+
+def test_make_question_memory_kinds_on_a_hand_made_stream():
+    app = lambda colour, shape, start, end: sb.Appearance(colour, shape, start, end, 0.5, 0.5, 0.0, 0.0, 0.25)
+    timeline = sb.Timeline(400, [app("red", "circle", 1, 4), app("blue", "square", 5, 8), app("green", "circle", 9, 12),
+                                 app("white", "triangle", 100, 103), app("green", "square", 200, 203)],
+                           rare_colour="white")
+    rng = np.random.default_rng(0)
+    q = sb.make_question(rng, timeline, timeline.frames_before(300.5), "episodic_after", 300.5, subject_s=5)
+    assert q.question == "What colour was the object just after the blue square?" and q.answer == "green"
+    q = sb.make_question(rng, timeline, timeline.frames_before(300.5), "ordering_pair", 300.5, subject_s=100)
+    assert set(q.options) == {"white triangle", "green square"} and q.answer == "white triangle"
+    # the white triangle's last frame is 102: 198 s before a question at 300.5
+    for _ in range(20):
+        q = sb.make_question(rng, timeline, timeline.frames_before(300.5), "episodic_recent", 300.5)
+        assert q.question.startswith("Did a white object appear in the last ")
+        assert q.answer == ("yes" if window_s_of(q.question) > 198.5 else "no")
+        assert 99 <= window_s_of(q.question) <= 397  # near the edge: within a factor of two of 198.5 s
+    # a window that holds nothing seen: no question (no white object before 100)
+    assert sb.make_question(rng, timeline, timeline.frames_before(50.5), "episodic_recent", 50.5) is None

@@ -96,6 +96,30 @@ def test_summary_counts_real_time_and_backward_questions_by_depth():
     assert row.endswith("| 1,024 | 3 | 1.5 |")
 
 
+def test_memory_kinds_are_tagged_by_kind_and_tabled_by_depth_apart_from_just_before_x(tmp_path):
+    from hermes.datasets import synthetic_bench as sb
+
+    root = micro_suite.suite_set(tmp_path, "long", 7, 1, memory_kinds=True)
+    assert root.name == "long-1-memory"
+    tags = micro_suite.question_tags(root)
+    kinds = {e["kind"]: e for e in json.loads((root / sb.ANNOTATION_FILE).read_text()) if "depth" in e}
+    after = kinds["episodic_after"]
+    assert tags[f"ovo-{after['id']}"] == ("episodic", f"after {after['depth']}")
+    assert tags[f"ovo-{kinds['ordering_pair']['id']}"][0] == "ordering"
+    assert sorted(d for _, d in tags.values() if d.isdigit()) == sorted(str(p) for p in sb.DEPTHS_PCT)
+    # one run: every "after" question right, everything else wrong
+    run = {"outcomes": {q: d.startswith("after ") for q, (_, d) in tags.items()},
+           "kv_bytes": 1024, "ms_per_chunk": 3.0, "ttft_ms": 1.5}
+    page = micro_suite.tables([{"long/sliding/128": run}], {"long": tags}, ["sliding"], [128])
+    memory = rows(page, "*long, budget 128: memory kinds by depth*")["sliding @128"]
+    assert memory[:3] == ["100 [100, 100]"] * 3 and set(memory[3:]) <= {"0 [0, 0]", "-"}
+    assert all(c == "0 [0, 0]" for c in rows(page, "*long, budget 128: episodic by depth*")["sliding @128"])
+    summary = micro_suite.summary_table([{"long/sliding/128": run}], {"long": tags}, ["sliding"], 128)
+    head, _, row = summary.splitlines()[-3:]
+    cells = dict(zip([c.strip() for c in head.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert cells["just before X"].startswith("0/9,") and cells["after"].startswith("9/9,")
+
+
 def test_spread_over_seeds():
     runs = [{"long/full": {"outcomes": {"a": True, "b": True, "c": False, "d": False}}},
             {"long/full": {"outcomes": {"a": True, "b": True, "c": True, "d": False}}}]

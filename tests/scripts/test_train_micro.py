@@ -134,11 +134,57 @@ def test_frame_labels_mark_each_appearance_once_and_rank_them_in_memory_order():
     labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 10, 14])
     assert labels[:, 5 + sb.COLOURS.index("red")].tolist() == [0, 1, 1, 1, 1, 2, 2]
     assert labels[5, :5].tolist() == [red, 1 + sb.SHAPES.index("triangle"), 1, 3, 2]
+    # prev: the object memory shows before this frame's (the unshown red triangle is no object of memory)
+    labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
+    assert labels[:, -2:].tolist() == [[0, 0], [0, 0], [0, 0], [red, circle], [red, circle], [0, 0], [blue, square]]
+
+
+def memory_objects(ex) -> list[tuple[str, int]]:
+    """(name, frame index of its first frame) of every object the example's memory shows, from its labels."""
+    return [(f"{sb.COLOURS[row[0] - 1]} {sb.SHAPES[row[1] - 1]}", int(i))
+            for row, i in zip(ex.labels, ex.frame_index) if row[2] == 1]
+
+
+@pytest.mark.parametrize("kind", ["episodic_before", "episodic_after", "ordering_pair", "episodic_recent"])
+def test_hold_examples_name_objects_memory_shows_once_and_answer_from_memory(kind):
+    """Answers recomputed from the examples' per-frame labels (what memory shows), not the question maker."""
+    import numpy as np
+
+    tm = load_script()
+    rng = np.random.default_rng(3)
+    answers = set()
+    for _ in range(12):
+        ex = tm.make_example(rng, tm.HOLD["hold32"], 600, kind=kind, layout=str(rng.choice(["window", "sparse"])))
+        objects = memory_objects(ex)
+        names = [n for n, _ in objects]
+        question = ex.prompt.split("?")[0]
+        if kind == "episodic_recent":
+            colour = question.split("Did a ")[1].split()[0]
+            window = question.split("in the last ")[1]
+            window_s = 60 if window == "minute" else int(window.split()[0]) * (60 if "minute" in window else 1)
+            shown = [int(i) for row, i in zip(ex.labels, ex.frame_index) if row[0] == 1 + sb.COLOURS.index(colour)]
+            truth = "yes" if shown and max(shown) >= ex.streamed - 0.5 - window_s else "no"
+            answers.add(truth)
+            assert ex.answer in (truth, "AB"["yes no".split().index(truth)]), (ex.prompt, ex.answer, shown)
+            continue
+        if kind == "ordering_pair":
+            a, b = question.split("Which came first: the ")[1].split(" or the ")
+            assert names.count(a) == names.count(b) == 1
+            right = min((a, b), key=names.index)
+            answers.add(right == a)
+            assert ex.answer in (right, "AB"[(a, b).index(right)])
+            continue
+        named = question.split(" the ")[-1]
+        assert names.count(named) == 1, (named, names)  # unique in memory: the others were renamed
+        i = names.index(named) + (1 if kind == "episodic_after" else -1)
+        colour = names[i].split()[0]
+        assert ex.answer in (colour, "ABCDEF"[sb.COLOURS.index(colour)])
+    if kind in ("episodic_recent", "ordering_pair"):
+        assert len(answers) == 2  # both answers are drawn
 
 
 def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
     import numpy as np
-
 
     tm = load_script()
     rng = np.random.default_rng(0)
