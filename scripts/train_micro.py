@@ -427,9 +427,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="v1: the shipped weights' three stages; long: a fourth stage of memories up to 128 frames "
                         "from every policy's selections (give its steps as a fourth --stage-steps number); "
                         "curriculum: four such stages on 16, 32, 64, 128 frames; focus: a fourth stage "
-                        "drawing ordering and counting three times as often, on memories up to 64 frames")
+                        "drawing ordering and counting three times as often, on memories up to 64 frames; hold: "
+                        "three stages on memories up to 32, 96, 256 frames with the memory kinds (issue 37)")
     p.add_argument("--stage-steps", default="500,1400,2000",
-                   help="steps of the bootstrap, broaden and main stages (see STAGES), and of long with --recipe long")
+                   help="steps of the bootstrap, broaden and main stages (see STAGES), then of the recipe's "
+                        "further stages (long; long16 ... long128; focus; hold32, hold96, hold256)")
     p.add_argument("--init-weights", help="start from this weights file instead of a fresh model (e.g. to run "
                                           "only the long stage: --recipe long --stage-steps 0,0,0,N)")
     p.add_argument("--max-seconds", type=float, default=None,
@@ -451,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aux-layer", type=int, default=2, help="decoder layers before the auxiliary head reads")
     p.add_argument("--aux-count", choices=AUX_SETS, default="none",
                    help="with --aux-weight, also a counting target: own (how many objects of the frame's colour "
-                        "so far) or tally (that count for every colour, at every frame)")
+                        "so far) or tally (that count for every colour, at every frame); or prev (the colour and "
+                        "shape of the object before the frame's)")
     p.add_argument("--last-stage-frames", type=int, default=None,
                    help="most frames in memory in the last stage's examples (default: the recipe's own)")
     p.add_argument("--length-report", metavar="BINS",
