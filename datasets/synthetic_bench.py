@@ -216,26 +216,18 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
         if not seen:
             return None
         return _choice_question(kind, "What colour was the first object?", seen[0].colour, COLOURS, t_s)
-    if kind == "episodic_before":
+    if kind in ("episodic_before", "episodic_after"):
+        step = -1 if kind == "episodic_before" else 1  # the neighbour asked about
         names = [a.name for a in seen]
-        unique = [i for i in range(1, len(seen)) if names.count(names[i]) == 1 and seen[i].end_s <= t_s - older_than_s]
+        unique = [i for i in range(len(seen)) if 0 <= i + step < len(seen) and names.count(names[i]) == 1
+                  and seen[max(i, i + step)].end_s <= t_s - older_than_s]
         if subject_s is not None:
             unique = [i for i in unique if seen[i].start_s == subject_s]
         if not unique:
             return None
         i = int(rng.choice(unique))
-        return _choice_question(kind, f"What colour was the object just before the {seen[i].name}?",
-                                seen[i - 1].colour, COLOURS, t_s)
-    if kind == "episodic_after":
-        names = [a.name for a in seen]
-        unique = [i for i in range(len(seen) - 1) if names.count(names[i]) == 1 and seen[i + 1].end_s <= t_s - older_than_s]
-        if subject_s is not None:
-            unique = [i for i in unique if seen[i].start_s == subject_s]
-        if not unique:
-            return None
-        i = int(rng.choice(unique))
-        return _choice_question(kind, f"What colour was the object just after the {seen[i].name}?",
-                                seen[i + 1].colour, COLOURS, t_s)
+        return _choice_question(kind, f"What colour was the object just {kind.split('_')[1]} the {seen[i].name}?",
+                                seen[i + step].colour, COLOURS, t_s)
     if kind == "ordering_pair":
         return _pair_question(rng, seen, t_s, subject_s)
     if kind == "episodic_recent":
