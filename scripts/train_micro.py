@@ -236,7 +236,8 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
     layout = layout or str(rng.choice(stage.layouts, p=stage.layout_weights))
     max_frames = stage.max_frames
     target_count = str(rng.integers(1, 5))  # counts drawn evenly, not as they fall (mostly 1 in short clips)
-    target_yes = str(rng.choice(sb.YES_NO))  # episodic_recent: yes and no evenly
+    # episodic_recent: yes and no evenly (drawn only for it: the other kinds' draws stay the shipped recipe's)
+    target_yes = str(rng.choice(sb.YES_NO)) if kind == "episodic_recent" else None
     for attempt in range(1000):
         if attempt % 50 == 49:  # that count does not fit this layout (4 in a short window): draw another
             target_count = str(rng.integers(1, 5))

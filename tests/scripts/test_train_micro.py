@@ -139,6 +139,27 @@ def test_frame_labels_mark_each_appearance_once_and_rank_them_in_memory_order():
     assert labels[:, -2:].tolist() == [[0, 0], [0, 0], [0, 0], [red, circle], [red, circle], [0, 0], [blue, square]]
 
 
+# sha256 of 30 examples drawn at seed 4 (prompt, answer, layout, length, frames and tokens kept) per stage, written
+# by the code before the memory kinds existed (commit b6f2863): the shipped weights' recipe must draw as it did
+V1_DRAWS = {"broaden": "4040e3e26f30abdd534392785ac131039641013f617586b0d7886255215d5ac1",
+            "main": "ab349ee7045dc53617040fe65eafef17e7dc70b658abdc76d0024a925a1e6aad"}
+
+
+@pytest.mark.parametrize("stage", sorted(V1_DRAWS))
+def test_the_shipped_recipe_draws_the_examples_it_drew_before_the_memory_kinds(stage):
+    import hashlib
+
+    import numpy as np
+
+    tm = load_script()
+    rng, digest = np.random.default_rng(4), hashlib.sha256()
+    for _ in range(30):
+        ex = tm.make_example(rng, tm.STAGES[stage], 240)
+        digest.update(f"{ex.prompt}|{ex.answer}|{ex.layout}|{ex.streamed}|{ex.frame_index.tolist()}|"
+                      f"{ex.keep.tolist()}".encode())
+    assert digest.hexdigest() == V1_DRAWS[stage]
+
+
 def memory_objects(ex) -> list[tuple[str, int]]:
     """(name, frame index of its first frame) of every object the example's memory shows, from its labels."""
     return [(f"{sb.COLOURS[row[0] - 1]} {sb.SHAPES[row[1] - 1]}", int(i))
