@@ -28,7 +28,9 @@ FAMILIES = ("realtime", "episodic", "counting", "ordering")
 TASK_OF = {"realtime_colour": "ATR", "episodic_first": "EPM", "episodic_before": "EPM",
            "ordering": "ASI", "counting": "REC",
            # issue 37's memory kinds: need memory, no arithmetic; each joins the family of its task code
-           "episodic_after": "EPM", "ordering_pair": "ASI", "episodic_recent": "EPM"}
+           "episodic_after": "EPM", "ordering_pair": "ASI", "episodic_recent": "EPM",
+           # what a name's shape needs: the micro model must see it before it can find "the red triangle"
+           "realtime_shape": "ATR"}
 KINDS_V1 = ("realtime_colour", "episodic_first", "episodic_before", "ordering", "counting")  # the shipped weights'
 MEMORY_KINDS = ("episodic_first", "episodic_before", "episodic_after", "ordering_pair", "episodic_recent")
 YES_NO = ("yes", "no")
@@ -211,6 +213,8 @@ def make_question(rng: np.random.Generator, timeline: Timeline, visible: list[in
         now = timeline.on_screen(visible[-1]) if visible else None
         if now is None:
             return None
+        if kind == "realtime_shape":
+            return _choice_question(kind, "What shape is the object on screen now?", now.shape, SHAPES, t_s)
         return _choice_question(kind, "What colour is the object on screen now?", now.colour, COLOURS, t_s)
     if kind == "episodic_first":
         if not seen:
