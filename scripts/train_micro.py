@@ -424,6 +424,37 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
         print(f"| {lo}-{hi} | " + " | ".join(cells) + " |", flush=True)
 
 
+def vision_probe(adapter: VLMAdapter, rng: np.random.Generator, frames: int) -> dict[str, float]:
+    """What a frame's 16 visual tokens say of its object: held-out accuracy of a ridge-regression probe from
+    the tokens (flattened) to the object's colour and to its shape, fitted on two thirds of `frames` frames
+    that show an object (80 % JPEG-coded, as in training). A name is colour and shape: a probe far below
+    1.0 on shapes means memory questions naming objects fail in the eyes, not in the memory.
+    """
+    pictures, targets = [], []
+    while len(pictures) < frames:
+        timeline = sb.random_timeline(rng, 120)
+        for i in rng.choice(120, size=12, replace=False):
+            app = timeline.on_screen(int(i))
+            if app is not None:
+                frame = sb.render_frame(timeline, int(i))
+                pictures.append(jpeg_like(frame, rng) if rng.random() < 0.8 else frame)
+                targets.append((sb.COLOURS.index(app.colour), sb.SHAPES.index(app.shape)))
+    with torch.no_grad():
+        pixels = adapter.preprocess(pictures[:frames])  # (N, 3, S, S)
+        visual = torch.cat([adapter.model.model.get_video_features(pixels[k:k + 128][None], return_dict=True)
+                            .pooler_output[0, :-1] for k in range(0, frames, 128)])  # (N * 16, hidden)
+    x = visual.reshape(frames, -1).double()
+    x = torch.cat([x, torch.ones(frames, 1, dtype=x.dtype)], dim=1)
+    y = torch.tensor(targets[:frames])
+    fit = 2 * frames // 3
+    out = {}
+    for column, (name, classes) in enumerate((("colour", len(sb.COLOURS)), ("shape", len(sb.SHAPES)))):
+        onehot = F.one_hot(y[:fit, column], classes).double()
+        weights = torch.linalg.solve(x[:fit].T @ x[:fit] + torch.eye(x.shape[1], dtype=x.dtype), x[:fit].T @ onehot)
+        out[name] = round(float(((x[fit:] @ weights).argmax(1) == y[fit:, column]).double().mean()), 3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", help="weights file to write (.safetensors); required unless --length-report")
@@ -466,9 +497,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="train nothing: print first-answer-token accuracy per kind with full memory by memory "
                         "length (frames), e.g. 8-20,21-40,41-80,81-128,129-180, of --init-weights (default: "
                         "the shipped weights), --val-per-kind examples per kind and bin")
+    p.add_argument("--vision-probe", type=int, metavar="FRAMES",
+                   help="train nothing: print how well a linear probe reads each frame's colour and shape from its "
+                        "visual tokens (held-out accuracy, FRAMES frames) for --init-weights (default: the shipped)")
     args = p.parse_args(argv)
+    if args.vision_probe is not None:
+        if args.vision_probe < 30:
+            p.error(f"--vision-probe needs at least 30 frames, found {args.vision_probe}")
+        torch.set_num_threads(args.threads)
+        model, tokenizer = load_micro(path=args.init_weights)
+        adapter = make_adapter("llava_onevision", MICRO_NAME, model, tokenizer, ModelConfig(device="cpu", dtype="float32"))
+        accuracy = vision_probe(adapter, np.random.default_rng([args.seed, 3]), args.vision_probe)
+        print(json.dumps({"weights": args.init_weights or "shipped", "frames": args.vision_probe, **accuracy}))
+        return 0
     if args.length_report is None and not args.out:
-        p.error("--out is required (the weights file to write), unless --length-report")
+        p.error("--out is required (the weights file to write), unless --length-report or --vision-probe")
     if args.length_report is not None:
         try:
             bins = parse_bins(args.length_report)

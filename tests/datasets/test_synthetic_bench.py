@@ -326,5 +326,7 @@ def test_make_question_memory_kinds_on_a_hand_made_stream():
         assert q.question.startswith("Did a white object appear in the last ")
         assert q.answer == ("yes" if window_s_of(q.question) > 198.5 else "no")
         assert 99 <= window_s_of(q.question) <= 397  # near the edge: within a factor of two of 198.5 s
+    q = sb.make_question(rng, timeline, timeline.frames_before(101.5), "realtime_shape", 101.5)
+    assert q.options == list(sb.SHAPES) and q.answer == "triangle" and q.task == "ATR"
     # a window that holds nothing seen: no question (no white object before 100)
     assert sb.make_question(rng, timeline, timeline.frames_before(50.5), "episodic_recent", 50.5) is None

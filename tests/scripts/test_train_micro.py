@@ -204,6 +204,31 @@ def test_hold_examples_name_objects_memory_shows_once_and_answer_from_memory(kin
         assert len(answers) == 2  # both answers are drawn
 
 
+def test_shape_examples_ask_the_newest_frames_shape():
+    import numpy as np
+
+    tm = load_script()
+    rng = np.random.default_rng(5)
+    asked = set()
+    for _ in range(30):
+        ex = tm.make_example(rng, tm.SHAPE, 240, kind="realtime_shape")
+        shape = sb.SHAPES[ex.labels[-1, 1] - 1]  # the newest frame's object, from its label
+        assert ex.answer in (shape, "ABC"[sb.SHAPES.index(shape)]), (ex.prompt, ex.answer)
+        asked.add(shape)
+    assert asked == set(sb.SHAPES)
+
+
+def test_vision_probe_reads_colours_from_the_shipped_weights_and_barely_shapes():
+    """Objects are named by colour and shape; the shipped weights' visual tokens carry the colour (a linear probe
+    reads it nearly always) but a shape hardly more often than by chance (1/3): the probe must tell the two apart."""
+    (run,) = train_runs(["--vision-probe", "600"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["weights"] == "shipped" and result["frames"] == 600
+    assert result["colour"] >= 0.95
+    assert 0.33 < result["shape"] < 0.8
+
+
 def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
     import numpy as np
 
@@ -238,6 +263,7 @@ def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
     (["--length-report", "20-10"], "bad memory-length bin '20-10'"),
     (["--seed", "1"], "--out is required"),
     (["--out", "x.safetensors", "--recipe", "focus", "--last-stage-frames", "3"], "--last-stage-frames must be at least 4"),
+    (["--vision-probe", "5"], "--vision-probe needs at least 30 frames"),
 ])
 def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, message):
     (run,) = train_runs(args)
