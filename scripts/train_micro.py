@@ -84,8 +84,9 @@ FOCUS = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering
               ("full", "window", "uniform", "sparse", "recall"))
 # `--recipe hold` (issue 37): memories of 32, 96, then 256 frames from every policy's selections, the memory
 # kinds (first, just before / after X, which of two came first, a rare colour in the last N minutes) drawn
-# twice as often as the others; with `--max-stream-s 1800` the selections sit where a half-hour stream puts them.
-HOLD_KINDS = ("realtime_colour", "ordering", "counting") + 2 * sb.MEMORY_KINDS
+# twice as often as the others, and the shape on screen (names need it); with `--max-stream-s 1800` the
+# selections sit where a half-hour stream puts them.
+HOLD_KINDS = ("realtime_colour", "realtime_shape", "ordering", "counting") + 2 * sb.MEMORY_KINDS
 HOLD = {f"hold{n}": Stage(HOLD_KINDS, (0.3, 0.2, 0.15, 0.2, 0.15), (0.35, 0.4, 0.25), n, batch,
                           ("full", "window", "uniform", "sparse", "recall"))
         for n, batch in ((32, 16), (96, 8), (256, 4))}
