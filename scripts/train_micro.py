@@ -82,7 +82,7 @@ CURRICULUM = {f"long{n}": Stage(LONG.kinds, LONG.layout_weights, LONG.style_weig
 FOCUS = Stage(("realtime_colour", "episodic_first", "episodic_before", "ordering", "ordering", "ordering",
                "counting", "counting", "counting"), (0.6, 0.1, 0.1, 0.1, 0.1), (0.35, 0.4, 0.25), 64, 8,
               ("full", "window", "uniform", "sparse", "recall"))
-# `--recipe hold` (issue 37): memories of 32, 96, then 256 frames from every policy's selections, the memory
+# `--recipe hold` (issue 37): the shape stage, then memories of 32, 96, 256 frames from every policy's selections, the memory
 # kinds (first, just before / after X, which of two came first, a rare colour in the last N minutes) drawn
 # twice as often as the others, and the shape on screen (names need it); with `--max-stream-s 1800` the
 # selections sit where a half-hour stream puts them.
@@ -96,7 +96,8 @@ HOLD = {name: dataclasses.replace(stage, unique_subjects=True) for name, stage i
 SHAPE = Stage(("realtime_colour", "realtime_shape", "realtime_shape"), (0.6, 0.4), (0.35, 0.4, 0.25), 8, 32,
               ("full", "window"))
 RECIPES = {"v1": STAGES, "shape": {**STAGES, "shape": SHAPE}, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
-           "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS}, "hold": {**STAGES, **HOLD}}
+           "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS},
+           "hold": {**STAGES, "shape": SHAPE, **HOLD}}
 # Auxiliary per-visual-token targets (`--aux-weight`), read from one layer's hidden state by a linear head
 # trained with the model and never saved: a 4-layer model given only the answer's loss finds neither the
 # onsets counting needs nor the ranks ordering needs. `own` and `tally` (`--aux-count`) are the counting
