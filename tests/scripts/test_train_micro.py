@@ -286,3 +286,21 @@ def test_focus_recipe_trains_its_fourth_stage_on_the_memory_length_asked_for(tmp
     assert list(last["aux_acc_ema"]) == ["colour", "shape", "onset", "rank"] + [f"tally_{c}" for c in
                                                                                ("red", "green", "blue", "yellow",
                                                                                 "purple", "white")]
+
+
+@pytest.mark.slow
+def test_hold_recipe_runs_shape_then_its_three_memory_stages_and_validates_every_kind(tmp_path):
+    out = tmp_path / "h.safetensors"
+    (run,) = train_runs(["--out", str(out), "--recipe", "hold", "--init-weights", str(micro.WEIGHTS_FILE),
+                         "--stage-steps", "0,0,0,1,1,1,1", "--last-stage-frames", "24", "--max-stream-s", "600",
+                         "--val-per-kind", "1", "--eval-every", "1000", "--aux-weight", "0.5", "--aux-count", "prev"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    info = micro.read_training_info(out)
+    assert [s["stage"] for s in info["stages"]] == ["bootstrap", "broaden", "main", "shape", "hold32", "hold96",
+                                                    "hold256"]
+    assert info["init_weights"] == str(micro.WEIGHTS_FILE) and info["last_stage_frames"] == 24
+    # validation covers every kind the last stage draws: the memory kinds and the shape on screen among them
+    assert set(info["final_val_first_token_acc"]) == {"realtime_colour", "realtime_shape", "ordering", "counting",
+                                                      *sb.MEMORY_KINDS, "all"}
+    last = json.loads(out.with_suffix(".log.jsonl").read_text().splitlines()[-1])
+    assert list(last["aux_acc_ema"]) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"]
