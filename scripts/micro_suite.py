@@ -206,8 +206,8 @@ def tables(all_runs: list[dict], tags: dict[str, dict], policies: list[str], bud
                      "|---" * (len(DEPTH_COLUMNS) + 1) + "|"]
             mem_cols = memory_columns(set_tags)
             mcount = {c: sum(1 for t in set_tags.values() if test(*t)) for c, test in mem_cols.items()}
-            memory = [f"*{name}, budget {budget}: memory kinds by depth* (just after X, which of two came first "
-                      "(X the earlier), a rare colour in the last N s (its newest object); % of the question time)",
+            memory = [(f"*{name}, budget {budget}: memory kinds by depth* (just after X, which of two came first "
+                       "(X the earlier), a rare colour in the last N s (its newest object); % of the question time)"),
                       "", "| policy | " + " | ".join(f"{c} (n={mcount[c]})" for c in mem_cols) + " |",
                       "|---" * (len(mem_cols) + 1) + "|"]
             for label, key in rows_of(all_runs, name, policies, budget):
