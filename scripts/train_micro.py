@@ -278,6 +278,11 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
     raise RuntimeError(f"no {kind} question fits {layout} memories of at most {max_frames} frames")
 
 
+def micro_adapter(model, tokenizer) -> VLMAdapter:
+    """The micro model as hermes runs it (CPU, float32): what `Batcher` and `StreamingSession` drive."""
+    return make_adapter("llava_onevision", MICRO_NAME, model, tokenizer, ModelConfig(device="cpu", dtype="float32"))
+
+
 class Batcher:
     """Turns examples into one padded forward of the language model, as hermes lays tokens out."""
 
@@ -503,12 +508,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="train nothing: print how well a linear probe reads each frame's colour and shape from its "
                         "visual tokens (held-out accuracy, FRAMES frames) for --init-weights (default: the shipped)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
     if args.vision_probe is not None:
         if args.vision_probe < 30:
             p.error(f"--vision-probe needs at least 30 frames, found {args.vision_probe}")
-        torch.set_num_threads(args.threads)
-        model, tokenizer = load_micro(path=args.init_weights)
-        adapter = make_adapter("llava_onevision", MICRO_NAME, model, tokenizer, ModelConfig(device="cpu", dtype="float32"))
+        adapter = micro_adapter(*load_micro(path=args.init_weights))
         accuracy = vision_probe(adapter, np.random.default_rng([args.seed, 3]), args.vision_probe)
         print(json.dumps({"weights": args.init_weights or "shipped", "frames": args.vision_probe, **accuracy}))
         return 0
@@ -519,17 +523,13 @@ def main(argv: list[str] | None = None) -> int:
             bins = parse_bins(args.length_report)
         except ValueError as exc:
             p.error(str(exc))
-        torch.set_num_threads(args.threads)
-        model, tokenizer = load_micro(path=args.init_weights)
-        adapter = make_adapter("llava_onevision", MICRO_NAME, model, tokenizer,
-                               ModelConfig(device="cpu", dtype="float32"))
+        adapter = micro_adapter(*load_micro(path=args.init_weights))
         print(f"weights: {args.init_weights or 'shipped'}; {args.val_per_kind} examples per kind and bin, seed "
               f"{args.seed}; full memory: every frame of the stream", flush=True)
         length_report(Batcher(adapter), np.random.default_rng([args.seed, 2]), bins, args.val_per_kind,
                       args.max_stream_s)
         return 0
 
-    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     stages = dict(RECIPES[args.recipe])
@@ -551,8 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     # One matrix for reading and writing words: what the model learns to say ("red") is then what it
     # looks for among the options. Saved as two equal tensors, so the untied architecture loads it.
     model.lm_head.weight = model.model.language_model.embed_tokens.weight
-    adapter = make_adapter("llava_onevision", MICRO_NAME, model, tokenizer, ModelConfig(device="cpu", dtype="float32"))
-    batcher = Batcher(adapter)
+    batcher = Batcher(micro_adapter(model, tokenizer))
     print(f"forward matches StreamingSession within {check_against_session(batcher, rng):.1e}", flush=True)
     val_rng = np.random.default_rng([args.seed, 1])  # a fixed validation set, apart from the training draw
     val_stage = list(stages.values())[-1]  # v1: MAIN; long: LONG's memories
