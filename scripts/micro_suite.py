@@ -101,12 +101,17 @@ def question_tags(root: Path) -> dict[str, tuple[str, str]]:
     return tags
 
 
+def memory_kinds_in(set_tags: dict[str, tuple[str, str]]) -> list[str]:
+    """The memory kinds' tags ("after", "pair", "recent") a set's questions carry, in `MEMORY_TAGS`' order."""
+    present = {d.split()[0] for _, d in set_tags.values() if " " in d}
+    return [kind for kind in MEMORY_TAGS.values() if kind in present]
+
+
 def memory_columns(set_tags: dict[str, tuple[str, str]]) -> dict[str, object]:
     """{column: test on a question's (family, depth tag)} of the memory kinds a set holds, by depth bin."""
-    present = {d.split()[0] for _, d in set_tags.values() if " " in d}
     return {f"{kind} {lo}-{hi}": (lambda f, d, kind=kind, lo=lo, hi=hi: d.startswith(kind + " ")
                                   and lo <= int(d.split()[1]) <= hi)
-            for kind in MEMORY_TAGS.values() if kind in present for lo, hi in MEMORY_BINS}
+            for kind in memory_kinds_in(set_tags) for lo, hi in MEMORY_BINS}
 
 
 def cost(out: Path, chunk_frames: int, wall_s: float) -> dict[str, float]:
@@ -246,8 +251,7 @@ def summary_table(all_runs: list[dict], tags: dict[str, dict], policies: list[st
     parts = []
     for name, set_tags in tags.items():
         columns = SUMMARY_COLUMNS | {kind: (lambda f, d, kind=kind: d.startswith(kind + " "))
-                                     for kind in MEMORY_TAGS.values() if any(d.startswith(kind + " ")
-                                                                             for _, d in set_tags.values())}
+                                     for kind in memory_kinds_in(set_tags)}
         lines = [f"**Summary, {name} ({sb.SUITE_S[name]} s), budget {budget}**", "",
                  "| policy | " + " | ".join(columns) + " | KV bytes | ms / chunk | TTFT ms |",
                  "|---" * (len(columns) + 4) + "|"]
