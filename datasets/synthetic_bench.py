@@ -487,7 +487,7 @@ def plan_memory_questions(rng: np.random.Generator, timeline: Timeline, subjects
     rare = [a for a in timeline.appearances if a.colour == timeline.rare_colour]
     for pct in DEPTHS_PCT:
         # asked at t_s = start / depth, where this rare object is still the newest one
-        fits = [(a, a.start_s * 100 / pct) for k, a in enumerate(rare)]
+        fits = [(a, a.start_s * 100 / pct) for a in rare]
         fits = [(a, int(t)) for (a, t), nxt in zip(fits, rare[1:] + [None])
                 if a.end_s < t < timeline.duration_s and (nxt is None or t < nxt.start_s)]
         if fits:
@@ -518,14 +518,15 @@ def write_suite_set(root: str | Path, name: str, *, seed: int = SUITE_SEED, num_
         raise ValueError(f"unknown suite set {name!r}; expected one of {', '.join(SUITE_S)}")
     duration_s = SUITE_S[name]
 
+    set_index = list(SUITE_S).index(name)
+
     def stream(v: int) -> tuple[str, Timeline, list[SynthQuestion]]:
-        rng = np.random.default_rng([seed, list(SUITE_S).index(name), v])
+        rng = np.random.default_rng([seed, set_index, v])
         timeline, questions = plan_suite_questions(rng, random_timeline(rng, duration_s, rare_count=4), per_family)
         if memory_kinds:
-            before = [q for q in questions if q.kind == "episodic_before"]
-            before.sort(key=lambda q: int(q.depth))
+            before = sorted((q for q in questions if q.kind == "episodic_before"), key=lambda q: int(q.depth))
             questions = sorted(questions + plan_memory_questions(
-                np.random.default_rng([seed, list(SUITE_S).index(name), v, 37]), timeline,
+                np.random.default_rng([seed, set_index, v, 37]), timeline,
                 [q.subject_s for q in before], [q.t_s for q in before]), key=lambda q: q.t_s)
         return f"{name}_{v:03d}.mp4", timeline, questions
 
