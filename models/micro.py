@@ -28,14 +28,18 @@ META_SPECIAL_TOKENS = "additional_special_tokens"
 META_TRAINING = "training"
 
 
-def build_micro(seed: int = 0):
+def build_micro(seed: int = 0, hidden_size: int = MICRO_HIDDEN_SIZE, num_layers: int = MICRO_NUM_LAYERS):
     """The untrained micro model (`tiny_llava_onevision` at the micro sizes): (model, tokenizer), fp32 eval
     mode on the CPU, its weights seeded by `seed`.
+
+    Args:
+        hidden_size, num_layers: the language model's width and depth (a larger micro model, issue 37);
+            a weights file records its own, so `load_micro` reads any.
     """
     from hermes.models.tiny import tiny_llava_onevision
 
-    return tiny_llava_onevision(seed=seed, image_size=MICRO_IMAGE_SIZE_PX, hidden_size=MICRO_HIDDEN_SIZE,
-                                num_layers=MICRO_NUM_LAYERS)
+    return tiny_llava_onevision(seed=seed, image_size=MICRO_IMAGE_SIZE_PX, hidden_size=hidden_size,
+                                num_layers=num_layers)
 
 
 def file_sha256(path: str | Path) -> str:

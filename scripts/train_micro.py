@@ -33,9 +33,11 @@ from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
 from hermes.models.loading import make_adapter
-from hermes.models.micro import MICRO_NAME, build_micro, load_micro, save_micro
+from hermes.models.micro import MICRO_HIDDEN_SIZE, MICRO_NAME, MICRO_NUM_LAYERS, build_micro, load_micro, save_micro
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
+from micro_checkpoint import (CheckpointError, Progress, has_checkpoint, load_checkpoint,  # noqa: E402  this folder's
+                              save_checkpoint)
 
 KINDS = sb.KINDS_V1  # the shipped weights' kinds (a new kind in a v1 stage would change its draw)
 LAYOUTS = ("full", "window", "uniform", "sparse")
@@ -43,6 +45,8 @@ STYLES = ("ovo", "session", "open")
 GRID = 4  # pooled tokens per frame side (16 per frame)
 COVERED = 0.1  # a kept token "shows" the object when this fraction of its cell is object pixels
 NAMED_KINDS = ("episodic_before", "episodic_after", "ordering_pair")  # questions that name objects
+# arguments a resumed run may change: where it writes and checkpoints, and how long one sitting lasts
+RESUME_FREE = ("out", "log", "checkpoint", "checkpoint_every", "session_seconds")
 
 
 @dataclass(frozen=True)
@@ -462,6 +466,131 @@ def vision_probe(adapter: VLMAdapter, rng: np.random.Generator, frames: int) -> 
     return out
 
 
+def learning_rate(args, step: int, stage_first: int, stage_steps: int, last: bool) -> float:
+    """The lr at `step`: a linear warm-up, constant, then a cosine to 10 % over the last stage."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    if last:
+        done = (step - stage_first) / max(1, stage_steps)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
+    return args.lr
+
+
+class TrainLoop:
+    """The stages' steps, from wherever `progress` stands; checkpoints and pauses only between pools of
+    drawn batches, so that a resumed run draws exactly what an uninterrupted one would."""
+
+    def __init__(self, args, stages: dict[str, Stage], batcher: Batcher, rng: np.random.Generator, aux_head,
+                 aux_names: tuple[str, ...], opt, params, progress: Progress, log, aux_layer: int | None,
+                 val: list[Example], val_full: list[Example], checkpoint: Path | None, same_args: dict) -> None:
+        self.args, self.stages, self.batcher, self.rng, self.opt, self.params = args, stages, batcher, rng, opt, params
+        self.aux_head, self.aux_names, self.aux_layer = aux_head, aux_names, aux_layer
+        self.aux_columns = [list(AUX_CLASSES).index(name) for name in aux_names]
+        self.aux_sizes = [AUX_CLASSES[name] for name in aux_names]
+        self.progress, self.log, self.val, self.val_full = progress, log, val, val_full
+        self.checkpoint, self.same_args = checkpoint, same_args
+        self.sitting_started = time.perf_counter()
+        self.trained_before = progress.elapsed_s  # training time of earlier sittings
+        self.since_checkpoint = 0  # steps since this sitting's last checkpoint (or its start)
+
+    def elapsed_s(self) -> float:
+        return self.trained_before + time.perf_counter() - self.sitting_started
+
+    def save(self) -> None:
+        self.progress.elapsed_s = round(self.elapsed_s(), 3)
+        save_checkpoint(self.checkpoint, self.same_args, self.progress, self.rng, self.batcher.adapter.model,
+                        self.aux_head, self.opt)
+        self.log.flush()
+
+    def run(self) -> bool:
+        """Train every stage not yet done; returns False when `--session-seconds` paused the run (after a
+        checkpoint), True when all stages are done."""
+        pr = self.progress
+        done = {s["stage"] for s in pr.stage_log}
+        for name, stage in self.stages.items():
+            if name in done:
+                continue
+            if pr.stage != name:  # a fresh stage (not one resumed halfway)
+                pr.stage, pr.stage_first, pr.loss_ema, pr.letter_acc_ema = name, pr.step, None, 0.0
+            if not self.run_stage(name, stage):
+                return False
+            pr.step = pr.stage_first + pr.stage_steps[name]
+            pr.stage_log.append({"stage": name, "steps": pr.stage_steps[name], "elapsed_s": round(self.elapsed_s(), 1)})
+            pr.stage = None
+            print(json.dumps(pr.stage_log[-1]), flush=True)
+        pr.elapsed_s = round(self.elapsed_s(), 3)
+        return True
+
+    def run_stage(self, name: str, stage: Stage) -> bool:
+        """The steps of one stage from `progress.step`; False when paused."""
+        args, pr = self.args, self.progress
+        last = name == list(self.stages)[-1]
+        pool: list[list[Example]] = []
+        while pr.step < pr.stage_first + pr.stage_steps[name]:
+            if not pool and self.checkpoint is not None and self.since_checkpoint:
+                pause = (args.session_seconds is not None
+                         and time.perf_counter() - self.sitting_started > args.session_seconds)
+                if pause or self.since_checkpoint >= args.checkpoint_every:
+                    self.save()
+                    self.since_checkpoint = 0
+                    if pause:
+                        return False
+            if args.max_seconds is not None and self.elapsed_s() > args.max_seconds:
+                pr.stage_steps[name] = pr.step - pr.stage_first  # the cap: what was done is what is recorded
+                break
+            if not pool:  # draw a few batches and group them by length: less padding
+                drawn = [make_example(self.rng, stage, args.max_stream_s) for _ in range(4 * stage.batch_size)]
+                drawn.sort(key=lambda ex: int(ex.keep.sum()) + len(ex.prompt))
+                pool = [drawn[i:i + stage.batch_size] for i in range(0, len(drawn), stage.batch_size)]
+                pool = [pool[i] for i in self.rng.permutation(len(pool))]
+            lr = learning_rate(args, pr.step, pr.stage_first, pr.stage_steps[name], last)
+            for group in self.opt.param_groups:
+                group["lr"] = lr
+            self.log.write(json.dumps(self.train_step(pool.pop(), name, lr)) + "\n")
+            self.since_checkpoint += 1
+        return True
+
+    def train_step(self, batch: list[Example], name: str, lr: float) -> dict:
+        """One optimizer step on `batch`; returns its log record (with validation every --eval-every)."""
+        args, pr, batcher = self.args, self.progress, self.batcher
+        model, tokenizer = batcher.adapter.model, batcher.adapter.tokenizer
+        if self.aux_layer is None:
+            logits, targets = batcher.forward(batch)
+            loss = answer_loss = F.cross_entropy(logits, targets)
+        else:
+            logits, targets, states, labels = batcher.forward(batch, self.aux_layer)
+            answer_loss = F.cross_entropy(logits, targets)
+            labels = labels[:, self.aux_columns]
+            heads = self.aux_head(states).split(self.aux_sizes, dim=-1)
+            aux = sum(F.cross_entropy(h, labels[:, j]) for j, h in enumerate(heads)) / len(heads)
+            loss = answer_loss + args.aux_weight * aux
+            for j, (aux_name, h) in enumerate(zip(self.aux_names, heads)):
+                hit = float((h.argmax(-1) == labels[:, j]).float().mean())
+                pr.aux_acc_ema[aux_name] = 0.95 * pr.aux_acc_ema[aux_name] + 0.05 * hit
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        pr.step += 1
+        pr.loss_ema = answer_loss.item() if pr.loss_ema is None else 0.98 * pr.loss_ema + 0.02 * answer_loss.item()
+        letters = first_answer_hits(tokenizer, batch, logits, targets, letters_only=True)
+        pr.letter_acc_ema = 0.95 * pr.letter_acc_ema + 0.05 * (float(np.mean(letters)) if letters else pr.letter_acc_ema)
+        record = {"step": pr.step, "stage": name, "loss": round(answer_loss.item(), 4),
+                  "loss_ema": round(pr.loss_ema, 4), "letter_acc_ema": round(pr.letter_acc_ema, 3), "lr": round(lr, 6),
+                  "elapsed_s": round(self.elapsed_s(), 1)}
+        if self.aux_layer is not None:
+            record["aux_acc_ema"] = {k: round(v, 3) for k, v in pr.aux_acc_ema.items()}
+        if pr.step % args.eval_every == 0:
+            model.eval()
+            record["val_first_token_acc"] = first_token_accuracy(batcher, self.val, MAIN.batch_size)
+            record["val_full_first_token_acc"] = first_token_accuracy(batcher, self.val_full, MAIN.batch_size)
+            model.train()
+            pr.curve.append({k: record[k] for k in ("step", "stage", "loss_ema", "letter_acc_ema", "elapsed_s")}
+                            | {"val_acc": record["val_first_token_acc"], "val_full_acc": record["val_full_first_token_acc"]})
+            print(json.dumps(record), flush=True)
+        return record
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", help="weights file to write (.safetensors); required unless --length-report")
@@ -480,6 +609,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=None,
                    help="stop the last stage once this much wall time has passed (a pilot's hard cap); the run "
                         "then records its steps done, and is not reproducible bit for bit")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="resumable run: write the whole training state into DIR every --checkpoint-every steps, and "
+                        "resume from it when DIR already holds one (the same arguments; bit for bit the same weights "
+                        "as an uninterrupted run). Put DIR outside the checkout: it holds weights and optimizer state")
+    p.add_argument("--checkpoint-every", type=int, default=200, help="steps between checkpoints (rounded up to the "
+                                                                     "next pool of 4 batches)")
+    p.add_argument("--session-seconds", type=float, default=None,
+                   help="with --checkpoint: after this much wall time in this sitting, checkpoint and stop (exit 0, "
+                        "no --out yet); the same command resumes")
+    p.add_argument("--hidden-size", type=int, default=MICRO_HIDDEN_SIZE,
+                   help="language model width of a fresh model (heads of 16 dims; the shipped model: 64)")
+    p.add_argument("--layers", type=int, default=MICRO_NUM_LAYERS, help="decoder layers of a fresh model")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--init-std", type=float, default=0.2, help="std of the language model's initial matrices")
     p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps; the lr then stays, and decays "
@@ -530,6 +671,10 @@ def main(argv: list[str] | None = None) -> int:
                       args.max_stream_s)
         return 0
 
+    if args.session_seconds is not None and not args.checkpoint:
+        p.error("--session-seconds needs --checkpoint (where the paused run is kept)")
+    if args.checkpoint_every < 1 or args.hidden_size < 16 or args.hidden_size % 16 or args.layers < 1:
+        p.error("--checkpoint-every and --layers must be at least 1, --hidden-size a multiple of 16")
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     stages = dict(RECIPES[args.recipe])
@@ -538,16 +683,19 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--last-stage-frames must be at least 4, found {args.last_stage_frames}")
         last = list(stages)[-1]
         stages[last] = dataclasses.replace(stages[last], max_frames=args.last_stage_frames)
-    if not 1 <= args.aux_layer <= 4:
-        p.error("--aux-layer must be 1-4 (the micro decoder has 4 layers)")
     steps = [int(n) for n in args.stage_steps.split(",")]
     if len(steps) != len(stages):
         p.error(f"--stage-steps needs {len(stages)} numbers for --recipe {args.recipe} ({', '.join(stages)})")
+    if args.init_weights and (args.hidden_size, args.layers) != (MICRO_HIDDEN_SIZE, MICRO_NUM_LAYERS):
+        p.error("--hidden-size and --layers shape a fresh model; --init-weights brings its own")
     if args.init_weights:
         model, tokenizer = load_micro(path=args.init_weights)
     else:
-        model, tokenizer = build_micro(seed=args.seed)
+        model, tokenizer = build_micro(seed=args.seed, hidden_size=args.hidden_size, num_layers=args.layers)
         widen_init(model, args.init_std)
+    layers = model.config.text_config.num_hidden_layers
+    if not 1 <= args.aux_layer <= layers:
+        p.error(f"--aux-layer must be 1-{layers} (the micro decoder has {layers} layers)")
     # One matrix for reading and writing words: what the model learns to say ("red") is then what it
     # looks for among the options. Saved as two equal tensors, so the untied architecture loads it.
     model.lm_head.weight = model.model.language_model.embed_tokens.weight
@@ -563,94 +711,48 @@ def main(argv: list[str] | None = None) -> int:
     aux_layer = args.aux_layer if args.aux_weight > 0 else None
     # the auxiliary head: one linear map to every target's classes, trained with the model, never saved
     aux_names = AUX_SETS[args.aux_count]
-    aux_columns = [list(AUX_CLASSES).index(name) for name in aux_names]
-    aux_sizes = [AUX_CLASSES[name] for name in aux_names]
-    aux_head = torch.nn.Linear(model.config.text_config.hidden_size, sum(aux_sizes)) if aux_layer else None
+    aux_head = (torch.nn.Linear(model.config.text_config.hidden_size, sum(AUX_CLASSES[n] for n in aux_names))
+                if aux_layer else None)
     model.train()
     params = list(model.parameters()) + (list(aux_head.parameters()) if aux_head is not None else [])
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    aux_rate = dict.fromkeys(aux_names, 0.0)
-    stage_steps = dict(zip(stages, steps))
-    last_stage = list(stages)[-1]
-    log_path = args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl"
-    curve, step, started = [], 0, time.perf_counter()
-    stage_log = []
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
-        for name, stage in stages.items():
-            pool, smooth, letter_rate, first = [], None, 0.0, step
-            for step in range(first, first + stage_steps[name]):
-                if args.max_seconds is not None and time.perf_counter() - started > args.max_seconds:
-                    stage_steps[name] = step - first  # the cap: what was done is what is recorded
-                    break
-                # lr: linear warm-up, constant, then a cosine to 10% over the last stage
-                if step < args.warmup:
-                    lr = args.lr * (step + 1) / args.warmup
-                elif name == last_stage:
-                    done = (step - first) / max(1, stage_steps[name])
-                    lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
-                else:
-                    lr = args.lr
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                if not pool:  # draw a few batches and group them by length: less padding
-                    drawn = [make_example(rng, stage, args.max_stream_s) for _ in range(4 * stage.batch_size)]
-                    drawn.sort(key=lambda ex: int(ex.keep.sum()) + len(ex.prompt))
-                    pool = [drawn[i:i + stage.batch_size] for i in range(0, len(drawn), stage.batch_size)]
-                    pool = [pool[i] for i in rng.permutation(len(pool))]
-                batch = pool.pop()
-                if aux_layer is None:
-                    logits, targets = batcher.forward(batch)
-                    loss = answer_loss = F.cross_entropy(logits, targets)
-                else:
-                    logits, targets, states, labels = batcher.forward(batch, aux_layer)
-                    answer_loss = F.cross_entropy(logits, targets)
-                    labels = labels[:, aux_columns]
-                    heads = aux_head(states).split(aux_sizes, dim=-1)
-                    aux = sum(F.cross_entropy(h, labels[:, j]) for j, h in enumerate(heads)) / len(heads)
-                    loss = answer_loss + args.aux_weight * aux
-                    for j, (name_j, h) in enumerate(zip(aux_names, heads)):
-                        aux_rate[name_j] = 0.95 * aux_rate[name_j] + 0.05 * float((h.argmax(-1) == labels[:, j]).float().mean())
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                opt.step()
-                smooth = answer_loss.item() if smooth is None else 0.98 * smooth + 0.02 * answer_loss.item()
-                letters = first_answer_hits(tokenizer, batch, logits, targets, letters_only=True)
-                letter_rate = 0.95 * letter_rate + 0.05 * (float(np.mean(letters)) if letters else letter_rate)
-                record = {"step": step + 1, "stage": name, "loss": round(answer_loss.item(), 4),
-                          "loss_ema": round(smooth, 4), "letter_acc_ema": round(letter_rate, 3), "lr": round(lr, 6),
-                          "elapsed_s": round(time.perf_counter() - started, 1)}
-                if aux_layer is not None:
-                    record["aux_acc_ema"] = {k: round(v, 3) for k, v in aux_rate.items()}
-                if (step + 1) % args.eval_every == 0:
-                    model.eval()
-                    record["val_first_token_acc"] = first_token_accuracy(batcher, val, MAIN.batch_size)
-                    record["val_full_first_token_acc"] = first_token_accuracy(batcher, val_full, MAIN.batch_size)
-                    model.train()
-                    curve.append({k: record[k] for k in ("step", "stage", "loss_ema", "letter_acc_ema", "elapsed_s")}
-                                 | {"val_acc": record["val_first_token_acc"],
-                                    "val_full_acc": record["val_full_first_token_acc"]})
-                    print(json.dumps(record), flush=True)
-                log.write(json.dumps(record) + "\n")
-            step = first + stage_steps[name]
-            stage_log.append({"stage": name, "steps": step - first, "elapsed_s": round(time.perf_counter() - started, 1)})
-            print(json.dumps(stage_log[-1]), flush=True)
+    progress = Progress(stage_steps=dict(zip(stages, steps)), aux_acc_ema=dict.fromkeys(aux_names, 0.0))
+    checkpoint = Path(args.checkpoint) if args.checkpoint else None
+    same_args = {k: v for k, v in vars(args).items() if k not in RESUME_FREE}
+    if checkpoint is not None and has_checkpoint(checkpoint):
+        try:
+            progress = load_checkpoint(checkpoint, same_args, rng, model, aux_head, opt)
+        except CheckpointError as exc:
+            print(f"train_micro.py: error: {exc}", file=sys.stderr)
+            return 2 if "other arguments" in str(exc) else 3
+        print(f"resumed from {checkpoint} at step {progress.step} ({progress.elapsed_s:.0f} s trained)", flush=True)
+    log_path = Path(args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    # a resumed run redoes the steps after its checkpoint: their lines go
+    kept = [line for line in (log_path.read_text().splitlines() if progress.step and log_path.exists() else [])
+            if json.loads(line)["step"] <= progress.step]
+    log_path.write_text("".join(line + "\n" for line in kept))
+    with open(log_path, "a") as log:
+        loop = TrainLoop(args, stages, batcher, rng, aux_head, aux_names, opt, params, progress, log, aux_layer,
+                         val, val_full, checkpoint, same_args)
+        if not loop.run():
+            print(f"paused at step {progress.step} after {args.session_seconds:.0f} s: run the same command again to "
+                  f"resume from {checkpoint}", flush=True)
+            return 0
     model.eval()
     final_acc = first_token_accuracy(batcher, val, MAIN.batch_size)
     final_full_acc = first_token_accuracy(batcher, val_full, MAIN.batch_size)
     training = {"command": "python scripts/train_micro.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                "seed": args.seed, "stages": stage_log, "recipe": args.recipe, "init_weights": args.init_weights,
-                "lr": args.lr, "init_std": args.init_std,
-                "max_stream_s": args.max_stream_s, "threads": args.threads, "torch": torch.__version__,
-                "wall_s": round(time.perf_counter() - started, 1), "curve": curve,
+                "seed": args.seed, "stages": progress.stage_log, "recipe": args.recipe, "init_weights": args.init_weights,
+                "lr": args.lr, "init_std": args.init_std, "hidden_size": model.config.text_config.hidden_size,
+                "layers": layers, "max_stream_s": args.max_stream_s, "threads": args.threads,
+                "torch": torch.__version__, "wall_s": round(progress.elapsed_s, 1), "curve": progress.curve,
                 "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
                 "aux_weight": args.aux_weight, "aux_layer": args.aux_layer, "aux_count": args.aux_count,
                 "last_stage_frames": list(stages.values())[-1].max_frames}
     digest = save_micro(model, tokenizer, args.out, training)
     print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

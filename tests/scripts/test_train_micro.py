@@ -18,6 +18,7 @@ from hermes.datasets import synthetic_bench as sb
 from hermes.models import micro
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))  # train_micro imports its folder's micro_checkpoint
 SHORT = ["--stage-steps", "3,3,3", "--val-per-kind", "2", "--eval-every", "1000", "--warmup", "2"]
 
 
