@@ -265,6 +265,9 @@ def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
     (["--seed", "1"], "--out is required"),
     (["--out", "x.safetensors", "--recipe", "focus", "--last-stage-frames", "3"], "--last-stage-frames must be at least 4"),
     (["--vision-probe", "5"], "--vision-probe needs at least 30 frames"),
+    (["--out", "x.safetensors", "--session-seconds", "60"], "--session-seconds needs --checkpoint"),
+    (["--out", "x.safetensors", "--init-weights", "w.safetensors", "--hidden-size", "128"],
+     "--hidden-size and --layers shape a fresh model"),
 ])
 def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, message):
     (run,) = train_runs(args)
@@ -305,3 +308,49 @@ def test_hold_recipe_runs_shape_then_its_three_memory_stages_and_validates_every
                                                       *sb.MEMORY_KINDS, "all"}
     last = json.loads(out.with_suffix(".log.jsonl").read_text().splitlines()[-1])
     assert list(last["aux_acc_ema"]) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"]
+
+
+@pytest.mark.slow
+def test_a_paused_and_resumed_larger_model_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):
+    args = [*SHORT, "--hidden-size", "32", "--layers", "3", "--aux-weight", "0.5", "--aux-count", "prev"]
+    whole, resumed, checkpoint = tmp_path / "whole.safetensors", tmp_path / "resumed.safetensors", tmp_path / "ckpt"
+    # --session-seconds 0 pauses at the first chance: the first pool boundary after a step (here each stage's start)
+    pausing = [*args, "--out", str(resumed), "--checkpoint", str(checkpoint), "--session-seconds", "0"]
+    uninterrupted, first = train_runs([*args, "--out", str(whole)], pausing)
+    assert uninterrupted.returncode == 0 and first.returncode == 0, first.stderr[-2000:]
+    assert "paused at step 3" in first.stdout and not resumed.exists()
+    (second,) = train_runs(pausing)
+    assert "resumed from" in second.stdout and "paused at step 6" in second.stdout
+    (last,) = train_runs([*args, "--out", str(resumed), "--checkpoint", str(checkpoint)])
+    assert last.returncode == 0 and "resumed from" in last.stdout, last.stderr[-2000:]
+    a, b = load_file(whole), load_file(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the log has each step once, as the uninterrupted run wrote it (times aside)
+    logs = [[{k: v for k, v in json.loads(line).items() if k != "elapsed_s"}
+             for line in path.with_suffix(".log.jsonl").read_text().splitlines()] for path in (whole, resumed)]
+    assert logs[0] == logs[1] and [r["step"] for r in logs[1]] == list(range(1, 10))
+    model, _ = micro.load_micro(path=resumed)
+    assert (model.config.text_config.hidden_size, model.config.text_config.num_hidden_layers) == (32, 3)
+    info = micro.read_training_info(resumed)
+    assert [s["steps"] for s in info["stages"]] == [3, 3, 3] and (info["hidden_size"], info["layers"]) == (32, 3)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_other_arguments_or_with_damaged_tensors_is_refused_in_one_line_and_kept(tmp_path):
+    checkpoint = tmp_path / "ckpt"
+    args = [*SHORT, "--out", str(tmp_path / "w.safetensors"), "--checkpoint", str(checkpoint)]
+    (first,) = train_runs([*args, "--session-seconds", "0"])
+    assert first.returncode == 0 and "paused at step 3" in first.stdout, first.stderr[-2000:]
+    record = (checkpoint / "checkpoint.json").read_text()
+    (other,) = train_runs([*args, "--lr", "0.001"])
+    assert other.returncode == 2 and "--lr 0.003 (now 0.001)" in other.stderr and "Traceback" not in other.stderr
+    (tensors,) = checkpoint.glob("step-*.safetensors")
+    data = bytearray(tensors.read_bytes())
+    data[-1] ^= 0xFF  # one flipped bit pattern in the last tensor
+    tensors.write_bytes(bytes(data))
+    (damaged,) = train_runs(args)
+    assert damaged.returncode == 3 and "fail their checksum" in damaged.stderr and "Traceback" not in damaged.stderr
+    assert len(damaged.stderr.strip().splitlines()) == 1
+    # nothing was repaired by deleting: the damaged tensors and the record are where they were
+    assert tensors.read_bytes() == bytes(data) and (checkpoint / "checkpoint.json").read_text() == record
+    assert not (tmp_path / "w.safetensors").exists()
