@@ -466,6 +466,14 @@ def vision_probe(adapter: VLMAdapter, rng: np.random.Generator, frames: int) -> 
     return out
 
 
+def logged_step(line: str) -> float:
+    """The step of a log line; infinity for a line that is not a whole record (cut short by a kill)."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf
+
+
 def learning_rate(args, step: int, stage_first: int, stage_steps: int, last: bool) -> float:
     """The lr at `step`: a linear warm-up, constant, then a cosine to 10 % over the last stage."""
     if step < args.warmup:
@@ -497,10 +505,10 @@ class TrainLoop:
         return self.trained_before + time.perf_counter() - self.sitting_started
 
     def save(self) -> None:
+        self.log.flush()  # first: the log must hold every step the checkpoint holds
         self.progress.elapsed_s = round(self.elapsed_s(), 3)
         save_checkpoint(self.checkpoint, self.same_args, self.progress, self.rng, self.batcher.adapter.model,
                         self.aux_head, self.opt)
-        self.log.flush()
 
     def run(self) -> bool:
         """Train every stage not yet done; returns False when `--session-seconds` paused the run (after a
@@ -728,9 +736,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resumed from {checkpoint} at step {progress.step} ({progress.elapsed_s:.0f} s trained)", flush=True)
     log_path = Path(args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    # a resumed run redoes the steps after its checkpoint: their lines go
+    # a resumed run redoes the steps after its checkpoint: their lines go (and a line a kill cut short)
     kept = [line for line in (log_path.read_text().splitlines() if progress.step and log_path.exists() else [])
-            if json.loads(line)["step"] <= progress.step]
+            if logged_step(line) <= progress.step]
     log_path.write_text("".join(line + "\n" for line in kept))
     with open(log_path, "a") as log:
         loop = TrainLoop(args, stages, batcher, rng, aux_head, aux_names, opt, params, progress, log, aux_layer,

@@ -321,6 +321,9 @@ def test_a_paused_and_resumed_larger_model_ends_with_the_weights_of_an_uninterru
     assert "paused at step 3" in first.stdout and not resumed.exists()
     (second,) = train_runs(pausing)
     assert "resumed from" in second.stdout and "paused at step 6" in second.stdout
+    # as a kill leaves it: a step past the checkpoint logged, and a line cut short
+    with resumed.with_suffix(".log.jsonl").open("a") as log:
+        log.write('{"step": 7, "stage": "main", "loss": 9.0}\n{"step": 8, "stage": "ma')
     (last,) = train_runs([*args, "--out", str(resumed), "--checkpoint", str(checkpoint)])
     assert last.returncode == 0 and "resumed from" in last.stdout, last.stderr[-2000:]
     a, b = load_file(whole), load_file(resumed)
