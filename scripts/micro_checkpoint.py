@@ -91,6 +91,37 @@ def has_checkpoint(directory: Path) -> bool:
     return (directory / RECORD).is_file()
 
 
+def read_checkpoint(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(the record, its tensors by name), the tensors verified against the record's sha256.
+
+    Raises:
+        CheckpointError: the record is unreadable or of another format, or its tensors file is missing or
+            fails its checksum (it is left in place).
+    """
+    from safetensors.torch import load
+
+    try:
+        record = json.loads((directory / RECORD).read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint record {directory / RECORD} is unreadable ({exc})") from None
+    if record.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {directory} has format {record.get('format')}, this script reads {FORMAT}")
+    path = directory / record["tensors"]
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint tensors {path} are unreadable ({exc.strerror})") from None
+    if sha256(data) != record["sha256"]:
+        raise CheckpointError(f"checkpoint tensors {path} fail their checksum (sha256 {sha256(data)[:16]}..., "
+                              f"recorded {record['sha256'][:16]}...): the file is damaged; it was left in place")
+    return record, load(data)
+
+
+def part(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors under `prefix` (e.g. "model."), the prefix dropped."""
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
 def load_checkpoint(directory: Path, args: dict, rng: np.random.Generator, model: torch.nn.Module,
                     aux_head: torch.nn.Module | None, opt: torch.optim.Optimizer) -> Progress:
     """Restore a run from `directory` into `model`, `aux_head`, `opt`, `rng` and torch's RNG.
@@ -102,40 +133,19 @@ def load_checkpoint(directory: Path, args: dict, rng: np.random.Generator, model
         The run's progress at the checkpoint.
 
     Raises:
-        CheckpointError: the record is unreadable or of another format, its tensors file is missing or
-            fails its checksum, or it was written by other arguments.
+        CheckpointError: as `read_checkpoint`, or the record was written by other arguments.
     """
-    from safetensors.torch import load
-
-    try:
-        record = json.loads((directory / RECORD).read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint record {directory / RECORD} is unreadable ({exc})") from None
-    if record.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {directory} has format {record.get('format')}, this script reads {FORMAT}")
+    record, tensors = read_checkpoint(directory)
     differ = sorted(k for k in set(args) | set(record["args"]) if args.get(k) != record["args"].get(k))
     if differ:
         shown = ", ".join(f"--{k.replace('_', '-')} {record['args'].get(k)} (now {args.get(k)})" for k in differ[:3])
         raise CheckpointError(f"checkpoint {directory} was written by other arguments: {shown}; rerun with its "
                               f"arguments or give another --checkpoint folder")
-    path = directory / record["tensors"]
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"checkpoint tensors {path} are unreadable ({exc.strerror})") from None
-    if sha256(data) != record["sha256"]:
-        raise CheckpointError(f"checkpoint tensors {path} fail their checksum (sha256 {sha256(data)[:16]}..., "
-                              f"recorded {record['sha256'][:16]}...): the file is damaged; it was left in place")
-    tensors = load(data)
-
-    def part(prefix: str) -> dict[str, torch.Tensor]:
-        return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-
-    model.load_state_dict(part("model."), strict=True)
+    model.load_state_dict(part(tensors, "model."), strict=True)
     if aux_head is not None:
-        aux_head.load_state_dict(part("aux_head."), strict=True)
+        aux_head.load_state_dict(part(tensors, "aux_head."), strict=True)
     slots: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in part("optimizer.").items():
+    for key, value in part(tensors, "optimizer.").items():
         index, slot = key.split(".", 1)
         slots.setdefault(int(index), {})[slot] = value
     opt.load_state_dict({"state": slots, "param_groups": record["param_groups"]})

@@ -37,7 +37,7 @@ from hermes.models.micro import MICRO_HIDDEN_SIZE, MICRO_NAME, MICRO_NUM_LAYERS,
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
 from micro_checkpoint import (CheckpointError, Progress, has_checkpoint, load_checkpoint,  # noqa: E402  this folder's
-                              save_checkpoint)
+                              part, read_checkpoint, save_checkpoint)
 
 KINDS = sb.KINDS_V1  # the shipped weights' kinds (a new kind in a v1 stage would change its draw)
 LAYOUTS = ("full", "window", "uniform", "sparse")
@@ -599,6 +599,27 @@ class TrainLoop:
         return record
 
 
+def export_checkpoint(directory: Path, out: str) -> int:
+    """Write the model of checkpoint `directory` as a micro weights file `out`; 0, or 3 for a bad checkpoint."""
+    try:
+        record, tensors = read_checkpoint(directory)
+    except CheckpointError as exc:
+        print(f"train_micro.py: error: {exc}", file=sys.stderr)
+        return 3
+    run = record["args"]
+    model, tokenizer = (load_micro(path=run["init_weights"]) if run["init_weights"] else
+                        build_micro(seed=run["seed"], hidden_size=run["hidden_size"], num_layers=run["layers"]))
+    model.load_state_dict(part(tensors, "model."), strict=True)
+    progress = record["progress"]
+    training = {"checkpoint": str(directory), "step": progress["step"], "stage": progress["stage"],
+                "stages": progress["stage_log"], "curve": progress["curve"], "wall_s": progress["elapsed_s"],
+                "seed": run["seed"], "recipe": run["recipe"], "hidden_size": model.config.text_config.hidden_size,
+                "layers": model.config.text_config.num_hidden_layers}
+    digest = save_micro(model.eval(), tokenizer, out, training)
+    print(f"wrote {out}: step {progress['step']} of {directory} (stage {progress['stage']}), sha256 {digest}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", help="weights file to write (.safetensors); required unless --length-report")
@@ -626,6 +647,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session-seconds", type=float, default=None,
                    help="with --checkpoint: after this much wall time in this sitting, checkpoint and stop (exit 0, "
                         "no --out yet); the same command resumes")
+    p.add_argument("--export-checkpoint", metavar="DIR",
+                   help="train nothing: write the weights of checkpoint DIR to --out (a run midway, for "
+                        "--length-report, --vision-probe or eval_micro.py --weights)")
     p.add_argument("--hidden-size", type=int, default=MICRO_HIDDEN_SIZE,
                    help="language model width of a fresh model (heads of 16 dims; the shipped model: 64)")
     p.add_argument("--layers", type=int, default=MICRO_NUM_LAYERS, help="decoder layers of a fresh model")
@@ -667,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.length_report is None and not args.out:
         p.error("--out is required (the weights file to write), unless --length-report or --vision-probe")
+    if args.export_checkpoint:
+        return export_checkpoint(Path(args.export_checkpoint), args.out)
     if args.length_report is not None:
         try:
             bins = parse_bins(args.length_report)

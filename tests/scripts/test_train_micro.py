@@ -339,11 +339,20 @@ def test_a_paused_and_resumed_larger_model_ends_with_the_weights_of_an_uninterru
 
 
 @pytest.mark.slow
-def test_a_checkpoint_of_other_arguments_or_with_damaged_tensors_is_refused_in_one_line_and_kept(tmp_path):
+def test_a_checkpoint_exports_its_weights_and_one_of_other_arguments_or_damaged_is_refused_and_kept(tmp_path):
     checkpoint = tmp_path / "ckpt"
     args = [*SHORT, "--out", str(tmp_path / "w.safetensors"), "--checkpoint", str(checkpoint)]
-    (first,) = train_runs([*args, "--session-seconds", "0"])
+    short = tmp_path / "three-steps.safetensors"
+    first, three = train_runs([*args, "--session-seconds", "0"],
+                              [*SHORT, "--stage-steps", "3,0,0", "--out", str(short)])
     assert first.returncode == 0 and "paused at step 3" in first.stdout, first.stderr[-2000:]
+    # the paused run's weights, exported, are those of a run that stops after the same three steps
+    exported = tmp_path / "exported.safetensors"
+    (export,) = train_runs(["--export-checkpoint", str(checkpoint), "--out", str(exported)])
+    assert export.returncode == 0 and three.returncode == 0, export.stderr[-2000:]
+    a, b = load_file(short), load_file(exported)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert micro.read_training_info(exported)["step"] == 3
     record = (checkpoint / "checkpoint.json").read_text()
     (other,) = train_runs([*args, "--lr", "0.001"])
     assert other.returncode == 2 and "--lr 0.003 (now 0.001)" in other.stderr and "Traceback" not in other.stderr
@@ -351,9 +360,10 @@ def test_a_checkpoint_of_other_arguments_or_with_damaged_tensors_is_refused_in_o
     data = bytearray(tensors.read_bytes())
     data[-1] ^= 0xFF  # one flipped bit pattern in the last tensor
     tensors.write_bytes(bytes(data))
-    (damaged,) = train_runs(args)
-    assert damaged.returncode == 3 and "fail their checksum" in damaged.stderr and "Traceback" not in damaged.stderr
-    assert len(damaged.stderr.strip().splitlines()) == 1
+    damaged, damaged_export = train_runs(args, ["--export-checkpoint", str(checkpoint), "--out", str(exported)])
+    for run in (damaged, damaged_export):
+        assert run.returncode == 3 and "fail their checksum" in run.stderr and "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
     # nothing was repaired by deleting: the damaged tensors and the record are where they were
     assert tensors.read_bytes() == bytes(data) and (checkpoint / "checkpoint.json").read_text() == record
     assert not (tmp_path / "w.safetensors").exists()
