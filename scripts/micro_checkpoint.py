@@ -122,12 +122,14 @@ def part(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tenso
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
-def load_checkpoint(directory: Path, args: dict, rng: np.random.Generator, model: torch.nn.Module,
+def load_checkpoint(directory: Path, args: dict, defaults: dict, rng: np.random.Generator, model: torch.nn.Module,
                     aux_head: torch.nn.Module | None, opt: torch.optim.Optimizer) -> Progress:
     """Restore a run from `directory` into `model`, `aux_head`, `opt`, `rng` and torch's RNG.
 
     Args:
         args: this invocation's arguments; they must equal the record's.
+        defaults: the arguments' defaults: one the record does not name (added to the script after the
+            checkpoint was written) matches at its default.
 
     Returns:
         The run's progress at the checkpoint.
@@ -136,9 +138,10 @@ def load_checkpoint(directory: Path, args: dict, rng: np.random.Generator, model
         CheckpointError: as `read_checkpoint`, or the record was written by other arguments.
     """
     record, tensors = read_checkpoint(directory)
-    differ = sorted(k for k in set(args) | set(record["args"]) if args.get(k) != record["args"].get(k))
+    recorded = {**{k: v for k, v in defaults.items() if k in args}, **record["args"]}
+    differ = sorted(k for k in set(args) | set(recorded) if args.get(k) != recorded.get(k))
     if differ:
-        shown = ", ".join(f"--{k.replace('_', '-')} {record['args'].get(k)} (now {args.get(k)})" for k in differ[:3])
+        shown = ", ".join(f"--{k.replace('_', '-')} {recorded.get(k)} (now {args.get(k)})" for k in differ[:3])
         raise CheckpointError(f"checkpoint {directory} was written by other arguments: {shown}; rerun with its "
                               f"arguments or give another --checkpoint folder")
     model.load_state_dict(part(tensors, "model."), strict=True)

@@ -46,7 +46,7 @@ GRID = 4  # pooled tokens per frame side (16 per frame)
 COVERED = 0.1  # a kept token "shows" the object when this fraction of its cell is object pixels
 NAMED_KINDS = ("episodic_before", "episodic_after", "ordering_pair")  # questions that name objects
 # arguments a resumed run may change: where it writes and checkpoints, and how long one sitting lasts
-RESUME_FREE = ("out", "log", "checkpoint", "checkpoint_every", "session_seconds")
+RESUME_FREE = ("out", "log", "checkpoint", "checkpoint_every", "session_seconds", "export_checkpoint")
 
 
 @dataclass(frozen=True)
@@ -755,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     same_args = {k: v for k, v in vars(args).items() if k not in RESUME_FREE}
     if checkpoint is not None and has_checkpoint(checkpoint):
         try:
-            progress = load_checkpoint(checkpoint, same_args, rng, model, aux_head, opt)
+            progress = load_checkpoint(checkpoint, same_args, vars(p.parse_args([])), rng, model, aux_head, opt)
         except CheckpointError as exc:
             print(f"train_micro.py: error: {exc}", file=sys.stderr)
             return 2 if "other arguments" in str(exc) else 3

@@ -353,9 +353,17 @@ def test_a_checkpoint_exports_its_weights_and_one_of_other_arguments_or_damaged_
     a, b = load_file(short), load_file(exported)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert micro.read_training_info(exported)["step"] == 3
-    record = (checkpoint / "checkpoint.json").read_text()
     (other,) = train_runs([*args, "--lr", "0.001"])
     assert other.returncode == 2 and "--lr 0.003 (now 0.001)" in other.stderr and "Traceback" not in other.stderr
+    # a record from before an argument existed matches it at its default, and only there
+    record = json.loads((checkpoint / "checkpoint.json").read_text())
+    del record["args"]["aux_layer"]
+    (checkpoint / "checkpoint.json").write_text(json.dumps(record))
+    (changed,) = train_runs([*args, "--aux-layer", "3"])
+    assert changed.returncode == 2 and "--aux-layer 2 (now 3)" in changed.stderr
+    (older,) = train_runs([*args, "--session-seconds", "0"])
+    assert "resumed from" in older.stdout and "paused at step 6" in older.stdout, older.stderr[-2000:]
+    record = (checkpoint / "checkpoint.json").read_text()
     (tensors,) = checkpoint.glob("step-*.safetensors")
     data = bytearray(tensors.read_bytes())
     data[-1] ^= 0xFF  # one flipped bit pattern in the last tensor
