@@ -30,7 +30,15 @@ FORMAT = 1  # bumped when the record's meaning changes: an old record is then re
 
 
 class CheckpointError(Exception):
-    """A checkpoint that cannot be resumed (corrupt, or written by other arguments); the message is one line."""
+    """A checkpoint that cannot be read (missing, of another format, damaged); the message is one line."""
+
+    exit_code = 3  # a source error (README, "Errors and exit codes")
+
+
+class CheckpointMismatch(CheckpointError):
+    """A checkpoint written by other arguments than this run's."""
+
+    exit_code = 2  # a usage error: the arguments are what is wrong
 
 
 @dataclass
@@ -135,14 +143,14 @@ def load_checkpoint(directory: Path, args: dict, defaults: dict, rng: np.random.
         The run's progress at the checkpoint.
 
     Raises:
-        CheckpointError: as `read_checkpoint`, or the record was written by other arguments.
+        CheckpointError: as `read_checkpoint`; CheckpointMismatch: the record was written by other arguments.
     """
     record, tensors = read_checkpoint(directory)
     recorded = {**{k: v for k, v in defaults.items() if k in args}, **record["args"]}
     differ = sorted(k for k in set(args) | set(recorded) if args.get(k) != recorded.get(k))
     if differ:
         shown = ", ".join(f"--{k.replace('_', '-')} {recorded.get(k)} (now {args.get(k)})" for k in differ[:3])
-        raise CheckpointError(f"checkpoint {directory} was written by other arguments: {shown}; rerun with its "
+        raise CheckpointMismatch(f"checkpoint {directory} was written by other arguments: {shown}; rerun with its "
                               f"arguments or give another --checkpoint folder")
     model.load_state_dict(part(tensors, "model."), strict=True)
     if aux_head is not None:

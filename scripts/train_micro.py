@@ -489,14 +489,17 @@ class TrainLoop:
     drawn batches, so that a resumed run draws exactly what an uninterrupted one would."""
 
     def __init__(self, args, stages: dict[str, Stage], batcher: Batcher, rng: np.random.Generator, aux_head,
-                 aux_names: tuple[str, ...], opt, params, progress: Progress, log, aux_layer: int | None,
-                 val: list[Example], val_full: list[Example], checkpoint: Path | None, same_args: dict) -> None:
-        self.args, self.stages, self.batcher, self.rng, self.opt, self.params = args, stages, batcher, rng, opt, params
-        self.aux_head, self.aux_names, self.aux_layer = aux_head, aux_names, aux_layer
-        self.aux_columns = [list(AUX_CLASSES).index(name) for name in aux_names]
-        self.aux_sizes = [AUX_CLASSES[name] for name in aux_names]
-        self.progress, self.log, self.val, self.val_full = progress, log, val, val_full
-        self.checkpoint, self.same_args = checkpoint, same_args
+                 opt, progress: Progress, log, val: list[Example], val_full: list[Example], same_args: dict) -> None:
+        """Args: `aux_head` the auxiliary head (None without --aux-weight); `log` the open JSON-lines log;
+        `val`, `val_full` the validation examples; `same_args` what a checkpoint records as the run's arguments."""
+        self.args, self.stages, self.batcher, self.rng, self.aux_head, self.opt = args, stages, batcher, rng, aux_head, opt
+        self.progress, self.log, self.val, self.val_full, self.same_args = progress, log, val, val_full, same_args
+        self.params = list(opt.param_groups[0]["params"])  # what the gradient norm is clipped over
+        self.aux_layer = args.aux_layer if aux_head is not None else None
+        self.aux_names = AUX_SETS[args.aux_count]
+        self.aux_columns = [list(AUX_CLASSES).index(name) for name in self.aux_names]
+        self.aux_sizes = [AUX_CLASSES[name] for name in self.aux_names]
+        self.checkpoint = Path(args.checkpoint) if args.checkpoint else None
         self.sitting_started = time.perf_counter()
         self.trained_before = progress.elapsed_s  # training time of earlier sittings
         self.since_checkpoint = 0  # steps since this sitting's last checkpoint (or its start)
@@ -600,12 +603,13 @@ class TrainLoop:
 
 
 def export_checkpoint(directory: Path, out: str) -> int:
-    """Write the model of checkpoint `directory` as a micro weights file `out`; 0, or 3 for a bad checkpoint."""
+    """Write the model of checkpoint `directory` as a micro weights file `out`; returns the exit code (0, or
+    3 for an unreadable or damaged checkpoint)."""
     try:
         record, tensors = read_checkpoint(directory)
     except CheckpointError as exc:
         print(f"train_micro.py: error: {exc}", file=sys.stderr)
-        return 3
+        return exc.exit_code
     run = record["args"]
     model, tokenizer = (load_micro(path=run["init_weights"]) if run["init_weights"] else
                         build_micro(seed=run["seed"], hidden_size=run["hidden_size"], num_layers=run["layers"]))
@@ -758,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
             progress = load_checkpoint(checkpoint, same_args, vars(p.parse_args([])), rng, model, aux_head, opt)
         except CheckpointError as exc:
             print(f"train_micro.py: error: {exc}", file=sys.stderr)
-            return 2 if "other arguments" in str(exc) else 3
+            return exc.exit_code
         print(f"resumed from {checkpoint} at step {progress.step} ({progress.elapsed_s:.0f} s trained)", flush=True)
     log_path = Path(args.log or args.out.rsplit(".", 1)[0] + ".log.jsonl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -767,8 +771,7 @@ def main(argv: list[str] | None = None) -> int:
             if logged_step(line) <= progress.step]
     log_path.write_text("".join(line + "\n" for line in kept))
     with open(log_path, "a") as log:
-        loop = TrainLoop(args, stages, batcher, rng, aux_head, aux_names, opt, params, progress, log, aux_layer,
-                         val, val_full, checkpoint, same_args)
+        loop = TrainLoop(args, stages, batcher, rng, aux_head, opt, progress, log, val, val_full, same_args)
         if not loop.run():
             print(f"paused at step {progress.step} after {args.session_seconds:.0f} s: run the same command again to "
                   f"resume from {checkpoint}", flush=True)
