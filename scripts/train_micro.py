@@ -402,10 +402,10 @@ def parse_bins(text: str) -> list[tuple[int, int]]:
     for a bin that is not ``lo-hi`` with 4 <= lo <= hi.
     """
     bins = []
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
+    for piece in text.split(","):
+        lo, sep, hi = piece.strip().partition("-")
         if not (sep and lo.isdigit() and hi.isdigit() and 4 <= int(lo) <= int(hi)):
-            raise ValueError(f"bad memory-length bin {part.strip()!r}: expected lo-hi frames with 4 <= lo <= hi")
+            raise ValueError(f"bad memory-length bin {piece.strip()!r}: expected lo-hi frames with 4 <= lo <= hi")
         bins.append((int(lo), int(hi)))
     return bins
 
