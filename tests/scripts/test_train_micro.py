@@ -167,16 +167,19 @@ def memory_objects(ex) -> list[tuple[str, int]]:
             for row, i in zip(ex.labels, ex.frame_index) if row[2] == 1]
 
 
+@pytest.mark.parametrize("stage", ["hold32", "find12"])
 @pytest.mark.parametrize("kind", ["episodic_before", "episodic_after", "ordering_pair", "episodic_recent"])
-def test_hold_examples_name_objects_memory_shows_once_and_answer_from_memory(kind):
+def test_hold_and_find_examples_name_objects_memory_shows_once_and_answer_from_memory(kind, stage):
     """Answers recomputed from the examples' per-frame labels (what memory shows), not the question maker."""
     import numpy as np
 
     tm = load_script()
     rng = np.random.default_rng(3)
     answers = set()
+    stage = tm.RECIPES["hold" if stage.startswith("hold") else "find"][stage]
     for _ in range(12):
-        ex = tm.make_example(rng, tm.HOLD["hold32"], 600, kind=kind, layout=str(rng.choice(["window", "sparse"])))
+        ex = tm.make_example(rng, stage, 600, kind=kind, layout=str(rng.choice(stage.layouts[1:4] or ["window"])))
+        assert ex.keep.sum() <= 16 * stage.max_frames  # the stage's memory budget, in tokens
         objects = memory_objects(ex)
         names = [n for n, _ in objects]
         question = ex.prompt.split("?")[0]
@@ -293,19 +296,22 @@ def test_focus_recipe_trains_its_fourth_stage_on_the_memory_length_asked_for(tmp
 
 
 @pytest.mark.slow
-def test_hold_recipe_runs_shape_then_its_three_memory_stages_and_validates_every_kind(tmp_path):
+@pytest.mark.parametrize("recipe, stages, drawn", [
+    ("hold", ["shape", "hold32", "hold96", "hold256"], {"realtime_shape", "ordering", "counting"}),
+    ("find", ["find12", "find32", "find96", "find256"], {"realtime_shape"}),  # no ordering nor counting
+])
+def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(tmp_path, recipe, stages, drawn):
     out = tmp_path / "h.safetensors"
-    (run,) = train_runs(["--out", str(out), "--recipe", "hold", "--init-weights", str(micro.WEIGHTS_FILE),
-                         "--stage-steps", "0,0,0,1,1,1,1", "--last-stage-frames", "24", "--max-stream-s", "600",
+    steps = ",".join(["0"] * 3 + ["1"] * len(stages))
+    (run,) = train_runs(["--out", str(out), "--recipe", recipe, "--init-weights", str(micro.WEIGHTS_FILE),
+                         "--stage-steps", steps, "--last-stage-frames", "24", "--max-stream-s", "600",
                          "--val-per-kind", "1", "--eval-every", "1000", "--aux-weight", "0.5", "--aux-count", "prev"])
     assert run.returncode == 0, run.stderr[-2000:]
     info = micro.read_training_info(out)
-    assert [s["stage"] for s in info["stages"]] == ["bootstrap", "broaden", "main", "shape", "hold32", "hold96",
-                                                    "hold256"]
+    assert [s["stage"] for s in info["stages"]] == ["bootstrap", "broaden", "main", *stages]
     assert info["init_weights"] == str(micro.WEIGHTS_FILE) and info["last_stage_frames"] == 24
     # validation covers every kind the last stage draws: the memory kinds and the shape on screen among them
-    assert set(info["final_val_first_token_acc"]) == {"realtime_colour", "realtime_shape", "ordering", "counting",
-                                                      *sb.MEMORY_KINDS, "all"}
+    assert set(info["final_val_first_token_acc"]) == {"realtime_colour", *drawn, *sb.MEMORY_KINDS, "all"}
     last = json.loads(out.with_suffix(".log.jsonl").read_text().splitlines()[-1])
     assert list(last["aux_acc_ema"]) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"]
 
