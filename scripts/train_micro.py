@@ -106,7 +106,7 @@ SHAPE = Stage(("realtime_colour", "realtime_shape", "realtime_shape"), (0.6, 0.4
 # is asked from the first of them on, where the hold recipe's shape stage of 8-frame memories cost long memories'
 # realtime answers.
 FIND_KINDS = ("realtime_colour", "realtime_shape", "episodic_first", "ordering_pair", "episodic_recent") + 2 * (
-    "episodic_before", "episodic_after")  # X twice as often: each named kind a fifth of the examples
+    "episodic_before", "episodic_after")  # X named twice as often: "just before / after X" each 2 in 9 examples
 FIND = {f"find{n}": Stage(FIND_KINDS, weights, (0.35, 0.4, 0.25), n, batch, layouts, unique_subjects=True)
         for n, batch, layouts, weights in ((12, 32, ("full", "window"), (0.7, 0.3)),
                                            (32, 16, HOLD["hold32"].layouts, HOLD["hold32"].layout_weights),
