@@ -99,21 +99,29 @@ def has_checkpoint(directory: Path) -> bool:
     return (directory / RECORD).is_file()
 
 
-def read_checkpoint(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(the record, its tensors by name), the tensors verified against the record's sha256.
+def read_record(directory: Path) -> dict:
+    """The checkpoint record of `directory`.
 
     Raises:
-        CheckpointError: the record is unreadable or of another format, or its tensors file is missing or
-            fails its checksum (it is left in place).
+        CheckpointError: the record is unreadable or of another format.
     """
-    from safetensors.torch import load
-
     try:
         record = json.loads((directory / RECORD).read_text())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint record {directory / RECORD} is unreadable ({exc})") from None
     if record.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {directory} has format {record.get('format')}, this script reads {FORMAT}")
+    return record
+
+
+def read_tensors(directory: Path, record: dict) -> dict[str, torch.Tensor]:
+    """The tensors `record` names, by name, verified against its sha256.
+
+    Raises:
+        CheckpointError: the tensors file is missing or fails its checksum (it is left in place).
+    """
+    from safetensors.torch import load
+
     path = directory / record["tensors"]
     try:
         data = path.read_bytes()
@@ -122,7 +130,7 @@ def read_checkpoint(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     if sha256(data) != record["sha256"]:
         raise CheckpointError(f"checkpoint tensors {path} fail their checksum (sha256 {sha256(data)[:16]}..., "
                               f"recorded {record['sha256'][:16]}...): the file is damaged; it was left in place")
-    return record, load(data)
+    return load(data)
 
 
 def part(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -143,15 +151,17 @@ def load_checkpoint(directory: Path, args: dict, defaults: dict, rng: np.random.
         The run's progress at the checkpoint.
 
     Raises:
-        CheckpointError: as `read_checkpoint`; CheckpointMismatch: the record was written by other arguments.
+        CheckpointError: as `read_record` and `read_tensors`; CheckpointMismatch: the record was written by
+            other arguments (found before the tensors are read).
     """
-    record, tensors = read_checkpoint(directory)
+    record = read_record(directory)
     recorded = {**{k: v for k, v in defaults.items() if k in args}, **record["args"]}
     differ = sorted(k for k in set(args) | set(recorded) if args.get(k) != recorded.get(k))
     if differ:
         shown = ", ".join(f"--{k.replace('_', '-')} {recorded.get(k)} (now {args.get(k)})" for k in differ[:3])
         raise CheckpointMismatch(f"checkpoint {directory} was written by other arguments: {shown}; rerun with its "
                               f"arguments or give another --checkpoint folder")
+    tensors = read_tensors(directory, record)
     model.load_state_dict(part(tensors, "model."), strict=True)
     if aux_head is not None:
         aux_head.load_state_dict(part(tensors, "aux_head."), strict=True)

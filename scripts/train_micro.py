@@ -37,7 +37,7 @@ from hermes.models.micro import MICRO_HIDDEN_SIZE, MICRO_NAME, MICRO_NUM_LAYERS,
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
 from micro_checkpoint import (CheckpointError, Progress, has_checkpoint, load_checkpoint,  # noqa: E402  this folder's
-                              part, read_checkpoint, save_checkpoint)
+                              part, read_record, read_tensors, save_checkpoint)
 
 KINDS = sb.KINDS_V1  # the shipped weights' kinds (a new kind in a v1 stage would change its draw)
 LAYOUTS = ("full", "window", "uniform", "sparse")
@@ -615,17 +615,25 @@ class TrainLoop:
         return record
 
 
+def starting_model(init_weights: str | None, seed: int, hidden_size: int, layers: int):
+    """(model, tokenizer) a run starts from: the `init_weights` file, or a fresh model of that size (which
+    training then re-draws with `widen_init`)."""
+    if init_weights:
+        return load_micro(path=init_weights)
+    return build_micro(seed=seed, hidden_size=hidden_size, num_layers=layers)
+
+
 def export_checkpoint(directory: Path, out: str) -> int:
     """Write the model of checkpoint `directory` as a micro weights file `out`; returns the exit code (0, or
     3 for an unreadable or damaged checkpoint)."""
     try:
-        record, tensors = read_checkpoint(directory)
+        record = read_record(directory)
+        tensors = read_tensors(directory, record)
     except CheckpointError as exc:
         print(f"train_micro.py: error: {exc}", file=sys.stderr)
         return exc.exit_code
     run = record["args"]
-    model, tokenizer = (load_micro(path=run["init_weights"]) if run["init_weights"] else
-                        build_micro(seed=run["seed"], hidden_size=run["hidden_size"], num_layers=run["layers"]))
+    model, tokenizer = starting_model(run["init_weights"], run["seed"], run["hidden_size"], run["layers"])
     model.load_state_dict(part(tensors, "model."), strict=True)
     progress = record["progress"]
     training = {"checkpoint": str(directory), "step": progress["step"], "stage": progress["stage"],
@@ -741,10 +749,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--stage-steps needs {len(stages)} numbers for --recipe {args.recipe} ({', '.join(stages)})")
     if args.init_weights and (args.hidden_size, args.layers) != (MICRO_HIDDEN_SIZE, MICRO_NUM_LAYERS):
         p.error("--hidden-size and --layers shape a fresh model; --init-weights brings its own")
-    if args.init_weights:
-        model, tokenizer = load_micro(path=args.init_weights)
-    else:
-        model, tokenizer = build_micro(seed=args.seed, hidden_size=args.hidden_size, num_layers=args.layers)
+    model, tokenizer = starting_model(args.init_weights, args.seed, args.hidden_size, args.layers)
+    if not args.init_weights:
         widen_init(model, args.init_std)
     layers = model.config.text_config.num_hidden_layers
     if not 1 <= args.aux_layer <= layers:
@@ -761,11 +767,10 @@ def main(argv: list[str] | None = None) -> int:
     # and every kind with all frames in memory, as long as the last stage's memories (`full` on long streams)
     val_full = [make_example(val_rng, val_stage, args.max_stream_s, kind=k, layout="full")
                 for k in val_kinds for _ in range(args.val_per_kind)]
-    aux_layer = args.aux_layer if args.aux_weight > 0 else None
     # the auxiliary head: one linear map to every target's classes, trained with the model, never saved
     aux_names = AUX_SETS[args.aux_count]
     aux_head = (torch.nn.Linear(model.config.text_config.hidden_size, sum(AUX_CLASSES[n] for n in aux_names))
-                if aux_layer else None)
+                if args.aux_weight > 0 else None)
     model.train()
     params = list(model.parameters()) + (list(aux_head.parameters()) if aux_head is not None else [])
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)

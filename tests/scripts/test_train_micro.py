@@ -374,10 +374,13 @@ def test_a_checkpoint_exports_its_weights_and_one_of_other_arguments_or_damaged_
     data = bytearray(tensors.read_bytes())
     data[-1] ^= 0xFF  # one flipped bit pattern in the last tensor
     tensors.write_bytes(bytes(data))
-    damaged, damaged_export = train_runs(args, ["--export-checkpoint", str(checkpoint), "--out", str(exported)])
+    damaged, damaged_export, damaged_other = train_runs(
+        args, ["--export-checkpoint", str(checkpoint), "--out", str(exported)], [*args, "--lr", "0.001"])
     for run in (damaged, damaged_export):
         assert run.returncode == 3 and "fail their checksum" in run.stderr and "Traceback" not in run.stderr
         assert len(run.stderr.strip().splitlines()) == 1
+    # other arguments are found from the record alone, before the tensors are read
+    assert damaged_other.returncode == 2 and "--lr 0.003 (now 0.001)" in damaged_other.stderr
     # nothing was repaired by deleting: the damaged tensors and the record are where they were
     assert tensors.read_bytes() == bytes(data) and (checkpoint / "checkpoint.json").read_text() == record
     assert not (tmp_path / "w.safetensors").exists()
