@@ -99,19 +99,16 @@ HOLD = {name: dataclasses.replace(stage, unique_subjects=True) for name, stage i
 # by colour and shape, and the shipped weights' visual tokens tell shapes apart 58 % of the time (colours 100 %).
 SHAPE = Stage(("realtime_colour", "realtime_shape", "realtime_shape"), (0.6, 0.4), (0.35, 0.4, 0.25), 8, 32,
               ("full", "window"))
-# `--recipe find` (issue 37): after the v1 stages, the memory kinds and the shape on screen, asked on memories growing 12 ->
-# 32 -> 96 -> 256 frames, with no ordering or counting to share the steps. From a hold32 checkpoint, 400 steps of
-# the first such stage on 12-frame memories raised "just before X" at 4-12 frames from 38-56 % to 94 %, where 600
-# more hold32 steps left it at 56 % (benchmarks/micro-hold-pilot.md, "Finding X in short memories first"); the shape
-# is asked from the first of them on, where the hold recipe's shape stage of 8-frame memories cost long memories'
-# realtime answers.
+# `--recipe find` (issue 37): after the v1 stages, the memory kinds and the shape on screen, asked on memories
+# growing 12 -> 32 -> 96 -> 256 frames (the hold stages' memories), no ordering or counting to share the steps.
+# From a hold32 checkpoint, 400 steps of the first such stage answered "just before X" 94 % of the time at 4-12
+# frames, where 600 more hold32 steps left it at 56 % at 8-32 frames (benchmarks/micro-hold-pilot.md, "Finding X
+# in short memories first"); the shape is asked from the first of them on, where the hold recipe's shape stage of
+# 8-frame memories cost long memories' realtime answers.
 FIND_KINDS = ("realtime_colour", "realtime_shape", "episodic_first", "ordering_pair", "episodic_recent") + 2 * (
     "episodic_before", "episodic_after")  # X named twice as often: "just before / after X" each 2 in 9 examples
-FIND = {f"find{n}": Stage(FIND_KINDS, weights, (0.35, 0.4, 0.25), n, batch, layouts, unique_subjects=True)
-        for n, batch, layouts, weights in ((12, 32, ("full", "window"), (0.7, 0.3)),
-                                           (32, 16, HOLD["hold32"].layouts, HOLD["hold32"].layout_weights),
-                                           (96, 8, HOLD["hold96"].layouts, HOLD["hold96"].layout_weights),
-                                           (256, 4, HOLD["hold256"].layouts, HOLD["hold256"].layout_weights))}
+FIND = {"find12": Stage(FIND_KINDS, (0.7, 0.3), (0.35, 0.4, 0.25), 12, 32, ("full", "window"), unique_subjects=True),
+        **{f"find{n}": dataclasses.replace(HOLD[f"hold{n}"], kinds=FIND_KINDS) for n in (32, 96, 256)}}
 RECIPES = {"v1": STAGES, "shape": {**STAGES, "shape": SHAPE}, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
            "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS},
            "hold": {**STAGES, "shape": SHAPE, **HOLD}, "find": {**STAGES, **FIND}}
@@ -659,7 +656,8 @@ def main(argv: list[str] | None = None) -> int:
                         "frames")
     p.add_argument("--stage-steps", default="500,1400,2000",
                    help="steps of the bootstrap, broaden and main stages (see STAGES), then of the recipe's "
-                        "further stages (long; long16 ... long128; focus; shape, hold32, hold96, hold256; find12 ... find256)")
+                        "further stages (long; long16 ... long128; focus; shape, hold32, hold96, hold256; "
+                        "find12 ... find256)")
     p.add_argument("--init-weights", help="start from this weights file instead of a fresh model (e.g. to run "
                                           "only the long stage: --recipe long --stage-steps 0,0,0,N)")
     p.add_argument("--max-seconds", type=float, default=None,
