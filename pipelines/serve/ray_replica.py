@@ -169,7 +169,8 @@ class StreamReplica:
 
         Returns:
             As `asgi_call`'s; when the stream cannot be held here, its error response (503 with Retry-After
-            while another process holds its memory).
+            while another process holds its memory; its head then says ``"elsewhere": True``: the request was
+            not run, and the ingress may send it again, as Ray's routers may not know the holder yet).
         """
         from hermes.pipelines.serve.app import error_json
 
@@ -178,7 +179,8 @@ class StreamReplica:
             if held["status"] != 200:
                 refused = error_json(path, held["status"], held["body"]["error"], self.server.settings,
                                      retry_after_s=held["retry_after_s"])
-                yield {"status": refused.status_code, "headers": list(refused.headers.items())}
+                yield {"status": refused.status_code, "headers": list(refused.headers.items()),
+                       "elsewhere": held["status"] == 503}
                 yield refused.body
                 return
         async for part in asgi_call(self.app, method, path, query, headers, body):
