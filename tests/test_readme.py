@@ -178,10 +178,11 @@ def test_every_skipped_readme_command_has_a_reason_and_the_top_commands_run():
     assert top[0] == "pip install torch --index-url https://download.pytorch.org/whl/cpu"
     assert top[1] == "pip install -e ."
     assert top[2].startswith("hermes-video run video.mp4 --ask") and skip_reason(top[2]) is None
-    assert top[3] == "pip install torch==2.13.0 -e '.[dev]'"
+    assert top[3] == "pip install torch==2.13.0 -e '.[dev,ray]'"
     test_command = commands[4]
     assert test_command.startswith("python -m pytest -q")
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install -q torch==2.13.0" in ci
+    assert "pip install -q -e '.[dev,ray]'" in ci  # the extras the README's command installs: the same tests run
     # CI's last command is the README's test command, exactly
     assert [line for line in ci.splitlines() if line.strip() and not line.startswith("#")][-1] == test_command
