@@ -16,6 +16,7 @@ MICRO_NAME = "micro-llava-onevision"  # the builtin id (`--model micro-llava-one
 MICRO_IMAGE_SIZE_PX = 28  # 7 x 7 patches of 4 px, pooled 2x2 (ceil) to 4 x 4 = 16 tokens per frame
 MICRO_HIDDEN_SIZE = 64
 MICRO_NUM_LAYERS = 4
+MICRO_HEAD_DIM = 16
 MICRO_STREAM_FPS = 1.0  # the synthetic world changes once per second
 WEIGHTS_FILE = Path(__file__).resolve().parent / "weights" / "micro-llava-ov.safetensors"
 # sha256 of WEIGHTS_FILE, written by `scripts/train_micro.py --out models/weights/micro-llava-ov.safetensors`.
@@ -28,18 +29,20 @@ META_SPECIAL_TOKENS = "additional_special_tokens"
 META_TRAINING = "training"
 
 
-def build_micro(seed: int = 0, hidden_size: int = MICRO_HIDDEN_SIZE, num_layers: int = MICRO_NUM_LAYERS):
+def build_micro(seed: int = 0, hidden_size: int = MICRO_HIDDEN_SIZE, num_layers: int = MICRO_NUM_LAYERS,
+                head_dim: int = MICRO_HEAD_DIM):
     """The untrained micro model (`tiny_llava_onevision` at the micro sizes): (model, tokenizer), fp32 eval
     mode on the CPU, its weights seeded by `seed`.
 
     Args:
         hidden_size, num_layers: the language model's width and depth (a larger micro model, issue 37);
             a weights file records its own, so `load_micro` reads any.
+        head_dim: dims per attention head (`hidden_size` / `head_dim` heads, half as many KV heads).
     """
     from hermes.models.tiny import tiny_llava_onevision
 
     return tiny_llava_onevision(seed=seed, image_size=MICRO_IMAGE_SIZE_PX, hidden_size=hidden_size,
-                                num_layers=num_layers)
+                                num_layers=num_layers, head_dim=head_dim)
 
 
 def file_sha256(path: str | Path) -> str:

@@ -47,7 +47,8 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
                                    additional_special_tokens=SPECIAL_TOKENS[1:])
 
 
-def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int = 64, num_layers: int = 4):
+def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int = 64, num_layers: int = 4,
+                         head_dim: int = 16):
     """A random LLaVA-OneVision with 196 visual tokens per frame, like the real one.
 
     SigLIP: 108 px input in 4 px patches = a 27x27 grid, pooled 2x2 to 14x14 = 196 tokens.
@@ -55,7 +56,7 @@ def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int 
     Args:
         seed: torch seed for the random weights; the same seed gives the same model.
         image_size: vision input side in pixels (a multiple of 4); 28 gives 16 tokens per frame.
-        hidden_size: language model width (heads of 16 dims, half as many KV heads).
+        hidden_size: language model width (heads of `head_dim` dims, half as many KV heads).
 
     Returns:
         (model, tokenizer), the model in fp32 eval mode on the CPU.
@@ -63,13 +64,15 @@ def tiny_llava_onevision(seed: int = 0, image_size: int = 108, hidden_size: int 
     from transformers import LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration
 
     tokenizer = tiny_tokenizer()
-    config = LlavaOnevisionConfig(**tiny_llava_onevision_config(tokenizer, image_size, hidden_size, num_layers))
+    config = LlavaOnevisionConfig(**tiny_llava_onevision_config(tokenizer, image_size, hidden_size, num_layers,
+                                                                head_dim))
     torch.manual_seed(seed)
     model = LlavaOnevisionForConditionalGeneration(config).eval()
     return model, tokenizer
 
 
-def tiny_llava_onevision_config(tokenizer, image_size: int = 108, hidden_size: int = 64, num_layers: int = 4) -> dict:
+def tiny_llava_onevision_config(tokenizer, image_size: int = 108, hidden_size: int = 64, num_layers: int = 4,
+                                head_dim: int = 16) -> dict:
     """The `LlavaOnevisionConfig` keyword arguments of `tiny_llava_onevision`, as plain JSON-able data
     (`bench reference` builds the same geometry under the reference's transformers from them)."""
     return dict(
@@ -79,8 +82,8 @@ def tiny_llava_onevision_config(tokenizer, image_size: int = 108, hidden_size: i
         ),
         text_config=dict(
             model_type="qwen2", hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-            num_hidden_layers=num_layers, num_attention_heads=hidden_size // 16,
-            num_key_value_heads=max(1, hidden_size // 32), vocab_size=len(tokenizer),
+            num_hidden_layers=num_layers, num_attention_heads=hidden_size // head_dim,
+            num_key_value_heads=max(1, hidden_size // (2 * head_dim)), vocab_size=len(tokenizer),
             max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=False,
         ),
         vision_feature_layer=-1,

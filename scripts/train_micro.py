@@ -33,7 +33,8 @@ from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
 from hermes.models.loading import make_adapter
-from hermes.models.micro import MICRO_HIDDEN_SIZE, MICRO_NAME, MICRO_NUM_LAYERS, build_micro, load_micro, save_micro
+from hermes.models.micro import (MICRO_HEAD_DIM, MICRO_HIDDEN_SIZE, MICRO_NAME, MICRO_NUM_LAYERS, build_micro, load_micro,
+                                 save_micro)
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
 from micro_checkpoint import (CheckpointError, Progress, has_checkpoint, load_checkpoint,  # noqa: E402  this folder's
@@ -612,12 +613,18 @@ class TrainLoop:
         return record
 
 
-def starting_model(init_weights: str | None, seed: int, hidden_size: int, layers: int):
-    """(model, tokenizer) a run starts from: the `init_weights` file, or a fresh model of that size (which
+def starting_model(init_weights: str | None, seed: int, hidden_size: int, layers: int, head_dim: int):
+    """(model, tokenizer) a run starts from: the `init_weights` file, or a fresh model of that shape (which
     training then re-draws with `widen_init`)."""
     if init_weights:
         return load_micro(path=init_weights)
-    return build_micro(seed=seed, hidden_size=hidden_size, num_layers=layers)
+    return build_micro(seed=seed, hidden_size=hidden_size, num_layers=layers, head_dim=head_dim)
+
+
+def head_dim_of(model) -> int:
+    """Dims per attention head of a micro model (its config names heads, not their width)."""
+    text = model.config.text_config
+    return text.hidden_size // text.num_attention_heads
 
 
 def export_checkpoint(directory: Path, out: str) -> int:
@@ -630,13 +637,15 @@ def export_checkpoint(directory: Path, out: str) -> int:
         print(f"train_micro.py: error: {exc}", file=sys.stderr)
         return exc.exit_code
     run = record["args"]
-    model, tokenizer = starting_model(run["init_weights"], run["seed"], run["hidden_size"], run["layers"])
+    # a record written before --head-dim existed ran at its default
+    model, tokenizer = starting_model(run["init_weights"], run["seed"], run["hidden_size"], run["layers"],
+                                      run.get("head_dim", MICRO_HEAD_DIM))
     model.load_state_dict(part(tensors, "model."), strict=True)
     progress = record["progress"]
     training = {"checkpoint": str(directory), "step": progress["step"], "stage": progress["stage"],
                 "stages": progress["stage_log"], "curve": progress["curve"], "wall_s": progress["elapsed_s"],
                 "seed": run["seed"], "recipe": run["recipe"], "hidden_size": model.config.text_config.hidden_size,
-                "layers": model.config.text_config.num_hidden_layers}
+                "layers": model.config.text_config.num_hidden_layers, "head_dim": head_dim_of(model)}
     digest = save_micro(model.eval(), tokenizer, out, training)
     print(f"wrote {out}: step {progress['step']} of {directory} (stage {progress['stage']}), sha256 {digest}")
     return 0
@@ -676,8 +685,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="train nothing: write the weights of checkpoint DIR to --out (a run midway, for "
                         "--length-report, --vision-probe or eval_micro.py --weights)")
     p.add_argument("--hidden-size", type=int, default=MICRO_HIDDEN_SIZE,
-                   help="language model width of a fresh model (heads of 16 dims; the shipped model: 64)")
+                   help="language model width of a fresh model (the shipped model: 64)")
     p.add_argument("--layers", type=int, default=MICRO_NUM_LAYERS, help="decoder layers of a fresh model")
+    p.add_argument("--head-dim", type=int, default=MICRO_HEAD_DIM,
+                   help="dims per attention head of a fresh model (--hidden-size / this many heads, half as many "
+                        "KV heads; the shipped model: 16)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--init-std", type=float, default=0.2, help="std of the language model's initial matrices")
     p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps; the lr then stays, and decays "
@@ -734,6 +746,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--session-seconds needs --checkpoint (where the paused run is kept)")
     if args.checkpoint_every < 1 or args.hidden_size < 16 or args.hidden_size % 16 or args.layers < 1:
         p.error("--checkpoint-every and --layers must be at least 1, --hidden-size a multiple of 16")
+    if args.head_dim < 8 or args.head_dim % 2 or args.hidden_size % args.head_dim:
+        p.error(f"--head-dim must be even, at least 8 and divide --hidden-size {args.hidden_size}, "
+                f"found {args.head_dim}")
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     stages = dict(RECIPES[args.recipe])
@@ -745,9 +760,10 @@ def main(argv: list[str] | None = None) -> int:
     steps = [int(n) for n in args.stage_steps.split(",")]
     if len(steps) != len(stages):
         p.error(f"--stage-steps needs {len(stages)} numbers for --recipe {args.recipe} ({', '.join(stages)})")
-    if args.init_weights and (args.hidden_size, args.layers) != (MICRO_HIDDEN_SIZE, MICRO_NUM_LAYERS):
-        p.error("--hidden-size and --layers shape a fresh model; --init-weights brings its own")
-    model, tokenizer = starting_model(args.init_weights, args.seed, args.hidden_size, args.layers)
+    if args.init_weights and (args.hidden_size, args.layers, args.head_dim) != (MICRO_HIDDEN_SIZE, MICRO_NUM_LAYERS,
+                                                                                MICRO_HEAD_DIM):
+        p.error("--hidden-size, --layers and --head-dim shape a fresh model; --init-weights brings its own")
+    model, tokenizer = starting_model(args.init_weights, args.seed, args.hidden_size, args.layers, args.head_dim)
     if not args.init_weights:
         widen_init(model, args.init_std)
     layers = model.config.text_config.num_hidden_layers
@@ -800,7 +816,8 @@ def main(argv: list[str] | None = None) -> int:
     training = {"command": "python scripts/train_micro.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "seed": args.seed, "stages": progress.stage_log, "recipe": args.recipe, "init_weights": args.init_weights,
                 "lr": args.lr, "init_std": args.init_std, "hidden_size": model.config.text_config.hidden_size,
-                "layers": layers, "max_stream_s": args.max_stream_s, "threads": args.threads,
+                "layers": layers, "head_dim": head_dim_of(model), "max_stream_s": args.max_stream_s,
+                "threads": args.threads,
                 "torch": torch.__version__, "wall_s": round(progress.elapsed_s, 1), "curve": progress.curve,
                 "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
                 "aux_weight": args.aux_weight, "aux_layer": args.aux_layer, "aux_count": args.aux_count,

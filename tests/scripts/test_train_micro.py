@@ -270,7 +270,11 @@ def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
     (["--vision-probe", "5"], "--vision-probe needs at least 30 frames"),
     (["--out", "x.safetensors", "--session-seconds", "60"], "--session-seconds needs --checkpoint"),
     (["--out", "x.safetensors", "--init-weights", "w.safetensors", "--hidden-size", "128"],
-     "--hidden-size and --layers shape a fresh model"),
+     "--hidden-size, --layers and --head-dim shape a fresh model"),
+    (["--out", "x.safetensors", "--init-weights", "w.safetensors", "--head-dim", "32"],
+     "--hidden-size, --layers and --head-dim shape a fresh model"),
+    (["--out", "x.safetensors", "--head-dim", "24"], "--head-dim must be even, at least 8 and divide --hidden-size 64"),
+    (["--out", "x.safetensors", "--head-dim", "7"], "--head-dim must be even"),
 ])
 def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, message):
     (run,) = train_runs(args)
@@ -318,7 +322,7 @@ def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(t
 
 @pytest.mark.slow
 def test_a_paused_and_resumed_larger_model_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):
-    args = [*SHORT, "--hidden-size", "32", "--layers", "3", "--aux-weight", "0.5", "--aux-count", "prev"]
+    args = [*SHORT, "--hidden-size", "32", "--layers", "3", "--head-dim", "8", "--aux-weight", "0.5", "--aux-count", "prev"]
     whole, resumed, checkpoint = tmp_path / "whole.safetensors", tmp_path / "resumed.safetensors", tmp_path / "ckpt"
     # --session-seconds 0 pauses at the first chance: the first pool boundary after a step (here each stage's start)
     pausing = [*args, "--out", str(resumed), "--checkpoint", str(checkpoint), "--session-seconds", "0"]
@@ -339,9 +343,12 @@ def test_a_paused_and_resumed_larger_model_ends_with_the_weights_of_an_uninterru
              for line in path.with_suffix(".log.jsonl").read_text().splitlines()] for path in (whole, resumed)]
     assert logs[0] == logs[1] and [r["step"] for r in logs[1]] == list(range(1, 10))
     model, _ = micro.load_micro(path=resumed)
-    assert (model.config.text_config.hidden_size, model.config.text_config.num_hidden_layers) == (32, 3)
+    text = model.config.text_config
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads) == (32, 3, 4, 2)
+    assert model.model.language_model.layers[0].self_attn.head_dim == 8
     info = micro.read_training_info(resumed)
-    assert [s["steps"] for s in info["stages"]] == [3, 3, 3] and (info["hidden_size"], info["layers"]) == (32, 3)
+    assert [s["steps"] for s in info["stages"]] == [3, 3, 3]
+    assert (info["hidden_size"], info["layers"], info["head_dim"]) == (32, 3, 8)
 
 
 @pytest.mark.slow
