@@ -33,9 +33,10 @@ from hermes.datasets.records import KIND_COUNT, KIND_MC, BenchmarkQuestion
 from hermes.datasets.runner import sent_text
 from hermes.models.base import VLMAdapter
 from hermes.models.loading import make_adapter
-from hermes.models.micro import (MICRO_HEAD_DIM, MICRO_HIDDEN_SIZE, MICRO_NAME, MICRO_NUM_LAYERS, build_micro, load_micro,
-                                 save_micro)
+from hermes.models.micro import (MICRO_HEAD_DIM, MICRO_HIDDEN_SIZE, MICRO_NAME, MICRO_NUM_LAYERS, build_micro,
+                                 load_micro, save_micro)
 from hermes.pipelines.frames import Frame
+from hermes.rope import RotarySpec
 from hermes.pipelines.session import OPTION_LETTERS, StreamingSession, format_prompt
 from micro_checkpoint import (CheckpointError, Progress, has_checkpoint, load_checkpoint,  # noqa: E402  this folder's
                               part, read_record, read_tensors, save_checkpoint)
@@ -621,12 +622,6 @@ def starting_model(init_weights: str | None, seed: int, hidden_size: int, layers
     return build_micro(seed=seed, hidden_size=hidden_size, num_layers=layers, head_dim=head_dim)
 
 
-def head_dim_of(model) -> int:
-    """Dims per attention head of a micro model (its config names heads, not their width)."""
-    text = model.config.text_config
-    return text.hidden_size // text.num_attention_heads
-
-
 def export_checkpoint(directory: Path, out: str) -> int:
     """Write the model of checkpoint `directory` as a micro weights file `out`; returns the exit code (0, or
     3 for an unreadable or damaged checkpoint)."""
@@ -645,7 +640,8 @@ def export_checkpoint(directory: Path, out: str) -> int:
     training = {"checkpoint": str(directory), "step": progress["step"], "stage": progress["stage"],
                 "stages": progress["stage_log"], "curve": progress["curve"], "wall_s": progress["elapsed_s"],
                 "seed": run["seed"], "recipe": run["recipe"], "hidden_size": model.config.text_config.hidden_size,
-                "layers": model.config.text_config.num_hidden_layers, "head_dim": head_dim_of(model)}
+                "layers": model.config.text_config.num_hidden_layers,
+                "head_dim": RotarySpec.from_text_config(model.config.text_config).head_dim}
     digest = save_micro(model.eval(), tokenizer, out, training)
     print(f"wrote {out}: step {progress['step']} of {directory} (stage {progress['stage']}), sha256 {digest}")
     return 0
@@ -816,8 +812,8 @@ def main(argv: list[str] | None = None) -> int:
     training = {"command": "python scripts/train_micro.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "seed": args.seed, "stages": progress.stage_log, "recipe": args.recipe, "init_weights": args.init_weights,
                 "lr": args.lr, "init_std": args.init_std, "hidden_size": model.config.text_config.hidden_size,
-                "layers": layers, "head_dim": head_dim_of(model), "max_stream_s": args.max_stream_s,
-                "threads": args.threads,
+                "layers": layers, "head_dim": RotarySpec.from_text_config(model.config.text_config).head_dim,
+                "max_stream_s": args.max_stream_s, "threads": args.threads,
                 "torch": torch.__version__, "wall_s": round(progress.elapsed_s, 1), "curve": progress.curve,
                 "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
                 "aux_weight": args.aux_weight, "aux_layer": args.aux_layer, "aux_count": args.aux_count,

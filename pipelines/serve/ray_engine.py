@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 APP_NAME = "hermes"
 REROUTE_PERIOD_S = 2.0  # how often the ingress re-sends every stream to its replica (failover's round)
 ENSURE_TIMEOUT_S = 60.0  # one re-route call; opening a stream loads nothing but its memory directory
-# a request that reached a replica not holding its stream while another process does (Ray's routers learn of a
-# new holder ~0.1-1 s after it opens the stream, and meanwhile send the stream to the replica with fewest): sent
-# again after 0.2, 0.4, 0.8 s, then answered with the replica's 503 and Retry-After
+# a request refused unrun by a replica that cannot hold its stream now (typically another process holds it: Ray's
+# routers learn of a new holder ~0.1-1 s after it opens the stream, and meanwhile send the stream to the replica
+# with fewest): sent again after 0.2, 0.4, 0.8 s, then answered with the replica's 503 and Retry-After
 ELSEWHERE_RETRY_S = (0.2, 0.4, 0.8)
 MAX_ONGOING = 10_000  # SSE clients hold requests open: a "busy" replica must not push a stream elsewhere
 STREAM_PATH = re.compile(r"^/v1/(?:streams|models)/([^/]+)(?:/.*)?$")
@@ -128,7 +128,7 @@ class Ingress:
     async def _forward(self, name: str | None, method: str, path: str, query: bytes, headers, body: bytes):
         """The head and body iterator of one request answered by the replica holding `name` (any replica
         when None), or (None, a 503 response) when no replica answers now. A request refused unrun by a
-        replica because another holds the stream is sent again (`ELSEWHERE_RETRY_S`)."""
+        replica that cannot hold the stream now is sent again (`ELSEWHERE_RETRY_S`)."""
         handle = self.replicas.options(stream=True, **({"multiplexed_model_id": name} if name else {}))
         for wait_s in (*ELSEWHERE_RETRY_S, None):
             parts = handle.call.remote(name, method, path, query, headers, body)

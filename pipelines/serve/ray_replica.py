@@ -169,8 +169,10 @@ class StreamReplica:
 
         Returns:
             As `asgi_call`'s; when the stream cannot be held here, its error response (503 with Retry-After
-            while another process holds its memory; its head then says ``"elsewhere": True``: the request was
-            not run, and the ingress may send it again, as Ray's routers may not know the holder yet).
+            while another process holds its memory). A 503 head says ``"elsewhere": True``: the request was not
+            run, as this replica cannot hold the stream now (another process holds it, this replica is full,
+            or the store did not answer), and the ingress may send it again, as Ray's routers may not know
+            the holder yet.
         """
         from hermes.pipelines.serve.app import error_json
 
