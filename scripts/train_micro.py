@@ -25,6 +25,7 @@ import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
 from hermes.config import ModelConfig
 from hermes.datasets import synthetic_bench as sb
@@ -143,6 +144,7 @@ class Example:
     labels: np.ndarray  # (K, 13) int per frame, AUX_CLASSES' order: colour, shape (0 none), onset (0/1), rank (0 none,
     # 1-4), own (0 none, 1-COUNT_CAP), the tally of each colour in `sb.COLOURS`' order (0-COUNT_CAP), then the
     # colour and shape of the object before this frame's in memory (0 none)
+    evidence: np.ndarray  # (K,) bool: the frames the answer is read from (`evidence_frames`)
 
 
 def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: list[int]) -> np.ndarray:
@@ -174,6 +176,41 @@ def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: l
                 labels[row, tallies.stop:] = (1 + sb.COLOURS.index(prev.colour), 1 + sb.SHAPES.index(prev.shape))
         labels[row, tallies] = np.minimum(tally, COUNT_CAP)
     return labels
+
+
+def evidence_frames(timeline: sb.Timeline, q: sb.SynthQuestion, frame_index: np.ndarray,
+                    label_frames: list[int]) -> np.ndarray:
+    """Per frame in memory, whether it shows an object the answer is read from, given what the auxiliary
+    targets put in every frame (`--aux-count prev`: its object and the one before): the newest frame
+    (realtime), the first or n-th object, X for "just before X" (its frames know the object before it),
+    the object after X for "just after X" (its frames know X), both objects of "which came first", the
+    newest object of the colour asked about in "in the last N minutes". Counting reads every object of a
+    colour: no frame is marked. What `--attn-weight` teaches one attention head to look at.
+
+    Returns:
+        (K,) bool.
+    """
+    shown = set(label_frames)
+    apps = [timeline.on_screen(int(i)) if int(i) in shown else None for i in frame_index]
+    seen = sorted(set(apps) - {None}, key=lambda a: a.start_s)
+    index_of = {a.name: k for k, a in enumerate(seen)}
+    if q.kind.startswith("realtime"):
+        return np.arange(len(frame_index)) == len(frame_index) - 1
+    if q.kind == "episodic_first":
+        wanted = seen[:1]
+    elif q.kind == "ordering":
+        wanted = [seen[next(n for n, word in enumerate(sb.ORDINALS) if f"the {word} object" in q.question)]]
+    elif q.kind in ("episodic_before", "episodic_after"):
+        x = index_of[q.question.rsplit(" the ", 1)[1].rstrip("?")]  # "... just before the red circle?"
+        wanted = [seen[x if q.kind == "episodic_before" else x + 1]]
+    elif q.kind == "ordering_pair":
+        wanted = [seen[index_of[name]] for name in q.options]
+    elif q.kind == "episodic_recent":  # "Did a red object appear ...?"
+        colour = q.question.split(" a ", 1)[1].split()[0]
+        wanted = [a for a in seen if a.colour == colour][-1:]
+    else:
+        wanted = []
+    return np.array([a is not None and a in wanted for a in apps], bool)
 
 
 def widen_init(model, std: float) -> None:
@@ -290,13 +327,25 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
             frames = np.stack([jpeg_like(f, rng) for f in frames])
         prompt, answer = prompt_text(q, str(rng.choice(STYLES, p=stage.style_weights)))
         return Example(frames, frames_idx, keep, streamed, prompt, answer, kind, layout,
-                       frame_labels(timeline, frames_idx, label_frames))
+                       frame_labels(timeline, frames_idx, label_frames),
+                       evidence_frames(timeline, q, frames_idx, label_frames))
     raise RuntimeError(f"no {kind} question fits {layout} memories of at most {max_frames} frames")
 
 
 def micro_adapter(model, tokenizer) -> VLMAdapter:
     """The micro model as hermes runs it (CPU, float32): what `Batcher` and `StreamingSession` drive."""
     return make_adapter("llava_onevision", MICRO_NAME, model, tokenizer, ModelConfig(device="cpu", dtype="float32"))
+
+
+@dataclass
+class Forward:
+    """What `Batcher.forward` returns; the optional parts only on request."""
+
+    logits: torch.Tensor  # (n, V): one row per answer token, row 0 of each example its first
+    targets: torch.Tensor  # (n,)
+    states: torch.Tensor | None = None  # (m, hidden): the aux layer's state at the m kept visual tokens
+    labels: torch.Tensor | None = None  # (m, 13): their frames' `Example.labels`
+    evidence_mass: torch.Tensor | None = None  # (E,): the taught head's attention on evidence, per example with some
 
 
 class Batcher:
@@ -309,16 +358,16 @@ class Batcher:
         self.im_end = tok.convert_tokens_to_ids("<|im_end|>")
         self.per_frame = adapter.tokens_per_frame
 
-    def forward(self, examples: list[Example], aux_layer: int | None = None) -> tuple[torch.Tensor, ...]:
-        """Logits at every answer position and their targets (with `aux_layer`, the visual tokens' states).
+    def forward(self, examples: list[Example], aux_layer: int | None = None,
+                attn_head: tuple[int, int] | None = None) -> Forward:
+        """Logits at every answer position and their targets; on request, what the auxiliary losses read.
 
         Args:
             aux_layer: also return the hidden state after this many decoder layers at every kept visual
                 token, with its frame's `Example.labels` row.
-
-        Returns:
-            (logits (n, V), targets (n,)), one row per answer token, row 0 of each example its first; with
-            `aux_layer` also (states (m, hidden), labels (m, 4)) over the m kept visual tokens.
+            attn_head: (layer, head): also return, per example with evidence frames, the share of attention
+                that this head of this decoder layer (both from 0) gives them from the token that predicts
+                the answer's first token.
         """
         model, tok = self.adapter.model, self.adapter.tokenizer
         embed = self.adapter.language_model.get_input_embeddings()
@@ -327,7 +376,7 @@ class Batcher:
         visual = visual.reshape(len(pixels), self.per_frame, -1)  # (N, 16, hidden)
         newline = model.model.image_newline[None]
         p = len(self.prefix_ids)
-        rows, positions, answer_at, targets, visual_at, labels = [], [], [], [], [], []
+        rows, positions, answer_at, targets, visual_at, labels, evidence_at = [], [], [], [], [], [], []
         start = 0
         for ex in examples:
             q_ids = tok.encode(f"\n{ex.prompt}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
@@ -345,20 +394,48 @@ class Batcher:
             targets.append(torch.tensor(a_ids))
             visual_at.append(torch.arange(p, p + int(keep.sum())))
             labels.append(torch.from_numpy(ex.labels)[:, None].expand(-1, self.per_frame, -1)[keep])
+            evidence_at.append(p + torch.nonzero(torch.from_numpy(ex.evidence)[:, None].expand_as(keep)[keep])[:, 0])
         length = max(r.shape[0] for r in rows)
         embeds = torch.stack([F.pad(r, (0, 0, 0, length - r.shape[0])) for r in rows])
         pos = torch.stack([F.pad(q, (0, length - q.shape[0])) for q in positions])
         mask = torch.stack([(torch.arange(length) < r.shape[0]).long() for r in rows])
         out = self.adapter.language_model(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
-                                          output_hidden_states=aux_layer is not None)
+                                          output_hidden_states=aux_layer is not None or attn_head is not None)
         hidden = out.last_hidden_state
         picked = torch.cat([hidden[b, idx] for b, idx in enumerate(answer_at)])
-        logits = model.lm_head(picked).float()
-        if aux_layer is None:
-            return logits, torch.cat(targets)
-        states = out.hidden_states[aux_layer]  # (B, L, hidden); index 0 is the embeddings
-        return (logits, torch.cat(targets), torch.cat([states[b, idx] for b, idx in enumerate(visual_at)]),
-                torch.cat(labels))
+        result = Forward(model.lm_head(picked).float(), torch.cat(targets))
+        if aux_layer is not None:
+            states = out.hidden_states[aux_layer]  # (B, L, hidden); index 0 is the embeddings
+            result.states = torch.cat([states[b, idx] for b, idx in enumerate(visual_at)])
+            result.labels = torch.cat(labels)
+        if attn_head is not None:
+            layer, head = attn_head
+            queries = [(b, int(idx[0])) for b, idx in enumerate(answer_at) if len(evidence_at[b])]
+            probs = self.head_attention(out.hidden_states[layer], pos, layer, head, queries)
+            result.evidence_mass = torch.stack([row[evidence_at[b]].sum() for (b, _), row in zip(queries, probs)]
+                                               or [torch.ones(())])
+        return result
+
+    def head_attention(self, hidden: torch.Tensor, pos: torch.Tensor, layer: int, head: int,
+                       queries: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """Attention probabilities of `head` of decoder `layer` from each query (example, row) to the rows up
+        to it, recomputed from the layer's input `hidden` (B, L, hidden) as the layer computes them (norm,
+        projections, rotary positions `pos` (B, L)): under SDPA the layer does not return them.
+
+        Returns:
+            One (row + 1,) tensor per query, summing to 1.
+        """
+        lm = self.adapter.language_model
+        block = lm.layers[layer]
+        attn = block.self_attn
+        d, group = attn.head_dim, lm.config.num_attention_heads // lm.config.num_key_value_heads
+        kv = head // group  # the KV head this query head reads
+        x = block.input_layernorm(hidden)
+        q = F.linear(x, attn.q_proj.weight[head * d:(head + 1) * d], attn.q_proj.bias[head * d:(head + 1) * d])
+        k = F.linear(x, attn.k_proj.weight[kv * d:(kv + 1) * d], attn.k_proj.bias[kv * d:(kv + 1) * d])
+        cos, sin = lm.rotary_emb(x, pos)  # (B, L, d)
+        q, k = apply_rotary_pos_emb(q[:, None], k[:, None], cos, sin)  # (B, 1, L, d)
+        return [torch.softmax((k[b, 0, :row + 1] @ q[b, 0, row]) * attn.scaling, dim=0) for b, row in queries]
 
 
 def check_against_session(batcher: Batcher, rng: np.random.Generator) -> float:
@@ -369,7 +446,7 @@ def check_against_session(batcher: Batcher, rng: np.random.Generator) -> float:
     for _ in range(3):
         ex = make_example(rng, MAIN, 24, layout="full")
         with torch.no_grad():
-            logits, _ = batcher.forward([ex])
+            logits = batcher.forward([ex]).logits
         frames = [Frame(float(i), f, int(i)) for i, f in zip(ex.frame_index, ex.frames)]
         session = StreamingSession(batcher.adapter, "full", frames, chunk_frames=4, max_new_tokens=2)
         ref = session.ask(ex.prompt, at=ex.streamed - 0.5).first_token_logits
@@ -394,8 +471,8 @@ def first_token_hits(batcher: Batcher, examples: list[Example], batch_size: int)
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             chunk = examples[i:i + batch_size]
-            logits, targets = batcher.forward(chunk)
-            hits += first_answer_hits(batcher.adapter.tokenizer, chunk, logits, targets)
+            out = batcher.forward(chunk)
+            hits += first_answer_hits(batcher.adapter.tokenizer, chunk, out.logits, out.targets)
     return hits
 
 
@@ -508,6 +585,7 @@ class TrainLoop:
         self.progress, self.log, self.val, self.val_full, self.same_args = progress, log, val, val_full, same_args
         self.params = list(opt.param_groups[0]["params"])  # what the gradient norm is clipped over
         self.aux_layer = args.aux_layer if aux_head is not None else None
+        self.attn_head = (args.attn_layer, args.attn_head) if args.attn_weight > 0 else None
         self.aux_names = AUX_SETS[args.aux_count]
         self.aux_columns = [list(AUX_CLASSES).index(name) for name in self.aux_names]
         self.aux_sizes = [AUX_CLASSES[name] for name in self.aux_names]
@@ -577,31 +655,32 @@ class TrainLoop:
         """One optimizer step on `batch`; returns its log record (with validation every --eval-every)."""
         args, pr, batcher = self.args, self.progress, self.batcher
         model, tokenizer = batcher.adapter.model, batcher.adapter.tokenizer
-        if self.aux_layer is None:
-            logits, targets = batcher.forward(batch)
-            loss = answer_loss = F.cross_entropy(logits, targets)
-        else:
-            logits, targets, states, labels = batcher.forward(batch, self.aux_layer)
-            answer_loss = F.cross_entropy(logits, targets)
-            labels = labels[:, self.aux_columns]
-            heads = self.aux_head(states).split(self.aux_sizes, dim=-1)
+        out = batcher.forward(batch, self.aux_layer, self.attn_head)
+        loss = answer_loss = F.cross_entropy(out.logits, out.targets)
+        if self.aux_layer is not None:
+            labels = out.labels[:, self.aux_columns]
+            heads = self.aux_head(out.states).split(self.aux_sizes, dim=-1)
             aux = sum(F.cross_entropy(h, labels[:, j]) for j, h in enumerate(heads)) / len(heads)
-            loss = answer_loss + args.aux_weight * aux
+            loss = loss + args.aux_weight * aux
             for j, (aux_name, h) in enumerate(zip(self.aux_names, heads)):
                 hit = float((h.argmax(-1) == labels[:, j]).float().mean())
                 pr.aux_acc_ema[aux_name] = 0.95 * pr.aux_acc_ema[aux_name] + 0.05 * hit
+        if self.attn_head is not None:  # -log of the taught head's attention on the evidence
+            loss = loss - args.attn_weight * torch.log(out.evidence_mass + 1e-6).mean()
+            mass = float(out.evidence_mass.detach().mean())
+            pr.aux_acc_ema["evidence_mass"] = 0.95 * pr.aux_acc_ema.get("evidence_mass", 0.0) + 0.05 * mass
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
         pr.step += 1
         pr.loss_ema = answer_loss.item() if pr.loss_ema is None else 0.98 * pr.loss_ema + 0.02 * answer_loss.item()
-        letters = first_answer_hits(tokenizer, batch, logits, targets, letters_only=True)
+        letters = first_answer_hits(tokenizer, batch, out.logits, out.targets, letters_only=True)
         pr.letter_acc_ema = 0.95 * pr.letter_acc_ema + 0.05 * (float(np.mean(letters)) if letters else pr.letter_acc_ema)
         record = {"step": pr.step, "stage": name, "loss": round(answer_loss.item(), 4),
                   "loss_ema": round(pr.loss_ema, 4), "letter_acc_ema": round(pr.letter_acc_ema, 3), "lr": round(lr, 6),
                   "elapsed_s": round(self.elapsed_s(), 1)}
-        if self.aux_layer is not None:
+        if self.aux_layer is not None or self.attn_head is not None:
             record["aux_acc_ema"] = {k: round(v, 3) for k, v in pr.aux_acc_ema.items()}
         if pr.step % args.eval_every == 0:
             model.eval()
@@ -704,6 +783,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --aux-weight, also a counting target: own (how many objects of the frame's colour "
                         "so far) or tally (that count for every colour, at every frame); or prev (the colour and "
                         "shape of the object before the frame's)")
+    p.add_argument("--attn-weight", type=float, default=0.0,
+                   help="weight of a loss that teaches --attn-head of --attn-layer to attend, from the token that "
+                        "predicts the answer, to the frames the answer is read from (X for 'just before X', the "
+                        "object after it for 'just after X', ...; see evidence_frames): -log of the attention "
+                        "they get (0: off)")
+    p.add_argument("--attn-layer", type=int, default=2,
+                   help="the decoder layer (from 0) whose head --attn-weight teaches: 2 reads the state that "
+                        "--aux-layer 2 teaches")
+    p.add_argument("--attn-head", type=int, default=0, help="the query head (from 0) --attn-weight teaches")
     p.add_argument("--last-stage-frames", type=int, default=None,
                    help="most frames in memory in the last stage's examples (default: the recipe's own)")
     p.add_argument("--length-report", metavar="BINS",
@@ -765,6 +853,10 @@ def main(argv: list[str] | None = None) -> int:
     layers = model.config.text_config.num_hidden_layers
     if not 1 <= args.aux_layer <= layers:
         p.error(f"--aux-layer must be 1-{layers} (the micro decoder has {layers} layers)")
+    heads = model.config.text_config.num_attention_heads
+    if args.attn_weight > 0 and not (0 <= args.attn_layer < layers and 0 <= args.attn_head < heads):
+        p.error(f"--attn-layer must be 0-{layers - 1} and --attn-head 0-{heads - 1} (the micro decoder has "
+                f"{layers} layers of {heads} heads)")
     # One matrix for reading and writing words: what the model learns to say ("red") is then what it
     # looks for among the options. Saved as two equal tensors, so the untied architecture loads it.
     model.lm_head.weight = model.model.language_model.embed_tokens.weight
@@ -817,6 +909,7 @@ def main(argv: list[str] | None = None) -> int:
                 "torch": torch.__version__, "wall_s": round(progress.elapsed_s, 1), "curve": progress.curve,
                 "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
                 "aux_weight": args.aux_weight, "aux_layer": args.aux_layer, "aux_count": args.aux_count,
+                "attn_weight": args.attn_weight, "attn_layer": args.attn_layer, "attn_head": args.attn_head,
                 "last_stage_frames": list(stages.values())[-1].max_frames}
     digest = save_micro(model, tokenizer, args.out, training)
     print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)

@@ -208,6 +208,73 @@ def test_hold_and_find_examples_name_objects_memory_shows_once_and_answer_from_m
         assert len(answers) == 2  # both answers are drawn
 
 
+@pytest.mark.parametrize("kind", ["realtime_colour", "episodic_first", "episodic_before", "episodic_after",
+                                  "ordering_pair", "episodic_recent", "ordering", "counting"])
+def test_evidence_frames_are_those_the_answer_is_read_from(kind):
+    """Checked against the examples' per-frame labels (their object, and the object before it in memory)."""
+    import numpy as np
+
+    tm = load_script()
+    rng = np.random.default_rng(4)
+    stage = tm.RECIPES["find"]["find32"]
+    for _ in range(6):
+        ex = tm.make_example(rng, stage, 600, kind=kind, layout=str(rng.choice(["full", "window", "sparse"])))
+        marked = ex.labels[ex.evidence]  # (E, 13) the marked frames' labels
+        name = [f"{sb.COLOURS[r[0] - 1]} {sb.SHAPES[r[1] - 1]}" for r in marked]
+        prev = [f"{sb.COLOURS[r[11] - 1]} {sb.SHAPES[r[12] - 1]}" for r in marked]
+        question = ex.prompt.split("?")[0]
+        onsets = [(f"{sb.COLOURS[r[0] - 1]} {sb.SHAPES[r[1] - 1]}", k) for k, r in enumerate(ex.labels) if r[2] == 1]
+        if kind == "realtime_colour":
+            assert ex.evidence.tolist() == [False] * (len(ex.evidence) - 1) + [True]
+        elif kind == "counting":
+            assert not ex.evidence.any()
+        elif kind == "episodic_first":
+            assert set(name) == {onsets[0][0]} and ex.evidence[onsets[0][1]]
+        elif kind == "ordering":
+            n = 2 if "second" in question else 3
+            assert set(name) == {onsets[n - 1][0]}
+        elif kind == "episodic_before":  # X's frames: they know the object before X, the answer
+            assert set(name) == {question.split(" the ")[-1]}
+        elif kind == "episodic_after":  # the next object's frames: they know X, before them
+            assert set(prev) == {question.split(" the ")[-1]}
+        elif kind == "ordering_pair":
+            assert set(name) == set(question.split("Which came first: the ")[1].split(" or the "))
+        else:  # episodic_recent: the newest object of the colour asked about
+            colour = question.split("Did a ")[1].split()[0]
+            newest = [n for n, _ in onsets if n.startswith(colour + " ")][-1]
+            assert set(name) == {newest}
+        if kind == "realtime_colour":  # the newest frame only, not its object's earlier frames
+            continue
+        # whole objects are marked: every frame in memory of a marked object, none of another
+        objects = np.cumsum(ex.labels[:, 2]) * (ex.labels[:, 0] > 0)  # (K,) 1, 2, ... per object; 0 empty
+        for obj in set(objects[objects > 0].tolist()):
+            assert len(set(ex.evidence[objects == obj].tolist())) == 1
+        assert not ex.evidence[objects == 0].any()
+
+
+def test_head_attention_is_the_layers_own_attention():
+    """What --attn-weight teaches is the attention the layer computes (eager attention returns it): the
+    right query head, the KV head it shares, the rotary positions, the scaling."""
+    tm = load_script()
+    model, tokenizer = micro.build_micro(seed=1, hidden_size=64, num_layers=2, head_dim=16)
+    tm.widen_init(model, 0.2)  # sharp attention, so that a wrong head or position shows
+    batcher = tm.Batcher(tm.micro_adapter(model, tokenizer))
+    lm = batcher.adapter.language_model
+    lm.set_attn_implementation("eager")
+    torch.manual_seed(0)
+    embeds = torch.randn(2, 40, 64)
+    pos = torch.cumsum(torch.randint(1, 300, (2, 40)), dim=1)  # gaps, as a memory's tokens have
+    with torch.no_grad():
+        out = lm(inputs_embeds=embeds, position_ids=pos, output_attentions=True, output_hidden_states=True)
+        for layer in (0, 1):
+            for head in range(4):  # 4 query heads over 2 KV heads
+                queries = [(0, 39), (1, 25)]
+                mine = batcher.head_attention(out.hidden_states[layer], pos, layer, head, queries)
+                for (b, row), probs in zip(queries, mine):
+                    torch.testing.assert_close(probs, out.attentions[layer][b, head, row, :row + 1], atol=1e-5, rtol=0)
+    assert float(out.attentions[1].amax()) > 0.5  # not near-uniform: the comparison can tell heads apart
+
+
 def test_shape_examples_ask_the_newest_frames_shape():
     import numpy as np
 
@@ -275,6 +342,8 @@ def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
      "--hidden-size, --layers and --head-dim shape a fresh model"),
     (["--out", "x.safetensors", "--head-dim", "24"], "--head-dim must be even, at least 8 and divide --hidden-size 64"),
     (["--out", "x.safetensors", "--head-dim", "7"], "--head-dim must be even"),
+    (["--out", "x.safetensors", "--attn-weight", "1", "--attn-layer", "4"], "--attn-layer must be 0-3 and --attn-head 0-3"),
+    (["--out", "x.safetensors", "--attn-weight", "1", "--attn-head", "4"], "--attn-layer must be 0-3 and --attn-head 0-3"),
 ])
 def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, message):
     (run,) = train_runs(args)
@@ -300,16 +369,20 @@ def test_focus_recipe_trains_its_fourth_stage_on_the_memory_length_asked_for(tmp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe, stages, drawn", [
-    ("hold", ["shape", "hold32", "hold96", "hold256"], {"realtime_shape", "ordering", "counting"}),
-    ("find", ["find12", "find32", "find96", "find256"], {"realtime_shape"}),  # no ordering nor counting
+@pytest.mark.parametrize("recipe, stages, drawn, taught", [
+    ("hold", ["shape", "hold32", "hold96", "hold256"], {"realtime_shape", "ordering", "counting"}, []),
+    # no ordering nor counting; head 3 of layer 1 taught where to look
+    ("find", ["find12", "find32", "find96", "find256"], {"realtime_shape"},
+     ["--attn-weight", "1", "--attn-layer", "1", "--attn-head", "3"]),
 ])
-def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(tmp_path, recipe, stages, drawn):
+def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(tmp_path, recipe, stages, drawn,
+                                                                                taught):
     out = tmp_path / "h.safetensors"
     steps = ",".join(["0"] * 3 + ["1"] * len(stages))
     (run,) = train_runs(["--out", str(out), "--recipe", recipe, "--init-weights", str(micro.WEIGHTS_FILE),
                          "--stage-steps", steps, "--last-stage-frames", "24", "--max-stream-s", "600",
-                         "--val-per-kind", "1", "--eval-every", "1000", "--aux-weight", "0.5", "--aux-count", "prev"])
+                         "--val-per-kind", "1", "--eval-every", "1000", "--aux-weight", "0.5", "--aux-count", "prev",
+                         *taught])
     assert run.returncode == 0, run.stderr[-2000:]
     info = micro.read_training_info(out)
     assert [s["stage"] for s in info["stages"]] == ["bootstrap", "broaden", "main", *stages]
@@ -317,7 +390,11 @@ def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(t
     # validation covers every kind the last stage draws: the memory kinds and the shape on screen among them
     assert set(info["final_val_first_token_acc"]) == {"realtime_colour", *drawn, *sb.MEMORY_KINDS, "all"}
     last = json.loads(out.with_suffix(".log.jsonl").read_text().splitlines()[-1])
-    assert list(last["aux_acc_ema"]) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"]
+    ema = last["aux_acc_ema"]
+    assert list(ema) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"] + ["evidence_mass"] * bool(taught)
+    assert (info["attn_weight"], info["attn_layer"], info["attn_head"]) == ((1.0, 1, 3) if taught else (0.0, 2, 0))
+    if taught:  # a share of one head's attention, moved a twentieth of the way from 0 per step
+        assert 0 < ema["evidence_mass"] <= 1 - 0.95 ** len(stages)
 
 
 @pytest.mark.slow
