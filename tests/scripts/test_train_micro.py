@@ -18,7 +18,8 @@ from hermes.datasets import synthetic_bench as sb
 from hermes.models import micro
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))  # train_micro imports its folder's micro_checkpoint
+sys.path.insert(0, str(ROOT / "scripts"))  # train_micro imports its folder's micro_checkpoint and micro_examples
+import micro_examples as mx
 SHORT = ["--stage-steps", "3,3,3", "--val-per-kind", "2", "--eval-every", "1000", "--warmup", "2"]
 
 
@@ -85,19 +86,13 @@ def test_long_recipe_needs_its_fourth_stage_steps(tmp_path):
 
 
 def test_recall_memories_are_a_window_plus_older_records_in_time_order():
-    import importlib.util
-
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("train_micro", ROOT / "scripts" / "train_micro.py")
-    tm = importlib.util.module_from_spec(spec)
-    sys.modules["train_micro"] = tm  # its dataclasses look their module up there
-    spec.loader.exec_module(tm)
     rng = np.random.default_rng(0)
     for _ in range(50):
         k = int(rng.integers(4, 129))
         streamed = int(rng.integers(k + 4, 600))
-        frames, keep = tm.choose_memory(rng, "recall", streamed, k)
+        frames, keep = mx.choose_memory(rng, "recall", streamed, k)
         assert len(frames) <= k and frames[-1] == streamed - 1
         assert (np.diff(frames) > 0).all()  # spliced in time order, no frame twice
         assert keep.shape == (len(frames), 16) and keep[-1].all() and keep.any(axis=1).all()
@@ -116,13 +111,12 @@ def load_script():
 def test_frame_labels_mark_each_appearance_once_and_rank_them_in_memory_order():
     import numpy as np
 
-    tm = load_script()
     app = lambda colour, shape, start, end: sb.Appearance(colour, shape, start, end, 0.5, 0.5, 0.0, 0.0, 0.25)
     timeline = sb.Timeline(20, [app("red", "circle", 1, 4), app("blue", "square", 5, 8), app("red", "triangle", 9, 12),
                                 app("green", "circle", 13, 16)])
     frames = np.array([0, 2, 3, 6, 7, 10, 14])
     # frame 10 (the second red) is in memory but does not show its object: it must count as empty
-    labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
+    labels = mx.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
     red, blue, green = (1 + sb.COLOURS.index(c) for c in ("red", "blue", "green"))
     circle, square = (1 + sb.SHAPES.index(s) for s in ("circle", "square"))
     assert labels[:, :4].tolist() == [[0, 0, 0, 0], [red, circle, 1, 1], [red, circle, 0, 1], [blue, square, 1, 2],
@@ -132,11 +126,11 @@ def test_frame_labels_mark_each_appearance_once_and_rank_them_in_memory_order():
     assert tally == {"red": [0, 1, 1, 1, 1, 1, 1], "blue": [0, 0, 0, 1, 1, 1, 1], "green": [0, 0, 0, 0, 0, 0, 1],
                      "white": [0] * 7}
     # shown, the second red counts from its first frame on, in every later frame's tally
-    labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 10, 14])
+    labels = mx.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 10, 14])
     assert labels[:, 5 + sb.COLOURS.index("red")].tolist() == [0, 1, 1, 1, 1, 2, 2]
     assert labels[5, :5].tolist() == [red, 1 + sb.SHAPES.index("triangle"), 1, 3, 2]
     # prev: the object memory shows before this frame's (the unshown red triangle is no object of memory)
-    labels = tm.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
+    labels = mx.frame_labels(timeline, frames, label_frames=[0, 2, 3, 6, 7, 14])
     assert labels[:, -2:].tolist() == [[0, 0], [0, 0], [0, 0], [red, circle], [red, circle], [0, 0], [blue, square]]
 
 
@@ -151,11 +145,9 @@ def test_the_shipped_recipe_draws_the_examples_it_drew_before_the_memory_kinds(s
     import hashlib
 
     import numpy as np
-
-    tm = load_script()
     rng, digest = np.random.default_rng(4), hashlib.sha256()
     for _ in range(30):
-        ex = tm.make_example(rng, tm.STAGES[stage], 240)
+        ex = mx.make_example(rng, mx.STAGES[stage], 240)
         digest.update(f"{ex.prompt}|{ex.answer}|{ex.layout}|{ex.streamed}|{ex.frame_index.tolist()}|"
                       f"{ex.keep.tolist()}".encode())
     assert digest.hexdigest() == V1_DRAWS[stage]
@@ -172,13 +164,11 @@ def memory_objects(ex) -> list[tuple[str, int]]:
 def test_hold_and_find_examples_name_objects_memory_shows_once_and_answer_from_memory(kind, stage):
     """Answers recomputed from the examples' per-frame labels (what memory shows), not the question maker."""
     import numpy as np
-
-    tm = load_script()
     rng = np.random.default_rng(3)
     answers = set()
-    stage = tm.RECIPES["hold" if stage.startswith("hold") else "find"][stage]
+    stage = mx.RECIPES["hold" if stage.startswith("hold") else "find"][stage]
     for _ in range(12):
-        ex = tm.make_example(rng, stage, 600, kind=kind, layout=str(rng.choice(stage.layouts[1:4] or ["window"])))
+        ex = mx.make_example(rng, stage, 600, kind=kind, layout=str(rng.choice(stage.layouts[1:4] or ["window"])))
         assert ex.keep.sum() <= 16 * stage.max_frames  # the stage's memory budget, in tokens
         objects = memory_objects(ex)
         names = [n for n, _ in objects]
@@ -213,12 +203,10 @@ def test_hold_and_find_examples_name_objects_memory_shows_once_and_answer_from_m
 def test_evidence_frames_are_those_the_answer_is_read_from(kind):
     """Checked against the examples' per-frame labels (their object, and the object before it in memory)."""
     import numpy as np
-
-    tm = load_script()
     rng = np.random.default_rng(4)
-    stage = tm.RECIPES["find"]["find32"]
+    stage = mx.RECIPES["find"]["find32"]
     for _ in range(6):
-        ex = tm.make_example(rng, stage, 600, kind=kind, layout=str(rng.choice(["full", "window", "sparse"])))
+        ex = mx.make_example(rng, stage, 600, kind=kind, layout=str(rng.choice(["full", "window", "sparse"])))
         marked = ex.labels[ex.evidence]  # (E, 13) the marked frames' labels
         name = [f"{sb.COLOURS[r[0] - 1]} {sb.SHAPES[r[1] - 1]}" for r in marked]
         prev = [f"{sb.COLOURS[r[11] - 1]} {sb.SHAPES[r[12] - 1]}" for r in marked]
@@ -277,12 +265,10 @@ def test_head_attention_is_the_layers_own_attention():
 
 def test_shape_examples_ask_the_newest_frames_shape():
     import numpy as np
-
-    tm = load_script()
     rng = np.random.default_rng(5)
     asked = set()
     for _ in range(30):
-        ex = tm.make_example(rng, tm.SHAPE, 240, kind="realtime_shape")
+        ex = mx.make_example(rng, mx.SHAPE, 240, kind="realtime_shape")
         shape = sb.SHAPES[ex.labels[-1, 1] - 1]  # the newest frame's object, from its label
         assert ex.answer in (shape, "ABC"[sb.SHAPES.index(shape)]), (ex.prompt, ex.answer)
         asked.add(shape)
@@ -302,12 +288,10 @@ def test_vision_probe_reads_colours_from_the_shipped_weights_and_barely_shapes()
 
 def test_aux_targets_of_drawn_examples_agree_with_their_counting_answers():
     import numpy as np
-
-    tm = load_script()
     rng = np.random.default_rng(0)
-    stage = tm.CURRICULUM["long32"]
+    stage = mx.CURRICULUM["long32"]
     for _ in range(20):
-        ex = tm.make_example(rng, stage, 120, kind="counting", layout="full")
+        ex = mx.make_example(rng, stage, 120, kind="counting", layout="full")
         colour = ex.prompt.split("show a ")[1].split(" object")[0]
         onsets = ex.labels[:, 2] == 1
         of_colour = ex.labels[:, 0] == 1 + sb.COLOURS.index(colour)
