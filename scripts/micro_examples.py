@@ -106,6 +106,11 @@ AUX_SETS = {"none": ("colour", "shape", "onset", "rank"), "own": ("colour", "sha
             "prev": ("colour", "shape", "onset", "rank", "prev_colour", "prev_shape")}
 
 
+# What `--subject-weight` teaches the token that predicts the answer to carry: the question's half of finding
+# X in memory (the frames carry their object, and the one before it, by AUX_CLASSES).
+SUBJECT_CLASSES = {"colour": 1 + len(sb.COLOURS), "shape": 1 + len(sb.SHAPES), "relation": 3}
+
+
 @dataclass
 class Example:
     """One training example: the frames in memory, where they sit, the prompt and the answer."""
@@ -122,6 +127,25 @@ class Example:
     # 1-4), own (0 none, 1-COUNT_CAP), the tally of each colour in `sb.COLOURS`' order (0-COUNT_CAP), then the
     # colour and shape of the object before this frame's in memory (0 none)
     evidence: np.ndarray  # (K,) bool: the frames the answer is read from (`evidence_frames`)
+    subject: np.ndarray  # (3,) int, SUBJECT_CLASSES' order: what the question looks for (`subject_labels`)
+
+
+def subject_labels(q: sb.SynthQuestion) -> np.ndarray:
+    """What the question looks for, as the token that predicts the answer should carry it (`--subject-weight`):
+    the colour and shape of the object it names (X of "just before / after X"; the colour alone of "in the
+    last N minutes"; 0 none) and how memory shows it (1: X's own frames, "before"; 2: the frames after X's,
+    which know X as the object before them, "after"; 0 otherwise).
+
+    Returns:
+        (3,) int64.
+    """
+    out = np.zeros(len(SUBJECT_CLASSES), np.int64)
+    if q.kind in ("episodic_before", "episodic_after"):
+        colour, shape = q.question.rsplit(" the ", 1)[1].rstrip("?").split()  # "... just before the red circle?"
+        out[:] = 1 + sb.COLOURS.index(colour), 1 + sb.SHAPES.index(shape), 1 if q.kind == "episodic_before" else 2
+    elif q.kind == "episodic_recent":  # "Did a red object appear ...?"
+        out[0] = 1 + sb.COLOURS.index(q.question.split(" a ", 1)[1].split()[0])
+    return out
 
 
 def frame_labels(timeline: sb.Timeline, frame_index: np.ndarray, label_frames: list[int]) -> np.ndarray:
@@ -294,5 +318,5 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
         prompt, answer = prompt_text(q, str(rng.choice(STYLES, p=stage.style_weights)))
         return Example(frames, frames_idx, keep, streamed, prompt, answer, kind, layout,
                        frame_labels(timeline, frames_idx, label_frames),
-                       evidence_frames(timeline, q, frames_idx, label_frames))
+                       evidence_frames(timeline, q, frames_idx, label_frames), subject_labels(q))
     raise RuntimeError(f"no {kind} question fits {layout} memories of at most {max_frames} frames")

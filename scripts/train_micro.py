@@ -37,8 +37,8 @@ from hermes.pipelines.session import OPTION_LETTERS, StreamingSession
 from hermes.rope import RotarySpec
 from micro_checkpoint import (CheckpointError, Progress, has_checkpoint, load_checkpoint,  # noqa: E402  this folder's
                               part, read_record, read_tensors, save_checkpoint)
-from micro_examples import (AUX_CLASSES, AUX_SETS, MAIN, RECIPES, Example, Stage, jpeg_like,  # noqa: E402  this folder's
-                            make_example)
+from micro_examples import (AUX_CLASSES, AUX_SETS, MAIN, RECIPES, SUBJECT_CLASSES, Example, Stage,  # noqa: E402
+                            jpeg_like, make_example)
 
 # arguments a resumed run may change: where it writes and checkpoints, and how long one sitting lasts
 RESUME_FREE = ("out", "log", "checkpoint", "checkpoint_every", "session_seconds", "export_checkpoint")
@@ -69,6 +69,8 @@ class Forward:
     states: torch.Tensor | None = None  # (m, hidden): the aux layer's state at the m kept visual tokens
     labels: torch.Tensor | None = None  # (m, 13): their frames' `Example.labels`
     evidence_mass: torch.Tensor | None = None  # (E,): the taught head's attention on evidence, per example with some
+    subject_states: torch.Tensor | None = None  # (B, hidden): the aux layer's state at each answer-predicting token
+    subject: torch.Tensor | None = None  # (B, 3): each example's `Example.subject`
 
 
 class Batcher:
@@ -87,7 +89,8 @@ class Batcher:
 
         Args:
             aux_layer: also return the hidden state after this many decoder layers at every kept visual
-                token, with its frame's `Example.labels` row.
+                token, with its frame's `Example.labels` row, and at each token that predicts an answer's
+                first token, with its example's `Example.subject`.
             attn_head: (layer, head): also return, per example with evidence frames, the share of attention
                 that this head of this decoder layer (both from 0) gives them from the token that predicts
                 the answer's first token.
@@ -131,6 +134,8 @@ class Batcher:
             states = out.hidden_states[aux_layer]  # (B, L, hidden); index 0 is the embeddings
             result.states = torch.cat([states[b, idx] for b, idx in enumerate(visual_at)])
             result.labels = torch.cat(labels)
+            result.subject_states = torch.stack([states[b, int(idx[0])] for b, idx in enumerate(answer_at)])
+            result.subject = torch.stack([torch.from_numpy(ex.subject) for ex in examples])
         if attn_head is not None:
             layer, head = attn_head
             queries = [(b, int(idx[0])) for b, idx in enumerate(answer_at) if len(evidence_at[b])]
@@ -312,6 +317,8 @@ class TrainLoop:
         self.aux_names = AUX_SETS[args.aux_count]
         self.aux_columns = [list(AUX_CLASSES).index(name) for name in self.aux_names]
         self.aux_sizes = [AUX_CLASSES[name] for name in self.aux_names]
+        # the aux head's rows after the per-token targets' predict the question's subject (--subject-weight)
+        self.subject_sizes = list(SUBJECT_CLASSES.values()) if args.subject_weight > 0 else []
         self.checkpoint = Path(args.checkpoint) if args.checkpoint else None
         self.sitting_started = time.perf_counter()
         self.trained_before = progress.elapsed_s  # training time of earlier sittings
@@ -382,9 +389,18 @@ class TrainLoop:
         loss = answer_loss = F.cross_entropy(out.logits, out.targets)
         if self.aux_layer is not None:
             labels = out.labels[:, self.aux_columns]
-            heads = self.aux_head(out.states).split(self.aux_sizes, dim=-1)
+            token_rows = sum(self.aux_sizes)
+            heads = self.aux_head(out.states)[:, :token_rows].split(self.aux_sizes, dim=-1)
             aux = sum(F.cross_entropy(h, labels[:, j]) for j, h in enumerate(heads)) / len(heads)
             loss = loss + args.aux_weight * aux
+            if self.subject_sizes:
+                asked = self.aux_head(out.subject_states)[:, token_rows:].split(self.subject_sizes, dim=-1)
+                subject = sum(F.cross_entropy(h, out.subject[:, j]) for j, h in enumerate(asked)) / len(asked)
+                loss = loss + args.subject_weight * subject
+                for j, (name, h) in enumerate(zip(SUBJECT_CLASSES, asked)):
+                    hit = float((h.argmax(-1) == out.subject[:, j]).float().mean())
+                    key = f"subject_{name}"
+                    pr.aux_acc_ema[key] = 0.95 * pr.aux_acc_ema.get(key, 0.0) + 0.05 * hit
             for j, (aux_name, h) in enumerate(zip(self.aux_names, heads)):
                 hit = float((h.argmax(-1) == labels[:, j]).float().mean())
                 pr.aux_acc_ema[aux_name] = 0.95 * pr.aux_acc_ema[aux_name] + 0.05 * hit
@@ -506,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --aux-weight, also a counting target: own (how many objects of the frame's colour "
                         "so far) or tally (that count for every colour, at every frame); or prev (the colour and "
                         "shape of the object before the frame's)")
+    p.add_argument("--subject-weight", type=float, default=0.0,
+                   help="with --aux-weight, weight of a loss that teaches the token that predicts the answer to carry, "
+                        "at --aux-layer, what the question looks for: the colour and shape of the object it names and "
+                        "whether X's own frames or the next object's hold the answer (see subject_labels; 0: off)")
     p.add_argument("--attn-weight", type=float, default=0.0,
                    help="weight of a loss that teaches --attn-head of --attn-layer to attend, from the token that "
                         "predicts the answer, to the frames the answer is read from (X for 'just before X', the "
@@ -551,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.session_seconds is not None and not args.checkpoint:
         p.error("--session-seconds needs --checkpoint (where the paused run is kept)")
+    if args.subject_weight > 0 and args.aux_weight <= 0:
+        p.error("--subject-weight needs --aux-weight (its head reads the state --aux-layer names)")
     if args.checkpoint_every < 1 or args.hidden_size < 16 or args.hidden_size % 16 or args.layers < 1:
         p.error("--checkpoint-every and --layers must be at least 1, --hidden-size a multiple of 16")
     if args.head_dim < 8 or args.head_dim % 2 or args.hidden_size % args.head_dim:
@@ -594,7 +616,9 @@ def main(argv: list[str] | None = None) -> int:
                 for k in val_kinds for _ in range(args.val_per_kind)]
     # the auxiliary head: one linear map to every target's classes, trained with the model, never saved
     aux_names = AUX_SETS[args.aux_count]
-    aux_head = (torch.nn.Linear(model.config.text_config.hidden_size, sum(AUX_CLASSES[n] for n in aux_names))
+    subject_rows = sum(SUBJECT_CLASSES.values()) if args.subject_weight > 0 else 0
+    aux_head = (torch.nn.Linear(model.config.text_config.hidden_size,
+                                sum(AUX_CLASSES[n] for n in aux_names) + subject_rows)
                 if args.aux_weight > 0 else None)
     model.train()
     params = list(model.parameters()) + (list(aux_head.parameters()) if aux_head is not None else [])
@@ -633,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
                 "final_val_first_token_acc": final_acc, "final_val_full_first_token_acc": final_full_acc,
                 "aux_weight": args.aux_weight, "aux_layer": args.aux_layer, "aux_count": args.aux_count,
                 "attn_weight": args.attn_weight, "attn_layer": args.attn_layer, "attn_head": args.attn_head,
+                "subject_weight": args.subject_weight,
                 "last_stage_frames": list(stages.values())[-1].max_frames}
     digest = save_micro(model, tokenizer, args.out, training)
     print(f"wrote {args.out} sha256 {digest} in {training['wall_s']:.0f} s", flush=True)

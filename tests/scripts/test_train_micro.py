@@ -231,6 +231,17 @@ def test_evidence_frames_are_those_the_answer_is_read_from(kind):
             colour = question.split("Did a ")[1].split()[0]
             newest = [n for n, _ in onsets if n.startswith(colour + " ")][-1]
             assert set(name) == {newest}
+        # what the question looks for, read from its text, is what the marked frames show (their object, or the
+        # one before it for "just after X")
+        colour, shape, relation = ex.subject.tolist()
+        if kind in ("episodic_before", "episodic_after"):
+            column = 0 if kind == "episodic_before" else 11
+            assert {(colour, shape)} == {tuple(r[column:column + 2]) for r in marked}
+            assert relation == (1 if kind == "episodic_before" else 2)
+        elif kind == "episodic_recent":
+            assert {colour} == {r[0] for r in marked} and shape == relation == 0
+        else:
+            assert colour == shape == relation == 0
         if kind == "realtime_colour":  # the newest frame only, not its object's earlier frames
             continue
         # whole objects are marked: every frame in memory of a marked object, none of another
@@ -327,6 +338,7 @@ def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
     (["--out", "x.safetensors", "--head-dim", "24"], "--head-dim must be even, at least 8 and divide --hidden-size 64"),
     (["--out", "x.safetensors", "--head-dim", "7"], "--head-dim must be even"),
     (["--out", "x.safetensors", "--attn-weight", "1", "--attn-layer", "4"], "--attn-layer must be 0-3 and --attn-head 0-3"),
+    (["--out", "x.safetensors", "--subject-weight", "1"], "--subject-weight needs --aux-weight"),
     (["--out", "x.safetensors", "--attn-weight", "1", "--attn-head", "4"], "--attn-layer must be 0-3 and --attn-head 0-3"),
 ])
 def test_length_report_and_training_refuse_bad_arguments_with_one_line(args, message):
@@ -357,7 +369,7 @@ def test_focus_recipe_trains_its_fourth_stage_on_the_memory_length_asked_for(tmp
     ("hold", ["shape", "hold32", "hold96", "hold256"], {"realtime_shape", "ordering", "counting"}, []),
     # no ordering nor counting; head 3 of layer 1 taught where to look
     ("find", ["find12", "find32", "find96", "find256"], {"realtime_shape"},
-     ["--attn-weight", "1", "--attn-layer", "1", "--attn-head", "3"]),
+     ["--attn-weight", "1", "--attn-layer", "1", "--attn-head", "3", "--subject-weight", "0.5"]),
 ])
 def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(tmp_path, recipe, stages, drawn,
                                                                                 taught):
@@ -375,8 +387,10 @@ def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(t
     assert set(info["final_val_first_token_acc"]) == {"realtime_colour", *drawn, *sb.MEMORY_KINDS, "all"}
     last = json.loads(out.with_suffix(".log.jsonl").read_text().splitlines()[-1])
     ema = last["aux_acc_ema"]
-    assert list(ema) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"] + ["evidence_mass"] * bool(taught)
-    assert (info["attn_weight"], info["attn_layer"], info["attn_head"]) == ((1.0, 1, 3) if taught else (0.0, 2, 0))
+    subject = ["subject_colour", "subject_shape", "subject_relation"]
+    assert list(ema) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"] + (subject + ["evidence_mass"]) * bool(taught)
+    assert ((info["attn_weight"], info["attn_layer"], info["attn_head"], info["subject_weight"])
+            == ((1.0, 1, 3, 0.5) if taught else (0.0, 2, 0, 0.0)))
     if taught:  # a share of one head's attention, moved a twentieth of the way from 0 per step
         assert 0 < ema["evidence_mass"] <= 1 - 0.95 ** len(stages)
 
