@@ -397,9 +397,9 @@ class TrainLoop:
                 asked = self.aux_head(out.subject_states)[:, token_rows:].split(self.subject_sizes, dim=-1)
                 subject = sum(F.cross_entropy(h, out.subject[:, j]) for j, h in enumerate(asked)) / len(asked)
                 loss = loss + args.subject_weight * subject
-                for j, (name, h) in enumerate(zip(SUBJECT_CLASSES, asked)):
+                for j, (field, h) in enumerate(zip(SUBJECT_CLASSES, asked)):
                     hit = float((h.argmax(-1) == out.subject[:, j]).float().mean())
-                    key = f"subject_{name}"
+                    key = f"subject_{field}"
                     pr.aux_acc_ema[key] = 0.95 * pr.aux_acc_ema.get(key, 0.0) + 0.05 * hit
             for j, (aux_name, h) in enumerate(zip(self.aux_names, heads)):
                 hit = float((h.argmax(-1) == labels[:, j]).float().mean())

@@ -386,6 +386,7 @@ def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(t
     # validation covers every kind the last stage draws: the memory kinds and the shape on screen among them
     assert set(info["final_val_first_token_acc"]) == {"realtime_colour", *drawn, *sb.MEMORY_KINDS, "all"}
     last = json.loads(out.with_suffix(".log.jsonl").read_text().splitlines()[-1])
+    assert last["stage"] == stages[-1]
     ema = last["aux_acc_ema"]
     subject = ["subject_colour", "subject_shape", "subject_relation"]
     assert list(ema) == ["colour", "shape", "onset", "rank", "prev_colour", "prev_shape"] + (subject + ["evidence_mass"]) * bool(taught)
