@@ -34,11 +34,11 @@ class Stage:
     """What one training stage draws: question kinds, memory layouts and prompt styles (with weights)."""
 
     kinds: tuple[str, ...]
-    layout_weights: tuple[float, ...]  # over LAYOUTS
+    layout_weights: tuple[float, ...]  # over `layouts`
     style_weights: tuple[float, ...]  # over STYLES
     max_frames: int  # most frames in memory in one example
     batch_size: int  # examples per step (cheap early stages take bigger batches: steadier, same wall time)
-    layouts: tuple[str, ...] = ("full", "window", "uniform", "sparse")  # what `layout_weights` weighs
+    layouts: tuple[str, ...] = LAYOUTS  # what `layout_weights` weighs
     # name X uniquely as the suite does (`sb.name_subjects`), at a random depth of the memory: in long memories
     # names repeat, and the only unique ones would be the rare colour's
     unique_subjects: bool = False
@@ -130,6 +130,16 @@ class Example:
     subject: np.ndarray  # (3,) int, SUBJECT_CLASSES' order: what the question looks for (`subject_labels`)
 
 
+def named_object(q: sb.SynthQuestion) -> str:
+    """X's name in "What colour was the object just before / after the red circle?": "red circle"."""
+    return q.question.rsplit(" the ", 1)[1].rstrip("?")
+
+
+def asked_colour(q: sb.SynthQuestion) -> str:
+    """The colour of "Did a red object appear in the last N minutes?": "red"."""
+    return q.question.split(" a ", 1)[1].split()[0]
+
+
 def subject_labels(q: sb.SynthQuestion) -> np.ndarray:
     """What the question looks for, as the token that predicts the answer should carry it (`--subject-weight`):
     the colour and shape of the object it names (X of "just before / after X"; the colour alone of "in the
@@ -141,10 +151,10 @@ def subject_labels(q: sb.SynthQuestion) -> np.ndarray:
     """
     out = np.zeros(len(SUBJECT_CLASSES), np.int64)
     if q.kind in ("episodic_before", "episodic_after"):
-        colour, shape = q.question.rsplit(" the ", 1)[1].rstrip("?").split()  # "... just before the red circle?"
+        colour, shape = named_object(q).split()
         out[:] = 1 + sb.COLOURS.index(colour), 1 + sb.SHAPES.index(shape), 1 if q.kind == "episodic_before" else 2
-    elif q.kind == "episodic_recent":  # "Did a red object appear ...?"
-        out[0] = 1 + sb.COLOURS.index(q.question.split(" a ", 1)[1].split()[0])
+    elif q.kind == "episodic_recent":
+        out[0] = 1 + sb.COLOURS.index(asked_colour(q))
     return out
 
 
@@ -202,13 +212,12 @@ def evidence_frames(timeline: sb.Timeline, q: sb.SynthQuestion, frame_index: np.
     elif q.kind == "ordering":
         wanted = [seen[next(n for n, word in enumerate(sb.ORDINALS) if f"the {word} object" in q.question)]]
     elif q.kind in ("episodic_before", "episodic_after"):
-        x = index_of[q.question.rsplit(" the ", 1)[1].rstrip("?")]  # "... just before the red circle?"
+        x = index_of[named_object(q)]
         wanted = [seen[x if q.kind == "episodic_before" else x + 1]]
     elif q.kind == "ordering_pair":
         wanted = [seen[index_of[name]] for name in q.options]
-    elif q.kind == "episodic_recent":  # "Did a red object appear ...?"
-        colour = q.question.split(" a ", 1)[1].split()[0]
-        wanted = [a for a in seen if a.colour == colour][-1:]
+    elif q.kind == "episodic_recent":
+        wanted = [a for a in seen if a.colour == asked_colour(q)][-1:]
     else:
         wanted = []
     return np.array([a is not None and a in wanted for a in apps], bool)
