@@ -27,6 +27,7 @@ STYLES = ("ovo", "session", "open")
 GRID = 4  # pooled tokens per frame side (16 per frame)
 COVERED = 0.1  # a kept token "shows" the object when this fraction of its cell is object pixels
 NAMED_KINDS = ("episodic_before", "episodic_after", "ordering_pair")  # questions that name objects
+RELATION_KINDS = ("episodic_before", "episodic_after")  # "just before / after X": a neighbour of X
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Stage:
     # name X uniquely as the suite does (`sb.name_subjects`), at a random depth of the memory: in long memories
     # names repeat, and the only unique ones would be the rare colour's
     unique_subjects: bool = False
+    # ask each memory of "just before / after X" two or three times (`make_examples`): about X, about another object,
+    # about X's other neighbour, answers that differ, so that an answer that does not read the question is wrong
+    contrast: bool = False
 
 
 # A curriculum, each stage cheaper per step than the next and teaching what it builds on: what a frame
@@ -89,9 +93,16 @@ FIND_KINDS = ("realtime_colour", "realtime_shape", "episodic_first", "ordering_p
     "episodic_before", "episodic_after")  # X named twice as often: "just before / after X" each 2 in 9 examples
 FIND = {"find12": Stage(FIND_KINDS, (0.7, 0.3), (0.35, 0.4, 0.25), 12, 32, ("full", "window"), unique_subjects=True),
         **{f"find{n}": dataclasses.replace(HOLD[f"hold{n}"], kinds=FIND_KINDS) for n in (32, 96, 256)}}
+# `--recipe read` (issue 37): the find weights answer "just before X" without reading the question (asked about
+# another object, or "after" for "before", they answer the same; benchmarks/micro-hold-pilot.md, "Reading the
+# question"): the find stages' short memories, and 24 frames of many objects (evenly spaced or scattered frames of
+# long streams), each memory of a named kind asked in contrast.
+READ = {"read12": dataclasses.replace(FIND["find12"], contrast=True),
+        "read24": Stage(FIND_KINDS, (0.0, 0.0, 0.5, 0.5), (0.35, 0.4, 0.25), 24, 16, unique_subjects=True, contrast=True)}
 RECIPES = {"v1": STAGES, "shape": {**STAGES, "shape": SHAPE}, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
            "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS},
-           "hold": {**STAGES, "shape": SHAPE, **HOLD}, "find": {**STAGES, **FIND}}
+           "hold": {**STAGES, "shape": SHAPE, **HOLD}, "find": {**STAGES, **FIND},
+           "read": {**STAGES, **FIND, **READ}}
 # Auxiliary per-visual-token targets (`--aux-weight`), read from one layer's hidden state by a linear head
 # trained with the model and never saved: a 4-layer model given only the answer's loss finds neither the
 # onsets counting needs nor the ranks ordering needs. `own` and `tally` (`--aux-count`) are the counting
@@ -289,7 +300,20 @@ def prompt_text(q: sb.SynthQuestion, style: str) -> tuple[str, str]:
 
 def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind: str | None = None,
                  layout: str | None = None) -> Example:
-    """Draw one example of `stage` (retrying until the drawn stream supports the drawn question)."""
+    """Draw one example of `stage`: the first of `make_examples`."""
+    return make_examples(rng, stage, max_stream_s, kind, layout)[0]
+
+
+def make_examples(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind: str | None = None,
+                  layout: str | None = None) -> list[Example]:
+    """Draw one memory of `stage` and the examples asked about it (retrying until the drawn stream supports the
+    drawn question): one, or for "just before / after X" in a `Stage.contrast` stage two or three (about X; about
+    another object Y, same relation; about X's other neighbour; in one prompt style), those whose answers memory
+    shows and differ from the first's.
+
+    Returns:
+        The examples, the drawn question's first.
+    """
     kind = kind or str(rng.choice(stage.kinds))
     layout = layout or str(rng.choice(stage.layouts, p=stage.layout_weights))
     max_frames = stage.max_frames
@@ -306,13 +330,14 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
         timeline = sb.random_timeline(rng, streamed, lead_in_s=(0, 4))
         frames_idx, keep = choose_memory(rng, layout, streamed, k)
         subject_s = None
+        contrast = stage.contrast and kind in RELATION_KINDS
         if stage.unique_subjects and kind in NAMED_KINDS:
-            targets = rng.choice(frames_idx, size=2 if kind == "ordering_pair" else 1)
+            targets = rng.choice(frames_idx, size=2 if kind == "ordering_pair" or contrast else 1)
             try:
                 timeline, subjects = sb.name_subjects(rng, timeline, [(float(t), streamed - 0.5) for t in targets])
             except ValueError:  # nothing gone by the question yet
                 continue
-            subject_s = min(subjects)
+            subject_s = subjects[0] if contrast else min(subjects)
         # a wholly kept frame always counts; only partly kept ones need their pixels looked at
         label_frames = [int(i) for i, m in zip(frames_idx, keep)
                         if i == streamed - 1 or m.all() or covered(sb.render_frame(timeline, int(i)), m)]
@@ -324,8 +349,22 @@ def make_example(rng: np.random.Generator, stage: Stage, max_stream_s: int, kind
         frames = np.stack([sb.render_frame(timeline, int(i)) for i in frames_idx])
         if rng.random() < 0.8:
             frames = np.stack([jpeg_like(f, rng) for f in frames])
-        prompt, answer = prompt_text(q, str(rng.choice(STYLES, p=stage.style_weights)))
-        return Example(frames, frames_idx, keep, streamed, prompt, answer, kind, layout,
-                       frame_labels(timeline, frames_idx, label_frames),
-                       evidence_frames(timeline, q, frames_idx, label_frames), subject_labels(q))
+        style = str(rng.choice(STYLES, p=stage.style_weights))
+        labels = frame_labels(timeline, frames_idx, label_frames)
+        asked = [q]
+        if contrast:  # Y (another name) with X's relation, and X with the other one, where memory answers otherwise
+            other = RELATION_KINDS[1 - RELATION_KINDS.index(kind)]
+            siblings = [sb.make_question(rng, timeline, label_frames, k, streamed - 0.5, subject_s=s)
+                        for k, s in ((kind, subjects[1]), (other, subjects[0]))]
+            # X's neighbours often share a colour (the rare colour takes every other slot): no contrast there
+            asked += [a for a in siblings if a is not None and a.answer != q.answer]
+            if len(asked) == 1:
+                continue
+        examples = []
+        for question in asked:
+            prompt, answer = prompt_text(question, style)
+            examples.append(Example(frames, frames_idx, keep, streamed, prompt, answer, question.kind, layout, labels,
+                                    evidence_frames(timeline, question, frames_idx, label_frames),
+                                    subject_labels(question)))
+        return examples
     raise RuntimeError(f"no {kind} question fits {layout} memories of at most {max_frames} frames")

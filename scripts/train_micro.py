@@ -37,8 +37,8 @@ from hermes.pipelines.session import OPTION_LETTERS, StreamingSession
 from hermes.rope import RotarySpec
 from micro_checkpoint import (CheckpointError, Progress, has_checkpoint, load_checkpoint,  # noqa: E402  this folder's
                               part, read_record, read_tensors, save_checkpoint)
-from micro_examples import (AUX_CLASSES, AUX_SETS, MAIN, RECIPES, SUBJECT_CLASSES, Example, Stage,  # noqa: E402
-                            jpeg_like, make_example)
+from micro_examples import (AUX_CLASSES, AUX_SETS, MAIN, RECIPES, RELATION_KINDS, SUBJECT_CLASSES, Example,  # noqa: E402
+                            Stage, jpeg_like, make_example, make_examples)
 
 # arguments a resumed run may change: where it writes and checkpoints, and how long one sitting lasts
 RESUME_FREE = ("out", "log", "checkpoint", "checkpoint_every", "session_seconds", "export_checkpoint")
@@ -227,16 +227,32 @@ def parse_bins(text: str) -> list[tuple[int, int]]:
     return bins
 
 
+def contrast_hits(batcher: Batcher, memories: list[list[Example]]) -> list[bool]:
+    """Per memory asked in contrast (`make_examples` of a `Stage.contrast` stage: questions whose answers differ):
+    is every question's first answer token right? A model that does not read the question is never right on all.
+    """
+    hits = first_token_hits(batcher, [ex for asked in memories for ex in asked], MAIN.batch_size)
+    ends = np.cumsum([len(asked) for asked in memories])
+    return [all(hits[end - len(asked):end]) for asked, end in zip(memories, ends)]
+
+
 def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[int, int]], per_bin: int,
-                  max_stream_s: int) -> None:
+                  max_stream_s: int, contrast_rng: np.random.Generator) -> None:
     """Print a markdown table of first-answer-token accuracy per question kind with full memory, by memory
     length in frames (95 % bootstrap intervals), a row as soon as it is done: up to which length each
-    kind of answer holds, apart from which frames a policy keeps.
+    kind of answer holds, apart from which frames a policy keeps. The last column, "X in contrast", is the
+    share of memories where "just before / after X" is answered right about X and about its siblings
+    (`contrast_hits`; drawn from `contrast_rng`): whether the answers read the question.
     """
     import micro_suite  # this folder's: its bootstrap is the testbed's interval
 
+    def cell(hits: list[bool]) -> str:
+        acc, low, high = micro_suite.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
+        return f"{acc:.0f} [{low:.0f}, {high:.0f}]"
+
     kinds = tuple(sb.TASK_OF)
-    print("| frames in memory | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds), flush=True)
+    columns = [*kinds, "X in contrast"]
+    print("| frames in memory | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns), flush=True)
     for lo, hi in bins:
         stage = Stage(kinds, (1.0, 0.0, 0.0, 0.0), MAIN.style_weights, hi, MAIN.batch_size, unique_subjects=True)
         cells = []
@@ -246,9 +262,14 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
                 ex = make_example(rng, stage, max_stream_s, kind=kind, layout="full")
                 if ex.streamed >= lo:
                     examples.append(ex)
-            hits = first_token_hits(batcher, examples, MAIN.batch_size)
-            acc, low, high = micro_suite.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
-            cells.append(f"{acc:.0f} [{low:.0f}, {high:.0f}]")
+            cells.append(cell(first_token_hits(batcher, examples, MAIN.batch_size)))
+        paired = dataclasses.replace(stage, kinds=RELATION_KINDS, contrast=True)
+        memories: list[list[Example]] = []
+        while len(memories) < per_bin:
+            asked = make_examples(contrast_rng, paired, max_stream_s, layout="full")
+            if asked[0].streamed >= lo:
+                memories.append(asked)
+        cells.append(cell(contrast_hits(batcher, memories)))
         print(f"| {lo}-{hi} | " + " | ".join(cells) + " |", flush=True)
 
 
@@ -370,7 +391,9 @@ class TrainLoop:
                 pr.stage_steps[name] = pr.step - pr.stage_first  # the cap: what was done is what is recorded
                 break
             if not pool:  # draw a few batches and group them by length: less padding
-                drawn = [make_example(self.rng, stage, args.max_stream_s) for _ in range(4 * stage.batch_size)]
+                drawn: list[Example] = []
+                while len(drawn) < 4 * stage.batch_size:  # a contrast stage's memories come with their siblings
+                    drawn += make_examples(self.rng, stage, args.max_stream_s)
                 drawn.sort(key=lambda ex: int(ex.keep.sum()) + len(ex.prompt))
                 pool = [drawn[i:i + stage.batch_size] for i in range(0, len(drawn), stage.batch_size)]
                 pool = [pool[i] for i in self.rng.permutation(len(pool))]
@@ -566,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"weights: {args.init_weights or 'shipped'}; {args.val_per_kind} examples per kind and bin, seed "
               f"{args.seed}; full memory: every frame of the stream", flush=True)
         length_report(Batcher(adapter), np.random.default_rng([args.seed, 2]), bins, args.val_per_kind,
-                      args.max_stream_s)
+                      args.max_stream_s, np.random.default_rng([args.seed, 3]))
         return 0
 
     if args.session_seconds is not None and not args.checkpoint:

@@ -189,13 +189,84 @@ def test_hold_and_find_examples_name_objects_memory_shows_once_and_answer_from_m
             answers.add(right == a)
             assert ex.answer in (right, "AB"[(a, b).index(right)])
             continue
-        named = question.split(" the ")[-1]
-        assert names.count(named) == 1, (named, names)  # unique in memory: the others were renamed
-        i = names.index(named) + (1 if kind == "episodic_after" else -1)
-        colour = names[i].split()[0]
-        assert ex.answer in (colour, "ABCDEF"[sb.COLOURS.index(colour)])
+        neighbour_answer(ex)
     if kind in ("episodic_recent", "ordering_pair"):
         assert len(answers) == 2  # both answers are drawn
+
+
+def neighbour_answer(ex) -> tuple[str, str]:
+    """(X's name, the answer's colour) of a "just before / after X" example, from what its memory shows; asserts
+    that X is shown once and that the example's answer (the colour or its letter) is that colour."""
+    names = [n for n, _ in memory_objects(ex)]
+    named = ex.prompt.split("?")[0].split(" the ")[-1]
+    assert names.count(named) == 1, (named, names)  # unique in memory: the others were renamed
+    colour = names[names.index(named) + (1 if ex.kind == "episodic_after" else -1)].split()[0]
+    assert ex.answer in (colour, "ABCDEF"[sb.COLOURS.index(colour)])
+    return named, colour
+
+
+@pytest.mark.parametrize("stage", ["read12", "read24"])
+def test_a_contrast_memory_is_asked_about_x_another_object_and_xs_other_neighbour(stage):
+    """Each "just before / after X" memory of a read stage comes with siblings (same frames, same prompt style) whose
+    answers, recomputed from memory, differ from the first's: an answer that ignores the question is wrong."""
+    import numpy as np
+    rng = np.random.default_rng(5)
+    stage = mx.READ[stage]
+    counts = []
+    for draw in range(16):
+        kind = ("episodic_before", "episodic_after")[draw % 2]
+        examples = mx.make_examples(rng, stage, 1800, kind=kind)
+        counts.append(len(examples))
+        assert examples[0].kind == kind and all(e.frames is examples[0].frames for e in examples)
+        assert len({("A." in e.prompt, "(A)" in e.prompt) for e in examples}) == 1  # one prompt style
+        asked = [(e.kind, *neighbour_answer(e)) for e in examples]
+        x = asked[0][1]
+        if len(asked) == 3:
+            assert asked[1][0] == kind and asked[1][1] != x  # another object, the same relation
+            assert asked[2][0] != kind and asked[2][1] == x  # X, the other relation
+        else:  # a sibling memory cannot answer (X's other neighbour not shown, Y = X) or answers alike is left out
+            assert len(asked) == 2 and (asked[1][1] != x) == (asked[1][0] == kind)
+        assert all(colour != asked[0][2] for _, _, colour in asked[1:])  # siblings answer otherwise
+    assert counts.count(3) >= 2, counts
+    others = [mx.make_examples(rng, stage, 1800, kind=k) for k in ("episodic_first", "ordering_pair", "realtime_shape")]
+    assert [len(e) for e in others] == [1, 1, 1]  # only the neighbour kinds are asked in contrast
+
+
+def test_contrast_hits_are_never_all_right_for_answers_that_ignore_the_question():
+    """`contrast_hits` (the length report's "X in contrast"): a model answering from the memory alone (each memory's
+    first question's answer, to all its questions) is right on no memory; one that reads every question, on all."""
+    import numpy as np
+    tm = load_script()
+    rng = np.random.default_rng(2)
+    memories = [mx.make_examples(rng, mx.READ["read12"], 600, kind=k) for k in ("episodic_before", "episodic_after") * 3]
+    first_of = {id(asked[0].frames): asked[0] for asked in memories}
+
+    class Answering(tm.Batcher):
+        reads_question = True
+
+        def forward(self, examples, *args, **kwargs):
+            out = super().forward(examples)
+            tok, logits, r = self.adapter.tokenizer, torch.zeros_like(out.logits), 0
+            for ex in examples:
+                said = ex if self.reads_question else first_of[id(ex.frames)]
+                logits[r, tok.encode(said.answer, add_special_tokens=False)[0]] = 1.0
+                r += len(tok.encode(ex.answer, add_special_tokens=False)) + 1
+            out.logits = logits
+            return out
+
+    batcher = Answering(tm.micro_adapter(*micro.build_micro(seed=1, hidden_size=64, num_layers=2, head_dim=16)))
+    assert tm.contrast_hits(batcher, memories) == [True] * len(memories)
+    batcher.reads_question = False
+    assert tm.first_token_hits(batcher, [asked[0] for asked in memories], 4) == [True] * len(memories)
+    assert tm.contrast_hits(batcher, memories) == [False] * len(memories)
+
+
+def test_a_stage_without_contrast_draws_one_example_as_before():
+    import numpy as np
+    one, many = np.random.default_rng(9), np.random.default_rng(9)
+    for kind in ("episodic_before", "episodic_after", "ordering_pair"):
+        a, [b] = mx.make_example(one, mx.FIND["find12"], 600, kind=kind), mx.make_examples(many, mx.FIND["find12"], 600, kind=kind)
+        assert a.prompt == b.prompt and a.answer == b.answer and (a.frames == b.frames).all()
 
 
 @pytest.mark.parametrize("kind", ["realtime_colour", "episodic_first", "episodic_before", "episodic_after",
@@ -317,7 +388,8 @@ def test_length_report_gives_full_memory_accuracy_per_kind_by_memory_length():
     assert run.returncode == 0, run.stderr[-2000:]
     table = [line for line in run.stdout.splitlines() if line.startswith("|")]
     header = [c.strip() for c in table[0].strip("|").split("|")]
-    assert header == ["frames in memory", *sb.TASK_OF]  # every kind, the memory kinds of issue 37 among them
+    # every kind, the memory kinds of issue 37 among them, and whether "just before / after X" reads X
+    assert header == ["frames in memory", *sb.TASK_OF, "X in contrast"]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]] for line in table[2:]}
     assert list(rows) == ["8-10", "11-12"]
     # the shipped weights read the newest frame of a short full memory (the draw is seeded: always the same)
