@@ -95,10 +95,11 @@ FIND = {"find12": Stage(FIND_KINDS, (0.7, 0.3), (0.35, 0.4, 0.25), 12, 32, ("ful
         **{f"find{n}": dataclasses.replace(HOLD[f"hold{n}"], kinds=FIND_KINDS) for n in (32, 96, 256)}}
 # `--recipe read` (issue 37): the find weights answer "just before X" without reading the question (asked about
 # another object, or "after" for "before", they answer the same; benchmarks/micro-hold-pilot.md, "Reading the
-# question"): the find stages' short memories, and 24 frames of many objects (evenly spaced or scattered frames of
-# long streams), each memory of a named kind asked in contrast.
-READ = {"read12": dataclasses.replace(FIND["find12"], contrast=True),
-        "read24": Stage(FIND_KINDS, (0.0, 0.0, 0.5, 0.5), (0.35, 0.4, 0.25), 24, 16, unique_subjects=True, contrast=True)}
+# question"). Each memory of a named kind asked in contrast: the find stage's short streams (two or three objects),
+# and 6, 12, 24 frames of long streams as `uniform` and `sparse` select them (an object a frame, X anywhere).
+SPREAD = {f"spread{n}": Stage(FIND_KINDS, (0.0, 0.0, 0.5, 0.5), (0.35, 0.4, 0.25), n, batch, unique_subjects=True,
+                              contrast=True) for n, batch in ((6, 32), (12, 32), (24, 16))}
+READ = {"read12": dataclasses.replace(FIND["find12"], contrast=True), **SPREAD}
 RECIPES = {"v1": STAGES, "shape": {**STAGES, "shape": SHAPE}, "long": {**STAGES, "long": LONG},  # v1: the shipped weights' recipe
            "curriculum": {**STAGES, **CURRICULUM}, "focus": {**STAGES, "focus": FOCUS},
            "hold": {**STAGES, "shape": SHAPE, **HOLD}, "find": {**STAGES, **FIND},

@@ -205,7 +205,7 @@ def neighbour_answer(ex) -> tuple[str, str]:
     return named, colour
 
 
-@pytest.mark.parametrize("stage", ["read12", "read24"])
+@pytest.mark.parametrize("stage", ["read12", "spread6", "spread24"])
 def test_a_contrast_memory_is_asked_about_x_another_object_and_xs_other_neighbour(stage):
     """Each "just before / after X" memory of a read stage comes with siblings (same frames, same prompt style) whose
     answers, recomputed from memory, differ from the first's: an answer that ignores the question is wrong."""
@@ -442,11 +442,14 @@ def test_focus_recipe_trains_its_fourth_stage_on_the_memory_length_asked_for(tmp
     # no ordering nor counting; head 3 of layer 1 taught where to look
     ("find", ["find12", "find32", "find96", "find256"], {"realtime_shape"},
      ["--attn-weight", "1", "--attn-layer", "1", "--attn-head", "3", "--subject-weight", "0.5"]),
+    # the find stages skipped (0 steps), then the memories asked in contrast
+    ("read", ["find12", "find32", "find96", "find256", "read12", "spread6", "spread12", "spread24"], {"realtime_shape"},
+     []),
 ])
 def test_hold_and_find_recipes_run_their_memory_stages_and_validate_every_kind(tmp_path, recipe, stages, drawn,
                                                                                 taught):
     out = tmp_path / "h.safetensors"
-    steps = ",".join(["0"] * 3 + ["1"] * len(stages))
+    steps = ",".join(["0"] * 3 + ["0" if recipe == "read" and s.startswith("find") else "1" for s in stages])
     (run,) = train_runs(["--out", str(out), "--recipe", recipe, "--init-weights", str(micro.WEIGHTS_FILE),
                          "--stage-steps", steps, "--last-stage-frames", "24", "--max-stream-s", "600",
                          "--val-per-kind", "1", "--eval-every", "1000", "--aux-weight", "0.5", "--aux-count", "prev",
