@@ -162,7 +162,7 @@ def subject_labels(q: sb.SynthQuestion) -> np.ndarray:
         (3,) int64.
     """
     out = np.zeros(len(SUBJECT_CLASSES), np.int64)
-    if q.kind in ("episodic_before", "episodic_after"):
+    if q.kind in RELATION_KINDS:
         colour, shape = named_object(q).split()
         out[:] = 1 + sb.COLOURS.index(colour), 1 + sb.SHAPES.index(shape), 1 if q.kind == "episodic_before" else 2
     elif q.kind == "episodic_recent":
@@ -223,7 +223,7 @@ def evidence_frames(timeline: sb.Timeline, q: sb.SynthQuestion, frame_index: np.
         wanted = seen[:1]
     elif q.kind == "ordering":
         wanted = [seen[next(n for n, word in enumerate(sb.ORDINALS) if f"the {word} object" in q.question)]]
-    elif q.kind in ("episodic_before", "episodic_after"):
+    elif q.kind in RELATION_KINDS:
         x = index_of[named_object(q)]
         wanted = [seen[x if q.kind == "episodic_before" else x + 1]]
     elif q.kind == "ordering_pair":
@@ -318,6 +318,7 @@ def make_examples(rng: np.random.Generator, stage: Stage, max_stream_s: int, kin
     kind = kind or str(rng.choice(stage.kinds))
     layout = layout or str(rng.choice(stage.layouts, p=stage.layout_weights))
     max_frames = stage.max_frames
+    contrast = stage.contrast and kind in RELATION_KINDS  # names X and Y as `unique_subjects` does
     target_count = str(rng.integers(1, 5))  # counts drawn evenly, not as they fall (mostly 1 in short clips)
     # episodic_recent: yes and no evenly (drawn only for it: the other kinds' draws stay the shipped recipe's)
     target_yes = str(rng.choice(sb.YES_NO)) if kind == "episodic_recent" else None
@@ -331,8 +332,7 @@ def make_examples(rng: np.random.Generator, stage: Stage, max_stream_s: int, kin
         timeline = sb.random_timeline(rng, streamed, lead_in_s=(0, 4))
         frames_idx, keep = choose_memory(rng, layout, streamed, k)
         subject_s = None
-        contrast = stage.contrast and kind in RELATION_KINDS
-        if stage.unique_subjects and kind in NAMED_KINDS:
+        if (stage.unique_subjects and kind in NAMED_KINDS) or contrast:
             targets = rng.choice(frames_idx, size=2 if kind == "ordering_pair" or contrast else 1)
             try:
                 timeline, subjects = sb.name_subjects(rng, timeline, [(float(t), streamed - 0.5) for t in targets])

@@ -250,26 +250,26 @@ def length_report(batcher: Batcher, rng: np.random.Generator, bins: list[tuple[i
         acc, low, high = micro_suite.bootstrap([dict(enumerate(hits))], list(range(len(hits))))
         return f"{acc:.0f} [{low:.0f}, {high:.0f}]"
 
+    def full_memories(draw_rng: np.random.Generator, stage: Stage, lo: int,
+                      kind: str | None = None) -> list[list[Example]]:
+        """`per_bin` memories of at least `lo` frames (a full memory holds the whole stream: its length is the
+        bin's), each with the examples asked about it."""
+        memories: list[list[Example]] = []
+        while len(memories) < per_bin:
+            asked = make_examples(draw_rng, stage, max_stream_s, kind=kind, layout="full")
+            if asked[0].streamed >= lo:
+                memories.append(asked)
+        return memories
+
     kinds = tuple(sb.TASK_OF)
     columns = [*kinds, "X in contrast"]
     print("| frames in memory | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns), flush=True)
     for lo, hi in bins:
         stage = Stage(kinds, (1.0, 0.0, 0.0, 0.0), MAIN.style_weights, hi, MAIN.batch_size, unique_subjects=True)
-        cells = []
-        for kind in kinds:
-            examples: list[Example] = []
-            while len(examples) < per_bin:  # a full memory holds the whole stream: its length is the bin's
-                ex = make_example(rng, stage, max_stream_s, kind=kind, layout="full")
-                if ex.streamed >= lo:
-                    examples.append(ex)
-            cells.append(cell(first_token_hits(batcher, examples, MAIN.batch_size)))
+        cells = [cell(first_token_hits(batcher, [asked[0] for asked in full_memories(rng, stage, lo, kind)],
+                                       MAIN.batch_size)) for kind in kinds]
         paired = dataclasses.replace(stage, kinds=RELATION_KINDS, contrast=True)
-        memories: list[list[Example]] = []
-        while len(memories) < per_bin:
-            asked = make_examples(contrast_rng, paired, max_stream_s, layout="full")
-            if asked[0].streamed >= lo:
-                memories.append(asked)
-        cells.append(cell(contrast_hits(batcher, memories)))
+        cells.append(cell(contrast_hits(batcher, full_memories(contrast_rng, paired, lo))))
         print(f"| {lo}-{hi} | " + " | ".join(cells) + " |", flush=True)
 
 
