@@ -91,7 +91,8 @@ def test_the_ingress_forwards_todays_api_to_the_streams_replica(fleet):
     url = fleet[0]
     with httpx.Client(base_url=url, headers=AUTH, timeout=120.0) as c:
         created = c.post("/v1/streams", json={"source": "push", "name": "porch"})
-        assert created.status_code == 201 and created.json()["replica"]["pid"] != os.getpid()
+        assert created.status_code == 201, created.text
+        assert created.json()["replica"]["pid"] != os.getpid()
         assert created.json()["replica"]["node"] == ray.get_runtime_context().get_node_id()  # Ray's node id
         assert c.post("/v1/streams", json={"source": "push", "name": "porch"}).status_code == 409
         assert c.post("/v1/streams", json={"source": "push", "fps": 99}).status_code == 422  # the replica's check
@@ -124,7 +125,8 @@ def test_a_killed_replicas_streams_answer_again_with_their_memory(fleet, capsys,
     push, files = ["door", "hall", "gate"], ["yard", "lot", "dock"]
     with httpx.Client(base_url=url, headers=AUTH, timeout=120.0) as c:
         for name in push:
-            assert c.post("/v1/streams", json={"source": "push", "name": name}).status_code == 201
+            r = c.post("/v1/streams", json={"source": "push", "name": name})
+            assert r.status_code == 201, r.text
         for name in files:
             r = c.post("/v1/streams", json={"source": str(videos / "yard.mp4"), "name": name, "fps": 2})
             assert r.status_code == 201, r.text

@@ -79,7 +79,12 @@ class WeedServer:
         self._log = open(self.tmp_path / "weed.log", "ab")
         self.proc = subprocess.Popen([self.binary, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
                                       f"-master.port={master}", f"-volume.port={volume}", "-filer",
-                                      f"-filer.port={filer}", "-s3", f"-s3.port={s3}", "-volume.max=4",
+                                      f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
+                                      # weed grows 7 volumes per collection at its first write, and its own
+                                      # background writes (collection "") about a minute after the start take
+                                      # slots too: with 4 slots a bucket first written after them got "no
+                                      # writable volumes" (InternalError). 16 small volumes hold both
+                                      "-volume.max=16", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
                                       # no Iceberg / Lance listeners: their fixed ports (8181, 9101) would
                                       # keep a second server on this machine from starting
                                       "-s3.port.iceberg=0", "-s3.port.lance=0"],
@@ -94,9 +99,9 @@ class WeedServer:
             try:
                 if self.bucket not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
                     client.create_bucket(Bucket=self.bucket)
-                # ready means writable: the first object write waits for a volume to be allocated,
-                # which takes seconds after the bucket answers
-                client.put_object(Bucket=self.bucket, Key="_ready", Body=b"")
+                # ready means writable: the first object write waits for the bucket's volumes to be
+                # allocated, which takes seconds after the bucket answers
+                client.put_object(Bucket=self.bucket, Key="_ready", Body=b"ready")  # an empty body needs no volume
                 client.delete_object(Bucket=self.bucket, Key="_ready")
                 return self.endpoint
             except Exception:  # not up (or not writable) yet: look again
