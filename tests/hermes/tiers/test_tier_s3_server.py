@@ -54,7 +54,9 @@ def _objects(endpoint: str, prefix: str) -> list[str]:
 
 @pytest.mark.slow
 def test_two_processes_share_a_stream_and_a_third_resumes_it_after_a_kill(tmp_path):
-    video = write_synthetic_video(tmp_path / "long.mp4", duration_s=300.0, fps=2.0)
+    # longer than A can stream while B and a second writer load and answer, even on a loaded machine: A is
+    # killed mid-stream; C stops at its timed question, so the length costs nothing
+    video = write_synthetic_video(tmp_path / "long.mp4", duration_s=1800.0, fps=2.0)
     with seaweedfs(tmp_path) as endpoint:
         env = _env(endpoint)
         writer = subprocess.Popen([HERMES, "run", str(video), "--memory-dir", STREAM,
@@ -83,6 +85,7 @@ def test_two_processes_share_a_stream_and_a_third_resumes_it_after_a_kill(tmp_pa
                                     text=True, timeout=300)
             assert second.returncode == 2 and "in use by writer" in second.stderr
             assert len(second.stderr.strip().splitlines()) == 1
+            assert writer.poll() is None, "A finished before it was killed: make the video longer"
         finally:
             writer.send_signal(signal.SIGKILL)  # mid-stream, perhaps mid-group
             writer.wait()
@@ -90,20 +93,22 @@ def test_two_processes_share_a_stream_and_a_third_resumes_it_after_a_kill(tmp_pa
                                 timeout=300)
         assert verify.returncode == 0, verify.stdout + verify.stderr  # no partial group is visible
         records_of_a = int(verify.stdout.split("disk_manifest ")[1].split(",")[0])
+        inspect = subprocess.run([HERMES, "memory", "inspect", STREAM, "--json"], env=env, capture_output=True,
+                                 text=True, timeout=300)
+        assert inspect.returncode == 0 and json.loads(inspect.stdout)["path"] == STREAM
+        ask_at_s = json.loads(inspect.stdout)["time_span_s"][1] + 30.0  # 60 frames past A's records: 15 chunks
         time.sleep(LEASE_S + 0.5)  # A's lease runs out: the stream may be taken over
         resumed = subprocess.run([HERMES, "run", str(video), "--memory-dir", STREAM, "--resume", "--json",
-                                  "--ask", "What is there now?", *_common(endpoint, tmp_path / "cache-c")],
+                                  "--ask", "What is there now?", "--at", f"{ask_at_s:.1f}",
+                                  *_common(endpoint, tmp_path / "cache-c")],
                                  env=env, capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stderr
-        # C went on from A's last checkpoint to the end of the video
+        # C went on from A's last checkpoint to its question
         assert json.loads(resumed.stdout.splitlines()[-1])["frames_seen"] > answer["frames_seen"]
         verify = subprocess.run([HERMES, "memory", "verify", STREAM], env=env, capture_output=True, text=True,
                                 timeout=300)
         assert verify.returncode == 0, verify.stdout
         assert int(verify.stdout.split("disk_manifest ")[1].split(",")[0]) > records_of_a
-        inspect = subprocess.run([HERMES, "memory", "inspect", STREAM, "--json"], env=env, capture_output=True,
-                                 text=True, timeout=300)
-        assert inspect.returncode == 0 and json.loads(inspect.stdout)["path"] == STREAM
 
 
 @pytest.mark.slow
