@@ -95,8 +95,10 @@ def test_two_processes_share_a_stream_and_a_third_resumes_it_after_a_kill(tmp_pa
         records_of_a = int(verify.stdout.split("disk_manifest ")[1].split(",")[0])
         inspect = subprocess.run([HERMES, "memory", "inspect", STREAM, "--json"], env=env, capture_output=True,
                                  text=True, timeout=300)
-        assert inspect.returncode == 0 and json.loads(inspect.stdout)["path"] == STREAM
-        ask_at_s = json.loads(inspect.stdout)["time_span_s"][1] + 30.0  # 60 frames past A's records: 15 chunks
+        assert inspect.returncode == 0, inspect.stderr
+        report = json.loads(inspect.stdout)
+        assert report["path"] == STREAM
+        ask_at_s = report["time_span_s"][1] + 30.0  # 60 frames past A's records: 15 chunks
         time.sleep(LEASE_S + 0.5)  # A's lease runs out: the stream may be taken over
         resumed = subprocess.run([HERMES, "run", str(video), "--memory-dir", STREAM, "--resume", "--json",
                                   "--ask", "What is there now?", "--at", f"{ask_at_s:.1f}",
