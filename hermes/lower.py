@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache, to_device_no_sync
+from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache
 from hermes.config import MemoryConfig
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
@@ -24,7 +24,7 @@ from hermes.tiers.remote_level import remote_options
 from hermes.tiers.s3 import parse_location
 from hermes.tiers.fingerprint import kv_layout, make_fingerprint, weights_digest
 from hermes.tiers.meaning import content_vector
-from hermes.tiers.records import RECORD_FIELDS, Record
+from hermes.tiers.records import RECORD_FIELDS, LayerTokens, Record
 from hermes.tiers.summarise import summarise
 
 
@@ -168,48 +168,52 @@ class LowerLevels:
         if not hits:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         keys0, _ = cache.layer_tensors()[0]
-        records = self.store.fetch([rid for rid, _ in hits], device=keys0.device, dtype=keys0.dtype)
+        # as stored (int8 codes, on the host): only the tokens the splice keeps are dequantized and moved
+        records = self.store.fetch([rid for rid, _ in hits], dequantize=False)
         records.sort(key=lambda r: r.t_start_s)  # time order
         n = recall_cap(cache, min(sum(r.layers[layer].num_tokens for r in records) for layer in range(cache.num_layers)),
                        self.cfg)
         if n == 0:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3, records=len(records))
-        first_layer = cache.layers[0]
-        visual = first_layer.kinds != KIND_PREFIX
-        oldest = int(first_layer.positions[0, visual].min()) if bool(visual.any()) else cache.next_position
-        shift_to = oldest  # records shifted after a compaction end just before this position
-        shifted = []
-        for record in reversed(records):  # newest first, each placed before the previous one
-            if record.epoch != cache.compactions:
-                last = max(int(layer.positions[0].max()) for layer in record.layers if layer.num_tokens)
-                delta = shift_to - 1 - last
-                first = min(int(layer.positions[0].min()) for layer in record.layers if layer.num_tokens)
-                shift_to = first + delta
-            else:
-                delta = 0
-            shifted.append((record, delta))
-        spliced: dict[str, list[torch.Tensor]] = {"keys": [], "values": [], "positions": [], "frame_index": []}
-        layers_kv, tops = [], []
-        # (frames,) each frame's time, once for every layer (a day-long stream has 86,400)
-        times_s = torch.tensor(self.frame_times, dtype=torch.float64) if when is not None else None
-        for layer in range(cache.num_layers):
-            parts = [self._layer_tokens(record.layers[layer], delta) for record, delta in reversed(shifted)]
-            # importance, or (a time asked about) nearness to that time: what the cap keeps first; for the start,
-            # what first happened before a still opening (`change_priority`)
-            scores = torch.cat([p[3] if when is None else time_priority(times_s, p[4], when) for p in parts])
-            if when is not None and when[1] == "start" and scores.shape[0] > n:
-                scores = change_priority(torch.cat([p[1] for p in parts], dim=1), torch.cat([p[4] for p in parts]),
-                                         scores)
-            # the best n, in time order (every record's tokens when layers hold equally many, the usual case)
-            top = torch.arange(n) if scores.shape[0] == n else torch.sort(torch.topk(scores, n).indices).values
-            tops.append(top)
-            layers_kv.append((torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)))
-            spliced["positions"].append(torch.cat([p[2] for p in parts], dim=1)[:, top])  # (A, n)
-            spliced["frame_index"].append(torch.cat([p[4] for p in parts])[top])
-        tops_on_device = to_device_no_sync(torch.stack(tops), keys0.device)  # (L, n): one move for every layer
-        for (keys, values), top in zip(layers_kv, tops_on_device):  # (H, m, D) each
-            spliced["keys"].append(keys.index_select(1, top))
-            spliced["values"].append(values.index_select(1, top))
+        deltas = self._shifts(cache, records)  # (R,) position shift of each record, in time order
+        # per layer, its candidates: every record's tokens, in time order
+        per_layer = [[record.layers[layer] for record in records] for layer in range(cache.num_layers)]
+        frames = [torch.cat([t.frame_index for t in tokens]) for tokens in per_layer]  # (C_l,) per layer
+        if when is None:  # the importance each token was evicted with
+            priorities = [torch.cat([t.scores for t in tokens]).float() for tokens in per_layer]
+        else:  # nearness to the time asked about, for every layer's candidates at once
+            times_s = torch.tensor(self.frame_times, dtype=torch.float64)  # (frames,) by index
+            every = torch.cat(frames)
+            priority = time_priority(times_s, every, when)
+            if when[1] == "start" and max(f.shape[0] for f in frames) > n:  # the cap must choose
+                # what first happened before a still opening, read from the first layer's values: a frame's
+                # content there owes nothing to its position or to the frames before it
+                first = frames[0].shape[0]
+                opening = change_priority(torch.cat([dequantized(t, "values") for t in per_layer[0]], dim=1),
+                                          frames[0], priority[:first])
+                priority = by_frame_of(frames[0], opening, every, priority)
+            priorities = torch.split(priority, [f.shape[0] for f in frames])
+        tops = best_in_time_order(priorities, n)  # (L, n) candidate indices per layer
+        # the kept rows of every layer, dequantized into one host buffer each: one move to the device for all
+        keys, values = (torch.empty(cache.num_layers, rows.shape[0], n, rows.shape[-1])  # (L, H, n, D)
+                        for rows in (records[0].layers[0].keys, records[0].layers[0].values))
+        positions, frame_index = [], []
+        for layer, (tokens, frames_l, top) in enumerate(zip(per_layer, frames, tops)):
+            record_of = torch.repeat_interleave(torch.arange(len(tokens)),
+                                                torch.tensor([t.num_tokens for t in tokens]))[top]  # (n,)
+            chosen_rows(tokens, top, record_of, "keys", out=keys[layer])
+            chosen_rows(tokens, top, record_of, "values", out=values[layer])
+            at = torch.cat([t.positions.reshape(-1, t.num_tokens) for t in tokens], dim=1)[:, top]  # (A, n)
+            positions.append((at, deltas[record_of].expand_as(at)))
+            frame_index.append(frames_l[top])
+        keys, values = (t.to(keys0.device, keys0.dtype) for t in (keys, values))
+        spliced = {"keys": list(keys), "values": list(values), "positions": [at + shift for at, shift in positions],
+                   "frame_index": frame_index}
+        for layer, (at, shift) in enumerate(positions):
+            if bool(shift.any()):  # records of an older position epoch move before level 1
+                one_d = self.spec.kind == "1d"
+                spliced["keys"][layer] = rotate_keys(keys[layer], (shift[0] if one_d else shift).to(keys.device),
+                                                     self.spec, positions=(at[0] if one_d else at).to(keys.device))
         cache.append(spliced["keys"], spliced["values"], spliced["positions"], KIND_RECALLED, spliced["frame_index"])
         elapsed = (time.perf_counter() - start) * 1e3
         return RecallStats(recall_ms=elapsed, records=len(records), tokens=n)
@@ -250,8 +254,9 @@ class LowerLevels:
     def _seen_at(self, cache: HermesCache, hits: list[tuple[int, float]]) -> float | None:
         """The stream time (s) of the frame whose content best matches the question's vector (`last_vector`),
         among the frames of the `hits` records and of level 1; None without a frame."""
-        records = self.store.fetch([rid for rid, _ in hits])
-        candidates = [frame_similarity(r.layers[-1].keys, r.layers[-1].positions.reshape(-1, r.layers[-1].num_tokens),
+        records = self.store.fetch([rid for rid, _ in hits], dequantize=False)  # only the last layer is read
+        candidates = [frame_similarity(dequantized(r.layers[-1], "keys").to(getattr(torch, r.source_dtype)),
+                                       r.layers[-1].positions.reshape(-1, r.layers[-1].num_tokens),
                                        r.layers[-1].frame_index, self.last_vector, self.spec) for r in records]
         candidates.append(level1_similarity(cache, self.last_vector, self.spec, per_frame=True))
         frames = torch.cat([f for f, _ in candidates])
@@ -260,14 +265,22 @@ class LowerLevels:
         best = int(frames[torch.cat([sims for _, sims in candidates]).argmax()])
         return self.frame_times[min(best, len(self.frame_times) - 1)]
 
-    def _layer_tokens(self, tokens, delta: int):
-        keys = tokens.keys
-        positions = tokens.positions if tokens.positions.dim() == 2 else tokens.positions[None]  # (A, m)
-        if delta and tokens.num_tokens:
-            d = torch.full_like(positions, delta)
-            keys = rotate_keys(keys, (d[0] if self.spec.kind == "1d" else d).to(keys.device), self.spec,
-                               positions=(positions[0] if self.spec.kind == "1d" else positions).to(keys.device))
-        return keys, tokens.values, positions + delta, tokens.scores.float().cpu(), tokens.frame_index
+    @staticmethod
+    def _shifts(cache: HermesCache, records: list[Record]) -> torch.Tensor:
+        """(R,) how far each record (in time order) moves: 0 in level 1's position epoch; a record of an older
+        epoch (before a compaction) is placed, newest first, to end just before the previous one (level 1's
+        oldest visual position for the newest)."""
+        first_layer = cache.layers[0]
+        visual = first_layer.kinds != KIND_PREFIX
+        shift_to = int(first_layer.positions[0, visual].min()) if bool(visual.any()) else cache.next_position
+        deltas = [0] * len(records)
+        for i in reversed(range(len(records))):
+            record = records[i]
+            if record.epoch != cache.compactions:
+                last = max(int(layer.positions[0].max()) for layer in record.layers if layer.num_tokens)
+                deltas[i] = shift_to - 1 - last
+                shift_to = min(int(layer.positions[0].min()) for layer in record.layers if layer.num_tokens) + deltas[i]
+        return torch.tensor(deltas, dtype=torch.long)
 
     # ---- lifecycle -----------------------------------------------------------------------------------
 
@@ -281,6 +294,36 @@ class LowerLevels:
         self.store.close()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def dequantized(tokens: LayerTokens, field: str) -> torch.Tensor:
+    """(H, m, D) float32 keys or values of one layer of a stored record (int8 codes times their scales)."""
+    rows = getattr(tokens, field)
+    scale = tokens.key_scale if field == "keys" else tokens.value_scale
+    return torch.mul(rows, scale) if scale is not None else rows.float()  # int8 times float32 is float32
+
+
+def chosen_rows(tokens: list[LayerTokens], top: torch.Tensor, record_of: torch.Tensor, field: str,
+                out: torch.Tensor) -> None:
+    """Write into `out` (H, n, D) the keys or values of the candidates at `top` among one layer's tokens of
+    several stored records (in order), dequantized after choosing: the work grows with the n rows kept, not
+    with every candidate.
+
+    Args:
+        top: (n,) indices into the records' tokens laid end to end, ascending.
+        record_of: (n,) which record each chosen token is in (so each record's chosen tokens are a run).
+    """
+    runs = torch.bincount(record_of, minlength=len(tokens)).tolist()  # chosen tokens per record
+    start, first = 0, 0  # first: the record's first token among the candidates
+    for t, taken in zip(tokens, runs):
+        if taken:
+            rows = getattr(t, field).index_select(1, top[start:start + taken] - first)  # (H, taken, D)
+            scale = t.key_scale if field == "keys" else t.value_scale
+            if scale is not None:
+                torch.mul(rows, scale, out=out[:, start:start + taken])
+            else:
+                out[:, start:start + taken].copy_(rows)
+        start, first = start + taken, first + t.num_tokens
 
 
 def time_priority(times_s: torch.Tensor, frame_index: torch.Tensor, when: tuple[float, str]) -> torch.Tensor:
@@ -297,6 +340,35 @@ def time_priority(times_s: torch.Tensor, frame_index: torch.Tensor, when: tuple[
     elif when[1] == "after":
         offset = torch.where(offset < 0, -2 * offset, offset)
     return -offset.abs().float()
+
+
+def best_in_time_order(priorities: list[torch.Tensor], n: int) -> torch.Tensor:
+    """(L, n) the indices of each layer's `n` highest priorities, ascending (candidates are in time order).
+
+    Args:
+        priorities: per layer, (C_l,) one per candidate token, C_l >= n.
+    """
+    if all(p.shape[0] == n for p in priorities):  # every candidate fits: no ranking
+        return torch.arange(n).expand(len(priorities), n)
+    if len({p.shape[0] for p in priorities}) == 1:  # the usual case: one ranking for every layer
+        return torch.sort(torch.topk(torch.stack(priorities), n, dim=1).indices, dim=1).values
+    return torch.stack([torch.sort(torch.topk(p, n).indices).values for p in priorities])
+
+
+def by_frame_of(known_frames: torch.Tensor, known: torch.Tensor, frame_index: torch.Tensor,
+                nearness: torch.Tensor) -> torch.Tensor:
+    """(m,) `known`'s priority of each token's frame (a frame's tokens alike in `known`); a frame it does not
+    rank comes after every frame it does, nearest first.
+
+    Args:
+        known_frames, known: (k,) frames and their tokens' priorities, as `change_priority` returned them.
+        frame_index, nearness: (m,) the tokens to rank, and their `time_priority`.
+    """
+    frames, slot = torch.unique(known_frames, return_inverse=True)
+    by_frame = torch.empty(frames.numel()).scatter_(0, slot, known.float())
+    at = torch.searchsorted(frames, frame_index).clamp(max=frames.numel() - 1)
+    unranked = float(known.min()) - 1.0 + (nearness.float() - float(nearness.max()))  # below every ranked frame
+    return torch.where(frames[at] == frame_index, by_frame[at], unranked)
 
 
 def change_priority(values: torch.Tensor, frame_index: torch.Tensor, nearness: torch.Tensor) -> torch.Tensor:

@@ -484,8 +484,11 @@ class MemoryDirectory:
         return self.prefetcher.prefetch([i for i in ids if i not in self.dram])
 
     def fetch(self, ids: Sequence[int], device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
-              non_blocking: bool = True) -> list[Record]:
+              non_blocking: bool = True, dequantize: bool = True) -> list[Record]:
         """Dequantised records, in the order asked, K/V on `device`: from DRAM, the prefetch cache or disk.
+
+        With ``dequantize=False`` the records as stored (int8 codes, on the host), the directory's own
+        objects where they are in DRAM: to be read, never changed.
 
         A disk record that fails its checksum is left out with a warning (noted in `skipped`); one that fails
         its meaning check (`hermes.tiers.meaning`, once per process) is left out and quarantined.
@@ -525,7 +528,7 @@ class MemoryDirectory:
                     self._quarantine(rid, problem)
                     continue
             self.fetched[source] += 1
-            out.append(stored.dequantize(device, dtype, non_blocking=non_blocking))
+            out.append(stored.dequantize(device, dtype, non_blocking=non_blocking) if dequantize else stored)
         return out
 
     def _load_or_error(self, rid: int) -> Record | RecordCorruptError:

@@ -257,8 +257,9 @@ class Record:
         if self.storage == "int8":
             kscale = to_device([l.key_scale for l in layers], device, non_blocking)
             vscale = to_device([l.value_scale for l in layers], device, non_blocking)
-            keys = [(k.float() * s).to(dtype) for k, s in zip(keys, kscale)]
-            values = [(v.float() * s).to(dtype) for v, s in zip(values, vscale)]
+            # int8 codes times float32 scales are float32 already: one operation each, then the dtype asked
+            keys = [torch.mul(k, s).to(dtype) for k, s in zip(keys, kscale)]
+            values = [torch.mul(v, s).to(dtype) for v, s in zip(values, vscale)]
         else:
             # same device and dtype: .to() returns the tensor itself, and the caller must not get our storage
             def fresh(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

@@ -178,3 +178,78 @@ def test_a_resumed_stream_without_record_times_recalls_by_similarity(micro, monk
     monkeypatch.setattr(hermes.lower, "gate_hits", lambda hits, *args: hits)
     assert recalled_frames(session, "What colour was the first object?")
     session.close()
+
+
+def test_the_splice_equals_dequantizing_every_record_then_choosing(micro):
+    """Recall reads records as stored (int8) and dequantizes only the tokens it keeps: every spliced key and
+    value equals, bit for bit, the same token of its record dequantized whole, in every layer."""
+    session = recall_session(micro, recall_gate="question", recall_share=0.5)
+    stored = session.lower.store.fetch(list(session.lower.spans), dequantize=False)
+    assert all(layer.key_scale is not None for record in stored for layer in record.layers)  # int8 codes
+    whole = session.lower.store.fetch(list(session.lower.spans))  # dequantized whole, as before the splice
+    cache, question = session.cache, "What colour was the first object?"
+    mark = cache.mark()
+    session.lower.recall(cache, session.model.question_embeds(question), question, 40.0)
+    assert cache.compactions == 0  # no record moves: positions name the tokens
+    for index, layer in enumerate(cache.layers):
+        by_position = {}  # position -> (key, value, record id), over every record's tokens in this layer
+        for record in whole:
+            tokens = record.layers[index]
+            for i, position in enumerate(tokens.positions.reshape(-1).tolist()):
+                by_position[position] = (tokens.keys[:, i], tokens.values[:, i], record.record_id)
+        recalled = (layer.kinds == KIND_RECALLED).nonzero().squeeze(1).tolist()
+        assert len(recalled) == 2 * TPF
+        sources = set()
+        for i in recalled:
+            key, value, rid = by_position[int(layer.positions[0, i])]
+            assert torch.equal(layer.keys[0][:, i], key) and torch.equal(layer.values[0][:, i], value)
+            sources.add(rid)
+        assert len(sources) == 2  # tokens of two records, each scaled by its own record's scales
+    cache.rewind(mark)
+    session.close()
+
+
+def test_chosen_rows_of_int8_and_float_records_equal_dequantizing_them_all():
+    from hermes.lower import chosen_rows, dequantized
+    from hermes.tiers.records import LayerTokens
+
+    torch.manual_seed(0)
+
+    def tokens(m: int, int8: bool) -> LayerTokens:
+        rows = torch.randint(-127, 128, (2, m, 4), dtype=torch.int8) if int8 else torch.randn(2, m, 4)
+        scale = torch.rand(2, 1, 4) if int8 else None
+        return LayerTokens(keys=rows, values=rows, positions=torch.arange(m)[None], token_ids=torch.arange(m),
+                           frame_index=torch.arange(m), scores=torch.rand(m), counts=torch.ones(m, dtype=torch.long),
+                           key_scale=scale, value_scale=scale)
+
+    for layer in ([tokens(3, True), tokens(5, True)], [tokens(3, True), tokens(2, False), tokens(4, True)]):
+        every = torch.cat([dequantized(t, "keys") for t in layer], dim=1)  # (2, C, 4)
+        top = torch.tensor([0, 2, 3, 4, every.shape[1] - 1])
+        record_of = torch.repeat_interleave(torch.arange(len(layer)), torch.tensor([t.num_tokens for t in layer]))
+        out = torch.full((2, top.numel(), 4), torch.nan)
+        chosen_rows(layer, top, record_of[top], "keys", out=out)
+        assert torch.equal(out, every[:, top])
+
+
+def test_the_cap_keeps_each_layers_highest_priorities_in_time_order():
+    from hermes.lower import best_in_time_order
+
+    priorities = [torch.tensor([0.5, 3.0, 1.0, 2.0]), torch.tensor([4.0, 0.0, 1.0, 3.0])]
+    assert best_in_time_order(priorities, 2).tolist() == [[1, 3], [0, 3]]
+    assert best_in_time_order(priorities, 4).tolist() == [[0, 1, 2, 3]] * 2  # all fit: no ranking
+    uneven = [torch.tensor([0.5, 3.0, 1.0]), torch.tensor([4.0, 0.0, 1.0, 3.0, 2.0])]
+    assert best_in_time_order(uneven, 2).tolist() == [[1, 2], [0, 3]]
+
+
+def test_frames_the_opening_rank_did_not_see_come_after_every_frame_it_did():
+    """The start's ranking is read in the first layer; another layer's token of a frame the first layer
+    holds gets that frame's rank, one of a frame it does not hold comes after all of them, nearest first."""
+    from hermes.lower import by_frame_of
+
+    known_frames = torch.tensor([0, 0, 3, 5])
+    known = torch.tensor([9.0, 9.0, -1.0, -20.0])  # a frame's tokens alike
+    frame_index = torch.tensor([3, 1, 0, 2, 5])
+    nearness = -frame_index.float()
+    ranked = by_frame_of(known_frames, known, frame_index, nearness)
+    assert ranked[[0, 2, 4]].tolist() == [-1.0, 9.0, -20.0]
+    assert float(ranked[[1, 3]].max()) < -20.0 and ranked[1] > ranked[3]  # unseen: last, frame 1 before frame 2
