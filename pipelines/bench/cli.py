@@ -89,17 +89,18 @@ def cmd_bench_memory(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
     cfg = bench_config(args, MEMORY_SUITE_BUDGET)
     from hermes.pipelines.bench.common import run_info
-    from hermes.pipelines.bench.memory import MEMORY_COLUMNS, bench_memory, resolve_policies
+    from hermes.pipelines.bench.memory import BENCH_QUESTION, MEMORY_COLUMNS, bench_memory, resolve_policies
 
     chunk_frames = cfg.stream.chunk_frames
+    policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)  # a bad name fails before the model loads
     model = bench_model(args, cfg)
-    policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)
     print(f"bench memory: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device}, "
           f"budget {cfg.memory.budget} tokens, chunks of {chunk_frames} frames", file=sys.stderr)
     result = bench_memory(model, policies, lengths, chunk_frames=chunk_frames, stream_repeats=args.stream_repeats,
-                          progress=not args.quiet)
+                          progress=not args.quiet, question=args.question or BENCH_QUESTION)
     meta = {"suite": "memory", **run_info(model), "budget": cfg.memory.budget, "chunk_frames": chunk_frames,
-            "lengths": lengths, "policies": [p.label for p in policies], "stream_repeats": args.stream_repeats}
+            "lengths": lengths, "policies": [p.label for p in policies], "stream_repeats": args.stream_repeats,
+            "question": args.question or BENCH_QUESTION}
     write_bench_outputs(args, meta, result, MEMORY_COLUMNS)
     return 0
 
@@ -346,8 +347,13 @@ def add_bench_parser(subparsers, more_suites=()) -> argparse.ArgumentParser:
     add_bench_model_options(memory, ("--device", "--budget", "--chunk-frames"))
     memory.add_argument("--policies", default="full,hermes",
                         help="comma-separated policies, `name+flag` for a memory flag on, `recall-only` for "
-                             "sliding+recall (default: full,hermes)")
+                             "sliding+recall, or memory presets (hermes-4k,hermes-plus: ratios in one run) "
+                             "(default: full,hermes)")
     memory.add_argument("--lengths", default="64,128,256,512,1024,2048", help="stream lengths in frames")
+    memory.add_argument("--question",
+                        help="asked at every length; one about the past (\"What colour was the first object?\") "
+                             "makes recall fire and its time count in TTFT (default: \"What is happening in the "
+                             "video?\", which names the present)")
     memory.add_argument("--stream-repeats", type=positive_int, default=3,
                         help="streams per policy, the policies' order reversed every other one; medians, and the "
                              "ratios' min / median / max (default: %(default)s)")

@@ -20,10 +20,11 @@ from typing import NamedTuple
 
 import torch
 
-from hermes.config import MemoryConfig
+from hermes.config import MemoryConfig, load_preset, preset_names
 from hermes.errors import ConfigError, UsageError
 from hermes.markdown import spread_cell, table
 from hermes.memory import HermesPolicy, SlidingPolicy
+from hermes.policies import POLICIES
 from hermes.pipelines.bench.common import device_sync, synthetic_frames
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import StreamingSession
@@ -95,10 +96,11 @@ POLICY_ALIASES = {"recall-only": "sliding+recall"}  # ReKV-style baseline: a pol
 
 
 def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) -> list[PolicySpec]:
-    """Turn "full,sliding,hermes,hermes+recall" into memory configs on top of `base` at `budget`.
+    """Turn "full,sliding,hermes,hermes+recall,hermes-plus" into memory configs on top of `base` at `budget`.
 
     Args:
-        specs: comma-separated (or listed) `policy[+flag...]` names, or a `POLICY_ALIASES` name.
+        specs: comma-separated (or listed) `policy[+flag...]` names, a `POLICY_ALIASES` name, or a memory
+            preset's name (its settings on top of `base`, e.g. `hermes-4k,hermes-plus`).
         budget: visual tokens per layer for bounded policies.
 
     Returns:
@@ -114,7 +116,11 @@ def resolve_policies(specs: str | list[str], base: MemoryConfig, budget: int) ->
     out = []
     for label in names:
         policy, *flags = POLICY_ALIASES.get(label, label).split("+")
-        memory, note = dataclasses.replace(base, policy=policy, budget=budget), ""
+        if policy not in POLICIES and policy in preset_names("memory"):  # a preset's settings, at this budget
+            memory = dataclasses.replace(base, **{**load_preset("memory", policy), "budget": budget})
+        else:
+            memory = dataclasses.replace(base, policy=policy, budget=budget)
+        note = ""
         for flag in flags:
             value = getattr(memory, flag, None)
             if isinstance(value, bool):
@@ -198,7 +204,8 @@ def checkpointed_stream(n_frames: int, checkpoints: list[int], chunk_frames: int
 
 def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_frames: int = 16,
                    decode_tokens: int = 16, repeats: int = 3, frame_px: int = 448,
-                   seed: int = 0, progress: bool = False) -> tuple[list[StreamRow], str | None]:
+                   seed: int = 0, progress: bool = False, question: str = BENCH_QUESTION
+                   ) -> tuple[list[StreamRow], str | None]:
     """Stream random frames under one policy and measure it at every checkpoint length.
 
     Args:
@@ -207,6 +214,7 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
         decode_tokens: answer length, forced (1: TTFT only).
         repeats: questions per checkpoint; medians are reported.
         progress: a line on stderr at every checkpoint.
+        question: what is asked at every checkpoint (one about the past makes `memory.recall` fire).
 
     Returns:
         (rows, note): one row per checkpoint reached, and why the stream stopped early (None if it did
@@ -229,7 +237,7 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
             seen += size
             if checkpoint:
                 rows.append(_checkpoint_row(session, policy, chunks[window:], seen, chunk_frames, decode_tokens,
-                                            repeats))
+                                            repeats, question))
                 window = len(chunks)
                 if progress:
                     print(f"    {policy.label}: {seen}/{max(checkpoints)} frames "
@@ -247,13 +255,13 @@ def measure_stream(model, policy: PolicySpec, checkpoints: list[int], *, chunk_f
 
 
 def _checkpoint_row(session, policy: PolicySpec, chunks: list[ChunkTiming], frames: int, chunk_frames: int,
-                    decode_tokens: int, repeats: int) -> StreamRow:
+                    decode_tokens: int, repeats: int, question: str) -> StreamRow:
     model = session.model
     ttfts, tpots, recalls, answers = [], [], [], []
     for _ in range(repeats):
         device_sync(model.device)  # the question's clock starts on an idle device
         start = time.perf_counter()
-        answer = session.ask(BENCH_QUESTION, stop_ids=())  # forced to `decode_tokens`: no token ends it early
+        answer = session.ask(question, stop_ids=())  # forced to `decode_tokens`: no token ends it early
         device_sync(model.device)
         answers.append((time.perf_counter() - start) * 1e3)
         # recall runs between the question and its prefill: the user waits for both
@@ -294,10 +302,11 @@ class SweepResult:
     notes: list[str]
 
 
-def _warm_up(model, policy: PolicySpec, chunk_frames: int, decode_tokens: int, frame_px: int) -> None:
+def _warm_up(model, policy: PolicySpec, chunk_frames: int, decode_tokens: int, frame_px: int,
+             question: str = BENCH_QUESTION) -> None:
     """Three evicting chunks and a question, unmeasured: first calls pay one-off costs."""
     measure_stream(model, _evicting_early(model, policy, chunk_frames), [3 * chunk_frames], chunk_frames=chunk_frames,
-                   decode_tokens=decode_tokens, repeats=1, frame_px=frame_px)
+                   decode_tokens=decode_tokens, repeats=1, frame_px=frame_px, question=question)
 
 
 def _evicting_early(model, policy: PolicySpec, chunk_frames: int) -> PolicySpec:
@@ -310,10 +319,12 @@ def _evicting_early(model, policy: PolicySpec, chunk_frames: int) -> PolicySpec:
 
 def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes: list[int], *,
               decode_tokens: int = 16, repeats: int = 3, frame_px: int = 448, warmup: bool = True,
-              progress: bool = False, on_stream: Callable[[SweepResult], None] | None = None) -> SweepResult:
+              progress: bool = False, on_stream: Callable[[SweepResult], None] | None = None,
+              question: str = BENCH_QUESTION) -> SweepResult:
     """Every policy at every chunk size, measured at every stream length, after a warm-up per policy.
 
     Args:
+        question: what is asked at every length (`measure_stream`).
         on_stream: called with the result so far after every stream (a run cut short keeps its rows).
 
     Returns:
@@ -337,14 +348,15 @@ def run_sweep(model, policies: list[PolicySpec], lengths: list[int], chunk_sizes
 
     if warmup:
         for policy in list(runnable):
-            skip_if_missing(policy, lambda: _warm_up(model, policy, chunk_sizes[0], decode_tokens, frame_px))
+            skip_if_missing(policy, lambda: _warm_up(model, policy, chunk_sizes[0], decode_tokens, frame_px,
+                                                     question))
     rows = []
     for chunk_frames in chunk_sizes:
         for policy in list(runnable):
             start = time.perf_counter()
             measured, note = skip_if_missing(policy, lambda: measure_stream(
                 model, policy, lengths, chunk_frames=chunk_frames, decode_tokens=decode_tokens, repeats=repeats,
-                frame_px=frame_px, progress=progress))
+                frame_px=frame_px, progress=progress, question=question))
             rows += measured
             if note:
                 notes.append(note)
@@ -379,7 +391,7 @@ SPREAD_FIELDS = ("ttft_vs_full", "ingest_fps_vs_full")
 
 
 def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk_frames: int = 16,
-                 stream_repeats: int = 3, progress: bool = False) -> SweepResult:
+                 stream_repeats: int = 3, progress: bool = False, question: str = BENCH_QUESTION) -> SweepResult:
     """`bench memory`: every policy at one chunk size, TTFT of a one-token answer, streamed
     `stream_repeats` times with the order reversed every other repeat (a change of load lands on both
     sides alike); ratios within each repeat, medians and spread (`SPREAD_FIELDS`) over repeats.
@@ -391,7 +403,8 @@ def bench_memory(model, policies: list[PolicySpec], lengths: list[int], *, chunk
     repeats: list[list[StreamRow]] = []
     for r in range(stream_repeats):  # one sweep per repeat (warmed up before the first), ratios within each
         sweep = run_sweep(model, policies if r % 2 == 0 else policies[::-1], lengths, [chunk_frames],
-                          decode_tokens=1, repeats=3, frame_px=32, warmup=r == 0, progress=progress)
+                          decode_tokens=1, repeats=3, frame_px=32, warmup=r == 0, progress=progress,
+                          question=question)
         notes += [note for note in sweep.notes if note not in notes]
         repeats.append(sweep.rows)
     order = {p.label: i for i, p in enumerate(policies)}
@@ -546,7 +559,7 @@ _COLUMNS = {
 # a ratio with its spread over repeats: "min / median / max" from `<field>_min`, `<field>`, `<field>_max`
 _SPREAD_COLUMNS = {"ttft_vs_full_spread": ("TTFT vs full, min / median / max", "ttft_vs_full", "{:.2f}"),
                    "ingest_fps_vs_full_spread": ("fps vs full, min / median / max", "ingest_fps_vs_full", "{:.2f}")}
-MEMORY_COLUMNS = ["policy", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms", "ttft_vs_full_spread",
+MEMORY_COLUMNS = ["policy", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms", "recall_ms", "ttft_vs_full_spread",
                   "encode_ms_per_chunk", "maintain_ms_per_chunk", "maintain_ratio", "amortised_maintain_ratio"]
 SWEEP_COLUMNS = ["policy", "chunk_frames", "frames", "cache_tokens", "peak_kv_mb", "peak_device_mb", "ttft_ms",
                  "ttft_vs_full", "tpot_ms", "answer_ms", "recall_ms", "encode_ms_per_chunk", "maintain_ms_per_chunk",

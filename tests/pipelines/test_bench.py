@@ -388,6 +388,53 @@ def test_recall_only_is_sliding_with_recall_under_its_own_label():
     assert (spec.memory.policy, spec.memory.recall, spec.memory.budget) == ("sliding", True, 64)
 
 
+
+def test_a_memory_preset_is_a_policy_at_the_bench_budget_on_top_of_the_base():
+    """`--policies hermes-4k,hermes-plus` compares the presets in one run: each preset's settings (here as
+    configs/memory/hermes-plus.yaml sets them) at the bench's budget, over the base's other settings."""
+    full, paper, plus = resolve_policies("full,hermes-4k,hermes-plus", MemoryConfig(sink_tokens=2), budget=64)
+    assert [full.label, paper.label, plus.label] == ["full", "hermes-4k", "hermes-plus"]
+    assert (paper.memory.policy, paper.memory.budget, paper.memory.recall) == ("hermes", 64, False)
+    assert (plus.memory.policy, plus.memory.budget, plus.memory.recall, plus.memory.recall_gate,
+            plus.memory.recall_share) == ("hermes", 64, True, "question", 0.5)
+    assert plus.memory.sink_tokens == 2
+
+
+def test_bench_memory_asks_its_question_and_a_recall_it_fires_counts_in_ttft(tiny_model, monkeypatch):
+    """A question about the start makes `hermes-plus` recall: the question asked is the one given, and the
+    row's TTFT holds the recall's time (1 s on the bench's clock) beside the prefill's."""
+    from hermes.lower import LowerLevels
+    from hermes.pipelines.session import StreamingSession
+
+    clock, asked = [0.0], []
+
+    def perf_counter():
+        clock[0] += 1e-3
+        return clock[0]
+
+    recall, ask = LowerLevels.recall, StreamingSession.ask
+
+    def slow_recall(self, *args, **kwargs):
+        stats = recall(self, *args, **kwargs)
+        stats.recall_ms += 1000.0 if stats.tokens else 0.0
+        return stats
+
+    def asking(self, question, *args, **kwargs):
+        asked.append(question)
+        return ask(self, question, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(LowerLevels, "recall", slow_recall)
+    monkeypatch.setattr(StreamingSession, "ask", asking)
+    (policy,) = resolve_policies("hermes-plus", MemoryConfig(), budget=2 * 196)
+    first = "What colour was the first object?"
+    rows, note = measure_stream(tiny_model, policy, [6], chunk_frames=2, decode_tokens=1, repeats=2, frame_px=32,
+                                question=first)
+    assert note is None and asked == [first, first]
+    assert rows[0].recall_ms > 1000.0 and rows[0].ttft_ms > rows[0].recall_ms
+    now, = measure_stream(tiny_model, policy, [6], chunk_frames=2, decode_tokens=1, repeats=1, frame_px=32)[0]
+    assert asked[-1] == bench.BENCH_QUESTION and now.recall_ms < 1000.0  # the present: nothing recalled
+
 # ---- random models at published sizes ------------------------------------------------------------------
 
 
