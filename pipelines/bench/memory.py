@@ -24,10 +24,10 @@ from hermes.config import MemoryConfig, load_preset, preset_names
 from hermes.errors import ConfigError, UsageError
 from hermes.markdown import spread_cell, table
 from hermes.memory import HermesPolicy, SlidingPolicy
-from hermes.policies import POLICIES
 from hermes.pipelines.bench.common import device_sync, synthetic_frames
 from hermes.pipelines.frames import Frame
 from hermes.pipelines.session import StreamingSession
+from hermes.policies import POLICIES
 
 BENCH_QUESTION = "What is happening in the video?"
 OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
