@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache
+from hermes.cache import KIND_PREFIX, KIND_RECALLED, HermesCache, to_device_no_sync
 from hermes.config import MemoryConfig
 from hermes.memory import Evictions
 from hermes.model_protocol import CoreModel
@@ -168,7 +168,7 @@ class LowerLevels:
         if not hits:
             return RecallStats(recall_ms=(time.perf_counter() - start) * 1e3)
         keys0, _ = cache.layer_tensors()[0]
-        # as stored (int8 codes, on the host): only the tokens the splice keeps are dequantized and moved
+        # as stored (int8 codes, on the host): ranked by their metadata, only the kept tokens dequantized
         records = self.store.fetch([rid for rid, _ in hits], dequantize=False)
         records.sort(key=lambda r: r.t_start_s)  # time order
         n = recall_cap(cache, min(sum(r.layers[layer].num_tokens for r in records) for layer in range(cache.num_layers)),
@@ -194,19 +194,22 @@ class LowerLevels:
                 priority = by_frame_of(frames[0], opening, every, priority)
             priorities = torch.split(priority, [f.shape[0] for f in frames])
         tops = best_in_time_order(priorities, n)  # (L, n) candidate indices per layer
-        # the kept rows of every layer, dequantized into one host buffer each: one move to the device for all
-        keys, values = (torch.empty(cache.num_layers, rows.shape[0], n, rows.shape[-1])  # (L, H, n, D)
-                        for rows in (records[0].layers[0].keys, records[0].layers[0].values))
+        tops_on_device = to_device_no_sync(tops, keys0.device)  # one move for every layer
+        # K/V go to the device as stored (int8: a quarter of the bytes); the kept rows are dequantized there
+        on_device = [record.kv_to(keys0.device, non_blocking=True) for record in records]
+        keys, values = (torch.empty(cache.num_layers, rows.shape[0], n, rows.shape[-1], device=keys0.device)
+                        for rows in (records[0].layers[0].keys, records[0].layers[0].values))  # (L, H, n, D)
         positions, frame_index = [], []
         for layer, (tokens, frames_l, top) in enumerate(zip(per_layer, frames, tops)):
             record_of = torch.repeat_interleave(torch.arange(len(tokens)),
                                                 torch.tensor([t.num_tokens for t in tokens]))[top]  # (n,)
-            chosen_rows(tokens, top, record_of, "keys", out=keys[layer])
-            chosen_rows(tokens, top, record_of, "values", out=values[layer])
+            moved = [record.layers[layer] for record in on_device]
+            chosen_rows(moved, tops_on_device[layer], record_of, "keys", out=keys[layer])
+            chosen_rows(moved, tops_on_device[layer], record_of, "values", out=values[layer])
             at = torch.cat([t.positions.reshape(-1, t.num_tokens) for t in tokens], dim=1)[:, top]  # (A, n)
             positions.append((at, deltas[record_of].expand_as(at)))
             frame_index.append(frames_l[top])
-        keys, values = (t.to(keys0.device, keys0.dtype) for t in (keys, values))
+        keys, values = keys.to(keys0.dtype), values.to(keys0.dtype)
         spliced = {"keys": list(keys), "values": list(values), "positions": [at + shift for at, shift in positions],
                    "frame_index": frame_index}
         for layer, (at, shift) in enumerate(positions):
@@ -310,8 +313,9 @@ def chosen_rows(tokens: list[LayerTokens], top: torch.Tensor, record_of: torch.T
     with every candidate.
 
     Args:
-        top: (n,) indices into the records' tokens laid end to end, ascending.
-        record_of: (n,) which record each chosen token is in (so each record's chosen tokens are a run).
+        tokens: the records' layer, K/V (and int8 scales) on `out`'s device.
+        top: (n,) indices into the records' tokens laid end to end, ascending, on that device.
+        record_of: (n,) which record each chosen token is in, on the host (each record's chosen tokens are a run).
     """
     runs = torch.bincount(record_of, minlength=len(tokens)).tolist()  # chosen tokens per record
     start, first = 0, 0  # first: the record's first token among the candidates

@@ -234,13 +234,23 @@ class Record:
         """This record with K/V in `storage` form (see module docstring); see `compress`."""
         return compress(self, storage)
 
+    def kv_to(self, device: torch.device | str, non_blocking: bool = False) -> Record:
+        """This record with K/V (and int8 scales) on `device` as stored: one copy per field of a packed
+        record (`to_device`), int8 codes a quarter of fp32's bytes on the link; metadata stays on the host.
+        From pinned host memory the copies can be non-blocking; later work on the same CUDA stream is
+        ordered after them. Returns this record itself where its K/V are on `device` already.
+        """
+        if not self.layers or self.layers[0].keys.device == torch.device(device):
+            return self
+        names = ("keys", "values") + (("key_scale", "value_scale") if self.storage == "int8" else ())
+        moved = {name: to_device([getattr(l, name) for l in self.layers], device, non_blocking) for name in names}
+        return dataclasses.replace(self, layers=[dataclasses.replace(l, **{name: moved[name][i] for name in names})
+                                                 for i, l in enumerate(self.layers)])
+
     def dequantize(self, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
                    non_blocking: bool = False) -> Record:
-        """A floating-point copy of this record with K/V on `device`.
-
-        int8 codes and scales are copied to the device first (4x fewer bytes than fp32 on the link),
-        then multiplied there. From pinned host memory the copies can be non-blocking; later work on
-        the same CUDA stream is ordered after them, so the result is safe to use on the device.
+        """A floating-point copy of this record with K/V on `device`: copied there as stored (`kv_to`),
+        then multiplied there.
 
         Args:
             device: Where keys and values should live.
@@ -251,24 +261,20 @@ class Record:
             A new record (never sharing K/V storage with this one); metadata stays on the host.
         """
         dtype = dtype or getattr(torch, self.source_dtype)
-        layers = self.layers
-        keys = to_device([l.keys for l in layers], device, non_blocking)
-        values = to_device([l.values for l in layers], device, non_blocking)
+        layers = self.kv_to(device, non_blocking).layers
         if self.storage == "int8":
-            kscale = to_device([l.key_scale for l in layers], device, non_blocking)
-            vscale = to_device([l.value_scale for l in layers], device, non_blocking)
             # int8 codes times float32 scales are float32 already: one operation each, then the dtype asked
-            keys = [torch.mul(k, s).to(dtype) for k, s in zip(keys, kscale)]
-            values = [torch.mul(v, s).to(dtype) for v, s in zip(values, vscale)]
+            keys = [torch.mul(l.keys, l.key_scale).to(dtype) for l in layers]
+            values = [torch.mul(l.values, l.value_scale).to(dtype) for l in layers]
         else:
             # same device and dtype: .to() returns the tensor itself, and the caller must not get our storage
             def fresh(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
                 return new.clone() if new.data_ptr() == old.data_ptr() else new
 
-            keys = [fresh(k.to(dtype), old.keys) for k, old in zip(keys, layers)]
-            values = [fresh(v.to(dtype), old.values) for v, old in zip(values, layers)]
+            keys = [fresh(l.keys.to(dtype), old.keys) for l, old in zip(layers, self.layers)]
+            values = [fresh(l.values.to(dtype), old.values) for l, old in zip(layers, self.layers)]
         layers = [dataclasses.replace(l, keys=k, values=v, key_scale=None, value_scale=None)
-                  for l, k, v in zip(layers, keys, values)]
+                  for l, k, v in zip(self.layers, keys, values)]
         return dataclasses.replace(self, layers=layers)
 
 

@@ -78,6 +78,23 @@ def test_fp32_passthrough_is_exact_and_returns_a_copy():
             assert not torch.equal(st.keys.to(torch.bfloat16), got.keys)
 
 
+
+@pytest.mark.parametrize("storage", ["int8", "fp16"])
+def test_kv_to_moves_the_stored_kv_in_one_copy_per_field_and_leaves_metadata_on_the_host(storage):
+    """Recall moves records as stored and dequantizes on the device; the meta device stands in for a GPU
+    (shapes and dtypes move, no data)."""
+    record = pack(_ragged_record().compress(storage))
+    assert record.kv_to("cpu") is record  # already there: nothing copied
+    moved = record.kv_to("meta")
+    for stored, there in zip(record.layers, moved.layers):
+        for name in ("keys", "values") + (("key_scale", "value_scale") if storage == "int8" else ()):
+            t = getattr(there, name)
+            assert t.device.type == "meta" and t.dtype == getattr(stored, name).dtype
+            assert t.shape == getattr(stored, name).shape
+        assert there.positions is stored.positions and there.frame_index is stored.frame_index
+    assert record.layers[0].keys.device.type == "cpu"  # the stored record is untouched
+    assert moved.dequantize("meta").layers[2].keys.dtype == torch.float32
+
 def test_quantize_int8_error_bound_on_adversarial_values():
     x = torch.tensor([[[1.0, -3.0], [0.5, 3.0], [-1.0, 1.5]]])  # (1, 3, 2); channel max 1.0 and 3.0
     codes, scale = quantize_int8(x)
