@@ -253,3 +253,44 @@ def test_frames_the_opening_rank_did_not_see_come_after_every_frame_it_did():
     ranked = by_frame_of(known_frames, known, frame_index, nearness)
     assert ranked[[0, 2, 4]].tolist() == [-1.0, 9.0, -20.0]
     assert float(ranked[[1, 3]].max()) < -20.0 and ranked[1] > ranked[3]  # unseen: last, frame 1 before frame 2
+
+
+def test_records_of_an_older_position_epoch_are_spliced_before_level_1_and_re_rotated(micro):
+    """After a compaction renumbers level 1's positions, a record of the older epoch moves: the newest to end
+    just before level 1's oldest visual position, each older one just before the next; every spliced key is
+    its stored key rotated by its record's shift (docs/ARCHITECTURE.md, Memory, "Recall")."""
+    from hermes.rope import rotate_keys
+
+    session = recall_session(micro, recall_gate="question", recall_share=0.5)
+    cache, question = session.cache, "What colour was the first object?"
+    records = sorted(session.lower.store.fetch(list(session.lower.spans)), key=lambda r: r.t_start_s)
+    cache.compactions += 1  # every stored record now predates a compaction
+    first_layer = cache.layers[0]
+    oldest = int(first_layer.positions[0, first_layer.kinds == KIND_VISUAL].min())
+    embeds = session.model.question_embeds(question)
+    chosen = {rid for rid, _ in session.lower._chosen(cache, embeds, question, 40.0)[0]}  # the records nearest t = 0
+    hit = [r for r in records if r.record_id in chosen]
+    assert len(hit) == 2
+    mark = cache.mark()
+    session.lower.recall(cache, embeds, question, 40.0)
+    # the shifts the design asks for, newest record first
+    shifts, end = {}, oldest
+    for record in reversed(hit):
+        shifts[record.record_id] = end - 1 - max(int(t.positions.max()) for t in record.layers)
+        end = min(int(t.positions.min()) for t in record.layers) + shifts[record.record_id]
+    spec = RotarySpec.from_text_config(micro.text_config)
+    for index, layer in enumerate(cache.layers):
+        recalled = (layer.kinds == KIND_RECALLED).nonzero().squeeze(1).tolist()
+        assert len(recalled) == 2 * TPF and int(layer.positions[0, recalled].max()) < oldest
+        for i in recalled:
+            moved_to = int(layer.positions[0, i])
+            (source, at), = [(r, j) for r in hit for j, p in enumerate(r.layers[index].positions.reshape(-1).tolist())
+                             if p + shifts[r.record_id] == moved_to
+                             and int(r.layers[index].frame_index[j]) == int(layer.frame_index[i])]
+            stored = source.layers[index]
+            expected = rotate_keys(stored.keys[:, at:at + 1], torch.tensor([shifts[source.record_id]]), spec,
+                                   positions=stored.positions.reshape(-1)[at:at + 1])
+            assert torch.allclose(layer.keys[0][:, i:i + 1], expected, atol=1e-6)
+            assert torch.equal(layer.values[0][:, i], stored.values[:, at])
+    cache.rewind(mark)
+    session.close()
