@@ -189,7 +189,7 @@ class LowerLevels:
                 # what first happened before a still opening, read from the first layer's values: a frame's
                 # content there owes nothing to its position or to the frames before it
                 first = frames[0].shape[0]
-                opening = change_priority(torch.cat([dequantized(t, "values") for t in per_layer[0]], dim=1),
+                opening = change_priority(torch.cat([t.dequantized("values") for t in per_layer[0]], dim=1),
                                           frames[0], priority[:first])
                 priority = by_frame_of(frames[0], opening, every, priority)
             priorities = torch.split(priority, [f.shape[0] for f in frames])
@@ -258,7 +258,7 @@ class LowerLevels:
         """The stream time (s) of the frame whose content best matches the question's vector (`last_vector`),
         among the frames of the `hits` records and of level 1; None without a frame."""
         records = self.store.fetch([rid for rid, _ in hits], dequantize=False)  # only the last layer is read
-        candidates = [frame_similarity(dequantized(r.layers[-1], "keys").to(getattr(torch, r.source_dtype)),
+        candidates = [frame_similarity(r.layers[-1].dequantized("keys").to(getattr(torch, r.source_dtype)),
                                        r.layers[-1].positions.reshape(-1, r.layers[-1].num_tokens),
                                        r.layers[-1].frame_index, self.last_vector, self.spec) for r in records]
         candidates.append(level1_similarity(cache, self.last_vector, self.spec, per_frame=True))
@@ -299,13 +299,6 @@ class LowerLevels:
             self._tmp.cleanup()
 
 
-def dequantized(tokens: LayerTokens, field: str) -> torch.Tensor:
-    """(H, m, D) float32 keys or values of one layer of a stored record (int8 codes times their scales)."""
-    rows = getattr(tokens, field)
-    scale = tokens.key_scale if field == "keys" else tokens.value_scale
-    return torch.mul(rows, scale) if scale is not None else rows.float()  # int8 times float32 is float32
-
-
 def chosen_rows(tokens: list[LayerTokens], top: torch.Tensor, record_of: torch.Tensor, field: str,
                 out: torch.Tensor) -> None:
     """Write into `out` (H, n, D) the keys or values of the candidates at `top` among one layer's tokens of
@@ -322,7 +315,7 @@ def chosen_rows(tokens: list[LayerTokens], top: torch.Tensor, record_of: torch.T
     for t, taken in zip(tokens, runs):
         if taken:
             rows = getattr(t, field).index_select(1, top[start:start + taken] - first)  # (H, taken, D)
-            scale = t.key_scale if field == "keys" else t.value_scale
+            scale = t.scale(field)
             if scale is not None:
                 torch.mul(rows, scale, out=out[:, start:start + taken])
             else:

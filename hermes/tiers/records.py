@@ -79,6 +79,15 @@ class LayerTokens:
         return sum(t.nbytes for t in (self.keys, self.values, self.positions, self.token_ids,
                    self.frame_index, self.scores, self.counts, self.key_scale, self.value_scale) if t is not None)
 
+    def scale(self, field: str) -> torch.Tensor | None:
+        """(H, 1, D) the int8 scales of `field` ("keys" or "values"); None unless int8."""
+        return self.key_scale if field == "keys" else self.value_scale
+
+    def dequantized(self, field: str) -> torch.Tensor:
+        """(H, n, D) float32 keys or values, on their device (int8 codes times their scales)."""
+        rows, scale = getattr(self, field), self.scale(field)
+        return torch.mul(rows, scale) if scale is not None else rows.float()  # int8 times float32 is float32
+
 
 @dataclass
 class Record:
@@ -263,9 +272,8 @@ class Record:
         dtype = dtype or getattr(torch, self.source_dtype)
         layers = self.kv_to(device, non_blocking).layers
         if self.storage == "int8":
-            # int8 codes times float32 scales are float32 already: one operation each, then the dtype asked
-            keys = [torch.mul(l.keys, l.key_scale).to(dtype) for l in layers]
-            values = [torch.mul(l.values, l.value_scale).to(dtype) for l in layers]
+            keys = [l.dequantized("keys").to(dtype) for l in layers]
+            values = [l.dequantized("values").to(dtype) for l in layers]
         else:
             # same device and dtype: .to() returns the tensor itself, and the caller must not get our storage
             def fresh(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

@@ -210,7 +210,7 @@ def test_the_splice_equals_dequantizing_every_record_then_choosing(micro):
 
 
 def test_chosen_rows_of_int8_and_float_records_equal_dequantizing_them_all():
-    from hermes.lower import chosen_rows, dequantized
+    from hermes.lower import chosen_rows
     from hermes.tiers.records import LayerTokens
 
     torch.manual_seed(0)
@@ -223,7 +223,7 @@ def test_chosen_rows_of_int8_and_float_records_equal_dequantizing_them_all():
                            key_scale=scale, value_scale=scale)
 
     for layer in ([tokens(3, True), tokens(5, True)], [tokens(3, True), tokens(2, False), tokens(4, True)]):
-        every = torch.cat([dequantized(t, "keys") for t in layer], dim=1)  # (2, C, 4)
+        every = torch.cat([t.dequantized("keys") for t in layer], dim=1)  # (2, C, 4)
         top = torch.tensor([0, 2, 3, 4, every.shape[1] - 1])
         record_of = torch.repeat_interleave(torch.arange(len(layer)), torch.tensor([t.num_tokens for t in layer]))
         out = torch.full((2, top.numel(), 4), torch.nan)
