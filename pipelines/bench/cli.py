@@ -91,16 +91,16 @@ def cmd_bench_memory(args) -> int:
     from hermes.pipelines.bench.common import run_info
     from hermes.pipelines.bench.memory import BENCH_QUESTION, MEMORY_COLUMNS, bench_memory, resolve_policies
 
-    chunk_frames = cfg.stream.chunk_frames
+    chunk_frames, question = cfg.stream.chunk_frames, args.question or BENCH_QUESTION
     policies = resolve_policies(args.policies, cfg.memory, cfg.memory.budget)  # a bad name fails before the model loads
     model = bench_model(args, cfg)
     print(f"bench memory: model {model.name} ({model.tokens_per_frame} tokens/frame) on {model.device}, "
           f"budget {cfg.memory.budget} tokens, chunks of {chunk_frames} frames", file=sys.stderr)
     result = bench_memory(model, policies, lengths, chunk_frames=chunk_frames, stream_repeats=args.stream_repeats,
-                          progress=not args.quiet, question=args.question or BENCH_QUESTION)
+                          progress=not args.quiet, question=question)
     meta = {"suite": "memory", **run_info(model), "budget": cfg.memory.budget, "chunk_frames": chunk_frames,
             "lengths": lengths, "policies": [p.label for p in policies], "stream_repeats": args.stream_repeats,
-            "question": args.question or BENCH_QUESTION}
+            "question": question}
     write_bench_outputs(args, meta, result, MEMORY_COLUMNS)
     return 0
 
